@@ -1,0 +1,73 @@
+# sluice - a Redis-protocol proxy.
+#
+#   make            build build/sluice
+#   make run        install what is missing, build, run with conf/sluice.ini
+#   make test       install what is missing, build, run unit + integration tests
+#   make test SANITIZE=1   the same on an AddressSanitizer + UBSan build
+#   make bench      benchmarks (numbers printed, never asserted)
+
+PKGS      = libevent hiredis inih libcrypto
+CC       ?= cc
+OPT      ?= -O2
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) \
+            -Iproxy -Irules -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS))
+LDLIBS   += $(shell pkg-config --libs $(PKGS)) -lm
+
+ifeq ($(SANITIZE),1)
+BUILD     = build/san
+OPT       = -O1
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+else
+BUILD     = build
+endif
+
+SRCS      = $(wildcard proxy/*.c rules/*.c)
+LIB_OBJS  = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out proxy/main.c,$(SRCS))) $(BUILD)/obj/gen/lua_scripts.o
+MAIN_OBJ  = $(BUILD)/obj/proxy/main.o
+UNIT_SRCS = $(wildcard tests/unit/test_*.c)
+UNIT_BINS = $(patsubst tests/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
+LUA       = $(sort $(wildcard lua/*.lua))
+
+.PHONY: all deps run test unit integration bench clean
+all: $(BUILD)/sluice
+
+deps:
+	@tools/deps.sh
+
+$(BUILD)/sluice: $(MAIN_OBJ) $(LIB_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/obj/%.o: %.c $(wildcard proxy/*.h rules/*.h) $(BUILD)/gen/lua_scripts.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# Lua scripts are compiled into the binary as C strings.
+$(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scripts.h: $(LUA) tools/embed_lua.sh
+	@mkdir -p $(BUILD)/gen
+	tools/embed_lua.sh $(BUILD)/gen $(LUA)
+
+$(BUILD)/obj/gen/lua_scripts.o: $(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scripts.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/unit/%: tests/unit/%.c tests/unit/unit.h $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $< $(LIB_OBJS) $(LDLIBS)
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	tools/run.sh $(BUILD)/sluice conf/sluice.ini
+
+test: deps
+	@$(MAKE) --no-print-directory all unit-bins
+	tools/test.sh $(BUILD)
+
+unit-bins: $(UNIT_BINS)
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	tools/bench.sh $(BUILD)/sluice
+
+clean:
+	rm -rf build

@@ -1,0 +1,548 @@
+/* backend.c - owns connections to Redis: connecting with backoff, sending
+ * requests, framing replies and pairing them with requests in FIFO order.
+ * It never writes to a client itself; it hands replies to backend_deliver.
+ *
+ *   client A --req a1--\                     +------------------+
+ *   client B --req b1---+--> pool conn ----> | redis-server     |
+ *   client A --req a2--/   inflight: a1 b1 a2 +------------------+
+ *                           replies pop the head of inflight, in order
+ *
+ *   client C (MULTI/SUBSCRIBE/BLPOP/...) --> private conn (owner C)
+ */
+#include "backend.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <hiredis/read.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "reply.h"
+#include "request.h"
+#include "respscan.h"
+#include "stats.h"
+#include "value.h"
+
+#define BACKEND_HIGH_WATER (4 * 1024 * 1024)
+#define BACKEND_LOW_WATER (1024 * 1024)
+#define BACKEND_BACKOFF_MIN_MS 50
+#define BACKEND_BACKOFF_MAX_MS 2000
+
+enum backend_state { BACKEND_CONNECTING, BACKEND_UP, BACKEND_DOWN };
+static const char *const backend_state_names[] = {"connecting", "up", "down"};
+
+struct backend_conn {
+    struct backend_node *node;
+    struct bufferevent *bev;
+    redisReader *reader;
+    size_t fed;                      /* head bytes of the input given to the reader */
+    int deep;                        /* framing an over-deep reply by respscan */
+    struct request_queue inflight;
+    int inflight_count;
+    enum backend_state state;
+    struct client *owner;            /* private connection's client; NULL: pool */
+    int passthrough;
+    int busy;                        /* inside its read callback */
+    int released;                    /* free once not busy */
+    struct event *retry;
+    int backoff_ms;
+    struct client_list waiters;      /* clients paused while congested */
+    char error[400];                 /* why it is down */
+};
+
+struct backend_node {
+    char name[280];                  /* "host:port" as configured */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    struct backend_conn **pool;
+    int pool_size;
+    int private_count;
+};
+
+static struct event_base *backend_base;
+static const struct config *backend_cfg;
+static struct backend_node *backend_node_default;
+
+static void backend_connect(struct backend_conn *conn);
+static void backend_read_cb(struct bufferevent *bev, void *arg);
+
+static int backend_resolve(struct backend_node *node, const char *hostport, char *err, size_t errlen)
+{
+    char host[256], port_text[16];
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
+    int port, rc;
+
+    if (value_hostport(hostport, host, sizeof(host), &port, err, errlen) != 0)
+        return -1;
+    snprintf(port_text, sizeof(port_text), "%d", port);
+    rc = getaddrinfo(host, port_text, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve backend %s: %s", hostport, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(&node->addr, res->ai_addr, res->ai_addrlen);
+    node->addrlen = res->ai_addrlen;
+    freeaddrinfo(res);
+    snprintf(node->name, sizeof(node->name), "%s", hostport);
+    return 0;
+}
+
+static struct backend_conn *backend_conn_new(struct backend_node *node, struct client *owner)
+{
+    struct backend_conn *conn = calloc(1, sizeof(*conn));
+
+    if (conn == NULL)
+        return NULL;
+    conn->node = node;
+    conn->owner = owner;
+    conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
+    TAILQ_INIT(&conn->inflight);
+    TAILQ_INIT(&conn->waiters);
+    return conn;
+}
+
+int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
+{
+    struct backend_node *node = calloc(1, sizeof(*node));
+
+    backend_base = base;
+    backend_cfg = cfg;
+    if (node == NULL || backend_resolve(node, cfg->backend, err, errlen) != 0) {
+        free(node);
+        return -1;
+    }
+    node->pool_size = (int)cfg->backend_connections;
+    node->pool = calloc((size_t)node->pool_size, sizeof(*node->pool));
+    for (int i = 0; i < node->pool_size; i++) {
+        node->pool[i] = backend_conn_new(node, NULL);
+        backend_connect(node->pool[i]);
+    }
+    backend_node_default = node;
+    return 0;
+}
+
+struct backend_node *backend_default_node(void)
+{
+    return backend_node_default;
+}
+
+struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id)
+{
+    return node->pool[client_id % (unsigned long long)node->pool_size];
+}
+
+/* The reply to sluice's own AUTH on a new connection. */
+static void backend_auth_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct backend_conn *conn = req->ctx;
+
+    if (type == REPLY_ERROR) {
+        char text[160] = {0};
+        evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+        text[strcspn(text, "\r\n")] = '\0';
+        log_warning("backend %s refused sluice's AUTH: %s", conn->node->name, text);
+    }
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
+/* Queue AUTH [user] password as the first request of a new connection. */
+static void backend_send_auth(struct backend_conn *conn)
+{
+    const struct config *cfg = backend_cfg;
+    struct request *req;
+    struct evbuffer *out = bufferevent_get_output(conn->bev);
+
+    if (cfg->backend_password == NULL)
+        return;
+    req = request_new();
+    if (req == NULL)
+        return;
+    req->on_reply = backend_auth_reply;
+    req->ctx = conn;
+    if (cfg->backend_user != NULL) {
+        evbuffer_add_printf(out, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n", strlen(cfg->backend_user),
+                            cfg->backend_user);
+    } else {
+        evbuffer_add_printf(out, "*2\r\n$4\r\nAUTH\r\n");
+    }
+    evbuffer_add_printf(out, "$%zu\r\n%s\r\n", strlen(cfg->backend_password),
+                        cfg->backend_password);
+    req->conn = conn;
+    TAILQ_INSERT_HEAD(&conn->inflight, req, conn_link);
+    conn->inflight_count++;
+}
+
+/* Fail every in-flight request of CONN with the error TEXT. */
+static void backend_fail_inflight(struct backend_conn *conn, const char *text)
+{
+    struct request *req;
+    struct evbuffer *err = evbuffer_new();
+
+    while ((req = TAILQ_FIRST(&conn->inflight)) != NULL) {
+        TAILQ_REMOVE(&conn->inflight, req, conn_link);
+        conn->inflight_count--;
+        req->conn = NULL;
+        reply_error(err, "%s", text);
+        backend_deliver(req, err, evbuffer_get_length(err), REPLY_ERROR);
+        evbuffer_drain(err, evbuffer_get_length(err));
+    }
+    evbuffer_free(err);
+}
+
+static void backend_conn_reset_io(struct backend_conn *conn)
+{
+    if (conn->bev != NULL)
+        bufferevent_free(conn->bev);
+    if (conn->reader != NULL)
+        redisReaderFree(conn->reader);
+    conn->bev = NULL;
+    conn->reader = NULL;
+    conn->fed = 0;
+    conn->deep = 0;
+}
+
+static void backend_conn_free(struct backend_conn *conn)
+{
+    struct request *req;
+
+    backend_conn_reset_io(conn);
+    while ((req = TAILQ_FIRST(&conn->inflight)) != NULL) {
+        TAILQ_REMOVE(&conn->inflight, req, conn_link);
+        request_free(req);
+    }
+    if (conn->retry != NULL)
+        event_free(conn->retry);
+    free(conn);
+}
+
+static void backend_retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    backend_connect(arg);
+}
+
+static void backend_wake_waiters(struct backend_conn *conn)
+{
+    struct client *c;
+
+    while ((c = TAILQ_FIRST(&conn->waiters)) != NULL) {
+        TAILQ_REMOVE(&conn->waiters, c, wait_link);
+        c->waiting_on = NULL;
+        client_resume(c);
+    }
+}
+
+/* The one place a backend connection goes down. Pending requests get an
+ * error reply; a pool connection reconnects with backoff; a private one is
+ * dropped and its client told. */
+static void backend_conn_down(struct backend_conn *conn, const char *why)
+{
+    struct timeval tv;
+
+    snprintf(conn->error, sizeof(conn->error), "backend unavailable: %s (%s)", conn->node->name,
+             why);
+    if (conn->state != BACKEND_DOWN)
+        log_warning("backend %s connection lost: %s", conn->node->name, why);
+    conn->state = BACKEND_DOWN;
+    backend_conn_reset_io(conn);
+    backend_fail_inflight(conn, conn->error);
+    backend_wake_waiters(conn);
+    if (conn->owner != NULL) {
+        struct client *owner = conn->owner;
+        client_on_private_lost(owner);
+        return;
+    }
+    if (conn->retry == NULL)
+        conn->retry = evtimer_new(backend_base, backend_retry_cb, conn);
+    tv.tv_sec = conn->backoff_ms / 1000;
+    tv.tv_usec = (conn->backoff_ms % 1000) * 1000;
+    evtimer_add(conn->retry, &tv);
+    conn->backoff_ms = conn->backoff_ms * 2 > BACKEND_BACKOFF_MAX_MS ? BACKEND_BACKOFF_MAX_MS
+                                                                      : conn->backoff_ms * 2;
+}
+
+static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct backend_conn *conn = arg;
+    int fd = bufferevent_getfd(bev);
+    int one = 1;
+
+    if (what & BEV_EVENT_CONNECTED) {
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (conn->state != BACKEND_UP)
+            log_notice("backend %s connected", conn->node->name);
+        conn->state = BACKEND_UP;
+        conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
+        STAT_INC(backend_connects);
+        return;
+    }
+    if (what & BEV_EVENT_EOF) {
+        backend_conn_down(conn, "connection closed by server");
+    } else if (what & BEV_EVENT_ERROR) {
+        if (conn->state == BACKEND_CONNECTING)
+            STAT_INC(backend_connect_failures);
+        backend_conn_down(conn, strerror(EVUTIL_SOCKET_ERROR()));
+    }
+}
+
+static void backend_write_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    backend_wake_waiters(arg);
+}
+
+static void backend_connect(struct backend_conn *conn)
+{
+    struct backend_node *node = conn->node;
+
+    backend_conn_reset_io(conn);
+    conn->state = BACKEND_CONNECTING;
+    conn->bev = bufferevent_socket_new(backend_base, -1, BEV_OPT_CLOSE_ON_FREE);
+    conn->reader = redisReaderCreateWithFunctions(NULL);
+    if (conn->bev == NULL || conn->reader == NULL) {
+        backend_conn_down(conn, "out of memory");
+        return;
+    }
+    bufferevent_setcb(conn->bev, backend_read_cb, backend_write_cb, backend_event_cb, conn);
+    bufferevent_setwatermark(conn->bev, EV_WRITE, BACKEND_LOW_WATER, 0);
+    bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(conn->bev, (struct sockaddr *)&node->addr,
+                                   (int)node->addrlen) != 0) {
+        STAT_INC(backend_connect_failures);
+        backend_conn_down(conn, strerror(errno));
+        return;
+    }
+    backend_send_auth(conn);
+}
+
+struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner)
+{
+    struct backend_conn *conn = backend_conn_new(node, owner);
+
+    if (conn == NULL)
+        return NULL;
+    node->private_count++;
+    backend_connect(conn);
+    return conn;
+}
+
+void backend_release_private(struct backend_conn *conn)
+{
+    struct client *c;
+
+    conn->owner = NULL;
+    conn->node->private_count--;
+    while ((c = TAILQ_FIRST(&conn->waiters)) != NULL) {
+        TAILQ_REMOVE(&conn->waiters, c, wait_link);
+        c->waiting_on = NULL;
+    }
+    if (conn->busy) {
+        conn->released = 1;
+        return;
+    }
+    backend_conn_free(conn);
+}
+
+int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
+                 char *err, size_t errlen)
+{
+    struct evbuffer *out;
+
+    if (conn->state == BACKEND_DOWN || conn->bev == NULL) {
+        snprintf(err, errlen, "%s", conn->error[0] ? conn->error : "backend unavailable");
+        return -1;
+    }
+    out = bufferevent_get_output(conn->bev);
+    if (src != NULL)
+        evbuffer_remove_buffer(src, out, req->raw_len);
+    else
+        evbuffer_add_buffer(out, req->raw);
+    if (req->flags & REQ_NOREPLY) {
+        request_free(req);
+        return 0;
+    }
+    req->conn = conn;
+    TAILQ_INSERT_TAIL(&conn->inflight, req, conn_link);
+    conn->inflight_count++;
+    STAT_INC(total_forwarded);
+    return 0;
+}
+
+void backend_set_passthrough(struct backend_conn *conn)
+{
+    conn->passthrough = 1;
+}
+
+int backend_congested(const struct backend_conn *conn)
+{
+    return conn->bev != NULL &&
+           evbuffer_get_length(bufferevent_get_output(conn->bev)) > BACKEND_HIGH_WATER;
+}
+
+void backend_wait(struct backend_conn *conn, struct client *c)
+{
+    c->waiting_on = conn;
+    TAILQ_INSERT_TAIL(&conn->waiters, c, wait_link);
+}
+
+void backend_unwait(struct backend_conn *conn, struct client *c)
+{
+    TAILQ_REMOVE(&conn->waiters, c, wait_link);
+    c->waiting_on = NULL;
+}
+
+void backend_deliver(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    if (req->on_reply != NULL) {
+        req->on_reply(req, src, len, type);
+        return;
+    }
+    if (req->client != NULL) {
+        client_on_reply(req, src, len, type);
+        return;
+    }
+    STAT_INC(swallowed_replies);
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
+/* One complete reply of LEN bytes heads the input: hand it on. */
+static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *in, size_t len,
+                                   int type)
+{
+    struct request *req;
+
+    if (conn->passthrough && conn->owner != NULL && TAILQ_EMPTY(&conn->inflight)) {
+        client_on_passthrough(conn->owner, in, len);
+        return;
+    }
+    req = TAILQ_FIRST(&conn->inflight);
+    if (req == NULL) {
+        log_warning("backend %s sent a reply nobody asked for; dropped", conn->node->name);
+        evbuffer_drain(in, len);
+        return;
+    }
+    TAILQ_REMOVE(&conn->inflight, req, conn_link);
+    conn->inflight_count--;
+    req->conn = NULL;
+    backend_deliver(req, in, len, type);
+}
+
+/* Frame the next reply in IN. Returns its length (and *TYPE), 0 when more
+ * bytes are needed, -1 on a protocol error. */
+static ssize_t backend_frame(struct backend_conn *conn, struct evbuffer *in, int *type)
+{
+    void *reply = NULL;
+    redisReader *r = conn->reader;
+    ssize_t len;
+
+    if (conn->deep) {
+        /* Rare (COMMAND, COMMAND DOCS): rescanning from the start is fine. */
+        size_t avail = evbuffer_get_length(in);
+        len = respscan_value((const char *)evbuffer_pullup(in, (ssize_t)avail), avail);
+        if (len > 0) {
+            *type = REPLY_ARRAY;
+            redisReaderFree(conn->reader);
+            conn->reader = redisReaderCreateWithFunctions(NULL);
+            conn->fed = 0;
+            conn->deep = 0;
+        }
+        return len;
+    }
+    if (redisReaderGetReply(r, &reply) != 0) {
+        if (strstr(r->errstr, "depth") != NULL) {
+            conn->deep = 1;
+            return backend_frame(conn, in, type);
+        }
+        return -1;
+    }
+    if (reply == NULL)
+        return 0;
+    *type = (int)(intptr_t)reply;
+    len = (ssize_t)(conn->fed - (r->len - r->pos));
+    conn->fed -= (size_t)len;
+    return len;
+}
+
+static void backend_feed(struct backend_conn *conn, struct evbuffer *in)
+{
+    struct evbuffer_ptr pos;
+    struct evbuffer_iovec iov[16];
+    size_t total = evbuffer_get_length(in);
+    int n;
+
+    while (!conn->deep && conn->fed < total) {
+        if (evbuffer_ptr_set(in, &pos, conn->fed, EVBUFFER_PTR_SET) != 0)
+            return;
+        n = evbuffer_peek(in, -1, &pos, iov, 16);
+        for (int i = 0; i < n && i < 16; i++) {
+            redisReaderFeed(conn->reader, iov[i].iov_base, iov[i].iov_len);
+            conn->fed += iov[i].iov_len;
+        }
+    }
+}
+
+static void backend_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct backend_conn *conn = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    ssize_t len;
+    int type = 0;
+
+    conn->busy++;
+    for (;;) {
+        backend_feed(conn, in);
+        len = backend_frame(conn, in, &type);
+        if (len <= 0)
+            break;
+        backend_dispatch_reply(conn, in, (size_t)len, type);
+        if (conn->released || conn->bev != bev)
+            break;
+    }
+    conn->busy--;
+    if (conn->released) {
+        backend_conn_free(conn);
+        return;
+    }
+    if (len < 0 && conn->bev == bev)
+        backend_conn_down(conn, "protocol error in reply");
+}
+
+void backend_write_info(struct evbuffer *out)
+{
+    struct backend_node *node = backend_node_default;
+
+    if (node == NULL)
+        return;
+    for (int i = 0; i < node->pool_size; i++) {
+        struct backend_conn *conn = node->pool[i];
+        evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d\r\n", i, node->name,
+                            backend_state_names[conn->state], conn->inflight_count);
+    }
+    evbuffer_add_printf(out, "backend_private_connections:%d\r\n", node->private_count);
+}
+
+void backend_free_all(void)
+{
+    struct backend_node *node = backend_node_default;
+
+    if (node == NULL)
+        return;
+    for (int i = 0; i < node->pool_size; i++)
+        backend_conn_free(node->pool[i]);
+    free(node->pool);
+    free(node);
+    backend_node_default = NULL;
+}

@@ -1,0 +1,57 @@
+/* backend.h - Redis nodes and sluice's connections to them: a small shared
+ * pool per node, plus private connections for clients with session state. */
+#ifndef SLUICE_BACKEND_H
+#define SLUICE_BACKEND_H
+
+#include <stddef.h>
+
+struct event_base;
+struct evbuffer;
+struct config;
+struct client;
+struct request;
+struct backend_node;
+struct backend_conn;
+
+/* Resolve the configured backend and start connecting the pool. Returns 0,
+ * or -1 with a message in ERR. */
+int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen);
+void backend_free_all(void);
+
+/* The node for standalone mode (the only one). */
+struct backend_node *backend_default_node(void);
+
+/* The shared connection of NODE that requests of client CLIENT_ID use. */
+struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id);
+
+/* A new private connection to NODE for OWNER. Never NULL but on OOM. */
+struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner);
+
+/* OWNER no longer needs its private connection: close it; its in-flight
+ * requests are freed (their client is gone). */
+void backend_release_private(struct backend_conn *conn);
+
+/* Send REQ on CONN: moves req->raw_len bytes from SRC (or, when SRC is
+ * NULL, req->raw) to the connection and queues REQ for its reply (unless
+ * REQ_NOREPLY). Returns 0, or -1 when CONN is down: then nothing moved and
+ * ERR holds the error reply text. */
+int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
+                 char *err, size_t errlen);
+
+/* Stream every later reply of CONN to its owner unpaired (pub/sub, MONITOR). */
+void backend_set_passthrough(struct backend_conn *conn);
+
+/* Non-zero while CONN's output is above its high watermark; then the caller
+ * waits (backend_wait) and is resumed through client_resume. */
+int backend_congested(const struct backend_conn *conn);
+void backend_wait(struct backend_conn *conn, struct client *c);
+void backend_unwait(struct backend_conn *conn, struct client *c);
+
+/* Append "backend_*" lines for PROXY INFO. */
+void backend_write_info(struct evbuffer *out);
+
+/* Deliver a reply for REQ: to its on_reply hook, its client, or nowhere
+ * when the client is gone (then REQ is freed). */
+void backend_deliver(struct request *req, struct evbuffer *src, size_t len, int type);
+
+#endif

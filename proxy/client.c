@@ -1,0 +1,680 @@
+/* client.c - owns client connections: reading and framing requests,
+ * choosing the backend connection for each, and writing replies back in
+ * request order. The one place a client connection is closed is
+ * client_close().
+ *
+ *   socket -> input evbuffer -> reqparse -> request
+ *      request -> local (PROXY, CLIENT SETNAME...) -> reply now
+ *      request -> route -> backend conn (pool, or private when stateful)
+ *   backend reply -> client_on_reply -> head of queue? write : hold
+ *
+ *   c->requests:  [r1 sent] [r2 done, held reply] [r3 sent] ...
+ *                  ^ replies leave from the head only, in order
+ */
+#include "client.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <arpa/inet.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "commands.h"
+#include "config.h"
+#include "local.h"
+#include "log.h"
+#include "reply.h"
+#include "server.h"
+#include "stats.h"
+
+#define CLIENT_ARGV_STACK 32
+
+static struct event_base *client_base;
+static const struct config *client_cfg;
+static struct client_list client_all = TAILQ_HEAD_INITIALIZER(client_all);
+static int client_total;
+static uint64_t client_next_id = 1;
+static struct reqparse_limits client_limits;
+/* Session rules per command id: enum request_flag bits. */
+static unsigned *client_session_flags;
+
+/* Commands that give a connection state of its own: from them on the
+ * client gets a private backend connection. Blocking commands are found
+ * by their flag in the command table. */
+static const struct {
+    const char *name;
+    unsigned flags;
+} client_session_table[] = {
+    {"select", REQ_PRIVATE}, {"multi", REQ_PRIVATE}, {"watch", REQ_PRIVATE},
+    {"auth", REQ_PRIVATE}, {"hello", REQ_PRIVATE}, {"reset", REQ_PRIVATE | REQ_RESET},
+    {"wait", REQ_PRIVATE}, {"client|tracking", REQ_PRIVATE}, {"client|reply", REQ_PRIVATE},
+    {"client|caching", REQ_PRIVATE}, {"client|no-evict", REQ_PRIVATE},
+    {"subscribe", REQ_PRIVATE | REQ_PASSTHROUGH}, {"psubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
+    {"ssubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
+    {"unsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
+    {"punsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
+    {"sunsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
+    {"monitor", REQ_PRIVATE | REQ_PASSTHROUGH},
+};
+
+static void client_read_cb(struct bufferevent *bev, void *arg);
+static void client_write_cb(struct bufferevent *bev, void *arg);
+static void client_event_cb(struct bufferevent *bev, short what, void *arg);
+static void client_process_input(struct client *c);
+
+void client_module_init(struct event_base *base, const struct config *cfg)
+{
+    client_base = base;
+    client_cfg = cfg;
+    client_limits.max_bulk_len = cfg->proto_max_bulk_len;
+    client_limits.max_multibulk_len = cfg->proto_max_multibulk_len;
+    client_session_flags = calloc((size_t)commands_count(), sizeof(*client_session_flags));
+    for (int id = 0; id < commands_count(); id++) {
+        const struct command *cmd = commands_by_id(id);
+        if (cmd->flags & CMD_BLOCKING)
+            client_session_flags[id] = REQ_PRIVATE;
+        for (size_t i = 0; i < sizeof(client_session_table) / sizeof(client_session_table[0]); i++) {
+            if (strcmp(cmd->name, client_session_table[i].name) == 0)
+                client_session_flags[id] = client_session_table[i].flags;
+        }
+    }
+}
+
+int client_count(void)
+{
+    return client_total;
+}
+
+static void client_format_addr(struct client *c)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+
+    if (c->addr.ss_family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&c->addr;
+        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+        port = ntohs(sin->sin_port);
+    } else if (c->addr.ss_family == AF_INET6) {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&c->addr;
+        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+        port = ntohs(sin6->sin6_port);
+    }
+    snprintf(c->addr_text, sizeof(c->addr_text), "%s:%d", ip, port);
+}
+
+void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
+{
+    static const char full[] = "-ERR max number of clients reached\r\n";
+    struct client *c;
+    int one = 1;
+
+    if (client_total >= client_cfg->maxclients) {
+        STAT_INC(rejected_connections);
+        if (write(fd, full, sizeof(full) - 1) < 0)
+            log_debug("could not tell a client about maxclients: %s", strerror(errno));
+        close(fd);
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    if (c == NULL || reqparse_init(&c->parser, &client_limits) != 0) {
+        free(c);
+        close(fd);
+        return;
+    }
+    evutil_make_socket_nonblocking(fd);
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    c->bev = bufferevent_socket_new(client_base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->id = client_next_id++;
+    c->user = strdup("default");
+    c->last_active_ms = server_now_ms();
+    memcpy(&c->addr, addr, addrlen < sizeof(c->addr) ? addrlen : sizeof(c->addr));
+    client_format_addr(c);
+    TAILQ_INIT(&c->requests);
+    TAILQ_INSERT_TAIL(&client_all, c, link);
+    client_total++;
+    STAT_INC(total_connections_received);
+    bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    log_debug("client %llu connected from %s", (unsigned long long)c->id, c->addr_text);
+}
+
+/* The one place a client connection ends. Requests still waiting for a
+ * backend reply stay with that backend connection, marked to have their
+ * replies swallowed; everything else is freed. Inside the client's own
+ * callbacks the close is deferred to their end. */
+static void client_close(struct client *c)
+{
+    struct request *req;
+
+    if (c->busy > 0) {
+        c->closing = 1;
+        return;
+    }
+    while ((req = TAILQ_FIRST(&c->requests)) != NULL) {
+        TAILQ_REMOVE(&c->requests, req, client_link);
+        if (req->conn != NULL)
+            req->client = NULL;
+        else
+            request_free(req);
+    }
+    request_free(c->stalled);
+    if (c->waiting_on != NULL)
+        backend_unwait(c->waiting_on, c);
+    if (c->private_conn != NULL)
+        backend_release_private(c->private_conn);
+    TAILQ_REMOVE(&client_all, c, link);
+    client_total--;
+    log_debug("client %llu closed", (unsigned long long)c->id);
+    reqparse_free(&c->parser);
+    bufferevent_free(c->bev);
+    free(c->name);
+    free(c->user);
+    free(c);
+}
+
+static void client_enter(struct client *c)
+{
+    c->busy++;
+}
+
+/* Leave a callback; returns -1 when the client was closed meanwhile. */
+static int client_leave(struct client *c)
+{
+    if (--c->busy == 0 && c->closing) {
+        client_close(c);
+        return -1;
+    }
+    return 0;
+}
+
+static struct evbuffer *client_output(struct client *c)
+{
+    return bufferevent_get_output(c->bev);
+}
+
+/* Close C when it is over client_output_buffer_limit, as Redis does with
+ * client-output-buffer-limit: a client that does not read cannot make
+ * sluice hold its replies without bound. Returns -1 when closed. */
+static int client_check_output_limit(struct client *c)
+{
+    size_t pending = evbuffer_get_length(client_output(c)) + c->held_reply_bytes;
+
+    if (client_cfg->client_output_buffer_limit == 0 ||
+        pending <= (size_t)client_cfg->client_output_buffer_limit)
+        return 0;
+    log_notice("client %llu (%s) closed: %zu bytes of replies over client_output_buffer_limit",
+               (unsigned long long)c->id, c->addr_text, pending);
+    STAT_INC(output_limit_disconnects);
+    client_close(c);
+    return -1;
+}
+
+/* A client whose replies are all written and who asked to go. */
+static int client_finished(const struct client *c)
+{
+    return (c->flags & CLIENT_CLOSE_AFTER_REPLY) && TAILQ_EMPTY(&c->requests) && c->inflight == 0;
+}
+
+/* Write the replies at the head of the queue that are complete. */
+static void client_flush(struct client *c)
+{
+    struct request *req;
+
+    while ((req = TAILQ_FIRST(&c->requests)) != NULL && (req->flags & REQ_DONE)) {
+        TAILQ_REMOVE(&c->requests, req, client_link);
+        if (req->reply != NULL) {
+            c->held_reply_bytes -= evbuffer_get_length(req->reply);
+            evbuffer_add_buffer(client_output(c), req->reply);
+        }
+        request_free(req);
+    }
+    if (client_finished(c) && evbuffer_get_length(client_output(c)) == 0)
+        client_close(c);
+}
+
+/* REQ's reply is in its own buffer now: mark it and write what can go. */
+static void client_complete(struct client *c, struct request *req)
+{
+    req->flags |= REQ_DONE;
+    if (req->reply != NULL)
+        c->held_reply_bytes += evbuffer_get_length(req->reply);
+    client_flush(c);
+}
+
+static void client_reply_error(struct client *c, struct request *req, const char *text)
+{
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    reply_error(req->reply, "%s", text);
+    STAT_INC(total_error_replies);
+    client_complete(c, req);
+}
+
+/* Apply what a successful AUTH, HELLO or RESET changed on the session. */
+static void client_apply_session(struct client *c, struct request *req, int type)
+{
+    if (type == REPLY_ERROR)
+        return;
+    if (req->ok_user != NULL) {
+        free(c->user);
+        c->user = req->ok_user;
+        req->ok_user = NULL;
+    }
+    if (req->ok_name != NULL) {
+        free(c->name);
+        c->name = req->ok_name;
+        req->ok_name = NULL;
+    }
+    if (req->flags & REQ_RESET) {
+        free(c->name);
+        c->name = NULL;
+        free(c->user);
+        c->user = strdup("default");
+        c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
+    }
+}
+
+static void client_try_unstall(struct client *c);
+
+void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct client *c = req->client;
+
+    client_enter(c);
+    c->inflight--;
+    client_apply_session(c, req, type);
+    if (type == REPLY_ERROR)
+        STAT_INC(total_error_replies);
+    if (req == TAILQ_FIRST(&c->requests)) {
+        /* The common case: nothing earlier is waiting, so the bytes go
+         * straight from the backend's buffer to the client's. */
+        evbuffer_remove_buffer(src, client_output(c), len);
+        TAILQ_REMOVE(&c->requests, req, client_link);
+        request_free(req);
+        client_flush(c);
+    } else {
+        req->reply = evbuffer_new();
+        evbuffer_remove_buffer(src, req->reply, len);
+        client_complete(c, req);
+    }
+    if (!c->closing && client_check_output_limit(c) == 0)
+        client_try_unstall(c);
+    client_leave(c);
+}
+
+void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
+{
+    client_enter(c);
+    evbuffer_remove_buffer(src, client_output(c), len);
+    client_check_output_limit(c);
+    client_leave(c);
+}
+
+void client_on_private_lost(struct client *c)
+{
+    /* Its session (database, transaction, subscriptions) is gone with the
+     * connection; carrying on elsewhere would silently change meaning. */
+    c->private_conn = NULL;
+    c->inflight_conn = NULL;
+    c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+    bufferevent_disable(c->bev, EV_READ);
+    if (c->flags & CLIENT_PASSTHROUGH)
+        reply_error(client_output(c), "backend connection lost");
+    client_flush(c);
+}
+
+void client_resume(struct client *c)
+{
+    c->flags &= ~(unsigned)CLIENT_PAUSED;
+    client_enter(c);
+    if (!(c->flags & CLIENT_CLOSE_AFTER_REPLY))
+        bufferevent_enable(c->bev, EV_READ);
+    client_process_input(c);
+    client_leave(c);
+}
+
+/* The session flags of REQ: which connection it needs and how its reply
+ * comes. XREAD and XREADGROUP block only with a BLOCK option. */
+static unsigned client_request_flags(const struct request *req, int argc, const struct sv *argv)
+{
+    unsigned flags;
+
+    if (req->cmd == NULL)
+        return 0;
+    flags = client_session_flags[req->cmd->id];
+    if ((flags & REQ_PRIVATE) && (req->cmd->flags & CMD_BLOCKING) &&
+        strncmp(req->cmd->name, "xread", 5) == 0) {
+        flags = 0;
+        for (int i = 1; i < argc && !sv_ieq(argv[i], "streams"); i++) {
+            if (sv_ieq(argv[i], "block"))
+                flags = REQ_PRIVATE;
+        }
+    }
+    return flags;
+}
+
+/* CLIENT REPLY OFF/SKIP: Redis sends no reply, so none is expected. */
+static void client_reply_mode(struct client *c, struct request *req, int argc,
+                              const struct sv *argv)
+{
+    int skip_next = 0;
+
+    if (req->cmd != NULL && strcmp(req->cmd->name, "client|reply") == 0 && argc == 3) {
+        if (sv_ieq(argv[2], "off"))
+            c->flags |= CLIENT_REPLY_OFF;
+        else if (sv_ieq(argv[2], "on"))
+            c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
+        else if (sv_ieq(argv[2], "skip"))
+            skip_next = 1;
+    }
+    if (c->flags & (CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP))
+        req->flags |= REQ_NOREPLY;
+    c->flags &= ~(unsigned)CLIENT_REPLY_SKIP;
+    if (skip_next && !(c->flags & CLIENT_REPLY_OFF)) {
+        req->flags |= REQ_NOREPLY;
+        c->flags |= CLIENT_REPLY_SKIP;
+    }
+}
+
+/* Remember the user or name a HELLO or AUTH sets, to record on success. */
+static void client_note_session(struct request *req, int argc, const struct sv *argv)
+{
+    const char *name = req->cmd != NULL ? req->cmd->name : "";
+
+    if (strcmp(name, "auth") == 0) {
+        req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
+        return;
+    }
+    if (strcmp(name, "hello") != 0)
+        return;
+    for (int i = 2; i < argc; i++) {
+        if (sv_ieq(argv[i], "auth") && i + 2 < argc) {
+            req->ok_user = strndup(argv[i + 1].ptr, argv[i + 1].len);
+            i += 2;
+        } else if (sv_ieq(argv[i], "setname") && i + 1 < argc) {
+            free(req->ok_name);
+            req->ok_name = strndup(argv[i + 1].ptr, argv[i + 1].len);
+            i += 1;
+        }
+    }
+}
+
+/* The backend connection REQ goes to. */
+static struct backend_conn *client_route(struct client *c, struct request *req)
+{
+    if (c->private_conn == NULL && (req->flags & REQ_PRIVATE)) {
+        c->private_conn = backend_private_conn(backend_default_node(), c);
+        log_debug("client %llu now has a private backend connection", (unsigned long long)c->id);
+    }
+    if (c->private_conn != NULL)
+        return c->private_conn;
+    return backend_pool_conn(backend_default_node(), c->id);
+}
+
+/* Whether REQ must wait before it can be sent on CONN: replies of one
+ * client come back in order only from one connection, and a client
+ * entering pub/sub must have every earlier reply written first. */
+static int client_must_wait(const struct client *c, const struct request *req,
+                            const struct backend_conn *conn)
+{
+    if (c->inflight > 0 && c->inflight_conn != conn)
+        return 1;
+    return (req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH) &&
+           !TAILQ_EMPTY(&c->requests);
+}
+
+/* Send REQ (already in the client's queue unless NOREPLY) on CONN. SRC
+ * holds its bytes, or NULL when REQ owns them. */
+static void client_send(struct client *c, struct request *req, struct backend_conn *conn,
+                        struct evbuffer *src)
+{
+    char err[512];
+    int noreply;
+
+    if ((req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH)) {
+        c->flags |= CLIENT_PASSTHROUGH;
+        backend_set_passthrough(conn);
+    }
+    if (c->flags & CLIENT_PASSTHROUGH)
+        req->flags |= REQ_NOREPLY;
+    noreply = (req->flags & REQ_NOREPLY) != 0;
+    if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
+        STAT_INC(backend_unavailable_replies);
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        if (noreply)
+            request_free(req);
+        else
+            client_reply_error(c, req, err);
+        return;
+    }
+    if (!noreply) {
+        c->inflight++;
+        c->inflight_conn = conn;
+    }
+    if (backend_congested(conn) && c->waiting_on == NULL) {
+        c->flags |= CLIENT_PAUSED;
+        bufferevent_disable(c->bev, EV_READ);
+        backend_wait(conn, c);
+    }
+}
+
+static void client_try_unstall(struct client *c)
+{
+    struct request *req = c->stalled;
+    struct backend_conn *conn;
+
+    if (req == NULL)
+        return;
+    conn = client_route(c, req);
+    if (client_must_wait(c, req, conn))
+        return;
+    c->stalled = NULL;
+    client_send(c, req, conn, NULL);
+    client_process_input(c);
+}
+
+/* Handle one framed request. Its bytes are in REQ->raw (inline commands)
+ * or the first raw_len bytes of IN. Returns -1 when input processing must
+ * stop (the request waits, or the client is closing). */
+static int client_handle(struct client *c, struct request *req, struct evbuffer *in)
+{
+    struct sv stack_argv[CLIENT_ARGV_STACK], *argv = stack_argv;
+    struct evbuffer *src = req->raw != NULL ? NULL : in;
+    const char *base;
+    struct backend_conn *conn;
+    int rc = 0;
+
+    if (req->argc > CLIENT_ARGV_STACK)
+        argv = malloc(sizeof(*argv) * (size_t)req->argc);
+    base = (const char *)evbuffer_pullup(src != NULL ? src : req->raw, (ssize_t)req->raw_len);
+    request_argv(req, base, argv);
+    req->client = c;
+    req->cmd = commands_resolve(req->argc, argv);
+    STAT_INC(total_requests);
+    if (req->cmd != NULL)
+        stats_count_command(req->cmd->id);
+    else
+        stats_count_unknown();
+    client_reply_mode(c, req, req->argc, argv);
+
+    if (local_wants(req, req->argc, argv)) {
+        req->reply = evbuffer_new();
+        local_execute(c, req, req->argc, argv, req->reply);
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        if (req->flags & REQ_NOREPLY) {
+            request_free(req);
+        } else {
+            TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+            client_complete(c, req);
+        }
+        rc = (c->flags & CLIENT_CLOSE_AFTER_REPLY) ? -1 : 0;
+        goto out;
+    }
+    req->flags |= client_request_flags(req, req->argc, argv);
+    client_note_session(req, req->argc, argv);
+    /* Pub/sub replies stream unpaired: such requests wait in no queue. */
+    if (!(req->flags & (REQ_NOREPLY | REQ_PASSTHROUGH)) && !(c->flags & CLIENT_PASSTHROUGH))
+        TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+    conn = client_route(c, req);
+    if (client_must_wait(c, req, conn)) {
+        if (src != NULL)
+            request_take_raw(req, src);
+        c->stalled = req;
+        rc = -1;
+        goto out;
+    }
+    client_send(c, req, conn, src);
+    if (c->flags & CLIENT_PAUSED)
+        rc = -1;
+out:
+    if (argv != stack_argv)
+        free(argv);
+    return rc;
+}
+
+/* Answer a protocol error the way Redis does, then close once written. */
+static void client_protocol_error(struct client *c, const char *msg)
+{
+    log_info("client %llu (%s): %s", (unsigned long long)c->id, c->addr_text, msg);
+    STAT_INC(protocol_errors);
+    STAT_INC(total_error_replies);
+    c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+    bufferevent_disable(c->bev, EV_READ);
+    if (TAILQ_EMPTY(&c->requests)) {
+        reply_error(client_output(c), "%s", msg);
+        return;
+    }
+    /* Earlier replies are pending: the error takes its place after them. */
+    struct request *req = request_new();
+    if (req == NULL)
+        return;
+    req->client = c;
+    TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+    client_reply_error(c, req, msg);
+}
+
+/* Frame and handle every complete request in the input buffer, until one
+ * has to wait or the client is paused or closing. */
+static void client_process_input(struct client *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct request *req;
+
+    while (c->stalled == NULL && !(c->flags & (CLIENT_PAUSED | CLIENT_CLOSE_AFTER_REPLY)) &&
+           !c->closing) {
+        switch (reqparse_next(&c->parser, in, &req)) {
+        case REQPARSE_MORE:
+            if (evbuffer_get_length(in) > (size_t)client_cfg->client_query_buffer_limit) {
+                STAT_INC(query_limit_disconnects);
+                client_protocol_error(c, "Protocol error: client_query_buffer_limit exceeded");
+            }
+            return;
+        case REQPARSE_SKIP:
+            continue;
+        case REQPARSE_ERROR:
+            client_protocol_error(c, c->parser.err);
+            return;
+        case REQPARSE_REQUEST:
+            req->start_us = server_now_ms() * 1000;
+            if (client_handle(c, req, in) != 0)
+                return;
+        }
+    }
+}
+
+static void client_read_cb(struct bufferevent *bev, void *arg)
+{
+    struct client *c = arg;
+
+    (void)bev;
+    c->last_active_ms = server_now_ms();
+    client_enter(c);
+    client_process_input(c);
+    client_leave(c);
+}
+
+static void client_write_cb(struct bufferevent *bev, void *arg)
+{
+    struct client *c = arg;
+
+    (void)bev;
+    if (client_finished(c))
+        client_close(c);
+}
+
+static void client_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    struct client *c = arg;
+
+    (void)bev;
+    if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) &&
+        (!TAILQ_EMPTY(&c->requests) || c->inflight > 0)) {
+        /* Half-closed after sending: answer what it asked, then close. */
+        c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+        bufferevent_disable(c->bev, EV_READ);
+        return;
+    }
+    client_close(c);
+}
+
+int client_pending_total(void)
+{
+    struct client *c;
+    int total = 0;
+
+    TAILQ_FOREACH(c, &client_all, link)
+        total += c->inflight + (c->stalled != NULL);
+    return total;
+}
+
+void client_cron(uint64_t now_ms)
+{
+    struct client *c, *next;
+    uint64_t idle_ms = (uint64_t)client_cfg->timeout_s * 1000;
+
+    if (idle_ms == 0)
+        return;
+    for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        /* Like Redis: blocked and subscribed clients are not idle. */
+        if (!TAILQ_EMPTY(&c->requests) || c->inflight > 0 || (c->flags & CLIENT_PASSTHROUGH))
+            continue;
+        if (now_ms - c->last_active_ms > idle_ms) {
+            log_info("client %llu (%s) closed after %llds idle", (unsigned long long)c->id,
+                     c->addr_text, (long long)client_cfg->timeout_s);
+            STAT_INC(idle_timeouts);
+            client_close(c);
+        }
+    }
+}
+
+void client_shutdown_all(void)
+{
+    struct client *c, *next;
+
+    for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+        bufferevent_disable(c->bev, EV_READ);
+        if (TAILQ_EMPTY(&c->requests) && c->inflight == 0)
+            client_close(c);
+    }
+}
+
+void client_free_all(void)
+{
+    struct client *c;
+
+    while ((c = TAILQ_FIRST(&client_all)) != NULL) {
+        c->busy = 0;
+        client_close(c);
+    }
+}

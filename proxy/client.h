@@ -1,0 +1,82 @@
+/* client.h - one application connection to sluice. */
+#ifndef SLUICE_CLIENT_H
+#define SLUICE_CLIENT_H
+
+#include <netinet/in.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include "reqparse.h"
+#include "request.h"
+
+struct bufferevent;
+struct backend_conn;
+struct event_base;
+struct config;
+
+enum client_flag {
+    CLIENT_CLOSE_AFTER_REPLY = 1 << 0, /* answer what is pending, then close */
+    CLIENT_PASSTHROUGH = 1 << 1,       /* pub/sub or MONITOR: backend bytes stream through */
+    CLIENT_PAUSED = 1 << 2,            /* not reading: a backend is congested */
+    CLIENT_REPLY_OFF = 1 << 3,         /* CLIENT REPLY OFF */
+    CLIENT_REPLY_SKIP = 1 << 4,        /* CLIENT REPLY SKIP: the next command gets none */
+};
+
+struct client {
+    uint64_t id;
+    struct bufferevent *bev;
+    struct reqparse parser;
+    struct request_queue requests;      /* every request not yet answered, in order */
+    struct backend_conn *private_conn;  /* own backend connection, once stateful */
+    struct backend_conn *inflight_conn; /* where its sent requests are */
+    int inflight;                       /* requests sent and not yet answered */
+    struct request *stalled;            /* must be sent once inflight is 0 */
+    struct backend_conn *waiting_on;    /* congested connection it waits for */
+    unsigned flags;                     /* enum client_flag */
+    int busy;                           /* > 0 inside its own callbacks */
+    int closing;                        /* close when no longer busy */
+    size_t held_reply_bytes;            /* replies waiting behind earlier ones */
+    uint64_t last_active_ms;
+    struct sockaddr_storage addr;
+    char addr_text[64];                 /* "ip:port" */
+    char *name;                         /* CLIENT SETNAME, NULL when none */
+    char *user;                         /* last successful AUTH user, "default" */
+    TAILQ_ENTRY(client) link;           /* in the list of all clients */
+    TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
+};
+
+TAILQ_HEAD(client_list, client);
+
+/* Set up client handling for the whole process. */
+void client_module_init(struct event_base *base, const struct config *cfg);
+
+/* Take over an accepted socket FD. Closes it when it cannot be served. */
+void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen);
+
+/* A backend reply for REQ (whose client is set): LEN bytes at the head of
+ * SRC, which this moves to the client or keeps with REQ. */
+void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type);
+
+/* A pub/sub or MONITOR message for C: LEN bytes at the head of SRC. */
+void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len);
+
+/* C's private backend connection is gone: pending replies are errors
+ * already; C is closed once they are written, since its session is lost. */
+void client_on_private_lost(struct client *c);
+
+/* The congested connection C waited for has drained: read again. */
+void client_resume(struct client *c);
+
+/* Number of connected clients; and stop: close idle clients and make the
+ * others close once answered. */
+int client_count(void);
+int client_pending_total(void);
+void client_shutdown_all(void);
+/* Free every client at exit. */
+void client_free_all(void);
+
+/* Periodic work: idle timeouts. */
+void client_cron(uint64_t now_ms);
+
+#endif

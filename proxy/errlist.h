@@ -1,0 +1,20 @@
+/* errlist.h - a growing list of "FILE:LINE: message" lines, filled by the
+ * config and rule parsers and shown by sluice -t, the log or PROXY RELOAD. */
+#ifndef SLUICE_ERRLIST_H
+#define SLUICE_ERRLIST_H
+
+#include <stddef.h>
+
+struct errlist {
+    char *text;     /* NUL-terminated, one error a line; NULL when empty */
+    size_t len;
+    int count;
+};
+
+void errlist_add(struct errlist *errs, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The first line of the list, without its newline, copied into BUF. */
+void errlist_first(const struct errlist *errs, char *buf, size_t size);
+void errlist_free(struct errlist *errs);
+
+#endif

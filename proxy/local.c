@@ -1,0 +1,198 @@
+/* local.c - owns the replies of commands sluice answers itself. Handlers
+ * are rows of local_commands[]; they write the reply, never forward. */
+#include "local.h"
+
+#include <event2/buffer.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "client.h"
+#include "commands.h"
+#include "reply.h"
+#include "request.h"
+#include "server.h"
+#include "stats.h"
+
+typedef void local_handler(struct client *c, int argc, const struct sv *argv,
+                           struct evbuffer *out);
+
+struct local_command {
+    const char *name;      /* as in the command table ("client|setname") or sluice's own */
+    int arity;             /* Redis-style: negative means at least -arity */
+    local_handler *run;
+};
+
+static local_handler local_client_setname, local_client_getname, local_client_id,
+    local_quit, local_hello, local_proxy;
+
+static const struct local_command local_commands[] = {
+    {"client|setname", 3, local_client_setname},
+    {"client|getname", 2, local_client_getname},
+    {"client|id", 2, local_client_id},
+    {"quit", -1, local_quit},
+    {"hello", -1, local_hello},   /* only HELLO 3: see local_wants */
+    {"proxy", -2, local_proxy},
+};
+#define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))
+
+/* Handler row per command id, so the per-request check is one load. */
+static const struct local_command **local_by_id;
+
+void local_init(void)
+{
+    local_by_id = calloc((size_t)commands_count(), sizeof(*local_by_id));
+    for (int id = 0; id < commands_count(); id++) {
+        for (int i = 0; i < LOCAL_COUNT; i++) {
+            if (strcmp(commands_by_id(id)->name, local_commands[i].name) == 0)
+                local_by_id[id] = &local_commands[i];
+        }
+    }
+}
+
+static const struct local_command *local_find(const struct request *req, int argc,
+                                              const struct sv *argv)
+{
+    if (req->cmd != NULL)
+        return local_by_id[req->cmd->id];
+    for (int i = 0; i < LOCAL_COUNT && argc > 0; i++) {
+        if (sv_ieq(argv[0], local_commands[i].name))
+            return &local_commands[i];
+    }
+    return NULL;
+}
+
+/* HELLO is Redis's to answer unless it asks for RESP3, which hiredis 0.14
+ * cannot frame: then sluice refuses it as Redis refuses a version. */
+static int local_hello_is_resp3(int argc, const struct sv *argv)
+{
+    return argc >= 2 && argv[1].len == 1 && argv[1].ptr[0] == '3';
+}
+
+int local_wants(const struct request *req, int argc, const struct sv *argv)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    if (lc == NULL)
+        return 0;
+    if (lc->run == local_hello)
+        return local_hello_is_resp3(argc, argv);
+    return 1;
+}
+
+void local_execute(struct client *c, struct request *req, int argc, const struct sv *argv,
+                   struct evbuffer *out)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    STAT_INC(total_local);
+    if ((lc->arity > 0 && argc != lc->arity) || (lc->arity < 0 && argc < -lc->arity)) {
+        reply_error(out, "wrong number of arguments for '%s' command", lc->name);
+        return;
+    }
+    lc->run(c, argc, argv, out);
+}
+
+/* Redis's rule: a name of printable ASCII without spaces. */
+static int local_valid_name(struct sv name)
+{
+    for (size_t i = 0; i < name.len; i++) {
+        if (name.ptr[i] < '!' || name.ptr[i] > '~')
+            return 0;
+    }
+    return 1;
+}
+
+static void local_client_setname(struct client *c, int argc, const struct sv *argv,
+                                 struct evbuffer *out)
+{
+    (void)argc;
+    if (!local_valid_name(argv[2])) {
+        reply_error(out, "Client names cannot contain spaces, newlines or special characters.");
+        return;
+    }
+    free(c->name);
+    c->name = argv[2].len > 0 ? strndup(argv[2].ptr, argv[2].len) : NULL;
+    reply_status(out, "OK");
+}
+
+static void local_client_getname(struct client *c, int argc, const struct sv *argv,
+                                 struct evbuffer *out)
+{
+    (void)argc;
+    (void)argv;
+    if (c->name == NULL)
+        reply_nil(out);
+    else
+        reply_bulk(out, c->name, strlen(c->name));
+}
+
+static void local_client_id(struct client *c, int argc, const struct sv *argv,
+                            struct evbuffer *out)
+{
+    (void)argc;
+    (void)argv;
+    reply_integer(out, (long long)c->id);
+}
+
+static void local_quit(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
+{
+    (void)argc;
+    (void)argv;
+    c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+    reply_status(out, "OK");
+}
+
+static void local_hello(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
+{
+    (void)c;
+    (void)argc;
+    (void)argv;
+    reply_error(out, "-NOPROTO sorry, this protocol version is not supported");
+}
+
+static void local_proxy_info(struct evbuffer *out)
+{
+    struct evbuffer *text = evbuffer_new();
+
+    evbuffer_add_printf(text, "# Proxy\r\nsluice_version:%s\r\nprocess_id:%d\r\n"
+                              "uptime_in_seconds:%lld\r\nconfig_file:%s\r\n"
+                              "connected_clients:%d\r\n\r\n# Stats\r\n",
+                        SLUICE_VERSION, (int)getpid(),
+                        (long long)(time(NULL) - server.start_time), server.cfg.path,
+                        client_count());
+    stats_write_info(text);
+    evbuffer_add_printf(text, "\r\n# Backends\r\n");
+    backend_write_info(text);
+    evbuffer_add_printf(out, "$%zu\r\n", evbuffer_get_length(text));
+    evbuffer_add_buffer(out, text);
+    evbuffer_add(out, "\r\n", 2);
+    evbuffer_free(text);
+}
+
+static void local_proxy(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
+{
+    static const char *const help[] = {
+        "PROXY <subcommand> [<arg> ...]. Subcommands are:",
+        "PING", "    Return PONG from sluice itself (not from Redis).",
+        "INFO", "    Counters and states of sluice, its clients and backends.",
+        "HELP", "    Print this help.",
+    };
+
+    (void)c;
+    if (argc == 2 && sv_ieq(argv[1], "ping")) {
+        reply_status(out, "PONG");
+    } else if (argc == 2 && sv_ieq(argv[1], "info")) {
+        local_proxy_info(out);
+    } else if (argc == 2 && sv_ieq(argv[1], "help")) {
+        reply_array_header(out, (long long)(sizeof(help) / sizeof(help[0])));
+        for (size_t i = 0; i < sizeof(help) / sizeof(help[0]); i++)
+            reply_status(out, help[i]);
+    } else {
+        int n = argv[1].len < 128 ? (int)argv[1].len : 128;
+        reply_error(out, "unknown subcommand or wrong number of arguments for '%.*s'. "
+                         "Try PROXY HELP.", n, argv[1].ptr);
+    }
+}

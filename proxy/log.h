@@ -1,0 +1,26 @@
+/* log.h - leveled logging to stderr or a file, Redis-style line prefix. */
+#ifndef SLUICE_LOG_H
+#define SLUICE_LOG_H
+
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_NOTICE, LOG_WARNING };
+
+extern enum log_level log_current_level;
+
+/* Send log lines to PATH (NULL: stderr). Returns 0, or -1 with errno set. */
+int log_open(const char *path);
+void log_close(void);
+
+/* Level from its name ("debug", "info", "notice", "warning"); -1 if none. */
+int log_level_parse(const char *name);
+
+void log_write(enum log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define log_debug(...) \
+    do { if (log_current_level <= LOG_DEBUG) log_write(LOG_DEBUG, __VA_ARGS__); } while (0)
+#define log_info(...) \
+    do { if (log_current_level <= LOG_INFO) log_write(LOG_INFO, __VA_ARGS__); } while (0)
+#define log_notice(...) log_write(LOG_NOTICE, __VA_ARGS__)
+#define log_warning(...) log_write(LOG_WARNING, __VA_ARGS__)
+
+#endif

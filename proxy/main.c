@@ -1,0 +1,191 @@
+/* main.c - owns the process: command line, config check, start-up order,
+ * signals, the periodic tick and an orderly shutdown. */
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "client.h"
+#include "commands.h"
+#include "config.h"
+#include "listener.h"
+#include "local.h"
+#include "log.h"
+#include "server.h"
+#include "stats.h"
+
+#define MAIN_DEFAULT_CONFIG "conf/sluice.ini"
+#define MAIN_TICK_MS 100
+
+struct server server;
+static uint64_t main_shutdown_deadline_ms;
+
+uint64_t server_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void main_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: sluice [-c FILE] [-t] [-v] [-h]\n"
+            "  -c FILE  config file (default %s)\n"
+            "  -t       check the config and the rule file it names, then exit\n"
+            "           (0: fine; 1: errors, printed as FILE:LINE: message)\n"
+            "  -v       print the version and exit\n"
+            "  -h       print this help and exit\n",
+            MAIN_DEFAULT_CONFIG);
+}
+
+/* Load and check the config; print every error. Returns 0 when usable. */
+static int main_load_config(const char *path)
+{
+    struct errlist errs = {0};
+    int rc = config_load(path, &server.cfg, &errs);
+
+    if (errs.text != NULL)
+        fputs(errs.text, stderr);
+    errlist_free(&errs);
+    return rc;
+}
+
+static void main_raise_fd_limit(long long want)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if ((long long)rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = (rlim_t)want > rl.rlim_max ? rl.rlim_max : (rlim_t)want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || (long long)rl.rlim_cur < want)
+        log_warning("open file limit is %llu; maxclients %lld may not be reachable",
+                    (unsigned long long)rl.rlim_cur, server.cfg.maxclients);
+}
+
+static void main_begin_shutdown(void)
+{
+    if (server.shutting_down) {
+        log_warning("second signal: exiting now");
+        event_base_loopbreak(server.base);
+        return;
+    }
+    log_notice("shutting down: no new connections, answering requests in flight");
+    server.shutting_down = 1;
+    main_shutdown_deadline_ms = server_now_ms() + (uint64_t)server.cfg.shutdown_timeout_ms;
+    listener_stop();
+    client_shutdown_all();
+}
+
+static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    if (sig == SIGINT || sig == SIGTERM)
+        main_begin_shutdown();
+}
+
+static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    uint64_t now = server_now_ms();
+
+    (void)fd;
+    (void)what;
+    (void)arg;
+    client_cron(now);
+    if (!server.shutting_down)
+        return;
+    if (client_count() == 0 || now >= main_shutdown_deadline_ms) {
+        if (client_count() > 0)
+            log_warning("shutdown_timeout passed with %d clients still waiting", client_count());
+        event_base_loopbreak(server.base);
+    }
+}
+
+static int main_run(void)
+{
+    struct event *sigint, *sigterm, *tick;
+    struct timeval tick_tv = {0, MAIN_TICK_MS * 1000};
+    char err[256];
+
+    signal(SIGPIPE, SIG_IGN);
+    main_raise_fd_limit(server.cfg.maxclients + 64 + server.cfg.backend_connections);
+    server.base = event_base_new();
+    server.start_time = time(NULL);
+    commands_init();
+    stats_init();
+    local_init();
+    client_module_init(server.base, &server.cfg);
+    if (backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
+        listener_start(server.base, &server.cfg, err, sizeof(err)) != 0) {
+        log_warning("%s", err);
+        return 1;
+    }
+    sigint = evsignal_new(server.base, SIGINT, main_signal_cb, NULL);
+    sigterm = evsignal_new(server.base, SIGTERM, main_signal_cb, NULL);
+    tick = event_new(server.base, -1, EV_PERSIST, main_tick_cb, NULL);
+    evsignal_add(sigint, NULL);
+    evsignal_add(sigterm, NULL);
+    evtimer_add(tick, &tick_tv);
+    log_notice("sluice %s started, pid %d, backend %s", SLUICE_VERSION, (int)getpid(),
+               server.cfg.backend);
+    event_base_dispatch(server.base);
+
+    listener_stop();
+    client_free_all();
+    backend_free_all();
+    event_free(sigint);
+    event_free(sigterm);
+    event_free(tick);
+    event_base_free(server.base);
+    log_notice("sluice stopped");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config_path = MAIN_DEFAULT_CONFIG;
+    int check_only = 0, opt, rc;
+
+    while ((opt = getopt(argc, argv, "c:tvh")) != -1) {
+        switch (opt) {
+        case 'c': config_path = optarg; break;
+        case 't': check_only = 1; break;
+        case 'v': printf("sluice %s\n", SLUICE_VERSION); return 0;
+        case 'h': main_usage(stdout); return 0;
+        default: main_usage(stderr); return 1;
+        }
+    }
+    if (optind < argc) {
+        main_usage(stderr);
+        return 1;
+    }
+    if (main_load_config(config_path) != 0) {
+        config_free(&server.cfg);
+        return 1;
+    }
+    if (check_only) {
+        printf("%s: configuration is fine\n", config_path);
+        config_free(&server.cfg);
+        return 0;
+    }
+    log_current_level = (enum log_level)server.cfg.log_level;
+    if (log_open(server.cfg.log_file) != 0) {
+        fprintf(stderr, "%s: cannot open log_file %s\n", config_path, server.cfg.log_file);
+        config_free(&server.cfg);
+        return 1;
+    }
+    rc = main_run();
+    config_free(&server.cfg);
+    log_close();
+    return rc;
+}

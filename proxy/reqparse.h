@@ -1,0 +1,48 @@
+/* reqparse.h - frames client requests: RESP arrays of bulk strings through
+ * hiredis's reader, and inline commands ("SET a 1\r\n") by hand, with
+ * Redis's limits and Redis's protocol error texts. */
+#ifndef SLUICE_REQPARSE_H
+#define SLUICE_REQPARSE_H
+
+#include <stddef.h>
+
+struct evbuffer;
+struct request;
+
+struct reqparse_limits {
+    long long max_bulk_len;        /* proto_max_bulk_len */
+    long long max_multibulk_len;   /* arguments per command */
+};
+
+struct reqparse {
+    void *reader;                  /* redisReader */
+    size_t fed;                    /* head bytes of the input given to the reader */
+    struct request *cur;           /* being built by the reader callbacks */
+    const struct reqparse_limits *limits;
+    char err[128];                 /* protocol error, without "-ERR " */
+};
+
+enum reqparse_result {
+    REQPARSE_MORE,      /* need more bytes */
+    REQPARSE_REQUEST,   /* *OUT is a request: its raw_len bytes head the input */
+    REQPARSE_SKIP,      /* an empty command (*0, *-1, blank line) was consumed */
+    REQPARSE_ERROR,     /* protocol error: message in p->err; close after replying */
+};
+
+int reqparse_init(struct reqparse *p, const struct reqparse_limits *limits);
+void reqparse_free(struct reqparse *p);
+
+/* Frame the next request from IN. On REQPARSE_REQUEST, the caller owns *OUT
+ * and must remove exactly (*OUT)->raw_len bytes from the head of IN (moving
+ * them to a backend or into the request) before the next call; for inline
+ * commands the parser has already consumed the line and (*OUT)->raw holds
+ * the request rewritten as RESP, with raw_len 0 left in IN. */
+int reqparse_next(struct reqparse *p, struct evbuffer *in, struct request **out);
+
+/* Split an inline command line like Redis does (quotes, escapes). Stores at
+ * most MAX arguments as offsets into the unescaped output OUT (of capacity
+ * LEN + 1). Returns the argument count or -1 on unbalanced quotes. */
+int reqparse_split_inline(const char *line, size_t len, char *out, size_t *offs,
+                          size_t *lens, int max);
+
+#endif

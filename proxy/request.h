@@ -1,0 +1,89 @@
+/* request.h - one client command on its way through sluice.
+ *
+ * A request sits in two FIFO queues at once: its client's queue (replies go
+ * back in this order) and, once sent, its backend connection's in-flight
+ * queue (replies come back in this order). Arguments are offsets into the
+ * request's raw RESP bytes, which live at the head of the client's input
+ * buffer until they are moved to a backend (or into req->raw when the
+ * request must wait). */
+#ifndef SLUICE_REQUEST_H
+#define SLUICE_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/queue.h>
+
+#include "sv.h"
+
+struct evbuffer;
+struct client;
+struct backend_conn;
+struct command;
+struct request;
+
+/* Reply types, as hiredis numbers them. */
+enum reply_type {
+    REPLY_STRING = 1, REPLY_ARRAY = 2, REPLY_INTEGER = 3,
+    REPLY_NIL = 4, REPLY_STATUS = 5, REPLY_ERROR = 6,
+};
+
+/* Called with the complete reply to an internal or rewritten request: LEN
+ * bytes at the head of SRC, which the callback must remove (move or drain).
+ * REQ is the callback's to finish (it frees or re-sends it). */
+typedef void request_reply_fn(struct request *req, struct evbuffer *src, size_t len, int type);
+
+enum request_flag {
+    REQ_DONE = 1 << 0,        /* the reply is complete, in req->reply */
+    REQ_NOREPLY = 1 << 1,     /* Redis sends no reply (CLIENT REPLY OFF/SKIP) */
+    REQ_PASSTHROUGH = 1 << 2, /* enters pub/sub or MONITOR: replies stream unpaired */
+    REQ_PRIVATE = 1 << 3,     /* needs the client's own backend connection */
+    REQ_LOCAL = 1 << 4,       /* answered by sluice itself */
+    REQ_RESET = 1 << 5,       /* on success, reset the client's name and user */
+};
+
+struct req_arg {
+    uint32_t off;
+    uint32_t len;
+};
+
+#define REQ_ARGS_INLINE 6
+
+struct request {
+    TAILQ_ENTRY(request) client_link;
+    TAILQ_ENTRY(request) conn_link;
+    struct client *client;         /* NULL: internal request, or its client is gone */
+    struct backend_conn *conn;     /* set while awaiting a backend reply */
+    const struct command *cmd;     /* NULL for commands sluice does not know */
+    unsigned flags;                /* enum request_flag */
+    int argc;
+    int args_cap;
+    struct req_arg *args;          /* args_inline or heap */
+    struct req_arg args_inline[REQ_ARGS_INLINE];
+    size_t raw_len;                /* bytes of the RESP request */
+    struct evbuffer *raw;          /* the bytes, when the request owns them */
+    struct evbuffer *reply;        /* complete reply waiting for earlier ones */
+    request_reply_fn *on_reply;    /* NULL: the reply goes to the client as is */
+    void *ctx;                     /* for on_reply */
+    char *ok_user;                 /* AUTH/HELLO: user to record if Redis says OK */
+    char *ok_name;                 /* HELLO SETNAME: name to record if Redis says OK */
+    uint64_t start_us;             /* when it was parsed */
+};
+
+TAILQ_HEAD(request_queue, request);
+
+struct request *request_new(void);
+/* Free REQ and what it owns. It must be out of every queue. */
+void request_free(struct request *req);
+
+/* Record argument N at OFF/LEN, growing the argument array. -1 on OOM. */
+int request_add_arg(struct request *req, uint32_t off, uint32_t len);
+
+/* Fill ARGV[0..argc) with views of the arguments over BASE, the request's
+ * contiguous raw bytes. ARGV must hold req->argc entries. */
+void request_argv(const struct request *req, const char *base, struct sv *argv);
+
+/* Make the request own its bytes: move raw_len bytes from the head of SRC
+ * into req->raw. */
+int request_take_raw(struct request *req, struct evbuffer *src);
+
+#endif

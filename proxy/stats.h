@@ -1,0 +1,44 @@
+/* stats.h - process-wide counters, declared once in STATS_LIST, which
+ * generates the enum, the names, and the PROXY INFO lines. */
+#ifndef SLUICE_STATS_H
+#define SLUICE_STATS_H
+
+#include <stdint.h>
+
+struct evbuffer;
+
+#define STATS_LIST(X)                                                        \
+    X(total_connections_received, "client connections accepted")            \
+    X(rejected_connections, "refused at maxclients")                         \
+    X(total_requests, "requests framed from clients")                        \
+    X(total_forwarded, "requests sent to a backend")                         \
+    X(total_local, "requests answered by sluice")                            \
+    X(total_error_replies, "error replies sent to clients")                  \
+    X(protocol_errors, "clients closed for a protocol error")                \
+    X(backend_unavailable_replies, "requests failed: backend down")          \
+    X(backend_connects, "backend connections established")                   \
+    X(backend_connect_failures, "backend connection failures")               \
+    X(output_limit_disconnects, "clients over client_output_buffer_limit")   \
+    X(query_limit_disconnects, "clients over client_query_buffer_limit")     \
+    X(idle_timeouts, "clients closed for idleness")                          \
+    X(swallowed_replies, "replies for clients that had gone")
+
+enum stats_id {
+#define X(name, doc) STAT_##name,
+    STATS_LIST(X)
+#undef X
+    STAT_COUNT
+};
+
+extern uint64_t stats[STAT_COUNT];
+
+#define STAT_INC(name) (stats[STAT_##name]++)
+
+/* Per-command call counts, indexed by command id, plus unknown commands. */
+void stats_init(void);
+void stats_count_command(int command_id);
+void stats_count_unknown(void);
+/* Append "name:value" lines of the counters and "cmdstat_*" lines. */
+void stats_write_info(struct evbuffer *out);
+
+#endif
