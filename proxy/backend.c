@@ -37,6 +37,10 @@
 #define BACKEND_LOW_WATER (1024 * 1024)
 #define BACKEND_BACKOFF_MIN_MS 50
 #define BACKEND_BACKOFF_MAX_MS 2000
+/* Bulk strings missing more than this are fed to the reader in one piece. */
+#define BACKEND_FEED_WHOLE (64 * 1024)
+/* libevent reads 16 KB a callback by default: large replies want more. */
+#define BACKEND_MAX_SINGLE_READ (256 * 1024)
 
 enum backend_state { BACKEND_CONNECTING, BACKEND_UP, BACKEND_DOWN };
 static const char *const backend_state_names[] = {"connecting", "up", "down"};
@@ -46,6 +50,7 @@ struct backend_conn {
     struct bufferevent *bev;
     redisReader *reader;
     size_t fed;                      /* head bytes of the input given to the reader */
+    size_t hold_until;               /* feed nothing until the input has this many */
     int deep;                        /* framing an over-deep reply by respscan */
     struct request_queue inflight;
     int inflight_count;
@@ -209,6 +214,7 @@ static void backend_conn_reset_io(struct backend_conn *conn)
     conn->bev = NULL;
     conn->reader = NULL;
     conn->fed = 0;
+    conn->hold_until = 0;
     conn->deep = 0;
 }
 
@@ -316,6 +322,7 @@ static void backend_connect(struct backend_conn *conn)
         return;
     }
     bufferevent_setcb(conn->bev, backend_read_cb, backend_write_cb, backend_event_cb, conn);
+    bufferevent_set_max_single_read(conn->bev, BACKEND_MAX_SINGLE_READ);
     bufferevent_setwatermark(conn->bev, EV_WRITE, BACKEND_LOW_WATER, 0);
     bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
     if (bufferevent_socket_connect(conn->bev, (struct sockaddr *)&node->addr,
@@ -468,8 +475,12 @@ static ssize_t backend_frame(struct backend_conn *conn, struct evbuffer *in, int
         }
         return -1;
     }
-    if (reply == NULL)
+    if (reply == NULL) {
+        size_t missing = respscan_reader_bulk_missing(r);
+        if (missing > BACKEND_FEED_WHOLE)
+            conn->hold_until = conn->fed + missing;
         return 0;
+    }
     *type = (int)(intptr_t)reply;
     len = (ssize_t)(conn->fed - (r->len - r->pos));
     conn->fed -= (size_t)len;
@@ -478,20 +489,10 @@ static ssize_t backend_frame(struct backend_conn *conn, struct evbuffer *in, int
 
 static void backend_feed(struct backend_conn *conn, struct evbuffer *in)
 {
-    struct evbuffer_ptr pos;
-    struct evbuffer_iovec iov[16];
-    size_t total = evbuffer_get_length(in);
-    int n;
-
-    while (!conn->deep && conn->fed < total) {
-        if (evbuffer_ptr_set(in, &pos, conn->fed, EVBUFFER_PTR_SET) != 0)
-            return;
-        n = evbuffer_peek(in, -1, &pos, iov, 16);
-        for (int i = 0; i < n && i < 16; i++) {
-            redisReaderFeed(conn->reader, iov[i].iov_base, iov[i].iov_len);
-            conn->fed += iov[i].iov_len;
-        }
-    }
+    if (conn->deep || evbuffer_get_length(in) < conn->hold_until)
+        return;
+    conn->hold_until = 0;
+    conn->fed = respscan_feed(conn->reader, in, conn->fed);
 }
 
 static void backend_read_cb(struct bufferevent *bev, void *arg)

@@ -34,6 +34,8 @@
 #include "stats.h"
 
 #define CLIENT_ARGV_STACK 32
+/* libevent reads 16 KB a callback by default: large values want more. */
+#define CLIENT_MAX_SINGLE_READ (256 * 1024)
 
 static struct event_base *client_base;
 static const struct config *client_cfg;
@@ -140,6 +142,7 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     client_total++;
     STAT_INC(total_connections_received);
     bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
+    bufferevent_set_max_single_read(c->bev, CLIENT_MAX_SINGLE_READ);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     log_debug("client %llu connected from %s", (unsigned long long)c->id, c->addr_text);
 }

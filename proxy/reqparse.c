@@ -15,9 +15,12 @@
 #include <string.h>
 
 #include "request.h"
+#include "respscan.h"
 
 #define REQPARSE_MAX_INLINE (64 * 1024)
 #define REQPARSE_MAX_INLINE_ARGS 1024
+/* Bulk strings missing more than this are fed to the reader in one piece. */
+#define REQPARSE_FEED_WHOLE (64 * 1024)
 
 /* The parser whose reader is running: the reader's callbacks get only a
  * task, and sluice is single-threaded. */
@@ -128,40 +131,23 @@ static int reqparse_reset_reader(struct reqparse *p)
     return p->reader != NULL ? 0 : -1;
 }
 
-static void reqparse_feed(struct reqparse *p, struct evbuffer *in)
-{
-    struct evbuffer_ptr pos;
-    struct evbuffer_iovec iov[16];
-    size_t total = evbuffer_get_length(in);
-    int n;
-
-    while (p->fed < total) {
-        if (evbuffer_ptr_set(in, &pos, p->fed, EVBUFFER_PTR_SET) != 0)
-            return;
-        n = evbuffer_peek(in, -1, &pos, iov, 16);
-        for (int i = 0; i < n && i < 16; i++) {
-            redisReaderFeed(p->reader, iov[i].iov_base, iov[i].iov_len);
-            p->fed += iov[i].iov_len;
-        }
-    }
-}
 
 /* Check the header of a bulk string the reader is waiting for, so that a
- * too long one is refused before its body is buffered. */
+ * too long one is refused before its body is buffered. The reader has
+ * consumed the '$' already; its length line starts at r->pos. */
 static int reqparse_check_pending_bulk(struct reqparse *p)
 {
     redisReader *r = p->reader;
     const char *start = r->buf + r->pos;
     size_t avail = r->len - r->pos;
-    const char *nl;
     long long len;
 
-    if (avail < 2 || start[0] != '$')
+    if (r->ridx < 0 || r->rstack[r->ridx].type != REDIS_REPLY_STRING || avail == 0)
         return 0;
-    nl = memchr(start, '\r', avail);
-    if (nl == NULL)
-        return avail > 32 ? -1 : 0;
-    len = strtoll(start + 1, NULL, 10);
+    /* A length line is short: look no further than its longest form. */
+    if (memchr(start, '\r', avail < 32 ? avail : 32) == NULL)
+        return avail >= 32 ? -1 : 0;
+    len = strtoll(start, NULL, 10);
     return len > p->limits->max_bulk_len ? -1 : 0;
 }
 
@@ -186,7 +172,10 @@ static int reqparse_resp(struct reqparse *p, struct evbuffer *in, struct request
     struct request *req;
     size_t len;
 
-    reqparse_feed(p, in);
+    if (evbuffer_get_length(in) < p->hold_until)
+        return REQPARSE_MORE;
+    p->hold_until = 0;
+    p->fed = respscan_feed(p->reader, in, p->fed);
     reqparse_active = p;
     if (redisReaderGetReply(r, &reply) != 0) {
         if (p->err[0] == '\0')
@@ -200,6 +189,9 @@ static int reqparse_resp(struct reqparse *p, struct evbuffer *in, struct request
             snprintf(p->err, sizeof(p->err), "Protocol error: invalid bulk length");
             return REQPARSE_ERROR;
         }
+        size_t missing = respscan_reader_bulk_missing(r);
+        if (missing > REQPARSE_FEED_WHOLE)
+            p->hold_until = p->fed + missing;
         return REQPARSE_MORE;
     }
     len = p->fed - (r->len - r->pos);

@@ -17,6 +17,7 @@ struct reqparse_limits {
 struct reqparse {
     void *reader;                  /* redisReader */
     size_t fed;                    /* head bytes of the input given to the reader */
+    size_t hold_until;             /* feed nothing until the input has this many */
     struct request *cur;           /* being built by the reader callbacks */
     const struct reqparse_limits *limits;
     char err[128];                 /* protocol error, without "-ERR " */

@@ -2,6 +2,12 @@
  * still to come is all the state nesting needs, so depth is unbounded. */
 #include "respscan.h"
 
+/* Above this many new bytes, feed the reader one contiguous block. */
+#define RESPSCAN_FEED_CONTIGUOUS (64 * 1024)
+
+#include <event2/buffer.h>
+#include <hiredis/read.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Parse the integer of the header line at BUF[*pos] (after its type byte).
@@ -73,4 +79,47 @@ ssize_t respscan_value(const char *buf, size_t len)
         remaining--;
     }
     return (ssize_t)pos;
+}
+
+size_t respscan_reader_bulk_missing(const struct redisReader *r)
+{
+    const char *start = r->buf + r->pos;
+    size_t have = r->len - r->pos, need;
+    const char *cr;
+    long long len;
+
+    if (r->ridx < 0 || r->rstack[r->ridx].type != REDIS_REPLY_STRING || have == 0)
+        return 0;
+    cr = memchr(start, '\r', have < 32 ? have : 32);
+    if (cr == NULL)
+        return 0;
+    len = strtoll(start, NULL, 10);
+    if (len < 0)
+        return 0;
+    need = (size_t)(cr - start) + 2 + (size_t)len + 2;
+    return need > have ? need - have : 0;
+}
+
+size_t respscan_feed(struct redisReader *r, struct evbuffer *in, size_t fed)
+{
+    struct evbuffer_ptr pos;
+    struct evbuffer_iovec iov[64];
+    size_t total = evbuffer_get_length(in);
+    int n;
+
+    if (total - fed > RESPSCAN_FEED_CONTIGUOUS) {
+        const char *base = (const char *)evbuffer_pullup(in, -1);
+        redisReaderFeed(r, base + fed, total - fed);
+        return total;
+    }
+    while (fed < total) {
+        if (evbuffer_ptr_set(in, &pos, fed, EVBUFFER_PTR_SET) != 0)
+            break;
+        n = evbuffer_peek(in, -1, &pos, iov, 64);
+        for (int i = 0; i < n && i < 64; i++) {
+            redisReaderFeed(r, iov[i].iov_base, iov[i].iov_len);
+            fed += iov[i].iov_len;
+        }
+    }
+    return fed;
 }

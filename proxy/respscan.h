@@ -11,4 +11,20 @@
  * are needed; -1 when BUF is not RESP2. */
 ssize_t respscan_value(const char *buf, size_t len);
 
+
+struct redisReader;
+
+/* When hiredis's reader R waits for the body of a bulk string whose length
+ * line it holds, the number of bytes still missing to complete it, so the
+ * caller can hold them back and feed them in one go (feeding a large bulk
+ * piecewise makes the reader grow its buffer 1 MB at a time). 0 otherwise. */
+size_t respscan_reader_bulk_missing(const struct redisReader *r);
+
+struct evbuffer;
+
+/* Give R the bytes of IN past the first FED (those it has already), and
+ * return the new count fed: all of IN. A large amount goes in one call so
+ * the reader grows its buffer once. */
+size_t respscan_feed(struct redisReader *r, struct evbuffer *in, size_t fed);
+
 #endif
