@@ -259,8 +259,10 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
 
     snprintf(conn->error, sizeof(conn->error), "backend unavailable: %s (%s)", conn->node->name,
              why);
-    if (conn->state != BACKEND_DOWN)
+    if (conn->state == BACKEND_UP && conn->owner == NULL)
         log_warning("backend %s connection lost: %s", conn->node->name, why);
+    else
+        log_debug("backend %s connection down: %s", conn->node->name, why);
     conn->state = BACKEND_DOWN;
     backend_conn_reset_io(conn);
     backend_fail_inflight(conn, conn->error);
@@ -287,7 +289,7 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
 
     if (what & BEV_EVENT_CONNECTED) {
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (conn->state != BACKEND_UP)
+        if (conn->owner == NULL)
             log_notice("backend %s connected", conn->node->name);
         conn->state = BACKEND_UP;
         conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;

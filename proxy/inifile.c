@@ -11,6 +11,7 @@ struct inifile_state {
     FILE *file;
     const char *path;
     int line;
+    int section_line;              /* line of the last [section] header */
     char section[256];
     inifile_handler *handler;
     void *ctx;
@@ -24,9 +25,13 @@ static char *inifile_read_line(char *str, int num, void *stream)
     struct inifile_state *st = stream;
     char *got = fgets(str, num, st->file);
 
-    if (got != NULL)
+    if (got != NULL) {
         st->line++;
-    return got;
+        got += strspn(got, " \t");
+        if (got[0] == '[')
+            st->section_line = st->line;
+    }
+    return got == NULL ? NULL : str;
 }
 
 static int inifile_on_key(void *user, const char *section, const char *name, const char *value)
@@ -35,7 +40,7 @@ static int inifile_on_key(void *user, const char *section, const char *name, con
 
     if (strcmp(section, st->section) != 0) {
         snprintf(st->section, sizeof(st->section), "%s", section);
-        st->handler(st->ctx, section, NULL, NULL, st->path, st->line, st->errs);
+        st->handler(st->ctx, section, NULL, NULL, st->path, st->section_line, st->errs);
     }
     st->handler(st->ctx, section, name, value, st->path, st->line, st->errs);
     return 1;

@@ -23,16 +23,7 @@
 #define MAIN_DEFAULT_CONFIG "conf/sluice.ini"
 #define MAIN_TICK_MS 100
 
-struct server server;
 static uint64_t main_shutdown_deadline_ms;
-
-uint64_t server_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void main_usage(FILE *out)
 {

@@ -1,0 +1,15 @@
+/* server.c - owns the process-wide state shared by the modules and the
+ * monotonic clock they read. */
+#include "server.h"
+
+#include <time.h>
+
+struct server server;
+
+uint64_t server_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}

@@ -1,0 +1,95 @@
+/* test_config.c - sluice.ini loading: defaults, every error as FILE:LINE. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "log.h"
+#include "unit.h"
+
+static char path[64];
+
+static int load(const char *text, struct config *cfg, struct errlist *errs)
+{
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/tmp/sluice-test-config-%d.ini", (int)getpid());
+    f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    memset(errs, 0, sizeof(*errs));
+    return config_load(path, cfg, errs);
+}
+
+static void expect_error(const char *text, int line, const char *fragment)
+{
+    struct config cfg;
+    struct errlist errs;
+    char prefix[128];
+
+    CHECK(load(text, &cfg, &errs) != 0);
+    snprintf(prefix, sizeof(prefix), "%s:%d: ", path, line);
+    CHECK(errs.text != NULL && strncmp(errs.text, prefix, strlen(prefix)) == 0);
+    CHECK(errs.text != NULL && strstr(errs.text, fragment) != NULL);
+    if (errs.text != NULL && (strncmp(errs.text, prefix, strlen(prefix)) != 0 ||
+                              strstr(errs.text, fragment) == NULL))
+        fprintf(stderr, "  got: %s  wanted %s...%s\n", errs.text, prefix, fragment);
+    errlist_free(&errs);
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_good_config(void)
+{
+    struct config cfg;
+    struct errlist errs;
+
+    CHECK(load("; comment\n[proxy]\nlisten = 127.0.0.1:7000\nlisten = [::1]:7001\n"
+               "backend = 127.0.0.1:6379\nrules = r.ini ; inline comment\nmaxclients = 50\n"
+               "client_output_buffer_limit = 2mb\nlog_level = warning\n",
+               &cfg, &errs) == 0);
+    CHECK(errs.count == 0);
+    CHECK(cfg.listen_count == 2);
+    CHECK_STR(cfg.listen[1], "[::1]:7001");
+    CHECK_STR(cfg.backend, "127.0.0.1:6379");
+    CHECK_STR(cfg.rules, "/tmp/r.ini");
+    CHECK(cfg.maxclients == 50);
+    CHECK(cfg.client_output_buffer_limit == 2 * 1024 * 1024);
+    CHECK(cfg.log_level == LOG_WARNING);
+    CHECK(cfg.proto_max_bulk_len == 512LL * 1024 * 1024);
+    CHECK(cfg.backend_connections == 1);
+    errlist_free(&errs);
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_errors_have_lines(void)
+{
+    expect_error("[proxy]\nbackend = 127.0.0.1:6379\nbogus = 1\n", 3, "unknown key 'bogus'");
+    expect_error("[proxy]\nbackend = 127.0.0.1:6379\nmaxclients = abc\n", 3, "not an integer");
+    expect_error("[proxy]\nbackend = 127.0.0.1:6379\nmaxclients = 0\n", 3, "out of range");
+    expect_error("[proxy]\nbackend = a:1\nbackend = b:2\n", 3, "duplicate key 'backend'");
+    expect_error("\n[proxy]\nlisten = 127.0.0.1:7000\n", 2, "missing key 'backend'");
+    expect_error("[proxy]\nbackend = nohostport\n", 2, "not host:port");
+    expect_error("[proxy]\nbackend = h:99999\n", 2, "no valid port");
+    expect_error("[proxy]\nbackend = h:1\nlog_level = loud\n", 3, "log_level must be");
+    expect_error("[proxy]\nbackend = h:1\nproto_max_bulk_len = 12zb\n", 3, "not a size");
+    expect_error("[proxy]\nbackend = h:1\n[other]\nx = 1\n", 3, "unknown section [other]");
+    expect_error("[proxy]\nbackend = h:1\nthis line is wrong\n", 3, "syntax error");
+}
+
+static void test_missing_file(void)
+{
+    struct config cfg;
+    struct errlist errs = {0};
+
+    CHECK(config_load("/nonexistent/sluice.ini", &cfg, &errs) != 0);
+    CHECK(errs.text != NULL && strstr(errs.text, "/nonexistent/sluice.ini:0: cannot open") != NULL);
+    errlist_free(&errs);
+    config_free(&cfg);
+}
+
+UNIT_MAIN("config",
+          {"good config", test_good_config},
+          {"errors carry FILE:LINE", test_errors_have_lines},
+          {"missing file", test_missing_file})

@@ -1,0 +1,193 @@
+/* test_reqparse.c - request framing: RESP split at every byte, pipelines,
+ * inline commands, Redis's protocol errors and limits. */
+#include <event2/buffer.h>
+#include <stdlib.h>
+
+#include "reqparse.h"
+#include "request.h"
+#include "unit.h"
+
+static const struct reqparse_limits limits = {512LL * 1024 * 1024, 1024 * 1024};
+
+/* Feed INPUT (LEN bytes) to a fresh parser in pieces of at most STEP bytes
+ * and collect the arguments of every request as "a|b|c;" into OUT. Returns
+ * the last parse result (REQPARSE_ERROR stops). */
+static int parse_all(const char *input, size_t len, size_t step, char *out, size_t outlen,
+                     char *err, size_t errlen)
+{
+    struct reqparse p;
+    struct evbuffer *in = evbuffer_new();
+    struct request *req;
+    size_t given = 0, o = 0;
+    int rc = REQPARSE_MORE;
+
+    reqparse_init(&p, &limits);
+    out[0] = '\0';
+    while (given < len || rc == REQPARSE_REQUEST || rc == REQPARSE_SKIP) {
+        if (rc == REQPARSE_MORE) {
+            size_t n = len - given < step ? len - given : step;
+            evbuffer_add(in, input + given, n);
+            given += n;
+        }
+        rc = reqparse_next(&p, in, &req);
+        if (rc == REQPARSE_ERROR) {
+            snprintf(err, errlen, "%s", p.err);
+            break;
+        }
+        if (rc != REQPARSE_REQUEST)
+            continue;
+        struct evbuffer *src = req->raw != NULL ? req->raw : in;
+        const char *base = (const char *)evbuffer_pullup(src, (ssize_t)req->raw_len);
+        for (int i = 0; i < req->argc; i++) {
+            o += (size_t)snprintf(out + o, outlen - o, "%s%.*s", i ? "|" : "",
+                                  (int)req->args[i].len, base + req->args[i].off);
+        }
+        o += (size_t)snprintf(out + o, outlen - o, ";");
+        if (req->raw == NULL)
+            evbuffer_drain(in, req->raw_len);
+        request_free(req);
+    }
+    reqparse_free(&p);
+    evbuffer_free(in);
+    return rc;
+}
+
+static void test_resp_every_split(void)
+{
+    static const char input[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"
+                                "*2\r\n$3\r\nGET\r\n$0\r\n\r\n"
+                                "*1\r\n$4\r\nPING\r\n";
+    char out[256], err[128];
+
+    for (size_t step = 1; step <= sizeof(input); step++) {
+        int rc = parse_all(input, sizeof(input) - 1, step, out, sizeof(out), err, sizeof(err));
+        CHECK(rc == REQPARSE_MORE);
+        CHECK_STR(out, "SET|k|hello;GET|;PING;");
+    }
+}
+
+static void test_binary_args(void)
+{
+    static const char input[] = "*2\r\n$3\r\nGET\r\n$4\r\na\r\nb\r\n";
+    char out[64], err[128];
+
+    parse_all(input, sizeof(input) - 1, 3, out, sizeof(out), err, sizeof(err));
+    CHECK_STR(out, "GET|a\r\nb;");
+}
+
+static void test_inline(void)
+{
+    static const char input[] = "PING\r\nSET \"a b\" 'c d'\r\n\r\nGET \"\\x41\\n\"\n"
+                                "*1\r\n$4\r\nPING\r\nECHO x\r\n";
+    char out[256], err[128];
+
+    for (size_t step = 1; step <= sizeof(input); step++) {
+        parse_all(input, sizeof(input) - 1, step, out, sizeof(out), err, sizeof(err));
+        CHECK_STR(out, "PING;SET|a b|c d;GET|A\n;PING;ECHO|x;");
+    }
+}
+
+static void test_empty_commands_skipped(void)
+{
+    char out[64], err[128];
+
+    parse_all("*0\r\n*-1\r\nPING\r\n", 16, 1, out, sizeof(out), err, sizeof(err));
+    CHECK_STR(out, "PING;");
+}
+
+static void check_error(const char *input, const char *expected)
+{
+    char out[256], err[128] = "";
+
+    for (size_t step = 1; step <= strlen(input); step++) {
+        int rc = parse_all(input, strlen(input), step, out, sizeof(out), err, sizeof(err));
+        CHECK(rc == REQPARSE_ERROR);
+        CHECK_STR(err, expected);
+    }
+}
+
+static void test_protocol_errors(void)
+{
+    check_error("*1\r\n:1\r\n", "Protocol error: expected '$', got ':'");
+    check_error("*1\r\n+OK\r\n", "Protocol error: expected '$', got '+'");
+    check_error("*2\r\n*1\r\n$1\r\na\r\n", "Protocol error: expected '$', got '*'");
+    check_error("*a\r\n", "Protocol error: invalid multibulk length");
+    check_error("*1\r\n$x\r\n", "Protocol error: invalid bulk length");
+    check_error("*1\r\n$-1\r\n", "Protocol error: invalid bulk length");
+    check_error("SET \"a\r\n", "Protocol error: unbalanced quotes in request");
+    check_error("SET 'a'b\r\n", "Protocol error: unbalanced quotes in request");
+}
+
+static void test_limits(void)
+{
+    static const struct reqparse_limits small = {1024 * 1024, 3};
+    struct reqparse p;
+    struct evbuffer *in = evbuffer_new();
+    struct request *req;
+    char *big = malloc(70000);
+
+    /* A bulk longer than proto_max_bulk_len is refused at its header. */
+    reqparse_init(&p, &small);
+    evbuffer_add_printf(in, "*2\r\n$3\r\nGET\r\n$%d\r\nabc", 2 * 1024 * 1024);
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: invalid bulk length");
+    reqparse_free(&p);
+    evbuffer_drain(in, evbuffer_get_length(in));
+
+    /* More arguments than allowed. */
+    reqparse_init(&p, &small);
+    evbuffer_add_printf(in, "*4\r\n");
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: invalid multibulk length");
+    reqparse_free(&p);
+    evbuffer_drain(in, evbuffer_get_length(in));
+
+    /* An inline line without end longer than 64 KB. */
+    reqparse_init(&p, &small);
+    memset(big, 'a', 70000);
+    evbuffer_add(in, big, 70000);
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: too big inline request");
+    reqparse_free(&p);
+    evbuffer_free(in);
+    free(big);
+}
+
+static void test_large_bulk_held_then_whole(void)
+{
+    struct reqparse p;
+    struct evbuffer *in = evbuffer_new();
+    struct request *req = NULL;
+    size_t n = 300000;
+    char *body = malloc(n);
+    int rc;
+
+    memset(body, 'v', n);
+    reqparse_init(&p, &limits);
+    evbuffer_add_printf(in, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%zu\r\n", n);
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_MORE);
+    evbuffer_add(in, body, n / 2);
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_MORE);
+    evbuffer_add(in, body + n / 2, n - n / 2);
+    evbuffer_add(in, "\r\n", 2);
+    rc = reqparse_next(&p, in, &req);
+    CHECK(rc == REQPARSE_REQUEST);
+    if (rc == REQPARSE_REQUEST) {
+        CHECK(req->argc == 3);
+        CHECK(req->args[2].len == n);
+        CHECK(req->raw_len == evbuffer_get_length(in));
+        request_free(req);
+    }
+    reqparse_free(&p);
+    evbuffer_free(in);
+    free(body);
+}
+
+UNIT_MAIN("reqparse",
+          {"resp split at every byte", test_resp_every_split},
+          {"binary arguments", test_binary_args},
+          {"inline commands", test_inline},
+          {"empty commands skipped", test_empty_commands_skipped},
+          {"protocol errors", test_protocol_errors},
+          {"limits", test_limits},
+          {"large bulk fed whole", test_large_bulk_held_then_whole})
