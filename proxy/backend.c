@@ -30,6 +30,7 @@
 #include "reply.h"
 #include "request.h"
 #include "respscan.h"
+#include "scripts.h"
 #include "stats.h"
 #include "value.h"
 
@@ -146,46 +147,65 @@ struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long 
     return node->pool[client_id % (unsigned long long)node->pool_size];
 }
 
-/* The reply to sluice's own AUTH on a new connection. */
-static void backend_auth_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+/* The reply to a request sluice sent on its own behalf (AUTH, SCRIPT
+ * LOAD): only an error is worth a word. */
+static void backend_internal_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct backend_conn *conn = req->ctx;
 
     if (type == REPLY_ERROR) {
-        char text[160] = {0};
+        char text[200] = {0};
         evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
         text[strcspn(text, "\r\n")] = '\0';
-        log_warning("backend %s refused sluice's AUTH: %s", conn->node->name, text);
+        log_warning("backend %s refused sluice's own request: %s", conn->node->name, text);
     }
     evbuffer_drain(src, len);
     request_free(req);
 }
 
-/* Queue AUTH [user] password as the first request of a new connection. */
-static void backend_send_auth(struct backend_conn *conn)
+int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
+                          request_reply_fn *on_reply, void *ctx)
 {
-    const struct config *cfg = backend_cfg;
     struct request *req;
-    struct evbuffer *out = bufferevent_get_output(conn->bev);
+    char err[64];
 
-    if (cfg->backend_password == NULL)
-        return;
     req = request_new();
     if (req == NULL)
-        return;
-    req->on_reply = backend_auth_reply;
-    req->ctx = conn;
-    if (cfg->backend_user != NULL) {
-        evbuffer_add_printf(out, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n", strlen(cfg->backend_user),
-                            cfg->backend_user);
-    } else {
-        evbuffer_add_printf(out, "*2\r\n$4\r\nAUTH\r\n");
+        return -1;
+    req->raw = evbuffer_new();
+    req->raw_len = evbuffer_get_length(bytes);
+    evbuffer_add_buffer(req->raw, bytes);
+    req->on_reply = on_reply != NULL ? on_reply : backend_internal_reply;
+    req->ctx = on_reply != NULL ? ctx : conn;
+    if (backend_send(conn, req, NULL, err, sizeof(err)) != 0) {
+        request_free(req);
+        return -1;
     }
-    evbuffer_add_printf(out, "$%zu\r\n%s\r\n", strlen(cfg->backend_password),
-                        cfg->backend_password);
-    req->conn = conn;
-    TAILQ_INSERT_HEAD(&conn->inflight, req, conn_link);
-    conn->inflight_count++;
+    return 0;
+}
+
+/* A new connection first authenticates (when configured) and loads
+ * sluice's scripts, so EVALSHA rarely meets NOSCRIPT. */
+static void backend_send_prelude(struct backend_conn *conn)
+{
+    const struct config *cfg = backend_cfg;
+    struct evbuffer *buf = evbuffer_new();
+
+    if (cfg->backend_password != NULL) {
+        if (cfg->backend_user != NULL)
+            evbuffer_add_printf(buf, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n",
+                                strlen(cfg->backend_user), cfg->backend_user);
+        else
+            evbuffer_add_printf(buf, "*2\r\n$4\r\nAUTH\r\n");
+        evbuffer_add_printf(buf, "$%zu\r\n%s\r\n", strlen(cfg->backend_password),
+                            cfg->backend_password);
+        backend_send_internal(conn, buf, NULL, NULL);
+    }
+    for (int i = 0; i < scripts_count(); i++) {
+        scripts_write_load(buf, scripts_by_index(i));
+        backend_send_internal(conn, buf, NULL, NULL);
+    }
+    evbuffer_free(buf);
 }
 
 /* Fail every in-flight request of CONN with the error TEXT. */
@@ -333,7 +353,7 @@ static void backend_connect(struct backend_conn *conn)
         backend_conn_down(conn, strerror(errno));
         return;
     }
-    backend_send_auth(conn);
+    backend_send_prelude(conn);
 }
 
 struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner)
@@ -414,12 +434,12 @@ void backend_unwait(struct backend_conn *conn, struct client *c)
 
 void backend_deliver(struct request *req, struct evbuffer *src, size_t len, int type)
 {
-    if (req->on_reply != NULL) {
-        req->on_reply(req, src, len, type);
-        return;
-    }
     if (req->client != NULL) {
         client_on_reply(req, src, len, type);
+        return;
+    }
+    if (req->on_reply != NULL) {
+        req->on_reply(req, src, len, type);
         return;
     }
     STAT_INC(swallowed_replies);

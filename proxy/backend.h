@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "request.h"
+
 struct event_base;
 struct evbuffer;
 struct config;
@@ -37,6 +39,12 @@ void backend_release_private(struct backend_conn *conn);
  * ERR holds the error reply text. */
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen);
+
+/* Send a request of sluice's own: the bytes of BYTES (moved out). ON_REPLY
+ * (with CTX) gets the reply, or NULL: errors are logged. Returns 0, or -1
+ * when CONN is down. */
+int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
+                          request_reply_fn *on_reply, void *ctx);
 
 /* Stream every later reply of CONN to its owner unpaired (pub/sub, MONITOR). */
 void backend_set_passthrough(struct backend_conn *conn);

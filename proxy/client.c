@@ -28,6 +28,8 @@
 #include "commands.h"
 #include "config.h"
 #include "local.h"
+#include "lock.h"
+#include "router.h"
 #include "log.h"
 #include "reply.h"
 #include "server.h"
@@ -147,18 +149,26 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     log_debug("client %llu connected from %s", (unsigned long long)c->id, c->addr_text);
 }
 
+static void client_enqueue(struct client *c, struct request *req)
+{
+    req->flags |= REQ_QUEUED;
+    TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+}
+
 /* The one place a client connection ends. Requests still waiting for a
  * backend reply stay with that backend connection, marked to have their
  * replies swallowed; everything else is freed. Inside the client's own
  * callbacks the close is deferred to their end. */
 static void client_close(struct client *c)
 {
-    struct request *req;
+    struct request *req, *orphan;
 
     if (c->busy > 0) {
         c->closing = 1;
         return;
     }
+    /* A stalled pub/sub request waits in no queue: it is freed here. */
+    orphan = c->stalled != NULL && !(c->stalled->flags & REQ_QUEUED) ? c->stalled : NULL;
     while ((req = TAILQ_FIRST(&c->requests)) != NULL) {
         TAILQ_REMOVE(&c->requests, req, client_link);
         if (req->conn != NULL)
@@ -166,7 +176,8 @@ static void client_close(struct client *c)
         else
             request_free(req);
     }
-    request_free(c->stalled);
+    request_free(orphan);
+    lock_client_closed(c);
     if (c->waiting_on != NULL)
         backend_unwait(c->waiting_on, c);
     if (c->private_conn != NULL)
@@ -250,6 +261,14 @@ static void client_complete(struct client *c, struct request *req)
     client_flush(c);
 }
 
+void client_answer(struct client *c, struct request *req)
+{
+    client_enter(c);
+    client_complete(c, req);
+    client_check_output_limit(c);
+    client_leave(c);
+}
+
 static void client_reply_error(struct client *c, struct request *req, const char *text)
 {
     if (req->reply == NULL)
@@ -294,7 +313,10 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
     client_apply_session(c, req, type);
     if (type == REPLY_ERROR)
         STAT_INC(total_error_replies);
-    if (req == TAILQ_FIRST(&c->requests)) {
+    if (req->on_reply != NULL) {
+        /* A rewritten request (LOCK...): its hook answers or resends it. */
+        req->on_reply(req, src, len, type);
+    } else if (req == TAILQ_FIRST(&c->requests)) {
         /* The common case: nothing earlier is waiting, so the bytes go
          * straight from the backend's buffer to the client's. */
         evbuffer_remove_buffer(src, client_output(c), len);
@@ -417,7 +439,7 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
     }
     if (c->private_conn != NULL)
         return c->private_conn;
-    return backend_pool_conn(backend_default_node(), c->id);
+    return backend_pool_conn(router_node_for_request(req, NULL), c->id);
 }
 
 /* Whether REQ must wait before it can be sent on CONN: replies of one
@@ -483,6 +505,35 @@ static void client_try_unstall(struct client *c)
     client_process_input(c);
 }
 
+void client_forward(struct client *c, struct request *req)
+{
+    struct backend_conn *conn = client_route(c, req);
+
+    if (c->stalled == NULL && !client_must_wait(c, req, conn)) {
+        client_send(c, req, conn, NULL);
+        return;
+    }
+    /* Only one request can wait; a second (a LOCK retry behind a stalled
+     * request cannot happen: a blocked client reads nothing). */
+    if (c->stalled == NULL)
+        c->stalled = req;
+}
+
+void client_block(struct client *c)
+{
+    c->flags |= CLIENT_BLOCKED;
+}
+
+void client_unblock(struct client *c)
+{
+    if (!(c->flags & CLIENT_BLOCKED))
+        return;
+    c->flags &= ~(unsigned)CLIENT_BLOCKED;
+    client_enter(c);
+    client_process_input(c);
+    client_leave(c);
+}
+
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
@@ -507,6 +558,14 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         stats_count_unknown();
     client_reply_mode(c, req, req->argc, argv);
 
+    if (lock_wants(req, req->argc, argv)) {
+        client_enqueue(c, req);
+        lock_handle(c, req, req->argc, argv);
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        rc = (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED)) || c->stalled != NULL ? -1 : 0;
+        goto out;
+    }
     if (local_wants(req, req->argc, argv)) {
         req->reply = evbuffer_new();
         local_execute(c, req, req->argc, argv, req->reply);
@@ -515,7 +574,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         if (req->flags & REQ_NOREPLY) {
             request_free(req);
         } else {
-            TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+            client_enqueue(c, req);
             client_complete(c, req);
         }
         rc = (c->flags & CLIENT_CLOSE_AFTER_REPLY) ? -1 : 0;
@@ -525,7 +584,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     client_note_session(req, req->argc, argv);
     /* Pub/sub replies stream unpaired: such requests wait in no queue. */
     if (!(req->flags & (REQ_NOREPLY | REQ_PASSTHROUGH)) && !(c->flags & CLIENT_PASSTHROUGH))
-        TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+        client_enqueue(c, req);
     conn = client_route(c, req);
     if (client_must_wait(c, req, conn)) {
         if (src != NULL)
@@ -560,7 +619,7 @@ static void client_protocol_error(struct client *c, const char *msg)
     if (req == NULL)
         return;
     req->client = c;
-    TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+    client_enqueue(c, req);
     client_reply_error(c, req, msg);
 }
 
@@ -571,7 +630,8 @@ static void client_process_input(struct client *c)
     struct evbuffer *in = bufferevent_get_input(c->bev);
     struct request *req;
 
-    while (c->stalled == NULL && !(c->flags & (CLIENT_PAUSED | CLIENT_CLOSE_AFTER_REPLY)) &&
+    while (c->stalled == NULL &&
+           !(c->flags & (CLIENT_PAUSED | CLIENT_BLOCKED | CLIENT_CLOSE_AFTER_REPLY)) &&
            !c->closing) {
         switch (reqparse_next(&c->parser, in, &req)) {
         case REQPARSE_MORE:

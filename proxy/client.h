@@ -14,6 +14,7 @@ struct bufferevent;
 struct backend_conn;
 struct event_base;
 struct config;
+struct lock_client;
 
 enum client_flag {
     CLIENT_CLOSE_AFTER_REPLY = 1 << 0, /* answer what is pending, then close */
@@ -21,6 +22,7 @@ enum client_flag {
     CLIENT_PAUSED = 1 << 2,            /* not reading: a backend is congested */
     CLIENT_REPLY_OFF = 1 << 3,         /* CLIENT REPLY OFF */
     CLIENT_REPLY_SKIP = 1 << 4,        /* CLIENT REPLY SKIP: the next command gets none */
+    CLIENT_BLOCKED = 1 << 5,           /* a LOCK WAIT is pending: read no further commands */
 };
 
 struct client {
@@ -42,6 +44,7 @@ struct client {
     char addr_text[64];                 /* "ip:port" */
     char *name;                         /* CLIENT SETNAME, NULL when none */
     char *user;                         /* last successful AUTH user, "default" */
+    struct lock_client *locks;          /* locks it holds (lock.c owns this) */
     TAILQ_ENTRY(client) link;           /* in the list of all clients */
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
 };
@@ -57,6 +60,17 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen);
 /* A backend reply for REQ (whose client is set): LEN bytes at the head of
  * SRC, which this moves to the client or keeps with REQ. */
 void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type);
+
+/* Send REQ, already in C's queue, whose bytes are in req->raw: on the
+ * connection C's requests use, at once or once earlier replies are in. */
+void client_forward(struct client *c, struct request *req);
+
+/* REQ (in C's queue) has its reply in req->reply: write it in order. */
+void client_answer(struct client *c, struct request *req);
+
+/* Stop or resume reading commands of C while a LOCK waits. */
+void client_block(struct client *c);
+void client_unblock(struct client *c);
 
 /* A pub/sub or MONITOR message for C: LEN bytes at the head of SRC. */
 void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len);

@@ -16,6 +16,8 @@
 #include "config.h"
 #include "listener.h"
 #include "local.h"
+#include "lock.h"
+#include "scripts.h"
 #include "log.h"
 #include "server.h"
 #include "stats.h"
@@ -113,6 +115,10 @@ static int main_run(void)
     server.base = event_base_new();
     server.start_time = time(NULL);
     commands_init();
+    if (scripts_init() != 0 || lock_init() != 0) {
+        log_warning("a Lua script is missing from the build");
+        return 1;
+    }
     stats_init();
     local_init();
     client_module_init(server.base, &server.cfg);

@@ -33,6 +33,8 @@ void request_free(struct request *req)
 {
     if (req == NULL)
         return;
+    if (req->ctx_free != NULL)
+        req->ctx_free(req);
     if (req->args != req->args_inline)
         free(req->args);
     if (req->raw != NULL)

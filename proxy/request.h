@@ -29,7 +29,9 @@ enum reply_type {
 
 /* Called with the complete reply to an internal or rewritten request: LEN
  * bytes at the head of SRC, which the callback must remove (move or drain).
- * REQ is the callback's to finish (it frees or re-sends it). */
+ * For a client's request (req->client set) the callback answers it with
+ * client_answer or sends it again; for an internal one, or one whose client
+ * has gone (req->client NULL), it must free REQ. */
 typedef void request_reply_fn(struct request *req, struct evbuffer *src, size_t len, int type);
 
 enum request_flag {
@@ -39,6 +41,7 @@ enum request_flag {
     REQ_PRIVATE = 1 << 3,     /* needs the client's own backend connection */
     REQ_LOCAL = 1 << 4,       /* answered by sluice itself */
     REQ_RESET = 1 << 5,       /* on success, reset the client's name and user */
+    REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
 };
 
 struct req_arg {
@@ -64,6 +67,7 @@ struct request {
     struct evbuffer *reply;        /* complete reply waiting for earlier ones */
     request_reply_fn *on_reply;    /* NULL: the reply goes to the client as is */
     void *ctx;                     /* for on_reply */
+    void (*ctx_free)(struct request *req); /* releases ctx when REQ is freed */
     char *ok_user;                 /* AUTH/HELLO: user to record if Redis says OK */
     char *ok_name;                 /* HELLO SETNAME: name to record if Redis says OK */
     uint64_t start_us;             /* when it was parsed */

@@ -1,0 +1,710 @@
+/* lock.c - owns the lock verbs: argument checking, the rewrite into
+ * EVALSHA of lua/lock_*.lua, waiting (first come, first served per key on
+ * this sluice), KEEP renewals, and releasing a connection's locks when it
+ * closes. Time always comes from Redis (PEXPIRE, PTTL), never from here.
+ *
+ *   LOCK k 30000 WAIT 500 -> EVALSHA lock_acquire 2 k fence(k) token 30000 0 0
+ *        {1, holds, fence} -> token            {0, pttl} -> wait or nil
+ *   waiters on k:  [op1 (head, retries)] [op2] [op3]   woken by an UNLOCK
+ */
+#include "lock.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <openssl/rand.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+
+#include "backend.h"
+#include "client.h"
+#include "log.h"
+#include "reply.h"
+#include "request.h"
+#include "router.h"
+#include "scripts.h"
+#include "server.h"
+#include "slot.h"
+
+#define LOCK_TOKEN_BYTES 16
+#define LOCK_BACKOFF_MIN_MS 5
+#define LOCK_BACKOFF_MAX_MS 100
+#define LOCK_QUEUE_BUCKETS 1024
+#define LOCK_FENCE_PREFIX "sluice:fence:{"
+
+enum lock_verb { LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW };
+
+static const char *const lock_verb_names[] = {"lock", "unlock", "renew"};
+
+/* One LOCK, UNLOCK or RENEW of a client, owned by its request (ctx). */
+struct lock_op {
+    enum lock_verb verb;
+    struct request *req;
+    char *key;
+    size_t keylen;
+    char *token;
+    int explicit_owner;
+    int keep;
+    int fence;
+    int wait;
+    int inflight;             /* its EVALSHA is out */
+    int noscript_retried;
+    long long ttl_ms;
+    long long wait_ms;
+    uint64_t deadline_ms;
+    int backoff_ms;
+    struct event *timer;
+    struct lock_queue *queue; /* set while it waits in its key's FIFO */
+    TAILQ_ENTRY(lock_op) queue_link;
+};
+
+/* The waiters on one key, first come first served. */
+struct lock_queue {
+    char *key;
+    size_t keylen;
+    TAILQ_HEAD(, lock_op) ops;
+    struct lock_queue *next;  /* hash chain */
+};
+
+/* A lock a connection took: for UNLOCK without OWNER, KEEP, and release
+ * when the connection closes. */
+struct lock_held {
+    TAILQ_ENTRY(lock_held) link;
+    char *key;
+    size_t keylen;
+    char *token;
+    int explicit_owner;
+    long long keep_ttl_ms;
+    struct event *keep_timer;
+};
+
+struct lock_client {
+    TAILQ_HEAD(, lock_held) held;
+};
+
+static struct lock_queue *lock_queues[LOCK_QUEUE_BUCKETS];
+/* A short tag per hash slot, so that a fence key can share its lock's slot. */
+static char lock_slot_tags[SLOT_COUNT][8];
+static const struct script *lock_script_acquire, *lock_script_release, *lock_script_renew;
+
+static void lock_send(struct lock_op *op);
+
+int lock_init(void)
+{
+    int found = 0;
+
+    for (unsigned i = 0; found < SLOT_COUNT; i++) {
+        char tag[8];
+        int n = snprintf(tag, sizeof(tag), "%u", i);
+        uint16_t slot = slot_crc16(tag, (size_t)n) & (SLOT_COUNT - 1);
+        if (lock_slot_tags[slot][0] == '\0') {
+            memcpy(lock_slot_tags[slot], tag, (size_t)n + 1);
+            found++;
+        }
+    }
+    lock_script_acquire = scripts_find("lock_acquire");
+    lock_script_release = scripts_find("lock_release");
+    lock_script_renew = scripts_find("lock_renew");
+    return lock_script_acquire && lock_script_release && lock_script_renew ? 0 : -1;
+}
+
+int lock_fence_key(const char *key, size_t len, char *out, size_t size)
+{
+    const char *tag = lock_slot_tags[slot_for_key(key, len)];
+    int n = snprintf(out, size, "%s%s}:", LOCK_FENCE_PREFIX, tag);
+
+    if (n < 0 || (size_t)n + len + 1 > size)
+        return -1;
+    memcpy(out + n, key, len);
+    out[(size_t)n + len] = '\0';
+    return n + (int)len;
+}
+
+static int lock_verb_of(const struct sv *argv)
+{
+    for (int v = 0; v < 3; v++) {
+        if (sv_ieq(argv[0], lock_verb_names[v]))
+            return v;
+    }
+    return -1;
+}
+
+int lock_wants(const struct request *req, int argc, const struct sv *argv)
+{
+    return req->cmd == NULL && argc > 0 && lock_verb_of(argv) >= 0;
+}
+
+/* ---- waiter queues ---- */
+
+static unsigned lock_hash(const char *key, size_t len)
+{
+    unsigned h = 2166136261u;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char)key[i]) * 16777619u;
+    return h % LOCK_QUEUE_BUCKETS;
+}
+
+static struct lock_queue *lock_queue_find(const char *key, size_t len, int create)
+{
+    struct lock_queue **slot = &lock_queues[lock_hash(key, len)], *q;
+
+    for (q = *slot; q != NULL; q = q->next) {
+        if (q->keylen == len && memcmp(q->key, key, len) == 0)
+            return q;
+    }
+    if (!create)
+        return NULL;
+    q = calloc(1, sizeof(*q));
+    q->key = malloc(len + 1);
+    memcpy(q->key, key, len);
+    q->key[len] = '\0';
+    q->keylen = len;
+    TAILQ_INIT(&q->ops);
+    q->next = *slot;
+    *slot = q;
+    return q;
+}
+
+static void lock_queue_drop_if_empty(struct lock_queue *q)
+{
+    struct lock_queue **p = &lock_queues[lock_hash(q->key, q->keylen)];
+
+    if (!TAILQ_EMPTY(&q->ops))
+        return;
+    while (*p != q)
+        p = &(*p)->next;
+    *p = q->next;
+    free(q->key);
+    free(q);
+}
+
+/* The head waiter of KEY tries again now (a release passed through). */
+static void lock_wake(const char *key, size_t len)
+{
+    struct lock_queue *q = lock_queue_find(key, len, 0);
+    struct lock_op *head = q != NULL ? TAILQ_FIRST(&q->ops) : NULL;
+
+    if (head == NULL || head->inflight)
+        return;
+    evtimer_del(head->timer);
+    lock_send(head);
+}
+
+/* OP leaves its key's queue; the next waiter, now first, tries at once. */
+static void lock_dequeue(struct lock_op *op)
+{
+    struct lock_queue *q = op->queue;
+    int was_head;
+
+    if (q == NULL)
+        return;
+    was_head = TAILQ_FIRST(&q->ops) == op;
+    TAILQ_REMOVE(&q->ops, op, queue_link);
+    op->queue = NULL;
+    if (was_head && !TAILQ_EMPTY(&q->ops))
+        lock_wake(q->key, q->keylen);
+    else
+        lock_queue_drop_if_empty(q);
+}
+
+/* ---- per-connection held locks ---- */
+
+static struct lock_held *lock_held_find(struct client *c, const char *key, size_t len,
+                                        const char *token)
+{
+    struct lock_held *h;
+
+    if (c->locks == NULL)
+        return NULL;
+    TAILQ_FOREACH(h, &c->locks->held, link) {
+        if (h->keylen == len && memcmp(h->key, key, len) == 0 &&
+            (token == NULL || strcmp(h->token, token) == 0))
+            return h;
+    }
+    return NULL;
+}
+
+static void lock_held_free(struct client *c, struct lock_held *h)
+{
+    TAILQ_REMOVE(&c->locks->held, h, link);
+    if (h->keep_timer != NULL)
+        event_free(h->keep_timer);
+    free(h->key);
+    free(h->token);
+    free(h);
+}
+
+/* Send a script of sluice's own for KEY, with no client waiting: EVAL
+ * rather than EVALSHA, so a flushed script cache needs no second try. */
+static void lock_send_internal(const struct script *s, const char *key, size_t keylen,
+                               const struct sv *args, int argc, request_reply_fn *on_reply,
+                               void *ctx)
+{
+    struct evbuffer *buf = evbuffer_new();
+    struct sv keys[1] = {{key, keylen}};
+    struct backend_conn *conn = backend_pool_conn(router_node_for_key(key, keylen), 0);
+
+    scripts_write_eval(buf, s, 1, keys, argc, args);
+    if (backend_send_internal(conn, buf, on_reply, ctx) != 0) {
+        log_info("lock: could not send %s for '%.*s': backend down", s->name, (int)keylen, key);
+        if (on_reply != NULL)
+            free(ctx);
+    }
+    evbuffer_free(buf);
+}
+
+static void lock_keep_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    if (type == REPLY_ERROR)
+        log_info("lock: KEEP renewal failed (lock lost)");
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
+static void lock_keep_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct lock_held *h = arg;
+    char ttl[24];
+    struct sv args[2] = {{h->token, strlen(h->token)}, {ttl, 0}};
+
+    (void)fd;
+    (void)what;
+    args[1].len = (size_t)snprintf(ttl, sizeof(ttl), "%lld", h->keep_ttl_ms);
+    lock_send_internal(lock_script_renew, h->key, h->keylen, args, 2, lock_keep_reply, NULL);
+}
+
+/* Remember that C holds KEY with TOKEN; start KEEP renewals if asked. */
+static void lock_held_add(struct client *c, const struct lock_op *op)
+{
+    struct lock_held *h = lock_held_find(c, op->key, op->keylen, op->token);
+    struct timeval tv;
+
+    if (c->locks == NULL) {
+        c->locks = calloc(1, sizeof(*c->locks));
+        TAILQ_INIT(&c->locks->held);
+    }
+    if (h == NULL) {
+        h = calloc(1, sizeof(*h));
+        h->key = malloc(op->keylen + 1);
+        memcpy(h->key, op->key, op->keylen);
+        h->key[op->keylen] = '\0';
+        h->keylen = op->keylen;
+        h->token = strdup(op->token);
+        h->explicit_owner = op->explicit_owner;
+        TAILQ_INSERT_TAIL(&c->locks->held, h, link);
+    }
+    if (!op->keep)
+        return;
+    h->keep_ttl_ms = op->ttl_ms;
+    if (h->keep_timer == NULL)
+        h->keep_timer = event_new(server.base, -1, EV_PERSIST, lock_keep_cb, h);
+    long long every = op->ttl_ms / 3 > 0 ? op->ttl_ms / 3 : 1;
+    tv.tv_sec = every / 1000;
+    tv.tv_usec = (every % 1000) * 1000;
+    evtimer_add(h->keep_timer, &tv);
+}
+
+struct lock_release_ctx {
+    size_t keylen;
+    char key[];
+};
+
+static void lock_release_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct lock_release_ctx *ctx = req->ctx;
+
+    if (type == REPLY_INTEGER)
+        lock_wake(ctx->key, ctx->keylen);
+    free(ctx);
+    req->ctx = NULL;
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
+/* Drop every hold of TOKEN on KEY, for a client that is gone. */
+static void lock_release_all(const char *key, size_t keylen, const char *token)
+{
+    struct lock_release_ctx *ctx = malloc(sizeof(*ctx) + keylen);
+    struct sv args[2] = {{token, strlen(token)}, {"all", 3}};
+
+    ctx->keylen = keylen;
+    memcpy(ctx->key, key, keylen);
+    lock_send_internal(lock_script_release, key, keylen, args, 2, lock_release_reply, ctx);
+}
+
+void lock_client_closed(struct client *c)
+{
+    struct lock_held *h;
+
+    if (c->locks == NULL)
+        return;
+    while ((h = TAILQ_FIRST(&c->locks->held)) != NULL) {
+        if (!h->explicit_owner)
+            lock_release_all(h->key, h->keylen, h->token);
+        lock_held_free(c, h);
+    }
+    free(c->locks);
+    c->locks = NULL;
+}
+
+/* ---- one operation ---- */
+
+static void lock_op_free(struct request *req)
+{
+    struct lock_op *op = req->ctx;
+
+    if (op == NULL)
+        return;
+    lock_dequeue(op);
+    if (op->timer != NULL)
+        event_free(op->timer);
+    free(op->key);
+    free(op->token);
+    free(op);
+    req->ctx = NULL;
+}
+
+/* Answer OP's request with what is in req->reply, and let the client go on. */
+static void lock_finish(struct lock_op *op)
+{
+    struct request *req = op->req;
+    struct client *c = req->client;
+    int waited = op->wait;
+
+    lock_dequeue(op);
+    evtimer_del(op->timer);
+    client_answer(c, req);   /* may free REQ and OP */
+    if (waited)
+        client_unblock(c);
+}
+
+static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct lock_op *op = arg;
+
+    (void)fd;
+    (void)what;
+    if (server_now_ms() >= op->deadline_ms) {
+        op->req->reply = evbuffer_new();
+        reply_nil(op->req->reply);
+        lock_finish(op);
+        return;
+    }
+    lock_send(op);
+}
+
+/* Rewrite OP's request into the script call and forward it. After a
+ * NOSCRIPT, EVAL carries the body: Redis caches it and runs it at once. */
+static void lock_send(struct lock_op *op)
+{
+    struct request *req = op->req;
+    char fence_key[1024], ttl[24];
+    struct sv keys[2] = {{op->key, op->keylen}, {fence_key, 0}};
+    struct sv args[4];
+    const struct script *s;
+    int numkeys = 1, argc = 2;
+    int fence_len = lock_fence_key(op->key, op->keylen, fence_key, sizeof(fence_key));
+
+    args[0].ptr = op->token;
+    args[0].len = strlen(op->token);
+    args[1].ptr = ttl;
+    args[1].len = (size_t)snprintf(ttl, sizeof(ttl), "%lld", op->ttl_ms);
+    if (op->verb == LOCK_ACQUIRE) {
+        s = lock_script_acquire;
+        numkeys = 2;
+        keys[1].len = fence_len > 0 ? (size_t)fence_len : 0;
+        args[2] = (struct sv){op->explicit_owner ? "1" : "0", 1};
+        args[3] = (struct sv){op->fence ? "1" : "0", 1};
+        argc = 4;
+    } else if (op->verb == LOCK_RELEASE) {
+        s = lock_script_release;
+        args[1] = (struct sv){"one", 3};
+    } else {
+        s = lock_script_renew;
+    }
+    if (req->raw == NULL)
+        req->raw = evbuffer_new();
+    evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
+    if (op->noscript_retried)
+        scripts_write_eval(req->raw, s, numkeys, keys, argc, args);
+    else
+        scripts_write_evalsha(req->raw, s, numkeys, keys, argc, args);
+    req->raw_len = evbuffer_get_length(req->raw);
+    op->inflight = 1;
+    client_forward(req->client, req);
+}
+
+/* Integers of a reply ":n" or "*k :a :b ..."; returns how many, -1 if none. */
+static int lock_reply_ints(const char *buf, size_t len, long long *vals, int max)
+{
+    int count = 0, want = 1;
+    const char *p = buf, *end = buf + len;
+
+    if (len > 0 && buf[0] == '*') {
+        want = atoi(buf + 1);
+        p = memchr(buf, '\n', len);
+        if (p == NULL)
+            return -1;
+        p++;
+    }
+    while (count < want && count < max && p < end) {
+        if (*p == ':')
+            vals[count] = strtoll(p + 1, NULL, 10);
+        else if (*p == '$' && p[1] == '-')
+            vals[count] = 0;
+        else
+            return -1;
+        count++;
+        p = memchr(p, '\n', (size_t)(end - p));
+        if (p == NULL)
+            break;
+        p++;
+    }
+    return count;
+}
+
+static void lock_acquired(struct lock_op *op, long long fence)
+{
+    struct request *req = op->req;
+    struct client *c = req->client;
+    char num[24];
+    int n;
+
+    if (!op->explicit_owner || op->keep)
+        lock_held_add(c, op);
+    req->reply = evbuffer_new();
+    if (op->fence) {
+        reply_array_header(req->reply, 2);
+        reply_bulk(req->reply, op->token, strlen(op->token));
+        n = snprintf(num, sizeof(num), "%lld", fence);
+        evbuffer_add_printf(req->reply, ":%.*s\r\n", n, num);
+    } else {
+        reply_bulk(req->reply, op->token, strlen(op->token));
+    }
+    lock_finish(op);
+}
+
+/* The lock is someone else's: answer nil, or wait (PTTL tells how long at
+ * most until it could be free). */
+static void lock_busy(struct lock_op *op, long long pttl_ms)
+{
+    uint64_t now = server_now_ms();
+    long long delay_ms;
+    struct timeval tv;
+
+    if (!op->wait || now >= op->deadline_ms) {
+        op->req->reply = evbuffer_new();
+        reply_nil(op->req->reply);
+        lock_finish(op);
+        return;
+    }
+    if (op->queue == NULL) {
+        op->queue = lock_queue_find(op->key, op->keylen, 1);
+        TAILQ_INSERT_TAIL(&op->queue->ops, op, queue_link);
+    }
+    delay_ms = (long long)(op->deadline_ms - now);
+    if (TAILQ_FIRST(&op->queue->ops) == op) {
+        /* Only the first waiter polls; a release here wakes it sooner. */
+        if (pttl_ms > 0 && pttl_ms < delay_ms)
+            delay_ms = pttl_ms;
+        if (op->backoff_ms < delay_ms)
+            delay_ms = op->backoff_ms;
+        op->backoff_ms = op->backoff_ms * 2 > LOCK_BACKOFF_MAX_MS ? LOCK_BACKOFF_MAX_MS
+                                                                    : op->backoff_ms * 2;
+    }
+    tv.tv_sec = delay_ms / 1000;
+    tv.tv_usec = (delay_ms % 1000) * 1000;
+    evtimer_add(op->timer, &tv);
+}
+
+/* The reply to a rewritten LOCK/UNLOCK/RENEW: LEN bytes at the head of SRC. */
+static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct lock_op *op = req->ctx;
+    char buf[128];
+    size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
+    long long vals[3] = {0, 0, 0};
+
+    op->inflight = 0;
+    evbuffer_copyout(src, buf, n);
+    buf[n] = '\0';
+    if (type == REPLY_ERROR && strncmp(buf, "-NOSCRIPT", 9) == 0 && !op->noscript_retried &&
+        req->client != NULL) {
+        evbuffer_drain(src, len);
+        op->noscript_retried = 1;
+        lock_send(op);
+        return;
+    }
+    if (req->client == NULL) {
+        /* Its client is gone: a lock taken for nobody goes back at once. */
+        if (op->verb == LOCK_ACQUIRE && type == REPLY_ARRAY &&
+            lock_reply_ints(buf, n, vals, 3) >= 1 && vals[0] == 1 && !op->explicit_owner)
+            lock_release_all(op->key, op->keylen, op->token);
+        evbuffer_drain(src, len);
+        request_free(req);
+        return;
+    }
+    if (op->verb == LOCK_ACQUIRE && type == REPLY_ARRAY && lock_reply_ints(buf, n, vals, 3) >= 2) {
+        evbuffer_drain(src, len);
+        if (vals[0] == 1)
+            lock_acquired(op, vals[2]);
+        else
+            lock_busy(op, vals[1]);
+        return;
+    }
+    if (op->verb != LOCK_ACQUIRE) {
+        int released = type == REPLY_INTEGER && lock_reply_ints(buf, n, vals, 1) == 1 && vals[0] == 0;
+        struct lock_held *h = lock_held_find(req->client, op->key, op->keylen, op->token);
+        if (h != NULL && (released || (type == REPLY_ERROR && strncmp(buf, "-NOTOWNER", 9) == 0)))
+            lock_held_free(req->client, h);
+        if (released)
+            lock_wake(op->key, op->keylen);
+    }
+    /* Everything else (counts, OK, NOTOWNER, WRONGTYPE, errors) as is. */
+    req->reply = evbuffer_new();
+    evbuffer_remove_buffer(src, req->reply, len);
+    lock_finish(op);
+}
+
+/* ---- argument checking ---- */
+
+/* A strictly decimal, positive 64-bit integer. 1 when it is one; 0 when it
+ * is an integer but not positive; -1 when it is not an integer. */
+static int lock_parse_positive(struct sv arg, long long *out)
+{
+    char buf[32];
+    char *end;
+
+    if (arg.len == 0 || arg.len >= sizeof(buf))
+        return -1;
+    memcpy(buf, arg.ptr, arg.len);
+    buf[arg.len] = '\0';
+    *out = strtoll(buf, &end, 10);
+    if (*end != '\0' || (buf[0] != '-' && (buf[0] < '0' || buf[0] > '9')))
+        return -1;
+    return *out > 0 ? 1 : 0;
+}
+
+static void lock_make_token(char *out)
+{
+    unsigned char raw[LOCK_TOKEN_BYTES];
+
+    if (RAND_bytes(raw, sizeof(raw)) != 1) {
+        /* libcrypto's generator failing is not expected; never reuse. */
+        static unsigned long long fallback;
+        snprintf((char *)raw, sizeof(raw), "%llx", ++fallback);
+    }
+    for (int i = 0; i < LOCK_TOKEN_BYTES; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+/* Parse the options after the fixed arguments. Returns NULL when fine, or
+ * the error reply text. */
+static const char *lock_parse_options(struct lock_op *op, int argc, const struct sv *argv,
+                                      int first)
+{
+    int seen_wait = 0, seen_owner = 0, seen_keep = 0, seen_fence = 0;
+
+    for (int i = first; i < argc; i++) {
+        if (sv_ieq(argv[i], "owner") && i + 1 < argc && !seen_owner) {
+            seen_owner = 1;
+            if (argv[i + 1].len == 0)
+                return "OWNER token must not be empty";
+            op->token = strndup(argv[i + 1].ptr, argv[i + 1].len);
+            op->explicit_owner = 1;
+            i++;
+        } else if (op->verb == LOCK_ACQUIRE && sv_ieq(argv[i], "wait") && i + 1 < argc &&
+                   !seen_wait) {
+            int rc = lock_parse_positive(argv[i + 1], &op->wait_ms);
+            seen_wait = 1;
+            if (rc < 0)
+                return "value is not an integer or out of range";
+            if (rc == 0)
+                return "invalid WAIT timeout in 'lock' command";
+            op->wait = 1;
+            i++;
+        } else if (op->verb == LOCK_ACQUIRE && sv_ieq(argv[i], "keep") && !seen_keep) {
+            seen_keep = op->keep = 1;
+        } else if (op->verb == LOCK_ACQUIRE && sv_ieq(argv[i], "fence") && !seen_fence) {
+            seen_fence = op->fence = 1;
+        } else {
+            return "syntax error";
+        }
+    }
+    return NULL;
+}
+
+/* Check REQ's arguments into OP. Returns NULL, or the error reply text. */
+static const char *lock_parse(struct client *c, struct lock_op *op, int argc, const struct sv *argv)
+{
+    static const int min_args[] = {3, 2, 3};
+    int first = op->verb == LOCK_RELEASE ? 2 : 3;
+    const char *err;
+
+    if (argc < min_args[op->verb])
+        return "wrong number of arguments";
+    op->key = strndup(argv[1].ptr, argv[1].len);
+    op->keylen = argv[1].len;
+    if (op->verb != LOCK_RELEASE) {
+        int rc = lock_parse_positive(argv[2], &op->ttl_ms);
+        if (rc < 0)
+            return "value is not an integer or out of range";
+        if (rc == 0)
+            return op->verb == LOCK_ACQUIRE ? "invalid expire time in 'lock' command"
+                                            : "invalid expire time in 'renew' command";
+    }
+    err = lock_parse_options(op, argc, argv, first);
+    if (err != NULL)
+        return err;
+    if (op->token == NULL && op->verb == LOCK_ACQUIRE) {
+        op->token = malloc(2 * LOCK_TOKEN_BYTES + 1);
+        lock_make_token(op->token);
+    } else if (op->token == NULL) {
+        struct lock_held *h = lock_held_find(c, op->key, op->keylen, NULL);
+        if (h == NULL)
+            return "this connection holds no lock on that key; pass OWNER token";
+        op->token = strdup(h->token);
+    }
+    return NULL;
+}
+
+void lock_handle(struct client *c, struct request *req, int argc, const struct sv *argv)
+{
+    struct lock_op *op = calloc(1, sizeof(*op));
+    const char *err;
+
+    op->verb = (enum lock_verb)lock_verb_of(argv);
+    op->req = req;
+    op->backoff_ms = LOCK_BACKOFF_MIN_MS;
+    op->timer = evtimer_new(server.base, lock_timer_cb, op);
+    req->ctx = op;
+    req->ctx_free = lock_op_free;
+    req->on_reply = lock_on_reply;
+    err = lock_parse(c, op, argc, argv);
+    if (err != NULL) {
+        req->reply = evbuffer_new();
+        if (strcmp(err, "wrong number of arguments") == 0)
+            reply_error(req->reply, "wrong number of arguments for '%s' command",
+                        lock_verb_names[op->verb]);
+        else
+            reply_error(req->reply, "%s", err);
+        client_answer(c, req);
+        return;
+    }
+    if (op->wait) {
+        op->deadline_ms = server_now_ms() + (uint64_t)op->wait_ms;
+        client_block(c);
+        struct lock_queue *q = lock_queue_find(op->key, op->keylen, 0);
+        if (q != NULL && !TAILQ_EMPTY(&q->ops)) {
+            /* Others wait already: behind them, first come first served. */
+            op->queue = q;
+            TAILQ_INSERT_TAIL(&q->ops, op, queue_link);
+            lock_busy(op, 0);
+            return;
+        }
+    }
+    lock_send(op);
+}
