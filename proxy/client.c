@@ -71,6 +71,7 @@ static void client_read_cb(struct bufferevent *bev, void *arg);
 static void client_write_cb(struct bufferevent *bev, void *arg);
 static void client_event_cb(struct bufferevent *bev, short what, void *arg);
 static void client_process_input(struct client *c);
+static void client_process_input_loop(struct client *c, struct evbuffer *in);
 
 void client_module_init(struct event_base *base, const struct config *cfg)
 {
@@ -261,12 +262,12 @@ static void client_complete(struct client *c, struct request *req)
     client_flush(c);
 }
 
-void client_answer(struct client *c, struct request *req)
+int client_answer(struct client *c, struct request *req)
 {
     client_enter(c);
     client_complete(c, req);
     client_check_output_limit(c);
-    client_leave(c);
+    return client_leave(c);
 }
 
 static void client_reply_error(struct client *c, struct request *req, const char *text)
@@ -529,6 +530,8 @@ void client_unblock(struct client *c)
     if (!(c->flags & CLIENT_BLOCKED))
         return;
     c->flags &= ~(unsigned)CLIENT_BLOCKED;
+    if (c->in_input)
+        return;   /* the loop that is reading goes on by itself */
     client_enter(c);
     client_process_input(c);
     client_leave(c);
@@ -559,10 +562,11 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     client_reply_mode(c, req, req->argc, argv);
 
     if (lock_wants(req, req->argc, argv)) {
+        size_t original_len = req->raw_len;   /* the rewrite replaces raw_len */
         client_enqueue(c, req);
         lock_handle(c, req, req->argc, argv);
         if (src != NULL)
-            evbuffer_drain(src, req->raw_len);
+            evbuffer_drain(src, original_len);
         rc = (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED)) || c->stalled != NULL ? -1 : 0;
         goto out;
     }
@@ -628,6 +632,16 @@ static void client_protocol_error(struct client *c, const char *msg)
 static void client_process_input(struct client *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
+
+    if (c->in_input)
+        return;
+    c->in_input = 1;
+    client_process_input_loop(c, in);
+    c->in_input = 0;
+}
+
+static void client_process_input_loop(struct client *c, struct evbuffer *in)
+{
     struct request *req;
 
     while (c->stalled == NULL &&

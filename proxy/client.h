@@ -37,6 +37,7 @@ struct client {
     struct backend_conn *waiting_on;    /* congested connection it waits for */
     unsigned flags;                     /* enum client_flag */
     int busy;                           /* > 0 inside its own callbacks */
+    int in_input;                       /* inside client_process_input */
     int closing;                        /* close when no longer busy */
     size_t held_reply_bytes;            /* replies waiting behind earlier ones */
     uint64_t last_active_ms;
@@ -65,8 +66,9 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
  * connection C's requests use, at once or once earlier replies are in. */
 void client_forward(struct client *c, struct request *req);
 
-/* REQ (in C's queue) has its reply in req->reply: write it in order. */
-void client_answer(struct client *c, struct request *req);
+/* REQ (in C's queue) has its reply in req->reply: write it in order.
+ * Returns -1 when C was closed meanwhile (over its output limit). */
+int client_answer(struct client *c, struct request *req);
 
 /* Stop or resume reading commands of C while a LOCK waits. */
 void client_block(struct client *c);

@@ -372,12 +372,12 @@ static void lock_finish(struct lock_op *op)
 {
     struct request *req = op->req;
     struct client *c = req->client;
-    int waited = op->wait;
+    int blocked = op->verb == LOCK_ACQUIRE;
 
     lock_dequeue(op);
     evtimer_del(op->timer);
-    client_answer(c, req);   /* may free REQ and OP */
-    if (waited)
+    /* Answering may free REQ and OP, and close C over its output limit. */
+    if (client_answer(c, req) == 0 && blocked)
         client_unblock(c);
 }
 
@@ -694,9 +694,13 @@ void lock_handle(struct client *c, struct request *req, int argc, const struct s
         client_answer(c, req);
         return;
     }
+    if (op->verb == LOCK_ACQUIRE) {
+        /* Commands after a LOCK run once it is taken (or refused), and an
+         * UNLOCK without OWNER then knows its token. */
+        client_block(c);
+    }
     if (op->wait) {
         op->deadline_ms = server_now_ms() + (uint64_t)op->wait_ms;
-        client_block(c);
         struct lock_queue *q = lock_queue_find(op->key, op->keylen, 0);
         if (q != NULL && !TAILQ_EMPTY(&q->ops)) {
             /* Others wait already: behind them, first come first served. */
