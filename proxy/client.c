@@ -537,29 +537,14 @@ void client_unblock(struct client *c)
     client_leave(c);
 }
 
-/* Handle one framed request. Its bytes are in REQ->raw (inline commands)
- * or the first raw_len bytes of IN. Returns -1 when input processing must
- * stop (the request waits, or the client is closing). */
-static int client_handle(struct client *c, struct request *req, struct evbuffer *in)
+/* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
+ * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
+ * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
+ * the client is blocked or paused, or closing). */
+static int client_dispatch(struct client *c, struct request *req, const struct sv *argv,
+                           struct evbuffer *src)
 {
-    struct sv stack_argv[CLIENT_ARGV_STACK], *argv = stack_argv;
-    struct evbuffer *src = req->raw != NULL ? NULL : in;
-    const char *base;
     struct backend_conn *conn;
-    int rc = 0;
-
-    if (req->argc > CLIENT_ARGV_STACK)
-        argv = malloc(sizeof(*argv) * (size_t)req->argc);
-    base = (const char *)evbuffer_pullup(src != NULL ? src : req->raw, (ssize_t)req->raw_len);
-    request_argv(req, base, argv);
-    req->client = c;
-    req->cmd = commands_resolve(req->argc, argv);
-    STAT_INC(total_requests);
-    if (req->cmd != NULL)
-        stats_count_command(req->cmd->id);
-    else
-        stats_count_unknown();
-    client_reply_mode(c, req, req->argc, argv);
 
     if (lock_wants(req, req->argc, argv)) {
         size_t original_len = req->raw_len;   /* the rewrite replaces raw_len */
@@ -567,8 +552,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         lock_handle(c, req, req->argc, argv);
         if (src != NULL)
             evbuffer_drain(src, original_len);
-        rc = (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED)) || c->stalled != NULL ? -1 : 0;
-        goto out;
+        return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED)) || c->stalled != NULL ? -1 : 0;
     }
     if (local_wants(req, req->argc, argv)) {
         req->reply = evbuffer_new();
@@ -581,8 +565,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
             client_enqueue(c, req);
             client_complete(c, req);
         }
-        rc = (c->flags & CLIENT_CLOSE_AFTER_REPLY) ? -1 : 0;
-        goto out;
+        return (c->flags & CLIENT_CLOSE_AFTER_REPLY) ? -1 : 0;
     }
     req->flags |= client_request_flags(req, req->argc, argv);
     client_note_session(req, req->argc, argv);
@@ -594,13 +577,44 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         if (src != NULL)
             request_take_raw(req, src);
         c->stalled = req;
-        rc = -1;
-        goto out;
+        return -1;
     }
     client_send(c, req, conn, src);
-    if (c->flags & CLIENT_PAUSED)
-        rc = -1;
-out:
+    return (c->flags & CLIENT_PAUSED) ? -1 : 0;
+}
+
+/* The arguments of REQ as views over BASE, in STACK when they fit, else in
+ * a heap array the caller frees when it is not STACK. */
+static struct sv *client_argv(const struct request *req, const char *base, struct sv *stack)
+{
+    struct sv *argv = req->argc > CLIENT_ARGV_STACK ? malloc(sizeof(*argv) * (size_t)req->argc)
+                                                     : stack;
+
+    request_argv(req, base, argv);
+    return argv;
+}
+
+/* Handle one framed request. Its bytes are in REQ->raw (inline commands)
+ * or the first raw_len bytes of IN. Returns -1 when input processing must
+ * stop (the request waits, or the client is closing). */
+static int client_handle(struct client *c, struct request *req, struct evbuffer *in)
+{
+    struct sv stack_argv[CLIENT_ARGV_STACK], *argv;
+    struct evbuffer *src = req->raw != NULL ? NULL : in;
+    const char *base;
+    int rc;
+
+    base = (const char *)evbuffer_pullup(src != NULL ? src : req->raw, (ssize_t)req->raw_len);
+    argv = client_argv(req, base, stack_argv);
+    req->client = c;
+    req->cmd = commands_resolve(req->argc, argv);
+    STAT_INC(total_requests);
+    if (req->cmd != NULL)
+        stats_count_command(req->cmd->id);
+    else
+        stats_count_unknown();
+    client_reply_mode(c, req, req->argc, argv);
+    rc = client_dispatch(c, req, argv, src);
     if (argv != stack_argv)
         free(argv);
     return rc;
