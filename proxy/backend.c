@@ -409,9 +409,9 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
     return 0;
 }
 
-void backend_set_passthrough(struct backend_conn *conn)
+void backend_set_passthrough(struct backend_conn *conn, int on)
 {
-    conn->passthrough = 1;
+    conn->passthrough = on;
 }
 
 int backend_congested(const struct backend_conn *conn)

@@ -46,8 +46,9 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
 int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
                           request_reply_fn *on_reply, void *ctx);
 
-/* Stream every later reply of CONN to its owner unpaired (pub/sub, MONITOR). */
-void backend_set_passthrough(struct backend_conn *conn);
+/* ON: stream every later reply of CONN to its owner unpaired (pub/sub,
+ * MONITOR). Off again after RESET. */
+void backend_set_passthrough(struct backend_conn *conn, int on);
 
 /* Non-zero while CONN's output is above its high watermark; then the caller
  * waits (backend_wait) and is resumed through client_resume. */

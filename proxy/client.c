@@ -334,9 +334,28 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
     client_leave(c);
 }
 
+static int client_is_monitor(const struct client *c)
+{
+    return (c->flags & CLIENT_MONITOR) != 0;
+}
+
 void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
 {
+    static const char reset_reply[] = "+RESET\r\n";
+    char head[sizeof(reset_reply) - 1];
+
     client_enter(c);
+    /* In pub/sub mode only RESET answers with a status: the session is
+     * back to normal, and replies pair with requests again. */
+    if (len == sizeof(head) && c->private_conn != NULL && !client_is_monitor(c) &&
+        evbuffer_copyout(src, head, len) == (ssize_t)len && memcmp(head, reset_reply, len) == 0) {
+        c->flags &= ~(unsigned)CLIENT_PASSTHROUGH;
+        backend_set_passthrough(c->private_conn, 0);
+        free(c->name);
+        c->name = NULL;
+        free(c->user);
+        c->user = strdup("default");
+    }
     evbuffer_remove_buffer(src, client_output(c), len);
     client_check_output_limit(c);
     client_leave(c);
@@ -465,7 +484,9 @@ static void client_send(struct client *c, struct request *req, struct backend_co
 
     if ((req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH)) {
         c->flags |= CLIENT_PASSTHROUGH;
-        backend_set_passthrough(conn);
+        if (req->cmd != NULL && strcmp(req->cmd->name, "monitor") == 0)
+            c->flags |= CLIENT_MONITOR;
+        backend_set_passthrough(conn, 1);
     }
     if (c->flags & CLIENT_PASSTHROUGH)
         req->flags |= REQ_NOREPLY;

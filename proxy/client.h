@@ -23,6 +23,7 @@ enum client_flag {
     CLIENT_REPLY_OFF = 1 << 3,         /* CLIENT REPLY OFF */
     CLIENT_REPLY_SKIP = 1 << 4,        /* CLIENT REPLY SKIP: the next command gets none */
     CLIENT_BLOCKED = 1 << 5,           /* a LOCK WAIT is pending: read no further commands */
+    CLIENT_MONITOR = 1 << 6,           /* MONITOR: every status reply is a monitor line */
 };
 
 struct client {
