@@ -40,7 +40,7 @@ $(BUILD)/sluice: $(MAIN_OBJ) $(LIB_OBJS)
 
 $(BUILD)/obj/%.o: %.c $(wildcard proxy/*.h rules/*.h) $(BUILD)/gen/lua_scripts.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	@echo "  CC $<"; $(CC) $(CFLAGS) -c -o $@ $<
 
 # Lua scripts are compiled into the binary as C strings.
 $(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scripts.h: $(LUA) tools/embed_lua.sh
@@ -49,7 +49,7 @@ $(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scripts.h: $(LUA) tools/embed_lua.sh
 
 $(BUILD)/obj/gen/lua_scripts.o: $(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scripts.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	@echo "  CC $<"; $(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/unit/%: tests/unit/%.c tests/unit/unit.h $(LIB_OBJS)
 	@mkdir -p $(dir $@)

@@ -727,9 +727,11 @@ static void client_event_cb(struct bufferevent *bev, short what, void *arg)
     struct client *c = arg;
 
     (void)bev;
-    if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) &&
+    if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && c->private_conn == NULL &&
         (!TAILQ_EMPTY(&c->requests) || c->inflight > 0)) {
-        /* Half-closed after sending: answer what it asked, then close. */
+        /* Half-closed after sending (`printf 'PING\r\n' | nc`): answer what
+         * it asked, then close. A client with a session may be blocked
+         * (BLPOP...) and goes at once, as it would from Redis. */
         c->flags |= CLIENT_CLOSE_AFTER_REPLY;
         bufferevent_disable(c->bev, EV_READ);
         return;

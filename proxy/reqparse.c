@@ -151,6 +151,18 @@ static int reqparse_check_pending_bulk(struct reqparse *p)
     return len > p->limits->max_bulk_len ? -1 : 0;
 }
 
+/* A request's first line (*<count>) longer than an inline command may be,
+ * with no end in sight: Redis gives up on it, and so do we. */
+static int reqparse_header_too_long(const struct reqparse *p, struct evbuffer *in)
+{
+    struct evbuffer_ptr eol;
+
+    if (p->cur != NULL || evbuffer_get_length(in) <= REQPARSE_MAX_INLINE)
+        return 0;
+    eol = evbuffer_search(in, "\n", 1, NULL);
+    return eol.pos < 0 || eol.pos > REQPARSE_MAX_INLINE;
+}
+
 static const char *reqparse_reader_error(redisReader *r)
 {
     const char *e = r->errstr;
@@ -187,6 +199,10 @@ static int reqparse_resp(struct reqparse *p, struct evbuffer *in, struct request
     if (reply == NULL) {
         if (reqparse_check_pending_bulk(p) != 0) {
             snprintf(p->err, sizeof(p->err), "Protocol error: invalid bulk length");
+            return REQPARSE_ERROR;
+        }
+        if (reqparse_header_too_long(p, in)) {
+            snprintf(p->err, sizeof(p->err), "Protocol error: too big mbulk count string");
             return REQPARSE_ERROR;
         }
         size_t missing = respscan_reader_bulk_missing(r);
