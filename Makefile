@@ -43,7 +43,7 @@ $(BUILD)/obj/%.o: %.c $(wildcard proxy/*.h rules/*.h) $(BUILD)/gen/lua_scripts.h
 	@echo "  CC $<"; $(CC) $(CFLAGS) -c -o $@ $<
 
 # Lua scripts are compiled into the binary as C strings.
-$(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scripts.h: $(LUA) tools/embed_lua.sh
+$(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scripts.h &: $(LUA) tools/embed_lua.sh
 	@mkdir -p $(BUILD)/gen
 	tools/embed_lua.sh $(BUILD)/gen $(LUA)
 

@@ -1,0 +1,90 @@
+/* rules.h - rate-limit rules ([limit NAME] sections of the rule file): the
+ * loader and the two match tests. Buckets are not kept here: a rule says
+ * which bucket (per) and how much (rate, burst); see bucket.h.
+ *
+ * Matching is split in two so that the per-command work stays small:
+ *   rules_client_matches   ip / user / name; run when a client connects,
+ *                          AUTHs or sets its name; keep the rules that pass.
+ *   rules_command_matches  command names, ACL categories and key globs;
+ *                          run for each request against the kept rules. */
+#ifndef SLUICE_RULES_H
+#define SLUICE_RULES_H
+
+#include <stdint.h>
+
+#include "errlist.h"
+
+struct command;
+struct sockaddr;
+struct sv;
+
+enum rule_per {
+    RULE_PER_CLIENT,    /* one bucket per connection */
+    RULE_PER_IP,        /* per client address */
+    RULE_PER_USER,      /* per AUTH user ("default" when none) */
+    RULE_PER_NAME,      /* per CLIENT SETNAME name */
+    RULE_PER_RULE,      /* one bucket for everyone the rule matches */
+};
+enum rule_action { RULE_ACTION_REJECT, RULE_ACTION_DELAY };
+enum rule_scope {
+    RULE_SCOPE_LOCAL,   /* buckets in this sluice's memory */
+    RULE_SCOPE_SHARED,  /* buckets in Redis (lua/bucket.lua), shared by all sluices */
+};
+enum rule_mode {
+    RULE_MODE_ENFORCE,
+    RULE_MODE_DRYRUN,   /* count and log what would be limited, limit nothing */
+};
+
+/* The parsed parameters of one rule. The match conditions are private to
+ * rules.c; ask rules_client_matches and rules_command_matches. */
+struct rule {
+    const char *name;
+    int index;              /* position in its set, 0 .. rules_count() - 1 */
+    int line;               /* of its [limit NAME] header */
+    double rate_per_s;      /* tokens added per second (rate 30/m: 0.5) */
+    double burst;           /* bucket size; default max(1, rate_per_s) */
+    enum rule_per per;
+    enum rule_action action;
+    uint64_t max_delay_us;  /* RULE_ACTION_DELAY: longest wait (default 1s); else 0 */
+    enum rule_scope scope;
+    enum rule_mode mode;
+};
+
+struct rule_set;
+
+/* Load the rule file at PATH. commands_init() must have run. Returns the
+ * set (empty for a file without sections), or NULL when the file cannot be
+ * read or has any error; then every error is in ERRS as "FILE:LINE: msg". */
+struct rule_set *rules_load(const char *path, struct errlist *errs);
+
+/* Free RS and its rules (NULL is fine): pointers from rules_get die too. */
+void rules_free(struct rule_set *rs);
+
+int rules_count(const struct rule_set *rs);
+/* The rule at position I (0 <= I < rules_count), in file order. */
+const struct rule *rules_get(const struct rule_set *rs, int i);
+
+/* 1 when a client passes R's match_ip, match_user and match_name (an
+ * absent condition always passes), else 0. ADDR: the peer address
+ * (AF_INET or AF_INET6; IPv4-mapped IPv6 addresses count as IPv4; NULL or
+ * another family fails any match_ip). USER: the AUTH user; NULL counts as
+ * "default". NAME: the CLIENT SETNAME name; NULL or "" is no name, which
+ * no match_name glob matches. */
+int rules_client_matches(const struct rule *r, const struct sockaddr *addr, const char *user,
+                         const char *name);
+
+/* 1 when a request passes R's commands and keys conditions, else 0.
+ * CMD: commands_resolve(argc, argv), i.e. the subcommand when there is
+ * one, or NULL when the table does not know argv[0]. Then only sluice's
+ * verbs LOCK, UNLOCK and RENEW can meet a commands or keys condition (by
+ * name; argv[1] is their key); other unknown commands match only rules
+ * with neither. With keys set, the request matches when any of its keys
+ * (per commands_keys) matches any glob; a command without keys does not. */
+int rules_command_matches(const struct rule *r, const struct command *cmd,
+                          const struct sv *argv, int argc);
+
+/* 1 when A and B have the same name and every parameter and condition is
+ * the same, so a reload may carry A's buckets over to B. */
+int rules_same_params(const struct rule *a, const struct rule *b);
+
+#endif
