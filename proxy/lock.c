@@ -437,35 +437,6 @@ static void lock_send(struct lock_op *op)
     client_forward(req->client, req);
 }
 
-/* Integers of a reply ":n" or "*k :a :b ..."; returns how many, -1 if none. */
-static int lock_reply_ints(const char *buf, size_t len, long long *vals, int max)
-{
-    int count = 0, want = 1;
-    const char *p = buf, *end = buf + len;
-
-    if (len > 0 && buf[0] == '*') {
-        want = atoi(buf + 1);
-        p = memchr(buf, '\n', len);
-        if (p == NULL)
-            return -1;
-        p++;
-    }
-    while (count < want && count < max && p < end) {
-        if (*p == ':')
-            vals[count] = strtoll(p + 1, NULL, 10);
-        else if (*p == '$' && p[1] == '-')
-            vals[count] = 0;
-        else
-            return -1;
-        count++;
-        p = memchr(p, '\n', (size_t)(end - p));
-        if (p == NULL)
-            break;
-        p++;
-    }
-    return count;
-}
-
 static void lock_acquired(struct lock_op *op, long long fence)
 {
     struct request *req = op->req;
@@ -541,13 +512,13 @@ static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len,
     if (req->client == NULL) {
         /* Its client is gone: a lock taken for nobody goes back at once. */
         if (op->verb == LOCK_ACQUIRE && type == REPLY_ARRAY &&
-            lock_reply_ints(buf, n, vals, 3) >= 1 && vals[0] == 1 && !op->explicit_owner)
+            reply_parse_ints(buf, n, vals, 3) >= 1 && vals[0] == 1 && !op->explicit_owner)
             lock_release_all(op->key, op->keylen, op->token);
         evbuffer_drain(src, len);
         request_free(req);
         return;
     }
-    if (op->verb == LOCK_ACQUIRE && type == REPLY_ARRAY && lock_reply_ints(buf, n, vals, 3) >= 2) {
+    if (op->verb == LOCK_ACQUIRE && type == REPLY_ARRAY && reply_parse_ints(buf, n, vals, 3) >= 2) {
         evbuffer_drain(src, len);
         if (vals[0] == 1)
             lock_acquired(op, vals[2]);
@@ -556,7 +527,7 @@ static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len,
         return;
     }
     if (op->verb != LOCK_ACQUIRE) {
-        int released = type == REPLY_INTEGER && lock_reply_ints(buf, n, vals, 1) == 1 && vals[0] == 0;
+        int released = type == REPLY_INTEGER && reply_parse_ints(buf, n, vals, 1) == 1 && vals[0] == 0;
         struct lock_held *h = lock_held_find(req->client, op->key, op->keylen, op->token);
         if (h != NULL && (released || (type == REPLY_ERROR && strncmp(buf, "-NOTOWNER", 9) == 0)))
             lock_held_free(req->client, h);

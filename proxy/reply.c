@@ -5,6 +5,8 @@
 #include <event2/buffer.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 void reply_error(struct evbuffer *out, const char *fmt, ...)
 {
@@ -55,4 +57,32 @@ void reply_integer(struct evbuffer *out, long long value)
 void reply_array_header(struct evbuffer *out, long long count)
 {
     evbuffer_add_printf(out, "*%lld\r\n", count);
+}
+
+int reply_parse_ints(const char *buf, size_t len, long long *vals, int max)
+{
+    int count = 0, want = 1;
+    const char *p = buf, *end = buf + len;
+
+    if (len > 0 && buf[0] == '*') {
+        want = atoi(buf + 1);
+        p = memchr(buf, '\n', len);
+        if (p == NULL)
+            return -1;
+        p++;
+    }
+    while (count < want && count < max && p < end) {
+        if (*p == ':')
+            vals[count] = strtoll(p + 1, NULL, 10);
+        else if (*p == '$' && p + 1 < end && p[1] == '-')
+            vals[count] = 0;
+        else
+            return -1;
+        count++;
+        p = memchr(p, '\n', (size_t)(end - p));
+        if (p == NULL)
+            break;
+        p++;
+    }
+    return count;
 }

@@ -16,4 +16,8 @@ void reply_nil(struct evbuffer *out);
 void reply_integer(struct evbuffer *out, long long value);
 void reply_array_header(struct evbuffer *out, long long count);
 
+/* The integers of a small reply ":n" or "*k :a :b ..." (nil counts as 0)
+ * into VALS, at most MAX. Returns how many, or -1 when it is neither. */
+int reply_parse_ints(const char *buf, size_t len, long long *vals, int max);
+
 #endif
