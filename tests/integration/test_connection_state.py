@@ -1,0 +1,216 @@
+"""Per-connection state: SELECT, CLIENT SETNAME/GETNAME/ID, HELLO, QUIT."""
+
+import pytest
+import redis
+
+
+def test_select_per_client(sluice, backend, r):
+    c1 = sluice.client(db=1)
+    c2 = sluice.client()            # db 0
+    try:
+        assert c1.set("k", "a") is True
+        assert c2.get("k") is None
+        assert c1.get("k") == b"a"
+        assert backend.client(db=1).get("k") == b"a"
+        assert backend.client(db=0).get("k") is None
+        # interleave many times: each connection stays in its own db
+        for i in range(50):
+            c1.set("i", i)
+            c2.set("i", -i)
+            assert c1.get("i") == str(i).encode()
+            assert c2.get("i") == str(-i).encode()
+        assert backend.client(db=1).get("i") == b"49"
+        assert backend.client(db=0).get("i") == b"-49"
+    finally:
+        c1.close()
+        c2.close()
+
+
+def test_select_switch_back_and_errors(sluice, ref, clean):
+    script = [("SELECT", "3"), ("SET", "x", "db3"), ("SELECT", "0"), ("GET", "x"),
+              ("SELECT", "3"), ("GET", "x"), ("SELECT", "99"), ("SELECT", "abc"),
+              ("GET", "x"), ("MOVE", "x", "5"), ("SELECT", "5"), ("GET", "x"),
+              ("SWAPDB", "5", "6"), ("GET", "x")]
+    out = []
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            out.append([c.call_raw(*cmd) for cmd in script])
+    for cmd, g, w in zip(script, *out):
+        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+
+
+def test_select_survives_other_clients_traffic(sluice, backend, r):
+    """A SELECTed client's db is kept while a db-0 client is busy in between
+    (catches a proxy that shares backend connections but forgets the db)."""
+    with sluice.raw() as a, sluice.raw() as b:
+        assert a.call("SELECT", "2") == "OK"
+        for i in range(20):
+            b.send(b"".join(b"*3\r\n$3\r\nSET\r\n$2\r\nk0\r\n$1\r\n0\r\n" for _ in range(20)))
+            a.send(b"*3\r\n$3\r\nSET\r\n$2\r\nk2\r\n$%d\r\n%d\r\n" % (len(str(i)), i))
+            b.read_replies(20)
+            assert a.read_reply() == "OK"
+        assert a.call("GET", "k0") is None
+    assert backend.client(db=2).get("k2") == b"19"
+    assert backend.client(db=2).get("k0") is None
+
+
+def test_client_setname_getname_per_connection(sluice, r):
+    c1 = sluice.client()
+    c2 = sluice.client()
+    try:
+        assert c1.client_getname() is None
+        assert c1.client_setname("alpha") is True
+        assert c1.client_getname() == "alpha"
+        assert c2.client_getname() is None
+        assert c2.client_setname("beta") is True
+        assert c1.client_getname() == "alpha"
+        assert c2.client_getname() == "beta"
+        # clearing the name
+        assert c1.client_setname("") is True
+        assert c1.client_getname() is None
+        assert c2.client_getname() == "beta"
+    finally:
+        c1.close()
+        c2.close()
+
+
+def test_client_setname_errors_identical(sluice, ref, clean):
+    script = [("CLIENT", "SETNAME", "has space"), ("CLIENT", "SETNAME"),
+              ("CLIENT", "GETNAME", "extra"), ("CLIENT", "SETNAME", "ok-name"),
+              ("CLIENT", "GETNAME"), ("CLIENT", "NOSUCHSUB")]
+    out = []
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            out.append([c.call_raw(*cmd) for cmd in script])
+    for cmd, g, w in zip(script, *out):
+        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+
+
+def test_client_id_distinct_integer(sluice):
+    conns = [sluice.raw() for _ in range(10)]
+    try:
+        ids = []
+        for c in conns:
+            raw = c.call_raw("CLIENT", "ID")
+            assert raw.startswith(b":"), f"CLIENT ID reply is not an integer: {raw!r}"
+            ids.append(int(raw[1:-2]))
+            # stable on the same connection
+            assert c.call("CLIENT", "ID") == ids[-1]
+        assert len(set(ids)) == len(ids), f"CLIENT ID not distinct: {ids}"
+        assert all(i > 0 for i in ids)
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_client_id_redispy(sluice):
+    a, b = sluice.client(), sluice.client()
+    try:
+        ia, ib = a.client_id(), b.client_id()
+        assert isinstance(ia, int) and isinstance(ib, int)
+        assert ia != ib
+        assert a.client_id() == ia
+    finally:
+        a.close()
+        b.close()
+
+
+def test_hello_3_noproto(sluice, r):
+    with pytest.raises(redis.ResponseError) as ei:
+        r.execute_command("HELLO", 3)
+    assert str(ei.value).startswith("NOPROTO"), str(ei.value)
+    assert str(ei.value) == "NOPROTO sorry, this protocol version is not supported"
+    # the connection still speaks RESP2 and works
+    assert r.set("h", "1") is True
+    assert r.get("h") == b"1"
+
+
+def test_hello_3_raw(sluice):
+    with sluice.raw() as c:
+        raw = c.call_raw("HELLO", "3")
+        assert raw == b"-NOPROTO sorry, this protocol version is not supported\r\n"
+        assert c.call("PING") == "PONG"
+        # inline form too
+        c.send(b"HELLO 3\r\n")
+        assert c.read_reply_raw().startswith(b"-NOPROTO")
+
+
+def _as_dict(flat):
+    return {flat[i]: flat[i + 1] for i in range(0, len(flat), 2)}
+
+
+def test_hello_2(sluice, ref, r):
+    reply = r.execute_command("HELLO", 2)
+    assert isinstance(reply, list), reply
+    d = _as_dict(reply)
+    assert d[b"proto"] == 2
+    # same fields as Redis's HELLO 2 reply
+    want = _as_dict(ref.client().execute_command("HELLO", 2))
+    assert set(d) == set(want), (d, want)
+    assert r.ping() is True
+
+
+def test_hello_2_setname(sluice, r):
+    c = sluice.client()
+    other = sluice.client()
+    try:
+        d = _as_dict(c.execute_command("HELLO", 2, "SETNAME", "foo"))
+        assert d[b"proto"] == 2
+        assert c.client_getname() == "foo"
+        assert other.client_getname() is None
+    finally:
+        c.close()
+        other.close()
+
+
+def test_hello_no_args_and_errors(sluice, ref, clean):
+    """HELLO without a version answers the RESP2 map; a bad version is an
+    error as in Redis."""
+    with sluice.raw() as c:
+        v = c.call("HELLO")
+        assert isinstance(v, list) and _as_dict(v)[b"proto"] == 2
+    script = [("HELLO", "abc"), ("HELLO", "1"), ("HELLO", "2", "BADOPT")]
+    out = []
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            out.append([c.call_raw(*cmd) for cmd in script])
+    for cmd, g, w in zip(script, *out):
+        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+
+
+def test_quit(sluice, r):
+    with sluice.raw() as c:
+        assert c.call("SET", "q", "1") == "OK"
+        assert c.call_raw("QUIT") == b"+OK\r\n"
+        data, closed = c.read_all_until_eof(5)
+        assert closed, "sluice did not close the connection after QUIT"
+        assert data == b""
+    # inline QUIT, with commands pipelined after it that must not run
+    with sluice.raw() as c:
+        c.send(b"QUIT\r\nSET q 2\r\n")
+        data, closed = c.read_all_until_eof(5)
+        assert closed
+        assert data == b"+OK\r\n", data
+    assert r.get("q") == b"1"
+
+
+def test_quit_redispy(sluice):
+    c = sluice.client()
+    assert c.execute_command("QUIT") in (True, b"OK", "OK")
+    c.close()
+
+
+def test_reset(sluice, ref, clean):
+    """RESET clears SELECT, name, MULTI and subscriptions, as in Redis."""
+    script = [("SELECT", "4"), ("CLIENT", "SETNAME", "x"), ("MULTI",), ("RESET",),
+              ("CLIENT", "GETNAME"), ("SET", "rk", "1"), ("SELECT", "4"), ("GET", "rk"),
+              ("SELECT", "0"), ("GET", "rk")]
+    out = []
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            res = [c.call_raw(*cmd) for cmd in script]
+            c.call("SUBSCRIBE", "chan")
+            res.append(c.call_raw("RESET"))
+            res.append(c.call_raw("GET", "rk"))
+            out.append(res)
+    assert out[0] == out[1]
