@@ -164,7 +164,8 @@ static void backend_internal_reply(struct request *req, struct evbuffer *src, si
 }
 
 int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
-                          request_reply_fn *on_reply, void *ctx)
+                          request_reply_fn *on_reply, void *ctx,
+                          void (*ctx_free)(struct request *req))
 {
     struct request *req;
     char err[64];
@@ -177,6 +178,7 @@ int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
     evbuffer_add_buffer(req->raw, bytes);
     req->on_reply = on_reply != NULL ? on_reply : backend_internal_reply;
     req->ctx = on_reply != NULL ? ctx : conn;
+    req->ctx_free = ctx_free;
     if (backend_send(conn, req, NULL, err, sizeof(err)) != 0) {
         request_free(req);
         return -1;
@@ -199,11 +201,11 @@ static void backend_send_prelude(struct backend_conn *conn)
             evbuffer_add_printf(buf, "*2\r\n$4\r\nAUTH\r\n");
         evbuffer_add_printf(buf, "$%zu\r\n%s\r\n", strlen(cfg->backend_password),
                             cfg->backend_password);
-        backend_send_internal(conn, buf, NULL, NULL);
+        backend_send_internal(conn, buf, NULL, NULL, NULL);
     }
     for (int i = 0; i < scripts_count(); i++) {
         scripts_write_load(buf, scripts_by_index(i));
-        backend_send_internal(conn, buf, NULL, NULL);
+        backend_send_internal(conn, buf, NULL, NULL, NULL);
     }
     evbuffer_free(buf);
 }

@@ -41,10 +41,12 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
                  char *err, size_t errlen);
 
 /* Send a request of sluice's own: the bytes of BYTES (moved out). ON_REPLY
- * (with CTX) gets the reply, or NULL: errors are logged. Returns 0, or -1
- * when CONN is down. */
+ * (with CTX) gets the reply, or NULL: errors are logged. CTX_FREE, when
+ * set, runs whenever the request is freed (also at once on failure, and at
+ * exit with the reply never come). Returns 0, or -1 when CONN is down. */
 int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
-                          request_reply_fn *on_reply, void *ctx);
+                          request_reply_fn *on_reply, void *ctx,
+                          void (*ctx_free)(struct request *req));
 
 /* ON: stream every later reply of CONN to its owner unpaired (pub/sub,
  * MONITOR). Off again after RESET. */

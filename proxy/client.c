@@ -3,7 +3,9 @@
  * request order. The one place a client connection is closed is
  * client_close().
  *
- *   socket -> input evbuffer -> reqparse -> request
+ *   socket -> input evbuffer -> reqparse -> request -> throttle (rules)
+ *      refused -> -THROTTLED in order; delayed -> held, client blocked
+ *      request -> lock verbs -> EVALSHA of lua/ scripts (lock.c)
  *      request -> local (PROXY, CLIENT SETNAME...) -> reply now
  *      request -> route -> backend conn (pool, or private when stateful)
  *   backend reply -> client_on_reply -> head of queue? write : hold
@@ -34,6 +36,7 @@
 #include "reply.h"
 #include "server.h"
 #include "stats.h"
+#include "throttle.h"
 
 #define CLIENT_ARGV_STACK 32
 /* libevent reads 16 KB a callback by default: large values want more. */
@@ -111,6 +114,7 @@ static void client_format_addr(struct client *c)
         port = ntohs(sin6->sin6_port);
     }
     snprintf(c->addr_text, sizeof(c->addr_text), "%s:%d", ip, port);
+    snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
 }
 
 void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
@@ -179,6 +183,7 @@ static void client_close(struct client *c)
     }
     request_free(orphan);
     lock_client_closed(c);
+    throttle_client_closed(c);
     if (c->waiting_on != NULL)
         backend_unwait(c->waiting_on, c);
     if (c->private_conn != NULL)
@@ -279,11 +284,26 @@ static void client_reply_error(struct client *c, struct request *req, const char
     client_complete(c, req);
 }
 
+/* Answer REQ (framed, not queued) with the error TEXT, in reply order;
+ * nothing is sent to Redis. Under CLIENT REPLY OFF/SKIP it gets no reply. */
+static void client_refuse(struct client *c, struct request *req, const char *text)
+{
+    if (req->flags & REQ_NOREPLY) {
+        request_free(req);
+        return;
+    }
+    client_enqueue(c, req);
+    client_reply_error(c, req, text);
+    client_check_output_limit(c);
+}
+
 /* Apply what a successful AUTH, HELLO or RESET changed on the session. */
 static void client_apply_session(struct client *c, struct request *req, int type)
 {
     if (type == REPLY_ERROR)
         return;
+    if (req->ok_user != NULL || req->ok_name != NULL || (req->flags & REQ_RESET))
+        throttle_client_changed(c);
     if (req->ok_user != NULL) {
         free(c->user);
         c->user = req->ok_user;
@@ -622,6 +642,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
 {
     struct sv stack_argv[CLIENT_ARGV_STACK], *argv;
     struct evbuffer *src = req->raw != NULL ? NULL : in;
+    struct throttle_decision decision;
     const char *base;
     int rc;
 
@@ -635,10 +656,48 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     else
         stats_count_unknown();
     client_reply_mode(c, req, req->argc, argv);
-    rc = client_dispatch(c, req, argv, src);
+    switch (throttle_admit(c, req, argv, &decision)) {
+    case THROTTLE_PASS:
+        rc = client_dispatch(c, req, argv, src);
+        break;
+    case THROTTLE_REJECT:
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse(c, req, decision.error);
+        rc = c->closing ? -1 : 0;
+        break;
+    case THROTTLE_HOLD:
+    default:
+        if (src != NULL)
+            request_take_raw(req, src);
+        client_block(c);
+        throttle_hold(c, req, &decision);
+        rc = 0;   /* the loop stops while blocked: it may be released already */
+        break;
+    }
     if (argv != stack_argv)
         free(argv);
     return rc;
+}
+
+void client_release_held(struct client *c, struct request *req, const char *error)
+{
+    struct sv stack_argv[CLIENT_ARGV_STACK], *argv;
+
+    client_enter(c);
+    c->flags &= ~(unsigned)CLIENT_BLOCKED;
+    if (error != NULL) {
+        client_refuse(c, req, error);
+    } else {
+        argv = client_argv(req, (const char *)evbuffer_pullup(req->raw, -1), stack_argv);
+        client_dispatch(c, req, argv, NULL);
+        if (argv != stack_argv)
+            free(argv);
+    }
+    /* The held request may block the client again (a LOCK that waits). */
+    if (!(c->flags & CLIENT_BLOCKED))
+        client_process_input(c);
+    client_leave(c);
 }
 
 /* Answer a protocol error the way Redis does, then close once written. */

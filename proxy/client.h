@@ -15,6 +15,8 @@ struct backend_conn;
 struct event_base;
 struct config;
 struct lock_client;
+struct limiter_client;
+struct throttle_hold;
 
 enum client_flag {
     CLIENT_CLOSE_AFTER_REPLY = 1 << 0, /* answer what is pending, then close */
@@ -44,9 +46,12 @@ struct client {
     uint64_t last_active_ms;
     struct sockaddr_storage addr;
     char addr_text[64];                 /* "ip:port" */
+    char ip_text[INET6_ADDRSTRLEN];     /* "ip", what rules match */
     char *name;                         /* CLIENT SETNAME, NULL when none */
     char *user;                         /* last successful AUTH user, "default" */
     struct lock_client *locks;          /* locks it holds (lock.c owns this) */
+    struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
+    struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
     TAILQ_ENTRY(client) link;           /* in the list of all clients */
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
 };
@@ -70,6 +75,11 @@ void client_forward(struct client *c, struct request *req);
 /* REQ (in C's queue) has its reply in req->reply: write it in order.
  * Returns -1 when C was closed meanwhile (over its output limit). */
 int client_answer(struct client *c, struct request *req);
+
+/* REQ, held back by the rules (client blocked meanwhile), may go on:
+ * answered with the error ERROR, or dispatched when ERROR is NULL. Then
+ * C reads on. */
+void client_release_held(struct client *c, struct request *req, const char *error);
 
 /* Stop or resume reading commands of C while a LOCK waits. */
 void client_block(struct client *c);

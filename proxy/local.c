@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <ctype.h>
 
 #include "backend.h"
 #include "client.h"
@@ -15,6 +16,7 @@
 #include "request.h"
 #include "server.h"
 #include "stats.h"
+#include "throttle.h"
 
 typedef void local_handler(struct client *c, int argc, const struct sv *argv,
                            struct evbuffer *out);
@@ -115,6 +117,7 @@ static void local_client_setname(struct client *c, int argc, const struct sv *ar
     }
     free(c->name);
     c->name = argv[2].len > 0 ? strndup(argv[2].ptr, argv[2].len) : NULL;
+    throttle_client_changed(c);
     reply_status(out, "OK");
 }
 
@@ -153,6 +156,11 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
     reply_error(out, "-NOPROTO sorry, this protocol version is not supported");
 }
 
+static void local_proxy_ping(struct evbuffer *out)
+{
+    reply_status(out, "PONG");
+}
+
 static void local_proxy_info(struct evbuffer *out)
 {
     struct evbuffer *text = evbuffer_new();
@@ -166,33 +174,77 @@ static void local_proxy_info(struct evbuffer *out)
     stats_write_info(text);
     evbuffer_add_printf(text, "\r\n# Backends\r\n");
     backend_write_info(text);
+    evbuffer_add_printf(text, "\r\n# Rules\r\nrules_file:%s\r\n",
+                        server.cfg.rules != NULL ? server.cfg.rules : "");
+    limiter_write_info(text);
     evbuffer_add_printf(out, "$%zu\r\n", evbuffer_get_length(text));
     evbuffer_add_buffer(out, text);
     evbuffer_add(out, "\r\n", 2);
     evbuffer_free(text);
 }
 
+static void local_proxy_rules(struct evbuffer *out)
+{
+    limiter_write_rules(out);
+}
+
+/* Re-read the rule file; a bad one changes nothing and its first error
+ * (FILE:LINE: message) is the reply. */
+static void local_proxy_reload(struct evbuffer *out)
+{
+    struct errlist errs = {0};
+    char first[512];
+
+    if (throttle_reload(&errs) == 0) {
+        reply_status(out, "OK");
+    } else {
+        errlist_first(&errs, first, sizeof(first));
+        reply_error(out, "rules not reloaded: %s", first);
+    }
+    errlist_free(&errs);
+}
+
+static void local_proxy_help(struct evbuffer *out);
+
+/* PROXY subcommands: name, handler, help line. */
+static const struct {
+    const char *name;
+    void (*run)(struct evbuffer *out);
+    const char *help;
+} local_proxy_subcommands[] = {
+    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis)."},
+    {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules."},
+    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters."},
+    {"reload", local_proxy_reload, "    Read the rule file again (a bad file changes nothing)."},
+    {"help", local_proxy_help, "    Print this help."},
+};
+#define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))
+
+static void local_proxy_help(struct evbuffer *out)
+{
+    char upper[16];
+
+    reply_array_header(out, 1 + 2 * LOCAL_PROXY_COUNT);
+    reply_status(out, "PROXY <subcommand>. Subcommands are:");
+    for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
+        size_t n = strlen(local_proxy_subcommands[i].name);
+        for (size_t k = 0; k <= n && k < sizeof(upper); k++)
+            upper[k] = (char)toupper((unsigned char)local_proxy_subcommands[i].name[k]);
+        reply_status(out, upper);
+        reply_status(out, local_proxy_subcommands[i].help);
+    }
+}
+
 static void local_proxy(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
-    static const char *const help[] = {
-        "PROXY <subcommand> [<arg> ...]. Subcommands are:",
-        "PING", "    Return PONG from sluice itself (not from Redis).",
-        "INFO", "    Counters and states of sluice, its clients and backends.",
-        "HELP", "    Print this help.",
-    };
-
     (void)c;
-    if (argc == 2 && sv_ieq(argv[1], "ping")) {
-        reply_status(out, "PONG");
-    } else if (argc == 2 && sv_ieq(argv[1], "info")) {
-        local_proxy_info(out);
-    } else if (argc == 2 && sv_ieq(argv[1], "help")) {
-        reply_array_header(out, (long long)(sizeof(help) / sizeof(help[0])));
-        for (size_t i = 0; i < sizeof(help) / sizeof(help[0]); i++)
-            reply_status(out, help[i]);
-    } else {
-        int n = argv[1].len < 128 ? (int)argv[1].len : 128;
-        reply_error(out, "unknown subcommand or wrong number of arguments for '%.*s'. "
-                         "Try PROXY HELP.", n, argv[1].ptr);
+    for (int i = 0; i < LOCAL_PROXY_COUNT && argc == 2; i++) {
+        if (sv_ieq(argv[1], local_proxy_subcommands[i].name)) {
+            local_proxy_subcommands[i].run(out);
+            return;
+        }
     }
+    int n = argv[1].len < 128 ? (int)argv[1].len : 128;
+    reply_error(out, "unknown subcommand or wrong number of arguments for '%.*s'. "
+                     "Try PROXY HELP.", n, argv[1].ptr);
 }

@@ -248,7 +248,7 @@ static void lock_send_internal(const struct script *s, const char *key, size_t k
     struct backend_conn *conn = backend_pool_conn(router_node_for_key(key, keylen), 0);
 
     scripts_write_eval(buf, s, 1, keys, argc, args);
-    if (backend_send_internal(conn, buf, on_reply, ctx) != 0) {
+    if (backend_send_internal(conn, buf, on_reply, ctx, NULL) != 0) {
         log_info("lock: could not send %s for '%.*s': backend down", s->name, (int)keylen, key);
         if (on_reply != NULL)
             free(ctx);

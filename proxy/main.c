@@ -21,6 +21,7 @@
 #include "log.h"
 #include "server.h"
 #include "stats.h"
+#include "throttle.h"
 
 #define MAIN_DEFAULT_CONFIG "conf/sluice.ini"
 #define MAIN_TICK_MS 100
@@ -39,11 +40,15 @@ static void main_usage(FILE *out)
             MAIN_DEFAULT_CONFIG);
 }
 
-/* Load and check the config; print every error. Returns 0 when usable. */
+/* Load and check the config and the rule file it names; print every
+ * error. Returns 0 when usable. */
 static int main_load_config(const char *path)
 {
     struct errlist errs = {0};
     int rc = config_load(path, &server.cfg, &errs);
+
+    if (rc == 0 && server.cfg.rules != NULL)
+        rc = limiter_check(server.cfg.rules, &errs);
 
     if (errs.text != NULL)
         fputs(errs.text, stderr);
@@ -83,8 +88,13 @@ static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     (void)arg;
-    if (sig == SIGINT || sig == SIGTERM)
+    if (sig == SIGINT || sig == SIGTERM) {
         main_begin_shutdown();
+    } else if (sig == SIGHUP) {
+        struct errlist errs = {0};
+        throttle_reload(&errs);
+        errlist_free(&errs);
+    }
 }
 
 static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -95,6 +105,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     (void)arg;
     client_cron(now);
+    throttle_cron();
     if (!server.shutting_down)
         return;
     if (client_count() == 0 || now >= main_shutdown_deadline_ms) {
@@ -106,7 +117,8 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
 
 static int main_run(void)
 {
-    struct event *sigint, *sigterm, *tick;
+    struct errlist errs = {0};
+    struct event *sigint, *sigterm, *sighup, *tick;
     struct timeval tick_tv = {0, MAIN_TICK_MS * 1000};
     char err[256];
 
@@ -114,13 +126,17 @@ static int main_run(void)
     main_raise_fd_limit(server.cfg.maxclients + 64 + server.cfg.backend_connections);
     server.base = event_base_new();
     server.start_time = time(NULL);
-    commands_init();
     if (scripts_init() != 0 || lock_init() != 0) {
         log_warning("a Lua script is missing from the build");
         return 1;
     }
     stats_init();
     local_init();
+    if (throttle_init(server.cfg.rules, &errs) != 0) {
+        log_warning("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
+        errlist_free(&errs);
+        return 1;
+    }
     client_module_init(server.base, &server.cfg);
     if (backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
         listener_start(server.base, &server.cfg, err, sizeof(err)) != 0) {
@@ -129,9 +145,11 @@ static int main_run(void)
     }
     sigint = evsignal_new(server.base, SIGINT, main_signal_cb, NULL);
     sigterm = evsignal_new(server.base, SIGTERM, main_signal_cb, NULL);
+    sighup = evsignal_new(server.base, SIGHUP, main_signal_cb, NULL);
     tick = event_new(server.base, -1, EV_PERSIST, main_tick_cb, NULL);
     evsignal_add(sigint, NULL);
     evsignal_add(sigterm, NULL);
+    evsignal_add(sighup, NULL);
     evtimer_add(tick, &tick_tv);
     log_notice("sluice %s started, pid %d, backend %s", SLUICE_VERSION, (int)getpid(),
                server.cfg.backend);
@@ -140,7 +158,9 @@ static int main_run(void)
     listener_stop();
     client_free_all();
     backend_free_all();
+    throttle_shutdown();
     event_free(sigint);
+    event_free(sighup);
     event_free(sigterm);
     event_free(tick);
     event_base_free(server.base);
@@ -166,6 +186,7 @@ int main(int argc, char **argv)
         main_usage(stderr);
         return 1;
     }
+    commands_init();   /* the rule file names commands */
     if (main_load_config(config_path) != 0) {
         config_free(&server.cfg);
         return 1;

@@ -1,0 +1,353 @@
+/* throttle.c - owns what the rate-limit rules do to a client's requests:
+ * the -THROTTLED refusal, requests held back for action = delay, and the
+ * questions to Redis about shared buckets (lua/bucket.lua).
+ *
+ *   client_handle -> throttle_admit -> limiter_admit (local buckets)
+ *        PASS    -> client_dispatch, as if there were no rules
+ *        REJECT  -> -THROTTLED rule NAME retry_after_ms=N, in reply order
+ *        HOLD    -> throttle_hold: client blocked, request kept
+ *                     shared rules: EVALSHA bucket per rule -> settle
+ *                     delay: timer -> client_release_held -> dispatch
+ */
+#include "throttle.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend.h"
+#include "client.h"
+#include "commands.h"
+#include "errlist.h"
+#include "log.h"
+#include "reply.h"
+#include "request.h"
+#include "router.h"
+#include "scripts.h"
+#include "server.h"
+#include "stats.h"
+
+/* A request held back: by a delay, or until Redis answers about shared
+ * buckets. Lives until both its timer has fired (or was never needed)
+ * and every question is answered, even when its client goes first. */
+struct throttle_hold {
+    struct client *c;           /* NULL once the client has gone */
+    struct request *req;        /* owned here until released */
+    struct event *timer;
+    int asks_pending;
+    uint64_t wait_us;           /* the longest wait any rule asked for */
+    int rejected;
+    char error[192];
+};
+
+/* One question about a shared bucket, the ctx of its internal request. */
+struct throttle_ask {
+    struct throttle_hold *hold; /* NULL: a dry-run rule, nobody waits */
+    struct limiter_shared_ask ask;
+    int sent_as_eval;           /* NOSCRIPT was answered once already */
+    int answered;               /* else it counts as let through (fail open) */
+};
+
+static const struct script *throttle_bucket_script;
+static uint64_t throttle_last_cron_us;
+
+static uint64_t throttle_now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void throttle_log_errors(const struct errlist *errs)
+{
+    const char *p = errs->text;
+
+    while (p != NULL && *p != '\0') {
+        const char *nl = strchr(p, '\n');
+        int n = nl != NULL ? (int)(nl - p) : (int)strlen(p);
+        log_warning("%.*s", n, p);
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+}
+
+int throttle_init(const char *path, struct errlist *errs)
+{
+    throttle_bucket_script = scripts_find("bucket");
+    if (limiter_load(path, errs) != 0)
+        return -1;
+    if (path != NULL)
+        log_notice("rules loaded from %s", path);
+    return 0;
+}
+
+int throttle_reload(struct errlist *errs)
+{
+    const char *path = server.cfg.rules;
+
+    if (limiter_load(path, errs) != 0) {
+        log_warning("rules not reloaded; the old rules stay:");
+        throttle_log_errors(errs);
+        return -1;
+    }
+    log_notice("rules reloaded from %s", path != NULL ? path : "(none)");
+    return 0;
+}
+
+static void throttle_reject_text(char *out, size_t size, const char *rule, uint64_t wait_us)
+{
+    uint64_t ms = (wait_us + 999) / 1000;
+
+    snprintf(out, size, "-THROTTLED rule %s retry_after_ms=%llu", rule,
+             (unsigned long long)(ms > 0 ? ms : 1));
+}
+
+/* Requests the rules never see: sluice's own PROXY command (operators
+ * must reach it), QUIT, and everything a pub/sub client sends. */
+static int throttle_exempt(const struct client *c, const struct request *req,
+                           const struct sv *argv)
+{
+    if (c->flags & CLIENT_PASSTHROUGH)
+        return 1;
+    if (req->cmd == NULL)
+        return req->argc > 0 && sv_ieq(argv[0], "proxy");
+    return strcmp(req->cmd->name, "quit") == 0;
+}
+
+static void throttle_send_ask(struct throttle_ask *a);
+
+enum throttle_verdict throttle_admit(struct client *c, struct request *req,
+                                     const struct sv *argv, struct throttle_decision *out)
+{
+    struct limiter_decision *d = &out->limits;
+    struct limiter_identity who;
+    int enforce = 0;
+
+    if (!limiter_active() || throttle_exempt(c, req, argv))
+        return THROTTLE_PASS;
+    who.addr = (const struct sockaddr *)&c->addr;
+    who.ip = c->ip_text;
+    who.user = c->user;
+    who.name = c->name;
+    who.client_id = c->id;
+    limiter_admit(&c->limiter, &who, req->cmd, argv, req->argc, throttle_now_us(), d);
+    switch (d->verdict) {
+    case LIMITER_PASS: return THROTTLE_PASS;
+    case LIMITER_DELAY: return THROTTLE_HOLD;
+    case LIMITER_REJECT:
+        throttle_reject_text(out->error, sizeof(out->error), d->rule_name, d->wait_us);
+        return THROTTLE_REJECT;
+    case LIMITER_ASK: break;
+    }
+    /* Dry-run rules only count: ask about them without waiting. */
+    for (int i = 0; i < d->ask_count; i++) {
+        if (!d->ask[i].dryrun) {
+            d->ask[enforce++] = d->ask[i];
+            continue;
+        }
+        struct throttle_ask *a = calloc(1, sizeof(*a));
+        a->ask = d->ask[i];
+        throttle_send_ask(a);
+    }
+    d->ask_count = enforce;
+    return enforce > 0 || d->wait_us > 0 ? THROTTLE_HOLD : THROTTLE_PASS;
+}
+
+static void throttle_hold_free(struct throttle_hold *h)
+{
+    if (h->timer != NULL)
+        event_free(h->timer);
+    request_free(h->req);
+    free(h);
+}
+
+/* Give the held request back to its client: to be answered with ERROR,
+ * or run when ERROR is NULL. */
+static void throttle_release(struct throttle_hold *h, const char *error)
+{
+    struct client *c = h->c;
+    struct request *req = h->req;
+    char text[sizeof(h->error)];
+
+    if (error != NULL)
+        snprintf(text, sizeof(text), "%s", error);   /* it may be h->error */
+    h->req = NULL;
+    c->throttle_hold = NULL;
+    throttle_hold_free(h);
+    client_release_held(c, req, error != NULL ? text : NULL);
+}
+
+static void throttle_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    throttle_release(arg, NULL);
+}
+
+/* Every answer is in: refuse, wait, or go. */
+static void throttle_settle(struct throttle_hold *h)
+{
+    struct timeval tv;
+
+    if (h->c == NULL) {
+        throttle_hold_free(h);
+        return;
+    }
+    if (h->rejected) {
+        throttle_release(h, h->error);
+        return;
+    }
+    if (h->wait_us == 0) {
+        throttle_release(h, NULL);
+        return;
+    }
+    tv.tv_sec = (time_t)(h->wait_us / 1000000);
+    tv.tv_usec = (suseconds_t)(h->wait_us % 1000000);
+    h->timer = evtimer_new(server.base, throttle_timer_cb, h);
+    evtimer_add(h->timer, &tv);
+}
+
+/* The ask's request is freed: one answer fewer to wait for. */
+static void throttle_ask_free(struct request *req)
+{
+    struct throttle_ask *a = req->ctx;
+    struct throttle_hold *h = a->hold;
+
+    if (!a->answered) {
+        log_info("rule %s: shared bucket not asked (backend down); let through",
+                 a->ask.rule_name);
+        limiter_shared_done(&a->ask, -1, 0);
+    }
+    free(a);
+    req->ctx = NULL;
+    if (h != NULL && --h->asks_pending == 0)
+        throttle_settle(h);
+}
+
+/* Redis's answer {allowed, wait_us, tokens} about A's bucket, or an error:
+ * then the request goes through (fail open). */
+static void throttle_ask_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct throttle_ask *a = req->ctx;
+    struct throttle_hold *h = a->hold;
+    long long v[3] = {0, 0, 0};
+    char buf[128];
+    size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
+
+    evbuffer_copyout(src, buf, n);
+    buf[n] = '\0';
+    evbuffer_drain(src, len);
+    a->answered = 1;
+    if (type == REPLY_ERROR && strncmp(buf, "-NOSCRIPT", 9) == 0 && !a->sent_as_eval) {
+        struct throttle_ask *again = malloc(sizeof(*again));
+        *again = *a;
+        again->sent_as_eval = 1;
+        again->answered = 0;
+        if (h != NULL)
+            h->asks_pending++;
+        throttle_send_ask(again);
+    } else if (type != REPLY_ARRAY || reply_parse_ints(buf, n, v, 3) < 2) {
+        log_info("rule %s: shared bucket not asked (%.*s); let through", a->ask.rule_name,
+                 (int)strcspn(buf, "\r\n"), buf);
+        limiter_shared_done(&a->ask, -1, 0);
+    } else {
+        limiter_shared_done(&a->ask, (int)v[0], (uint64_t)v[1]);
+        if (h != NULL && v[0] == 0 && !h->rejected) {
+            h->rejected = 1;
+            throttle_reject_text(h->error, sizeof(h->error), a->ask.rule_name, (uint64_t)v[1]);
+        } else if (h != NULL && (uint64_t)v[1] > h->wait_us && v[0] == 1) {
+            h->wait_us = (uint64_t)v[1];
+        }
+    }
+    request_free(req);
+}
+
+static void throttle_fmt_double(char *out, size_t size, double v)
+{
+    snprintf(out, size, "%.17g", v);
+}
+
+/* Send A's question: EVALSHA bucket (EVAL after NOSCRIPT), routed by the
+ * bucket key's slot. A takes part in its hold's count already. */
+static void throttle_send_ask(struct throttle_ask *a)
+{
+    char rate[32], burst[32], wait[24];
+    struct sv keys[1] = {{a->ask.key, strlen(a->ask.key)}};
+    struct sv args[4];
+    struct evbuffer *buf = evbuffer_new();
+    struct backend_conn *conn = backend_pool_conn(router_node_for_key(keys[0].ptr, keys[0].len), 0);
+
+    throttle_fmt_double(rate, sizeof(rate), a->ask.rate_per_s);
+    throttle_fmt_double(burst, sizeof(burst), a->ask.burst);
+    snprintf(wait, sizeof(wait), "%llu", (unsigned long long)a->ask.max_wait_us);
+    args[0] = (struct sv){rate, strlen(rate)};
+    args[1] = (struct sv){burst, strlen(burst)};
+    args[2] = (struct sv){"1", 1};
+    args[3] = (struct sv){wait, strlen(wait)};
+    if (a->sent_as_eval)
+        scripts_write_eval(buf, throttle_bucket_script, 1, keys, 4, args);
+    else
+        scripts_write_evalsha(buf, throttle_bucket_script, 1, keys, 4, args);
+    /* On failure the request is freed at once, and with it A (fail open). */
+    backend_send_internal(conn, buf, throttle_ask_reply, a, throttle_ask_free);
+    evbuffer_free(buf);
+}
+
+void throttle_hold(struct client *c, struct request *req, const struct throttle_decision *d)
+{
+    struct throttle_hold *h = calloc(1, sizeof(*h));
+
+    h->c = c;
+    h->req = req;
+    h->wait_us = d->limits.wait_us;
+    c->throttle_hold = h;
+    /* Counted before any is sent: a failed send settles at once. */
+    h->asks_pending = d->limits.ask_count + 1;
+    for (int i = 0; i < d->limits.ask_count; i++) {
+        struct throttle_ask *a = calloc(1, sizeof(*a));
+        a->hold = h;
+        a->ask = d->limits.ask[i];
+        throttle_send_ask(a);
+    }
+    if (--h->asks_pending == 0)
+        throttle_settle(h);
+}
+
+void throttle_client_closed(struct client *c)
+{
+    struct throttle_hold *h = c->throttle_hold;
+
+    limiter_client_free(c->limiter);
+    c->limiter = NULL;
+    c->throttle_hold = NULL;
+    if (h == NULL)
+        return;
+    h->c = NULL;
+    if (h->asks_pending == 0)
+        throttle_hold_free(h);   /* it was waiting on its timer only */
+}
+
+void throttle_client_changed(struct client *c)
+{
+    limiter_client_changed(c->limiter);
+}
+
+void throttle_cron(void)
+{
+    uint64_t now = throttle_now_us();
+
+    if (now - throttle_last_cron_us < 1000000)
+        return;
+    throttle_last_cron_us = now;
+    limiter_cron(now);
+}
+
+void throttle_shutdown(void)
+{
+    struct errlist errs = {0};
+
+    limiter_load(NULL, &errs);
+    errlist_free(&errs);
+}

@@ -1,0 +1,57 @@
+/* throttle.h - applies the rate-limit rules (rules/limiter) to a client's
+ * requests: lets them through, refuses them (-THROTTLED), holds them back
+ * (action = delay), or asks Redis about shared buckets first. */
+#ifndef SLUICE_THROTTLE_H
+#define SLUICE_THROTTLE_H
+
+#include <stddef.h>
+
+#include "limiter.h"
+#include "sv.h"
+
+struct client;
+struct request;
+struct errlist;
+
+enum throttle_verdict {
+    THROTTLE_PASS,    /* dispatch it now */
+    THROTTLE_REJECT,  /* answer it with the error in throttle_decision.error */
+    THROTTLE_HOLD,    /* hand it to throttle_hold: it waits (delay or Redis) */
+};
+
+struct throttle_decision {
+    struct limiter_decision limits;
+    char error[192];  /* REJECT: "-THROTTLED rule NAME retry_after_ms=N" */
+};
+
+/* Load the rule file of the config at start-up (PATH may be NULL: no
+ * rules). Returns 0, or -1 with every error in ERRS. */
+int throttle_init(const char *path, struct errlist *errs);
+
+/* SIGHUP / PROXY RELOAD: read the rule file again. A bad file changes
+ * nothing; its errors are logged and copied into ERRS. Returns 0 or -1. */
+int throttle_reload(struct errlist *errs);
+
+/* Decide for REQ of C (framed, not yet queued), whose arguments are ARGV.
+ * Never takes REQ. */
+enum throttle_verdict throttle_admit(struct client *c, struct request *req,
+                                     const struct sv *argv, struct throttle_decision *out);
+
+/* Take REQ (which owns its bytes: req->raw) until it may go: C is blocked
+ * meanwhile, and client_release_held gets REQ back, with the error to
+ * answer or NULL to dispatch it. */
+void throttle_hold(struct client *c, struct request *req, const struct throttle_decision *d);
+
+/* C is closing: drop its held request and its limiter state. */
+void throttle_client_closed(struct client *c);
+
+/* C's user or name changed: its rules are matched again. */
+void throttle_client_changed(struct client *c);
+
+/* Periodic work: forget idle per-ip/user/name buckets. */
+void throttle_cron(void);
+
+/* Free the rule set at exit. */
+void throttle_shutdown(void);
+
+#endif

@@ -1,0 +1,445 @@
+/* limiter.c - owns the live rule set, the state kept per rule (counters,
+ * buckets) across reloads, and the admission decision for a request.
+ *
+ *   request -> client's candidate rules (ip/user/name matched once)
+ *           -> rules_command_matches -> bucket per client/ip/user/name/rule
+ *           -> every enforce rule has a token? take one from each : refuse
+ */
+#include "limiter.h"
+
+#include <event2/buffer.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bucket.h"
+#include "log.h"
+#include "rules.h"
+
+#define LIMITER_KEYED_CHAINS 256
+#define LIMITER_DRYRUN_LOG_EVERY_US 1000000
+
+/* A bucket of one ip, user or name, for a rule with per = ip/user/name. */
+struct keyed_bucket {
+    struct keyed_bucket *next;
+    struct bucket bucket;
+    char key[];
+};
+
+/* What a rule keeps while it lives, carried over a reload when the rule
+ * is unchanged. */
+struct rule_state {
+    uint64_t id;
+    const struct rule *rule;          /* in the live set */
+    uint64_t matched, admitted, rejected, delayed, dryrun_hits, fail_open;
+    struct bucket bucket;             /* per = rule */
+    struct keyed_bucket *keyed[LIMITER_KEYED_CHAINS];
+    uint64_t last_dryrun_log_us;
+};
+
+struct limiter_entry {
+    uint64_t state_id;
+    struct rule_state *state;
+    struct bucket bucket;             /* per = client */
+};
+
+struct limiter_client {
+    uint64_t generation;              /* of the set its entries were made for */
+    int count;
+    struct limiter_entry *entries;    /* the rules its ip/user/name match */
+};
+
+static struct rule_set *limiter_set;
+static struct rule_state **limiter_states;   /* one per rule of limiter_set */
+static uint64_t limiter_generation = 1;
+static uint64_t limiter_next_state_id = 1;
+
+static unsigned limiter_hash(const char *s)
+{
+    unsigned h = 2166136261u;
+
+    while (*s != '\0')
+        h = (h ^ (unsigned char)*s++) * 16777619u;
+    return h % LIMITER_KEYED_CHAINS;
+}
+
+static struct bucket *limiter_keyed(struct rule_state *st, const char *key)
+{
+    struct keyed_bucket **chain = &st->keyed[limiter_hash(key)], *kb;
+    size_t len = strlen(key);
+
+    for (kb = *chain; kb != NULL; kb = kb->next) {
+        if (strcmp(kb->key, key) == 0)
+            return &kb->bucket;
+    }
+    kb = malloc(sizeof(*kb) + len + 1);
+    memcpy(kb->key, key, len + 1);
+    bucket_init(&kb->bucket, st->rule->burst);
+    kb->next = *chain;
+    *chain = kb;
+    return &kb->bucket;
+}
+
+static void limiter_state_free(struct rule_state *st)
+{
+    for (int i = 0; i < LIMITER_KEYED_CHAINS; i++) {
+        while (st->keyed[i] != NULL) {
+            struct keyed_bucket *next = st->keyed[i]->next;
+            free(st->keyed[i]);
+            st->keyed[i] = next;
+        }
+    }
+    free(st);
+}
+
+int limiter_active(void)
+{
+    return limiter_set != NULL && rules_count(limiter_set) > 0;
+}
+
+int limiter_check(const char *path, struct errlist *errs)
+{
+    struct rule_set *rs = rules_load(path, errs);
+
+    if (rs == NULL)
+        return -1;
+    rules_free(rs);
+    return 0;
+}
+
+/* The state for NEW: the old one of an unchanged rule, else a fresh one. */
+static struct rule_state *limiter_carry_over(const struct rule *new_rule, struct rule_state **old,
+                                             int old_count)
+{
+    struct rule_state *st;
+
+    for (int i = 0; i < old_count; i++) {
+        if (old[i] != NULL && rules_same_params(old[i]->rule, new_rule)) {
+            st = old[i];
+            old[i] = NULL;
+            st->rule = new_rule;
+            return st;
+        }
+    }
+    st = calloc(1, sizeof(*st));
+    st->id = limiter_next_state_id++;
+    st->rule = new_rule;
+    bucket_init(&st->bucket, new_rule->burst);
+    return st;
+}
+
+int limiter_load(const char *path, struct errlist *errs)
+{
+    struct rule_set *rs = NULL;
+    struct rule_state **states = NULL;
+    int old_count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+    int count = 0;
+
+    if (path != NULL) {
+        rs = rules_load(path, errs);
+        if (rs == NULL)
+            return -1;
+        count = rules_count(rs);
+    }
+    states = calloc((size_t)count + 1, sizeof(*states));
+    for (int i = 0; i < count; i++)
+        states[i] = limiter_carry_over(rules_get(rs, i), limiter_states, old_count);
+    for (int i = 0; i < old_count; i++) {
+        if (limiter_states[i] != NULL)
+            limiter_state_free(limiter_states[i]);
+    }
+    free(limiter_states);
+    rules_free(limiter_set);
+    limiter_set = rs;
+    limiter_states = states;
+    limiter_generation++;
+    return 0;
+}
+
+/* Match the client's ip/user/name against every rule again, keeping the
+ * per-client buckets of rules that stay. */
+static void limiter_client_refresh(struct limiter_client *lc, const struct limiter_identity *who)
+{
+    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+    struct limiter_entry *entries = calloc((size_t)count + 1, sizeof(*entries));
+    int n = 0;
+
+    for (int i = 0; i < count; i++) {
+        struct rule_state *st = limiter_states[i];
+        if (!rules_client_matches(st->rule, who->addr, who->user, who->name))
+            continue;
+        entries[n].state = st;
+        entries[n].state_id = st->id;
+        bucket_init(&entries[n].bucket, st->rule->burst);
+        for (int j = 0; j < lc->count; j++) {
+            if (lc->entries[j].state_id == st->id)
+                entries[n].bucket = lc->entries[j].bucket;
+        }
+        n++;
+    }
+    free(lc->entries);
+    lc->entries = entries;
+    lc->count = n;
+    lc->generation = limiter_generation;
+}
+
+void limiter_client_changed(struct limiter_client *lc)
+{
+    if (lc != NULL)
+        lc->generation = 0;
+}
+
+void limiter_client_free(struct limiter_client *lc)
+{
+    if (lc == NULL)
+        return;
+    free(lc->entries);
+    free(lc);
+}
+
+static struct bucket *limiter_bucket(struct limiter_entry *e, const struct limiter_identity *who)
+{
+    struct rule_state *st = e->state;
+
+    switch (st->rule->per) {
+    case RULE_PER_CLIENT: return &e->bucket;
+    case RULE_PER_IP: return limiter_keyed(st, who->ip != NULL ? who->ip : "");
+    case RULE_PER_USER: return limiter_keyed(st, who->user != NULL ? who->user : "default");
+    case RULE_PER_NAME: return limiter_keyed(st, who->name != NULL ? who->name : "");
+    case RULE_PER_RULE: break;
+    }
+    return &st->bucket;
+}
+
+static void limiter_dryrun_hit(struct rule_state *st, uint64_t now_us, uint64_t wait_us)
+{
+    st->dryrun_hits++;
+    if (now_us - st->last_dryrun_log_us < LIMITER_DRYRUN_LOG_EVERY_US)
+        return;
+    st->last_dryrun_log_us = now_us;
+    log_notice("rule %s (dryrun) would have %s a request (%llu so far)", st->rule->name,
+               st->rule->action == RULE_ACTION_DELAY && wait_us <= st->rule->max_delay_us
+                   ? "delayed" : "rejected",
+               (unsigned long long)st->dryrun_hits);
+}
+
+/* The shared bucket key of rule ST for WHO, in one hash slot per rule. */
+static void limiter_shared_key(const struct rule_state *st, const struct limiter_identity *who,
+                               char *out, size_t size)
+{
+    const struct rule *r = st->rule;
+
+    switch (r->per) {
+    case RULE_PER_CLIENT:
+        snprintf(out, size, "sluice:bucket:{%s}:client:%d:%llu", r->name, (int)getpid(),
+                 (unsigned long long)who->client_id);
+        break;
+    case RULE_PER_IP: snprintf(out, size, "sluice:bucket:{%s}:ip:%s", r->name, who->ip); break;
+    case RULE_PER_USER:
+        snprintf(out, size, "sluice:bucket:{%s}:user:%s", r->name, who->user ? who->user : "default");
+        break;
+    case RULE_PER_NAME:
+        snprintf(out, size, "sluice:bucket:{%s}:name:%s", r->name, who->name ? who->name : "");
+        break;
+    case RULE_PER_RULE: snprintf(out, size, "sluice:bucket:{%s}", r->name); break;
+    }
+}
+
+struct limiter_match {
+    struct rule_state *st;
+    struct bucket *bucket;
+    uint64_t wait_us;
+};
+
+static void limiter_reject(struct limiter_decision *out, const struct rule_state *st, uint64_t wait_us)
+{
+    out->verdict = LIMITER_REJECT;
+    out->wait_us = wait_us;
+    snprintf(out->rule_name, sizeof(out->rule_name), "%s", st->rule->name);
+}
+
+/* Decide over the local enforce rules in M (N of them). */
+static void limiter_decide(struct limiter_match *m, int n, struct limiter_decision *out)
+{
+    uint64_t delay = 0;
+
+    for (int i = 0; i < n; i++) {
+        const struct rule *r = m[i].st->rule;
+        int too_long = r->action == RULE_ACTION_REJECT ? m[i].wait_us > 0
+                                                       : m[i].wait_us > r->max_delay_us;
+        if (too_long) {
+            limiter_reject(out, m[i].st, m[i].wait_us);
+            m[i].st->rejected++;
+            return;
+        }
+        if (m[i].wait_us > delay)
+            delay = m[i].wait_us;
+    }
+    /* Every rule admits: each gives a token (delay rules may go into debt,
+     * so the next request waits one interval longer). */
+    for (int i = 0; i < n; i++) {
+        bucket_take(m[i].bucket);
+        if (m[i].wait_us > 0)
+            m[i].st->delayed++;
+        else
+            m[i].st->admitted++;
+    }
+    out->verdict = delay > 0 ? LIMITER_DELAY : LIMITER_PASS;
+    out->wait_us = delay;
+}
+
+void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *who,
+                   const struct command *cmd, const struct sv *argv, int argc,
+                   uint64_t now_us, struct limiter_decision *out)
+{
+    struct limiter_client *lc = *lcp;
+    struct limiter_match m[16];
+    int n = 0;
+
+    out->verdict = LIMITER_PASS;
+    out->wait_us = 0;
+    out->ask_count = 0;
+    if (limiter_set == NULL)
+        return;
+    if (lc == NULL)
+        lc = *lcp = calloc(1, sizeof(*lc));
+    if (lc->generation != limiter_generation)
+        limiter_client_refresh(lc, who);
+    for (int i = 0; i < lc->count; i++) {
+        struct limiter_entry *e = &lc->entries[i];
+        struct rule_state *st = e->state;
+        const struct rule *r = st->rule;
+        if (!rules_command_matches(r, cmd, argv, argc))
+            continue;
+        st->matched++;
+        if (r->scope == RULE_SCOPE_SHARED) {
+            if (out->ask_count < LIMITER_MAX_SHARED) {
+                struct limiter_shared_ask *a = &out->ask[out->ask_count++];
+                a->rule_id = st->id;
+                limiter_shared_key(st, who, a->key, sizeof(a->key));
+                snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
+                a->rate_per_s = r->rate_per_s;
+                a->burst = r->burst;
+                a->max_wait_us = r->action == RULE_ACTION_DELAY ? r->max_delay_us : 0;
+                a->dryrun = r->mode == RULE_MODE_DRYRUN;
+            }
+            continue;
+        }
+        struct bucket *b = limiter_bucket(e, who);
+        uint64_t wait = bucket_wait_us(b, r->rate_per_s, r->burst, now_us);
+        if (r->mode == RULE_MODE_DRYRUN) {
+            int would = r->action == RULE_ACTION_REJECT ? wait > 0 : wait > r->max_delay_us;
+            if (wait > 0)
+                limiter_dryrun_hit(st, now_us, wait);
+            if (!would)
+                bucket_take(b);   /* it models the limit as if enforced */
+            continue;
+        }
+        if (n < 16)
+            m[n++] = (struct limiter_match){st, b, wait};
+    }
+    limiter_decide(m, n, out);
+    if (out->verdict != LIMITER_REJECT && out->ask_count > 0)
+        out->verdict = LIMITER_ASK;
+    else
+        out->ask_count = 0;
+}
+
+static struct rule_state *limiter_state_by_id(uint64_t id)
+{
+    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+
+    for (int i = 0; i < count; i++) {
+        if (limiter_states[i]->id == id)
+            return limiter_states[i];
+    }
+    return NULL;
+}
+
+void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us)
+{
+    struct rule_state *st = limiter_state_by_id(ask->rule_id);
+
+    if (st == NULL)
+        return;   /* reloaded away meanwhile */
+    if (allowed < 0)
+        st->fail_open++;
+    else if (ask->dryrun && (!allowed || wait_us > 0))
+        limiter_dryrun_hit(st, st->last_dryrun_log_us + LIMITER_DRYRUN_LOG_EVERY_US, wait_us);
+    else if (!allowed)
+        st->rejected++;
+    else if (wait_us > 0)
+        st->delayed++;
+    else
+        st->admitted++;
+}
+
+void limiter_cron(uint64_t now_us)
+{
+    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+
+    for (int i = 0; i < count; i++) {
+        struct rule_state *st = limiter_states[i];
+        for (int c = 0; c < LIMITER_KEYED_CHAINS; c++) {
+            struct keyed_bucket **p = &st->keyed[c];
+            while (*p != NULL) {
+                struct keyed_bucket *kb = *p;
+                if (bucket_idle(&kb->bucket, st->rule->rate_per_s, st->rule->burst, now_us)) {
+                    *p = kb->next;
+                    free(kb);
+                } else {
+                    p = &kb->next;
+                }
+            }
+        }
+    }
+}
+
+static const char *const limiter_counter_names[] = {
+    "matched", "admitted", "rejected", "delayed", "dryrun_hits", "fail_open",
+};
+
+static void limiter_counters(const struct rule_state *st, uint64_t *v)
+{
+    v[0] = st->matched;
+    v[1] = st->admitted;
+    v[2] = st->rejected;
+    v[3] = st->delayed;
+    v[4] = st->dryrun_hits;
+    v[5] = st->fail_open;
+}
+
+void limiter_write_rules(struct evbuffer *out)
+{
+    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+    uint64_t v[6];
+
+    evbuffer_add_printf(out, "*%d\r\n", count);
+    for (int i = 0; i < count; i++) {
+        const struct rule_state *st = limiter_states[i];
+        limiter_counters(st, v);
+        evbuffer_add_printf(out, "*%d\r\n$4\r\nname\r\n$%zu\r\n%s\r\n", 2 + 2 * 6,
+                            strlen(st->rule->name), st->rule->name);
+        for (int k = 0; k < 6; k++)
+            evbuffer_add_printf(out, "$%zu\r\n%s\r\n:%llu\r\n", strlen(limiter_counter_names[k]),
+                                limiter_counter_names[k], (unsigned long long)v[k]);
+    }
+}
+
+void limiter_write_info(struct evbuffer *out)
+{
+    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+    uint64_t total[6] = {0}, v[6];
+
+    for (int i = 0; i < count; i++) {
+        limiter_counters(limiter_states[i], v);
+        for (int k = 0; k < 6; k++)
+            total[k] += v[k];
+    }
+    evbuffer_add_printf(out, "rules_loaded:%d\r\n", count);
+    for (int k = 0; k < 6; k++)
+        evbuffer_add_printf(out, "rules_%s:%llu\r\n", limiter_counter_names[k],
+                            (unsigned long long)total[k]);
+}

@@ -1,0 +1,89 @@
+/* limiter.h - the live rule set and its buckets: decides for each request
+ * whether it passes, waits or is refused. Knows nothing of sockets or
+ * backends; the proxy asks Redis for shared buckets and reports back. */
+#ifndef SLUICE_LIMITER_H
+#define SLUICE_LIMITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "errlist.h"
+#include "sv.h"
+
+struct command;
+struct sockaddr;
+struct evbuffer;
+struct limiter_client;
+
+/* Who is asking: what rules match on (ip, user, name) and whose buckets
+ * per = client / ip / user / name are used. */
+struct limiter_identity {
+    const struct sockaddr *addr;
+    const char *ip;     /* text form of addr */
+    const char *user;   /* NULL: "default" */
+    const char *name;   /* NULL: no name */
+    uint64_t client_id; /* for per = client buckets */
+};
+
+enum limiter_verdict {
+    LIMITER_PASS,       /* send it now */
+    LIMITER_DELAY,      /* send it after wait_us */
+    LIMITER_REJECT,     /* answer -THROTTLED */
+    LIMITER_ASK,        /* local rules admit; shared buckets must be asked */
+};
+
+#define LIMITER_MAX_SHARED 4
+
+/* One shared bucket to ask Redis about with lua/bucket.lua. */
+struct limiter_shared_ask {
+    uint64_t rule_id;       /* for limiter_shared_done */
+    char key[256];          /* the bucket key */
+    char rule_name[128];
+    double rate_per_s;
+    double burst;
+    uint64_t max_wait_us;   /* 0 for reject rules */
+    int dryrun;
+};
+
+struct limiter_decision {
+    enum limiter_verdict verdict;
+    uint64_t wait_us;       /* DELAY: how long; REJECT: retry after */
+    char rule_name[128];    /* REJECT: the rule */
+    int ask_count;
+    struct limiter_shared_ask ask[LIMITER_MAX_SHARED];
+};
+
+/* Load PATH (NULL: no rules) as the live set. Rules whose name and
+ * parameters are unchanged keep their buckets and counters. On any error
+ * the live set stays as it was, every error is in ERRS, and -1 returns. */
+int limiter_load(const char *path, struct errlist *errs);
+
+/* Non-zero when any rule is loaded (else every request passes). */
+int limiter_active(void);
+
+/* Check PATH without loading it (sluice -t). Returns 0 when fine. */
+int limiter_check(const char *path, struct errlist *errs);
+
+/* Decide for one request of the client *LC (created on first use; free
+ * with limiter_client_free). Fast when no rule can match the client. */
+void limiter_admit(struct limiter_client **lc, const struct limiter_identity *who,
+                   const struct command *cmd, const struct sv *argv, int argc,
+                   uint64_t now_us, struct limiter_decision *out);
+
+/* What Redis said for ASK (allowed, wait_us), or -1 for allowed when it
+ * could not be asked (the request then passes: fail open). */
+void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us);
+
+/* The client's ip, user or name changed: match its rules again. */
+void limiter_client_changed(struct limiter_client *lc);
+void limiter_client_free(struct limiter_client *lc);
+
+/* Drop per-ip/user/name buckets that are full again. */
+void limiter_cron(uint64_t now_us);
+
+/* PROXY RULES: an array, one entry per rule, of "name", counters... */
+void limiter_write_rules(struct evbuffer *out);
+/* Totals for PROXY INFO ("rules_*:" lines). */
+void limiter_write_info(struct evbuffer *out);
+
+#endif
