@@ -288,6 +288,8 @@ static void client_reply_error(struct client *c, struct request *req, const char
  * nothing is sent to Redis. Under CLIENT REPLY OFF/SKIP it gets no reply. */
 static void client_refuse(struct client *c, struct request *req, const char *text)
 {
+    if (c->flags & CLIENT_IN_MULTI)
+        c->flags |= CLIENT_MULTI_DIRTY;   /* its EXEC must fail: see client_track_multi */
     if (req->flags & REQ_NOREPLY) {
         request_free(req);
         return;
@@ -470,6 +472,53 @@ static void client_note_session(struct request *req, int argc, const struct sv *
     }
 }
 
+/* The reply to the DISCARD sent for an EXEC that must fail. */
+static void client_execabort_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    (void)type;
+    evbuffer_drain(src, len);
+    if (req->client == NULL) {   /* its client has gone */
+        request_free(req);
+        return;
+    }
+    req->on_reply = NULL;
+    req->reply = evbuffer_new();
+    reply_error(req->reply, "-EXECABORT Transaction discarded because of previous errors.");
+    client_answer(req->client, req);
+}
+
+/* Follow MULTI ... EXEC/DISCARD/RESET. Redis never saw a command a rule
+ * refused inside a transaction, so running the others would break its
+ * all-or-nothing promise: as Redis does after a queuing error, that EXEC
+ * becomes DISCARD and the client gets EXECABORT. *SRC is set to NULL when
+ * REQ's bytes are replaced. */
+static void client_track_multi(struct client *c, struct request *req, struct evbuffer **src)
+{
+    static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
+    const char *name = req->cmd != NULL ? req->cmd->name : "";
+    int abort_exec;
+
+    if (strcmp(name, "multi") == 0) {
+        c->flags |= CLIENT_IN_MULTI;
+        return;
+    }
+    if (strcmp(name, "exec") != 0 && strcmp(name, "discard") != 0 && strcmp(name, "reset") != 0)
+        return;
+    abort_exec = strcmp(name, "exec") == 0 && (c->flags & CLIENT_MULTI_DIRTY);
+    c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
+    if (!abort_exec)
+        return;
+    if (*src != NULL)
+        evbuffer_drain(*src, req->raw_len);
+    *src = NULL;
+    if (req->raw == NULL)
+        req->raw = evbuffer_new();
+    evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
+    evbuffer_add(req->raw, discard, sizeof(discard) - 1);
+    req->raw_len = sizeof(discard) - 1;
+    req->on_reply = client_execabort_reply;
+}
+
 /* The backend connection REQ goes to. */
 static struct backend_conn *client_route(struct client *c, struct request *req)
 {
@@ -610,6 +659,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     }
     req->flags |= client_request_flags(req, req->argc, argv);
     client_note_session(req, req->argc, argv);
+    client_track_multi(c, req, &src);
     /* Pub/sub replies stream unpaired: such requests wait in no queue. */
     if (!(req->flags & (REQ_NOREPLY | REQ_PASSTHROUGH)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);

@@ -26,6 +26,8 @@ enum client_flag {
     CLIENT_REPLY_SKIP = 1 << 4,        /* CLIENT REPLY SKIP: the next command gets none */
     CLIENT_BLOCKED = 1 << 5,           /* a LOCK WAIT is pending: read no further commands */
     CLIENT_MONITOR = 1 << 6,           /* MONITOR: every status reply is a monitor line */
+    CLIENT_IN_MULTI = 1 << 7,          /* MULTI sent, no EXEC/DISCARD/RESET yet */
+    CLIENT_MULTI_DIRTY = 1 << 8,       /* a rule refused a command inside MULTI */
 };
 
 struct client {

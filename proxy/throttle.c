@@ -104,8 +104,16 @@ static void throttle_reject_text(char *out, size_t size, const char *rule, uint6
              (unsigned long long)(ms > 0 ? ms : 1));
 }
 
+/* Commands the rules never see: ending a connection, and the brackets of a
+ * transaction (a refused MULTI would let the commands after it run at once,
+ * a refused EXEC would leave the transaction open). The commands inside a
+ * transaction are limited like any other. */
+static const char *const throttle_exempt_commands[] = {
+    "quit", "reset", "multi", "exec", "discard",
+};
+
 /* Requests the rules never see: sluice's own PROXY command (operators
- * must reach it), QUIT, and everything a pub/sub client sends. */
+ * must reach it), the commands above, and all a pub/sub client sends. */
 static int throttle_exempt(const struct client *c, const struct request *req,
                            const struct sv *argv)
 {
@@ -113,7 +121,11 @@ static int throttle_exempt(const struct client *c, const struct request *req,
         return 1;
     if (req->cmd == NULL)
         return req->argc > 0 && sv_ieq(argv[0], "proxy");
-    return strcmp(req->cmd->name, "quit") == 0;
+    for (size_t i = 0; i < sizeof(throttle_exempt_commands) / sizeof(throttle_exempt_commands[0]); i++) {
+        if (strcmp(req->cmd->name, throttle_exempt_commands[i]) == 0)
+            return 1;
+    }
+    return 0;
 }
 
 static void throttle_send_ask(struct throttle_ask *a);

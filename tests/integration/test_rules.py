@@ -440,6 +440,28 @@ burst = 1
     assert replies[2:] == [b"1", None, "PONG"]
 
 
+def test_refusal_inside_multi_aborts_exec(redis_factory, sluice_factory):
+    """Redis never saw the refused command, so EXEC must not run the rest:
+    EXECABORT, as after a queuing error in Redis. MULTI/EXEC themselves are
+    never refused."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit sets]
+commands = SET MULTI EXEC
+rate = 1/h
+burst = 1
+""")
+    with s.raw() as c:
+        c.send(b"SET a 1\r\nMULTI\r\nINCR n\r\nSET b 2\r\nEXEC\r\n"
+               b"MULTI\r\nINCR n\r\nEXEC\r\nGET b\r\n")
+        replies = c.read_replies(9)
+    assert replies[:3] == ["OK", "OK", "QUEUED"], replies
+    assert THROTTLED.match(replies[3]), replies
+    assert isinstance(replies[4], Err) and replies[4].startswith("EXECABORT"), replies
+    # The next transaction is clean and runs; n was never incremented before.
+    assert replies[5:] == ["OK", "QUEUED", [1], None], replies
+    assert srv.client().get("n") == b"1"
+
+
 # ------------------------------------------------------------------ dryrun
 
 def test_dryrun_counts_and_acts_on_nothing(redis_factory, sluice_factory):
