@@ -27,6 +27,7 @@
 #include "client.h"
 #include "config.h"
 #include "log.h"
+#include "netio.h"
 #include "reply.h"
 #include "request.h"
 #include "respscan.h"
@@ -63,6 +64,9 @@ struct backend_conn {
     struct event *retry;
     int backoff_ms;
     struct client_list waiters;      /* clients paused while congested */
+    TAILQ_ENTRY(backend_conn) write_link; /* in backend_write_list */
+    int write_listed;
+    int write_off;                   /* write event off: output empty (netio.h) */
     char error[400];                 /* why it is down */
 };
 
@@ -74,6 +78,10 @@ struct backend_node {
     int pool_size;
     int private_count;
 };
+
+TAILQ_HEAD(backend_conn_list, backend_conn);
+/* Connections with requests this loop pass added: backend_write_now. */
+static struct backend_conn_list backend_write_list = TAILQ_HEAD_INITIALIZER(backend_write_list);
 
 static struct event_base *backend_base;
 static const struct config *backend_cfg;
@@ -235,6 +243,7 @@ static void backend_conn_reset_io(struct backend_conn *conn)
         redisReaderFree(conn->reader);
     conn->bev = NULL;
     conn->reader = NULL;
+    conn->write_off = 0;   /* a new bufferevent starts with writing on */
     conn->fed = 0;
     conn->hold_until = 0;
     conn->deep = 0;
@@ -245,6 +254,8 @@ static void backend_conn_free(struct backend_conn *conn)
     struct request *req;
 
     backend_conn_reset_io(conn);
+    if (conn->write_listed)
+        TAILQ_REMOVE(&backend_write_list, conn, write_link);
     while ((req = TAILQ_FIRST(&conn->inflight)) != NULL) {
         TAILQ_REMOVE(&conn->inflight, req, conn_link);
         request_free(req);
@@ -386,6 +397,28 @@ void backend_release_private(struct backend_conn *conn)
     backend_conn_free(conn);
 }
 
+static void backend_want_write(struct backend_conn *conn)
+{
+    if (!conn->write_listed) {
+        conn->write_listed = 1;
+        TAILQ_INSERT_TAIL(&backend_write_list, conn, write_link);
+    }
+}
+
+void backend_write_now(void)
+{
+    struct backend_conn *conn;
+
+    while ((conn = TAILQ_FIRST(&backend_write_list)) != NULL) {
+        TAILQ_REMOVE(&backend_write_list, conn, write_link);
+        conn->write_listed = 0;
+        /* Still connecting: the bufferevent writes once it is connected. */
+        if (conn->state == BACKEND_UP && conn->bev != NULL &&
+            netio_write_now(conn->bev, &conn->write_off))
+            backend_wake_waiters(conn);
+    }
+}
+
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen)
 {
@@ -395,7 +428,8 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
         snprintf(err, errlen, "%s", conn->error[0] ? conn->error : "backend unavailable");
         return -1;
     }
-    out = bufferevent_get_output(conn->bev);
+    out = netio_output(conn->bev, &conn->write_off);
+    backend_want_write(conn);
     if (src != NULL)
         evbuffer_remove_buffer(src, out, req->raw_len);
     else

@@ -48,6 +48,10 @@ int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
                           request_reply_fn *on_reply, void *ctx,
                           void (*ctx_free)(struct request *req));
 
+/* Write what this loop pass added to each backend connection, one writev
+ * per connection (see netio.h). Called by the loop after each pass. */
+void backend_write_now(void);
+
 /* ON: stream every later reply of CONN to its owner unpaired (pub/sub,
  * MONITOR). Off again after RESET. */
 void backend_set_passthrough(struct backend_conn *conn, int on);

@@ -33,6 +33,7 @@
 #include "lock.h"
 #include "router.h"
 #include "log.h"
+#include "netio.h"
 #include "reply.h"
 #include "server.h"
 #include "stats.h"
@@ -45,6 +46,7 @@
 static struct event_base *client_base;
 static const struct config *client_cfg;
 static struct client_list client_all = TAILQ_HEAD_INITIALIZER(client_all);
+static struct client_list client_write_list = TAILQ_HEAD_INITIALIZER(client_write_list);
 static int client_total;
 static uint64_t client_next_id = 1;
 static struct reqparse_limits client_limits;
@@ -74,6 +76,7 @@ static void client_read_cb(struct bufferevent *bev, void *arg);
 static void client_write_cb(struct bufferevent *bev, void *arg);
 static void client_event_cb(struct bufferevent *bev, short what, void *arg);
 static void client_process_input(struct client *c);
+static int client_finished(const struct client *c);
 static void client_process_input_loop(struct client *c, struct evbuffer *in);
 
 void client_module_init(struct event_base *base, const struct config *cfg)
@@ -182,6 +185,8 @@ static void client_close(struct client *c)
             request_free(req);
     }
     request_free(orphan);
+    if (c->write_listed)
+        TAILQ_REMOVE(&client_write_list, c, write_link);
     lock_client_closed(c);
     throttle_client_closed(c);
     if (c->waiting_on != NULL)
@@ -213,9 +218,32 @@ static int client_leave(struct client *c)
     return 0;
 }
 
+/* C's output buffer. Every write to a client goes through here, so that
+ * a write event client_write_now turned off is turned on again. */
 static struct evbuffer *client_output(struct client *c)
 {
-    return bufferevent_get_output(c->bev);
+    return netio_output(c->bev, &c->write_off);
+}
+
+/* Have C's output written by client_write_now, at the end of this batch. */
+static void client_want_write(struct client *c)
+{
+    if (!c->write_listed && !c->closing) {
+        c->write_listed = 1;
+        TAILQ_INSERT_TAIL(&client_write_list, c, write_link);
+    }
+}
+
+void client_write_now(void)
+{
+    struct client *c;
+
+    while ((c = TAILQ_FIRST(&client_write_list)) != NULL) {
+        TAILQ_REMOVE(&client_write_list, c, write_link);
+        c->write_listed = 0;
+        if (netio_write_now(c->bev, &c->write_off) && client_finished(c))
+            client_close(c);   /* what client_write_cb would have done */
+    }
 }
 
 /* Close C when it is over client_output_buffer_limit, as Redis does with
@@ -353,6 +381,7 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
     }
     if (!c->closing && client_check_output_limit(c) == 0)
         client_try_unstall(c);
+    client_want_write(c);
     client_leave(c);
 }
 

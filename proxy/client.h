@@ -56,6 +56,9 @@ struct client {
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
     TAILQ_ENTRY(client) link;           /* in the list of all clients */
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
+    TAILQ_ENTRY(client) write_link;     /* in the list client_write_now writes */
+    int write_listed;                   /* in that list */
+    int write_off;                      /* its write event is off: output empty */
 };
 
 TAILQ_HEAD(client_list, client);
@@ -86,6 +89,10 @@ void client_release_held(struct client *c, struct request *req, const char *erro
 /* Stop or resume reading commands of C while a LOCK waits. */
 void client_block(struct client *c);
 void client_unblock(struct client *c);
+
+/* Write the replies this loop pass produced, one writev per client (see
+ * netio.h). Called by the loop after each pass. */
+void client_write_now(void);
 
 /* A pub/sub or MONITOR message for C: LEN bytes at the head of SRC. */
 void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len);
