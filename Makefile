@@ -29,7 +29,7 @@ UNIT_SRCS = $(wildcard tests/unit/test_*.c)
 UNIT_BINS = $(patsubst tests/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
 LUA       = $(sort $(wildcard lua/*.lua))
 
-.PHONY: all deps run test unit integration bench clean
+.PHONY: all deps run test unit-bins bench clean
 all: $(BUILD)/sluice
 
 deps:
@@ -66,8 +66,13 @@ test: deps
 unit-bins: $(UNIT_BINS)
 
 bench: deps
-	@$(MAKE) --no-print-directory all
-	tools/bench.sh $(BUILD)/sluice
+	@$(MAKE) --no-print-directory all $(BUILD)/lockbench
+	tools/bench.sh $(BUILD)/sluice $(BUILD)/lockbench
+
+# The lock benchmark's client (a tool, not part of sluice).
+$(BUILD)/lockbench: tools/lockbench.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 
 clean:
 	rm -rf build

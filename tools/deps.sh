@@ -3,7 +3,7 @@
 # when any is missing. As root it runs apt-get; otherwise it prints the line.
 set -e
 PKGS="gcc make pkg-config libevent-dev libhiredis-dev libinih-dev libssl-dev
-redis-server redis-tools python3-redis python3-pytest nutcracker procps"
+redis-server redis-tools python3-redis python3-pytest nutcracker"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

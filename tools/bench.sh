@@ -1,0 +1,220 @@
+#!/bin/sh
+# bench.sh SLUICE LOCKBENCH - the benchmarks of `make bench`. Numbers are
+# printed, never asserted. Everything runs on free loopback ports, side by
+# side in one run, targets interleaved round by round (the median of the
+# rounds is shown), so a busy machine slows every target alike.
+#
+#   1. redis-benchmark GET/SET, -c 1/50, -P 1/16: direct Redis, twemproxy
+#      (Debian's nutcracker, one server connection) and sluice.
+#   2. LOCK+UNLOCK pairs through sluice vs the same scripts as EVALSHA
+#      straight to Redis (tools/lockbench.c), same concurrency.
+#   3. sluice with no rules, 100 rules none of which match, 1 matching rule
+#      whose limit is never reached.
+#
+# Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
+# BENCH_SCALE=F (multiplies request counts).
+set -eu
+
+sluice=$(readlink -f "$1")
+lockbench=$(readlink -f "$2")
+rounds=${BENCH_ROUNDS:-3}
+scale=${BENCH_SCALE:-1}
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+    rounds=1
+    scale=0.1
+fi
+
+tmp=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+pids=""
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+    for p in $pids; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+free_port() {
+    /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+wait_port() {   # wait_port PORT: until something answers PING there
+    i=0
+    until redis-cli -p "$1" PING >/dev/null 2>&1; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || { echo "bench: nothing answers on port $1" >&2; exit 1; }
+        sleep 0.05
+    done
+}
+
+n_of() {        # n_of BASE: requests for one run
+    awk -v b="$1" -v s="$scale" 'BEGIN { printf "%d", b * s }'
+}
+
+# ---- the servers ---------------------------------------------------------
+rport=$(free_port)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+    --dir "$tmp" --logfile "$tmp/redis.log" &
+pids="$pids $!"
+wait_port "$rport"
+
+start_sluice() {   # start_sluice NAME [RULES_FILE]: prints its port
+    port=$(free_port)
+    {
+        echo "[proxy]"
+        echo "listen = 127.0.0.1:$port"
+        echo "backend = 127.0.0.1:$rport"
+        echo "log_level = warning"
+        [ -z "${2:-}" ] || echo "rules = $2"
+    } >"$tmp/$1.conf"
+    "$sluice" -c "$tmp/$1.conf" >"$tmp/$1.log" 2>&1 &
+    echo "$port $!"
+}
+
+set -- $(start_sluice sluice); sport=$1; pids="$pids $2"
+
+nport=$(free_port)
+cat >"$tmp/nutcracker.yml" <<EOF
+bench:
+  listen: 127.0.0.1:$nport
+  hash: fnv1a_64
+  distribution: ketama
+  redis: true
+  server_connections: 1
+  auto_eject_hosts: false
+  servers:
+   - 127.0.0.1:$rport:1
+EOF
+nutcracker -c "$tmp/nutcracker.yml" -o "$tmp/nutcracker.log" -s "$(free_port)" &
+pids="$pids $!"
+
+# 100 rules that never match the benchmark: other addresses, names, users,
+# key patterns and commands (each kind costs differently per request).
+i=0
+while [ $i -lt 100 ]; do
+    echo "[limit nomatch-$i]"
+    case $((i % 5)) in
+        0) echo "match_ip = 10.$i.0.0/16 fd00:$i::/32" ;;
+        1) echo "match_name = worker-$i-*" ;;
+        2) echo "match_user = batch$i" ;;
+        3) echo "keys = other:$i:* tenant:$i:*" ;;
+        4) echo "commands = HSET LPUSH ZADD @geo" ;;
+    esac
+    echo "rate = 100/s"
+    echo
+    i=$((i + 1))
+done >"$tmp/rules100.ini"
+printf '[limit roomy]\ncommands = GET SET\nrate = 100000000/s\nburst = 100000000\n' \
+    >"$tmp/rules1.ini"
+set -- $(start_sluice rules100 "$tmp/rules100.ini"); s100=$1; pids="$pids $2"
+set -- $(start_sluice rules1 "$tmp/rules1.ini"); s1=$1; pids="$pids $2"
+
+for p in $sport $nport $s100 $s1; do wait_port "$p"; done
+
+# ---- running ---------------------------------------------------------------
+results="$tmp/results"
+: >"$results"
+
+bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N
+    rps=$(redis-benchmark -p "$2" -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv 2>/dev/null |
+          awk -F'"' 'NR == 2 { print $4 }')
+    echo "$1 $3 $4 $5 ${rps:-0}" >>"$results"
+}
+
+median() {      # median LABEL TEST CLIENTS PIPELINE
+    awk -v l="$1" -v t="$2" -v c="$3" -v p="$4" \
+        '$1 == l && $2 == t && $3 == c && $4 == p { print $5 }' "$results" |
+        sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print v[int((NR + 1) / 2)] }'
+}
+
+base_n() {      # requests per run, by clients and pipeline
+    case "$1/$2" in
+        1/1) echo 40000 ;;
+        1/16) echo 400000 ;;
+        50/1) echo 200000 ;;
+        *) echo 1000000 ;;
+    esac
+}
+
+echo "sluice bench: $rounds round(s), Redis $(redis-server --version | awk '{print $3}'), $(nproc) cores"
+r=1
+while [ $r -le "$rounds" ]; do
+    echo "  round $r/$rounds ..." >&2
+    for t in get set; do
+        for c in 1 50; do
+            for p in 1 16; do
+                n=$(n_of "$(base_n $c $p)")
+                # Rotate who goes first, so no target always runs warm or cold.
+                case $(( (r + c + p) % 3 )) in
+                    0) order="direct twemproxy sluice" ;;
+                    1) order="twemproxy sluice direct" ;;
+                    *) order="sluice direct twemproxy" ;;
+                esac
+                for target in $order; do
+                    case $target in
+                        direct) port=$rport ;;
+                        twemproxy) port=$nport ;;
+                        sluice) port=$sport ;;
+                    esac
+                    bench_one "$target" "$port" "$t" "$c" "$p" "$n"
+                done
+                if [ "$c" = 50 ]; then
+                    bench_one rules100 "$s100" "$t" "$c" "$p" "$n"
+                    bench_one rules1 "$s1" "$t" "$c" "$p" "$n"
+                fi
+            done
+        done
+    done
+    sha_a=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_acquire.lua)")
+    sha_r=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_release.lua)")
+    for c in 1 50; do
+        n=$(n_of $((c == 1 ? 20000 : 100000)))
+        d=$("$lockbench" -p "$rport" -c "$c" -n "$n" -m direct -a "$sha_a" -r "$sha_r")
+        s=$("$lockbench" -p "$sport" -c "$c" -n "$n" -m sluice)
+        echo "lock_direct pairs $c 1 $d" >>"$results"
+        echo "lock_sluice pairs $c 1 $s" >>"$results"
+    done
+    r=$((r + 1))
+done
+
+# ---- report ----------------------------------------------------------------
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+echo
+echo "1. Throughput, requests/s (median of $rounds)"
+printf '%-4s %3s %3s %11s %11s %11s %10s %10s\n' cmd -c -P direct twemproxy sluice "s/twem" "s/direct"
+for t in get set; do
+    for c in 1 50; do
+        for p in 1 16; do
+            d=$(median direct $t $c $p); w=$(median twemproxy $t $c $p); s=$(median sluice $t $c $p)
+            printf '%-4s %3s %3s %11.0f %11.0f %11.0f %10s %10s\n' "$t" "$c" "$p" "$d" "$w" "$s" \
+                "$(ratio "$s" "$w")" "$(ratio "$s" "$d")"
+        done
+    done
+done
+echo "   targets: s/twem >= 1 on every row; s/direct >= 0.9 at -c 50 -P 1"
+
+echo
+echo "2. LOCK+UNLOCK pairs/s (median of $rounds)"
+printf '%-8s %13s %13s %8s\n' clients "EVALSHA direct" "via sluice" ratio
+for c in 1 50; do
+    d=$(median lock_direct pairs $c 1); s=$(median lock_sluice pairs $c 1)
+    printf '%-8s %13.0f %13.0f %8s\n' "$c" "$d" "$s" "$(ratio "$s" "$d")"
+done
+echo "   target: ratio >= 0.8"
+
+echo
+echo "3. Rules overhead at -c 50, requests/s (median of $rounds)"
+printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
+for t in get set; do
+    for p in 1 16; do
+        b=$(median sluice $t 50 $p); h=$(median rules100 $t 50 $p); o=$(median rules1 $t 50 $p)
+        printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" "$b" "$h" "$(ratio "$h" "$b")" \
+            "$o" "$(ratio "$o" "$b")"
+    done
+done
+echo "   targets: 100 non-matching >= 0.97; 1 matching >= 0.95"
+for f in sluice rules100 rules1; do
+    if [ -s "$tmp/$f.log" ]; then
+        echo "--- $f log:"; cat "$tmp/$f.log"
+    fi
+done
