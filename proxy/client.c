@@ -833,7 +833,6 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
             client_protocol_error(c, c->parser.err);
             return;
         case REQPARSE_REQUEST:
-            req->start_us = server_now_ms() * 1000;
             if (client_handle(c, req, in) != 0)
                 return;
         }

@@ -70,7 +70,6 @@ struct request {
     void (*ctx_free)(struct request *req); /* releases ctx when REQ is freed */
     char *ok_user;                 /* AUTH/HELLO: user to record if Redis says OK */
     char *ok_name;                 /* HELLO SETNAME: name to record if Redis says OK */
-    uint64_t start_us;             /* when it was parsed */
 };
 
 TAILQ_HEAD(request_queue, request);

@@ -51,6 +51,7 @@ struct throttle_ask {
 };
 
 static const struct script *throttle_bucket_script;
+static void throttle_index_exempt(void);
 static uint64_t throttle_last_cron_us;
 
 static uint64_t throttle_now_us(void)
@@ -76,6 +77,7 @@ static void throttle_log_errors(const struct errlist *errs)
 int throttle_init(const char *path, struct errlist *errs)
 {
     throttle_bucket_script = scripts_find("bucket");
+    throttle_index_exempt();
     if (limiter_load(path, errs) != 0)
         return -1;
     if (path != NULL)
@@ -112,6 +114,22 @@ static const char *const throttle_exempt_commands[] = {
     "quit", "reset", "multi", "exec", "discard",
 };
 
+/* By command id: 1 for the commands above (built by throttle_init). */
+static unsigned char *throttle_exempt_by_id;
+
+static void throttle_index_exempt(void)
+{
+    size_t n = sizeof(throttle_exempt_commands) / sizeof(throttle_exempt_commands[0]);
+
+    free(throttle_exempt_by_id);
+    throttle_exempt_by_id = calloc((size_t)commands_count(), 1);
+    for (size_t i = 0; i < n; i++) {
+        const struct command *cmd = commands_lookup(throttle_exempt_commands[i], strlen(throttle_exempt_commands[i]));
+        if (cmd != NULL)
+            throttle_exempt_by_id[cmd->id] = 1;
+    }
+}
+
 /* Requests the rules never see: sluice's own PROXY command (operators
  * must reach it), the commands above, and all a pub/sub client sends. */
 static int throttle_exempt(const struct client *c, const struct request *req,
@@ -121,11 +139,7 @@ static int throttle_exempt(const struct client *c, const struct request *req,
         return 1;
     if (req->cmd == NULL)
         return req->argc > 0 && sv_ieq(argv[0], "proxy");
-    for (size_t i = 0; i < sizeof(throttle_exempt_commands) / sizeof(throttle_exempt_commands[0]); i++) {
-        if (strcmp(req->cmd->name, throttle_exempt_commands[i]) == 0)
-            return 1;
-    }
-    return 0;
+    return throttle_exempt_by_id[req->cmd->id];
 }
 
 static void throttle_send_ask(struct throttle_ask *a);
@@ -144,7 +158,7 @@ enum throttle_verdict throttle_admit(struct client *c, struct request *req,
     who.user = c->user;
     who.name = c->name;
     who.client_id = c->id;
-    limiter_admit(&c->limiter, &who, req->cmd, argv, req->argc, throttle_now_us(), d);
+    limiter_admit(&c->limiter, &who, req->cmd, argv, req->argc, 0, d);
     switch (d->verdict) {
     case LIMITER_PASS: return THROTTLE_PASS;
     case LIMITER_DELAY: return THROTTLE_HOLD;
@@ -362,4 +376,6 @@ void throttle_shutdown(void)
 
     limiter_load(NULL, &errs);
     errlist_free(&errs);
+    free(throttle_exempt_by_id);
+    throttle_exempt_by_id = NULL;
 }

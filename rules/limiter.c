@@ -12,9 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bucket.h"
+#include "commands.h"
 #include "log.h"
 #include "rules.h"
 
@@ -49,10 +51,21 @@ struct limiter_client {
     uint64_t generation;              /* of the set its entries were made for */
     int count;
     struct limiter_entry *entries;    /* the rules its ip/user/name match */
+    uint64_t *rule_bits;              /* bit i: rule i is among entries... */
+    int *entry_of;                    /* ...at entries[entry_of[i]] */
 };
 
 static struct rule_set *limiter_set;
 static struct rule_state **limiter_states;   /* one per rule of limiter_set */
+/* Per command id, a bitmap over the rules whose commands condition admits
+ * it (limiter_words words each): a request's candidate rules are this AND
+ * its client's rule_bits, a couple of word operations. */
+static uint64_t *limiter_cmd_bits;
+static int limiter_words;
+/* The rules with a keys condition, and per first byte of a key the keyed
+ * rules whose globs could match such a key (limiter_words words each). */
+static uint64_t *limiter_keyed_bits;
+static uint64_t *limiter_first_byte_bits;
 static uint64_t limiter_generation = 1;
 static uint64_t limiter_next_state_id = 1;
 
@@ -130,6 +143,42 @@ static struct rule_state *limiter_carry_over(const struct rule *new_rule, struct
     return st;
 }
 
+/* Build limiter_cmd_bits for the COUNT rules of the live set. */
+static void limiter_index_commands(int count)
+{
+    int ncmd = commands_count();
+
+    free(limiter_cmd_bits);
+    free(limiter_keyed_bits);
+    free(limiter_first_byte_bits);
+    limiter_cmd_bits = limiter_keyed_bits = limiter_first_byte_bits = NULL;
+    limiter_words = (count + 63) / 64;
+    if (count == 0)
+        return;
+    limiter_keyed_bits = calloc((size_t)limiter_words, sizeof(uint64_t));
+    limiter_first_byte_bits = calloc(256 * (size_t)limiter_words, sizeof(uint64_t));
+    for (int i = 0; i < count; i++) {
+        const struct rule *r = limiter_states[i]->rule;
+        if (!rules_has_keys(r))
+            continue;
+        limiter_keyed_bits[i / 64] |= 1ULL << (i % 64);
+        for (int c = 0; c < 256; c++) {
+            if (rules_key_may_start_with(r, (unsigned char)c))
+                limiter_first_byte_bits[(size_t)c * (size_t)limiter_words + (size_t)(i / 64)] |=
+                    1ULL << (i % 64);
+        }
+    }
+    limiter_cmd_bits = calloc((size_t)ncmd * (size_t)limiter_words + 1, sizeof(uint64_t));
+    for (int id = 0; id < ncmd; id++) {
+        const struct command *cmd = commands_by_id(id);
+        uint64_t *bits = &limiter_cmd_bits[(size_t)id * (size_t)limiter_words];
+        for (int i = 0; i < count; i++) {
+            if (rules_command_allowed(limiter_states[i]->rule, cmd))
+                bits[i / 64] |= 1ULL << (i % 64);
+        }
+    }
+}
+
 int limiter_load(const char *path, struct errlist *errs)
 {
     struct rule_set *rs = NULL;
@@ -155,6 +204,7 @@ int limiter_load(const char *path, struct errlist *errs)
     limiter_set = rs;
     limiter_states = states;
     limiter_generation++;
+    limiter_index_commands(count);
     return 0;
 }
 
@@ -166,10 +216,16 @@ static void limiter_client_refresh(struct limiter_client *lc, const struct limit
     struct limiter_entry *entries = calloc((size_t)count + 1, sizeof(*entries));
     int n = 0;
 
+    free(lc->rule_bits);
+    free(lc->entry_of);
+    lc->rule_bits = calloc((size_t)limiter_words + 1, sizeof(uint64_t));
+    lc->entry_of = calloc((size_t)count + 1, sizeof(int));
     for (int i = 0; i < count; i++) {
         struct rule_state *st = limiter_states[i];
         if (!rules_client_matches(st->rule, who->addr, who->user, who->name))
             continue;
+        lc->rule_bits[i / 64] |= 1ULL << (i % 64);
+        lc->entry_of[i] = n;
         entries[n].state = st;
         entries[n].state_id = st->id;
         bucket_init(&entries[n].bucket, st->rule->burst);
@@ -196,6 +252,8 @@ void limiter_client_free(struct limiter_client *lc)
     if (lc == NULL)
         return;
     free(lc->entries);
+    free(lc->rule_bits);
+    free(lc->entry_of);
     free(lc);
 }
 
@@ -290,13 +348,116 @@ static void limiter_decide(struct limiter_match *m, int n, struct limiter_decisi
     out->wait_us = delay;
 }
 
+/* What one request does to the rule of entry E, which it matches: a
+ * question for Redis (shared), a dry-run count, or a candidate in M. */
+struct limiter_pass {
+    const struct limiter_identity *who;
+    uint64_t now_us;                  /* 0 until first needed */
+    struct limiter_match m[16];
+    int n;
+    struct limiter_decision *out;
+};
+
+static uint64_t limiter_clock_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
+{
+    struct rule_state *st = e->state;
+    const struct rule *r = st->rule;
+    struct limiter_decision *out = p->out;
+
+    st->matched++;
+    if (r->scope == RULE_SCOPE_SHARED) {
+        if (out->ask_count < LIMITER_MAX_SHARED) {
+            struct limiter_shared_ask *a = &out->ask[out->ask_count++];
+            a->rule_id = st->id;
+            limiter_shared_key(st, p->who, a->key, sizeof(a->key));
+            snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
+            a->rate_per_s = r->rate_per_s;
+            a->burst = r->burst;
+            a->max_wait_us = r->action == RULE_ACTION_DELAY ? r->max_delay_us : 0;
+            a->dryrun = r->mode == RULE_MODE_DRYRUN;
+        }
+        return;
+    }
+    if (p->now_us == 0)
+        p->now_us = limiter_clock_us();
+    struct bucket *b = limiter_bucket(e, p->who);
+    uint64_t wait = bucket_wait_us(b, r->rate_per_s, r->burst, p->now_us);
+    if (r->mode == RULE_MODE_DRYRUN) {
+        int would = r->action == RULE_ACTION_REJECT ? wait > 0 : wait > r->max_delay_us;
+        if (wait > 0)
+            limiter_dryrun_hit(st, p->now_us, wait);
+        if (!would)
+            bucket_take(b);   /* it models the limit as if enforced */
+        return;
+    }
+    if (p->n < 16)
+        p->m[p->n++] = (struct limiter_match){st, b, wait};
+}
+
+/* Of the keyed rules in word W, those one of the request's keys (POS, N)
+ * might match by its first byte; every rule without keys passes. */
+static uint64_t limiter_key_filter(int w, const struct sv *argv, const int *pos, int n)
+{
+    uint64_t may = ~limiter_keyed_bits[w];
+
+    for (int k = 0; k < n; k++) {
+        const struct sv *key = &argv[pos[k]];
+        if (key->len == 0)
+            may |= limiter_keyed_bits[w];
+        else
+            may |= limiter_first_byte_bits[(size_t)(unsigned char)key->ptr[0] *
+                                           (size_t)limiter_words + (size_t)w];
+    }
+    return may;
+}
+
+/* The client's rules that CMD (known to the table) meets: the candidates
+ * are the client's rules AND the command's, then for keyed rules the
+ * first-byte filter and the globs, with the request's keys found once. */
+static void limiter_scan_known(struct limiter_pass *p, struct limiter_client *lc,
+                               const struct command *cmd, const struct sv *argv, int argc)
+{
+    const uint64_t *cmd_bits = &limiter_cmd_bits[(size_t)cmd->id * (size_t)limiter_words];
+    int on_stack[16], *pos = on_stack, nkeys = -1;
+
+    for (int w = 0; w < limiter_words; w++) {
+        uint64_t bits = lc->rule_bits[w] & cmd_bits[w];
+        if ((bits & limiter_keyed_bits[w]) != 0) {
+            if (nkeys < 0) {
+                if (argc > 16)
+                    pos = malloc(sizeof(*pos) * (size_t)argc);
+                nkeys = commands_keys(cmd, argc, argv, pos, argc > 16 ? argc : 16);
+            }
+            bits &= limiter_key_filter(w, argv, pos, nkeys);
+        }
+        while (bits != 0) {
+            int i = w * 64 + __builtin_ctzll(bits);
+            struct limiter_entry *e = &lc->entries[lc->entry_of[i]];
+            bits &= bits - 1;
+            if ((limiter_keyed_bits[w] & (1ULL << (i % 64))) &&
+                !rules_keys_match(e->state->rule, argv, pos, nkeys))
+                continue;
+            limiter_apply(p, e);
+        }
+    }
+    if (pos != on_stack)
+        free(pos);
+}
+
 void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *who,
                    const struct command *cmd, const struct sv *argv, int argc,
                    uint64_t now_us, struct limiter_decision *out)
 {
     struct limiter_client *lc = *lcp;
-    struct limiter_match m[16];
-    int n = 0;
+    struct limiter_pass p = {.who = who, .now_us = now_us, .n = 0, .out = out};
 
     out->verdict = LIMITER_PASS;
     out->wait_us = 0;
@@ -307,40 +468,18 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
         lc = *lcp = calloc(1, sizeof(*lc));
     if (lc->generation != limiter_generation)
         limiter_client_refresh(lc, who);
-    for (int i = 0; i < lc->count; i++) {
-        struct limiter_entry *e = &lc->entries[i];
-        struct rule_state *st = e->state;
-        const struct rule *r = st->rule;
-        if (!rules_command_matches(r, cmd, argv, argc))
-            continue;
-        st->matched++;
-        if (r->scope == RULE_SCOPE_SHARED) {
-            if (out->ask_count < LIMITER_MAX_SHARED) {
-                struct limiter_shared_ask *a = &out->ask[out->ask_count++];
-                a->rule_id = st->id;
-                limiter_shared_key(st, who, a->key, sizeof(a->key));
-                snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
-                a->rate_per_s = r->rate_per_s;
-                a->burst = r->burst;
-                a->max_wait_us = r->action == RULE_ACTION_DELAY ? r->max_delay_us : 0;
-                a->dryrun = r->mode == RULE_MODE_DRYRUN;
-            }
-            continue;
+    if (lc->count == 0)
+        return;
+    if (cmd != NULL) {
+        limiter_scan_known(&p, lc, cmd, argv, argc);
+    } else {
+        /* LOCK verbs and commands the table does not know: rare, by rule. */
+        for (int i = 0; i < lc->count; i++) {
+            if (rules_command_matches(lc->entries[i].state->rule, NULL, argv, argc))
+                limiter_apply(&p, &lc->entries[i]);
         }
-        struct bucket *b = limiter_bucket(e, who);
-        uint64_t wait = bucket_wait_us(b, r->rate_per_s, r->burst, now_us);
-        if (r->mode == RULE_MODE_DRYRUN) {
-            int would = r->action == RULE_ACTION_REJECT ? wait > 0 : wait > r->max_delay_us;
-            if (wait > 0)
-                limiter_dryrun_hit(st, now_us, wait);
-            if (!would)
-                bucket_take(b);   /* it models the limit as if enforced */
-            continue;
-        }
-        if (n < 16)
-            m[n++] = (struct limiter_match){st, b, wait};
     }
-    limiter_decide(m, n, out);
+    limiter_decide(p.m, p.n, out);
     if (out->verdict != LIMITER_REJECT && out->ask_count > 0)
         out->verdict = LIMITER_ASK;
     else

@@ -65,7 +65,9 @@ int limiter_active(void);
 int limiter_check(const char *path, struct errlist *errs);
 
 /* Decide for one request of the client *LC (created on first use; free
- * with limiter_client_free). Fast when no rule can match the client. */
+ * with limiter_client_free). Fast when no rule can match the client.
+ * NOW_US: a monotonic clock in microseconds, or 0 to have it read only
+ * when a local bucket is looked at. */
 void limiter_admit(struct limiter_client **lc, const struct limiter_identity *who,
                    const struct command *cmd, const struct sv *argv, int argc,
                    uint64_t now_us, struct limiter_decision *out);

@@ -818,11 +818,22 @@ int rules_client_matches(const struct rule *rule, const struct sockaddr *addr, c
     return 1;
 }
 
+int rules_keys_match(const struct rule *rule, const struct sv *argv, const int *pos, int n)
+{
+    const struct rule_full *r = rules_full(rule);
+
+    for (int i = 0; i < n; i++) {
+        if (rules_glob_any(&r->lists[LIST_KEYS], argv[pos[i]].ptr, argv[pos[i]].len))
+            return 1;
+    }
+    return 0;
+}
+
 static int rules_any_key_matches(const struct rule_full *r, const struct command *cmd,
                                  const struct sv *argv, int argc)
 {
     int on_stack[RULES_KEYS_ON_STACK];
-    int *pos = on_stack, max = RULES_KEYS_ON_STACK, n, found = 0;
+    int *pos = on_stack, max = RULES_KEYS_ON_STACK, n, found;
 
     if (argc > RULES_KEYS_ON_STACK) {
         pos = malloc(sizeof(*pos) * (size_t)argc);
@@ -831,8 +842,7 @@ static int rules_any_key_matches(const struct rule_full *r, const struct command
         max = argc;
     }
     n = commands_keys(cmd, argc, argv, pos, max);
-    for (int i = 0; i < n && !found; i++)
-        found = rules_glob_any(&r->lists[LIST_KEYS], argv[pos[i]].ptr, argv[pos[i]].len);
+    found = rules_keys_match(&r->pub, argv, pos, n);
     if (pos != on_stack)
         free(pos);
     return found;
@@ -852,6 +862,32 @@ static int rules_unknown_matches(const struct rule_full *r, const struct sv *arg
            rules_glob_any(&r->lists[LIST_KEYS], argv[1].ptr, argv[1].len);
 }
 
+int rules_command_allowed(const struct rule *rule, const struct command *cmd)
+{
+    const struct rule_full *r = rules_full(rule);
+
+    return r->command_bits == NULL || (r->command_bits[cmd->id / 64] & (1ULL << (cmd->id % 64)));
+}
+
+int rules_key_may_start_with(const struct rule *rule, unsigned char c)
+{
+    const struct rules_list *globs = &rules_full(rule)->lists[LIST_KEYS];
+
+    for (int i = 0; i < globs->count; i++) {
+        const char *g = globs->items[i].ptr;
+        if (globs->items[i].len == 0)
+            continue;   /* matches only the empty key */
+        if (strchr("*?[\\", g[0]) != NULL || (unsigned char)g[0] == c)
+            return 1;
+    }
+    return 0;
+}
+
+int rules_has_keys(const struct rule *rule)
+{
+    return rules_full(rule)->lists[LIST_KEYS].text != NULL;
+}
+
 int rules_command_matches(const struct rule *rule, const struct command *cmd,
                           const struct sv *argv, int argc)
 {
@@ -859,7 +895,7 @@ int rules_command_matches(const struct rule *rule, const struct command *cmd,
 
     if (cmd == NULL)
         return rules_unknown_matches(r, argv, argc);
-    if (r->command_bits != NULL && (r->command_bits[cmd->id / 64] & (1ULL << (cmd->id % 64))) == 0)
+    if (!rules_command_allowed(rule, cmd))
         return 0;
     if (r->lists[LIST_KEYS].text == NULL)
         return 1;

@@ -83,6 +83,19 @@ int rules_client_matches(const struct rule *r, const struct sockaddr *addr, cons
 int rules_command_matches(const struct rule *r, const struct command *cmd,
                           const struct sv *argv, int argc);
 
+/* The two halves of rules_command_matches for a command the table knows,
+ * so that a caller can decide the first once per command id and extract a
+ * request's keys once for all rules:
+ *   rules_command_allowed  R's commands condition admits CMD (non-NULL);
+ *   rules_has_keys         R has a keys condition;
+ *   rules_keys_match       one of the N keys argv[pos[i]] matches R's globs. */
+int rules_command_allowed(const struct rule *r, const struct command *cmd);
+int rules_has_keys(const struct rule *r);
+int rules_keys_match(const struct rule *r, const struct sv *argv, const int *pos, int n);
+/* 0 when no key whose first byte is C can match R's key globs (a cheap
+ * filter before rules_keys_match); 1 when one might. */
+int rules_key_may_start_with(const struct rule *r, unsigned char c);
+
 /* 1 when A and B have the same name and every parameter and condition is
  * the same, so a reload may carry A's buckets over to B. */
 int rules_same_params(const struct rule *a, const struct rule *b);

@@ -1,0 +1,158 @@
+/* test_limiter.c - the admission decision over a loaded rule set: the
+ * command and key indexes (first-byte filter) agree with plain matching,
+ * every matching rule applies, reload keeps unchanged rules' buckets. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "errlist.h"
+#include "limiter.h"
+#include "unit.h"
+
+static char limiter_path[64];
+
+static int load(const char *text)
+{
+    struct errlist errs = {0};
+    FILE *f;
+    int rc;
+
+    snprintf(limiter_path, sizeof(limiter_path), "/tmp/sluice-test-limiter-%d.ini", (int)getpid());
+    f = fopen(limiter_path, "w");
+    fputs(text, f);
+    fclose(f);
+    rc = limiter_load(limiter_path, &errs);
+    errlist_free(&errs);
+    unlink(limiter_path);
+    return rc;
+}
+
+/* The verdict for "ARGV..." (space separated) from client LC at NOW_US. */
+static enum limiter_verdict admit(struct limiter_client **lc, const char *line, uint64_t now_us,
+                                  struct limiter_decision *d)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
+    char buf[256], *save = NULL;
+    struct sv argv[16];
+    int argc = 0;
+
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    snprintf(buf, sizeof(buf), "%s", line);
+    for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 16; t = strtok_r(NULL, " ", &save))
+        argv[argc++] = (struct sv){t, strlen(t)};
+    limiter_admit(lc, &who, commands_resolve(argc, argv), argv, argc, now_us, d);
+    return d->verdict;
+}
+
+static void test_key_globs_through_the_index(void)
+{
+    struct limiter_client *lc = NULL;
+    struct limiter_decision d;
+
+    CHECK(load("[limit prefix]\nkeys = user:*\nrate = 1/h\nburst = 1\n"
+               "[limit suffix]\nkeys = *:tmp\nrate = 1/h\nburst = 1\n"
+               "[limit class]\nkeys = [xy]z\nrate = 1/h\nburst = 1\n") == 0);
+    /* user:1 matches prefix only: one token, then refused by "prefix". */
+    CHECK(admit(&lc, "GET user:1", 1, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET user:2", 2, &d) == LIMITER_REJECT);
+    CHECK_STR(d.rule_name, "prefix");
+    /* Other first bytes: the suffix and class globs still apply. */
+    CHECK(admit(&lc, "GET a:tmp", 3, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET b:tmp", 4, &d) == LIMITER_REJECT);
+    CHECK_STR(d.rule_name, "suffix");
+    CHECK(admit(&lc, "GET yz", 5, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET xz", 6, &d) == LIMITER_REJECT);
+    CHECK_STR(d.rule_name, "class");
+    /* No rule matches these: never limited. */
+    for (int i = 0; i < 5; i++) {
+        CHECK(admit(&lc, "GET order:1", 7, &d) == LIMITER_PASS);
+        CHECK(admit(&lc, "MGET order:1 order:2", 7, &d) == LIMITER_PASS);
+        CHECK(admit(&lc, "PING", 7, &d) == LIMITER_PASS);   /* no keys: keyed rules skip */
+        CHECK(admit(&lc, "GET", 7, &d) == LIMITER_PASS);    /* wrong arity: no keys */
+    }
+    /* A multi-key command matches when any key does. */
+    CHECK(admit(&lc, "MGET order:1 user:9", 8, &d) == LIMITER_REJECT);
+    limiter_client_free(lc);
+}
+
+static void test_every_matching_rule_applies(void)
+{
+    struct limiter_client *lc = NULL;
+    struct limiter_decision d;
+
+    CHECK(load("[limit wide]\ncommands = @string\nrate = 1/h\nburst = 3\n"
+               "[limit narrow]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
+    CHECK(admit(&lc, "SET a 1", 1, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "SET a 1", 1, &d) == LIMITER_REJECT);   /* narrow is empty */
+    CHECK_STR(d.rule_name, "narrow");
+    /* wide gave one token (the refused SET took none): two GETs left. */
+    CHECK(admit(&lc, "GET a", 1, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET a", 1, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET a", 1, &d) == LIMITER_REJECT);
+    CHECK_STR(d.rule_name, "wide");
+    CHECK(admit(&lc, "HSET h f v", 1, &d) == LIMITER_PASS);  /* not @string */
+    limiter_client_free(lc);
+}
+
+static void test_reload_keeps_unchanged_buckets(void)
+{
+    struct limiter_client *lc = NULL;
+    struct limiter_decision d;
+
+    CHECK(load("[limit a]\ncommands = GET\nrate = 1/h\nburst = 1\n"
+               "[limit b]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
+    CHECK(admit(&lc, "GET k", 1, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "SET k v", 1, &d) == LIMITER_PASS);
+    /* b changes (a fresh bucket), a does not (still empty); order changes. */
+    CHECK(load("[limit b]\ncommands = SET\nrate = 1/h\nburst = 2\n"
+               "[limit a]\ncommands = GET\nrate = 1/h\nburst = 1\n") == 0);
+    CHECK(admit(&lc, "GET k", 2, &d) == LIMITER_REJECT);
+    CHECK(admit(&lc, "SET k v", 2, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "SET k v", 2, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "SET k v", 2, &d) == LIMITER_REJECT);
+    /* A bad file changes nothing. */
+    CHECK(load("[limit a]\nrate = soon\n") == -1);
+    CHECK(admit(&lc, "GET k", 3, &d) == LIMITER_REJECT);
+    limiter_client_free(lc);
+}
+
+static void test_many_rules_past_one_word(void)
+{
+    struct limiter_client *lc = NULL;
+    struct limiter_decision d;
+    char text[16384];
+    size_t off = 0;
+
+    /* 130 rules: the bitmaps span three words; only the last matches. */
+    for (int i = 0; i < 129; i++)
+        off += (size_t)snprintf(text + off, sizeof(text) - off,
+                                "[limit r%d]\nkeys = other%d:*\nrate = 1/h\n", i, i);
+    snprintf(text + off, sizeof(text) - off, "[limit last]\nkeys = k*\nrate = 1/h\nburst = 2\n");
+    CHECK(load(text) == 0);
+    CHECK(admit(&lc, "GET k1", 1, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET k2", 1, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET k3", 1, &d) == LIMITER_REJECT);
+    CHECK_STR(d.rule_name, "last");
+    CHECK(admit(&lc, "GET other5:x", 1, &d) == LIMITER_PASS);
+    limiter_client_free(lc);
+}
+
+static void test_cleanup(void)
+{
+    CHECK(load("") == 0);
+    CHECK(!limiter_active());
+}
+
+static void setup(void)
+{
+    commands_init();
+}
+
+UNIT_MAIN("limiter", {"setup", setup}, {"key globs through the index", test_key_globs_through_the_index},
+          {"every matching rule applies", test_every_matching_rule_applies},
+          {"reload keeps unchanged buckets", test_reload_keeps_unchanged_buckets},
+          {"many rules past one word", test_many_rules_past_one_word}, {"cleanup", test_cleanup})
