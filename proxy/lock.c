@@ -17,6 +17,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/queue.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "client.h"
@@ -559,17 +561,43 @@ static int lock_parse_positive(struct sv arg, long long *out)
     return *out > 0 ? 1 : 0;
 }
 
+/* Random bytes for tokens, drawn from libcrypto a page at a time: each
+ * RAND_bytes call costs a getpid() (its fork check), too much per LOCK. */
+static unsigned char lock_random_pool[4096];
+static size_t lock_random_left;
+
+/* A fresh token: LOCK_TOKEN_BYTES random bytes as lower-case hex in OUT
+ * (2 * LOCK_TOKEN_BYTES + 1 bytes). */
 static void lock_make_token(char *out)
 {
-    unsigned char raw[LOCK_TOKEN_BYTES];
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *raw;
 
-    if (RAND_bytes(raw, sizeof(raw)) != 1) {
-        /* libcrypto's generator failing is not expected; never reuse. */
-        static unsigned long long fallback;
-        snprintf((char *)raw, sizeof(raw), "%llx", ++fallback);
+    if (lock_random_left < LOCK_TOKEN_BYTES) {
+        lock_random_left = sizeof(lock_random_pool);
+        if (RAND_bytes(lock_random_pool, sizeof(lock_random_pool)) != 1) {
+            /* Not expected from libcrypto. Fall back, for this one token, to
+             * what still differs across processes and restarts. */
+            static uint32_t fallback;
+            struct timespec ts;
+            uint32_t parts[4];
+            clock_gettime(CLOCK_REALTIME, &ts);
+            parts[0] = (uint32_t)ts.tv_sec;
+            parts[1] = (uint32_t)ts.tv_nsec;
+            parts[2] = (uint32_t)getpid();
+            parts[3] = ++fallback;
+            lock_random_left = LOCK_TOKEN_BYTES;
+            memcpy(lock_random_pool + sizeof(lock_random_pool) - LOCK_TOKEN_BYTES, parts,
+                   sizeof(parts));
+        }
     }
-    for (int i = 0; i < LOCK_TOKEN_BYTES; i++)
-        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    raw = lock_random_pool + sizeof(lock_random_pool) - lock_random_left;
+    lock_random_left -= LOCK_TOKEN_BYTES;
+    for (int i = 0; i < LOCK_TOKEN_BYTES; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[2 * LOCK_TOKEN_BYTES] = '\0';
 }
 
 /* Parse the options after the fixed arguments. Returns NULL when fine, or
