@@ -72,7 +72,7 @@ static const struct {
     {"monitor", REQ_PRIVATE | REQ_PASSTHROUGH},
 };
 
-static void client_read_cb(struct bufferevent *bev, void *arg);
+static void client_read_cb(evutil_socket_t fd, short what, void *arg);
 static void client_write_cb(struct bufferevent *bev, void *arg);
 static void client_event_cb(struct bufferevent *bev, short what, void *arg);
 static void client_process_input(struct client *c);
@@ -120,6 +120,23 @@ static void client_format_addr(struct client *c)
     snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
 }
 
+/* Start or stop reading C's socket (the bufferevent only writes). */
+static void client_read_on(struct client *c)
+{
+    if (!c->read_on) {
+        c->read_on = 1;
+        event_add(c->read_ev, NULL);
+    }
+}
+
+static void client_read_off(struct client *c)
+{
+    if (c->read_on) {
+        c->read_on = 0;
+        event_del(c->read_ev);
+    }
+}
+
 void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
     static const char full[] = "-ERR max number of clients reached\r\n";
@@ -151,9 +168,11 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     TAILQ_INSERT_TAIL(&client_all, c, link);
     client_total++;
     STAT_INC(total_connections_received);
-    bufferevent_setcb(c->bev, client_read_cb, client_write_cb, client_event_cb, c);
-    bufferevent_set_max_single_read(c->bev, CLIENT_MAX_SINGLE_READ);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    bufferevent_setcb(c->bev, NULL, client_write_cb, client_event_cb, c);
+    bufferevent_enable(c->bev, EV_WRITE);
+    c->input = evbuffer_new();
+    c->read_ev = event_new(client_base, fd, EV_READ | EV_PERSIST, client_read_cb, c);
+    client_read_on(c);
     log_debug("client %llu connected from %s", (unsigned long long)c->id, c->addr_text);
 }
 
@@ -197,6 +216,8 @@ static void client_close(struct client *c)
     client_total--;
     log_debug("client %llu closed", (unsigned long long)c->id);
     reqparse_free(&c->parser);
+    event_free(c->read_ev);
+    evbuffer_free(c->input);
     bufferevent_free(c->bev);
     free(c->name);
     free(c->user);
@@ -419,7 +440,7 @@ void client_on_private_lost(struct client *c)
     c->private_conn = NULL;
     c->inflight_conn = NULL;
     c->flags |= CLIENT_CLOSE_AFTER_REPLY;
-    bufferevent_disable(c->bev, EV_READ);
+    client_read_off(c);
     if (c->flags & CLIENT_PASSTHROUGH)
         reply_error(client_output(c), "backend connection lost");
     client_flush(c);
@@ -430,7 +451,7 @@ void client_resume(struct client *c)
     c->flags &= ~(unsigned)CLIENT_PAUSED;
     client_enter(c);
     if (!(c->flags & CLIENT_CLOSE_AFTER_REPLY))
-        bufferevent_enable(c->bev, EV_READ);
+        client_read_on(c);
     client_process_input(c);
     client_leave(c);
 }
@@ -605,7 +626,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     }
     if (backend_congested(conn) && c->waiting_on == NULL) {
         c->flags |= CLIENT_PAUSED;
-        bufferevent_disable(c->bev, EV_READ);
+        client_read_off(c);
         backend_wait(conn, c);
     }
 }
@@ -786,7 +807,7 @@ static void client_protocol_error(struct client *c, const char *msg)
     STAT_INC(protocol_errors);
     STAT_INC(total_error_replies);
     c->flags |= CLIENT_CLOSE_AFTER_REPLY;
-    bufferevent_disable(c->bev, EV_READ);
+    client_read_off(c);
     if (TAILQ_EMPTY(&c->requests)) {
         reply_error(client_output(c), "%s", msg);
         return;
@@ -804,7 +825,7 @@ static void client_protocol_error(struct client *c, const char *msg)
  * has to wait or the client is paused or closing. */
 static void client_process_input(struct client *c)
 {
-    struct evbuffer *in = bufferevent_get_input(c->bev);
+    struct evbuffer *in = c->input;
 
     if (c->in_input)
         return;
@@ -839,11 +860,22 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
     }
 }
 
-static void client_read_cb(struct bufferevent *bev, void *arg)
+/* C's socket is readable: read what is there, then frame and handle it.
+ * End of file and errors go where the bufferevent reports its own. */
+static void client_read_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
+    long n = netio_read(c->input, fd, CLIENT_MAX_SINGLE_READ);
 
-    (void)bev;
+    (void)what;
+    if (n == -2)
+        return;
+    if (n <= 0) {
+        if (n < 0)
+            log_debug("client %llu: read: %s", (unsigned long long)c->id, strerror(errno));
+        client_event_cb(c->bev, BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR), c);
+        return;
+    }
     c->last_active_ms = server_now_ms();
     client_enter(c);
     client_process_input(c);
@@ -870,7 +902,7 @@ static void client_event_cb(struct bufferevent *bev, short what, void *arg)
          * it asked, then close. A client with a session may be blocked
          * (BLPOP...) and goes at once, as it would from Redis. */
         c->flags |= CLIENT_CLOSE_AFTER_REPLY;
-        bufferevent_disable(c->bev, EV_READ);
+        client_read_off(c);
         return;
     }
     client_close(c);
@@ -914,7 +946,7 @@ void client_shutdown_all(void)
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
         c->flags |= CLIENT_CLOSE_AFTER_REPLY;
-        bufferevent_disable(c->bev, EV_READ);
+        client_read_off(c);
         if (TAILQ_EMPTY(&c->requests) && c->inflight == 0)
             client_close(c);
     }

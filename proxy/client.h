@@ -32,7 +32,10 @@ enum client_flag {
 
 struct client {
     uint64_t id;
-    struct bufferevent *bev;
+    struct bufferevent *bev;            /* writes (and the socket); reads: below */
+    struct evbuffer *input;             /* bytes read, not yet framed */
+    struct event *read_ev;              /* the socket is readable (netio_read) */
+    int read_on;                        /* read_ev is added */
     struct reqparse parser;
     struct request_queue requests;      /* every request not yet answered, in order */
     struct backend_conn *private_conn;  /* own backend connection, once stateful */

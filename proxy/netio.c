@@ -1,10 +1,14 @@
-/* netio.c - owns the direct writes of bufferevent output at the end of a
- * loop pass (see netio.h for why). */
+/* netio.c - owns the direct socket writes at the end of a loop pass and
+ * the direct client reads (see netio.h for why). */
 #include "netio.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <errno.h>
+#include <unistd.h>
+
+#define NETIO_READ_SIZE (64 * 1024)
 
 struct evbuffer *netio_output(struct bufferevent *bev, int *write_off)
 {
@@ -34,4 +38,33 @@ int netio_write_now(struct bufferevent *bev, int *write_off)
     bufferevent_disable(bev, EV_WRITE);
     *write_off = 1;
     return 1;
+}
+
+long netio_read(struct evbuffer *in, int fd, size_t max)
+{
+    /* Read into one static buffer and copy: evbuffer_add then allocates
+     * what the data needs, where reserving space would allocate (and free
+     * again once framed) a large chunk for every small request. */
+    static char buf[NETIO_READ_SIZE];
+    size_t total = 0;
+
+    while (total < max) {
+        size_t want = max - total < sizeof(buf) ? max - total : sizeof(buf);
+        ssize_t n = read(fd, buf, want);
+        if (n <= 0) {
+            if (total > 0)
+                return (long)total;   /* EOF or error shows on the next read */
+            if (n == 0)
+                return 0;
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -2 : -1;
+        }
+        if (evbuffer_add(in, buf, (size_t)n) != 0) {
+            errno = ENOMEM;
+            return -1;
+        }
+        total += (size_t)n;
+        if ((size_t)n < want)
+            break;   /* the socket is drained */
+    }
+    return (long)total;
 }
