@@ -38,6 +38,7 @@ struct rule_state {
     uint64_t matched, admitted, rejected, delayed, dryrun_hits, fail_open;
     struct bucket bucket;             /* per = rule */
     struct keyed_bucket *keyed[LIMITER_KEYED_CHAINS];
+    size_t keyed_count;               /* buckets in keyed[] */
     uint64_t last_dryrun_log_us;
 };
 
@@ -92,6 +93,7 @@ static struct bucket *limiter_keyed(struct rule_state *st, const char *key)
     bucket_init(&kb->bucket, st->rule->burst);
     kb->next = *chain;
     *chain = kb;
+    st->keyed_count++;
     return &kb->bucket;
 }
 
@@ -457,7 +459,12 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
                    uint64_t now_us, struct limiter_decision *out)
 {
     struct limiter_client *lc = *lcp;
-    struct limiter_pass p = {.who = who, .now_us = now_us, .n = 0, .out = out};
+    struct limiter_pass p;   /* not zeroed as a whole: m[] is filled as used */
+
+    p.who = who;
+    p.now_us = now_us;
+    p.n = 0;
+    p.out = out;
 
     out->verdict = LIMITER_PASS;
     out->wait_us = 0;
@@ -521,6 +528,8 @@ void limiter_cron(uint64_t now_us)
 
     for (int i = 0; i < count; i++) {
         struct rule_state *st = limiter_states[i];
+        if (st->keyed_count == 0)
+            continue;
         for (int c = 0; c < LIMITER_KEYED_CHAINS; c++) {
             struct keyed_bucket **p = &st->keyed[c];
             while (*p != NULL) {
@@ -528,6 +537,7 @@ void limiter_cron(uint64_t now_us)
                 if (bucket_idle(&kb->bucket, st->rule->rate_per_s, st->rule->burst, now_us)) {
                     *p = kb->next;
                     free(kb);
+                    st->keyed_count--;
                 } else {
                     p = &kb->next;
                 }

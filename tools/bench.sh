@@ -3,6 +3,7 @@
 # printed, never asserted. Everything runs on free loopback ports, side by
 # side in one run, targets interleaved round by round (the median of the
 # rounds is shown), so a busy machine slows every target alike.
+# Takes about 6 minutes on 2 cores.
 #
 #   1. redis-benchmark GET/SET, -c 1/50, -P 1/16: direct Redis, twemproxy
 #      (Debian's nutcracker, one server connection) and sluice.
@@ -17,7 +18,7 @@ set -eu
 
 sluice=$(readlink -f "$1")
 lockbench=$(readlink -f "$2")
-rounds=${BENCH_ROUNDS:-3}
+rounds=${BENCH_ROUNDS:-5}
 scale=${BENCH_SCALE:-1}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
@@ -126,6 +127,17 @@ median() {      # median LABEL TEST CLIENTS PIPELINE
         sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print v[int((NR + 1) / 2)] }'
 }
 
+rotate() {      # rotate K WORDS...: the words, starting at the (K mod count)th
+    k=$1; shift
+    k=$((k % $#))
+    i=0; head=""; tail=""
+    for w in "$@"; do
+        if [ $i -lt $k ]; then tail="$tail $w"; else head="$head $w"; fi
+        i=$((i + 1))
+    done
+    echo $head $tail
+}
+
 base_n() {      # requests per run, by clients and pipeline
     case "$1/$2" in
         1/1) echo 40000 ;;
@@ -143,24 +155,19 @@ while [ $r -le "$rounds" ]; do
         for c in 1 50; do
             for p in 1 16; do
                 n=$(n_of "$(base_n $c $p)")
+                targets="direct twemproxy sluice"
+                [ "$c" = 1 ] || targets="$targets rules100 rules1"
                 # Rotate who goes first, so no target always runs warm or cold.
-                case $(( (r + c + p) % 3 )) in
-                    0) order="direct twemproxy sluice" ;;
-                    1) order="twemproxy sluice direct" ;;
-                    *) order="sluice direct twemproxy" ;;
-                esac
-                for target in $order; do
+                for target in $(rotate $(( r + c + p )) $targets); do
                     case $target in
                         direct) port=$rport ;;
                         twemproxy) port=$nport ;;
                         sluice) port=$sport ;;
+                        rules100) port=$s100 ;;
+                        rules1) port=$s1 ;;
                     esac
                     bench_one "$target" "$port" "$t" "$c" "$p" "$n"
                 done
-                if [ "$c" = 50 ]; then
-                    bench_one rules100 "$s100" "$t" "$c" "$p" "$n"
-                    bench_one rules1 "$s1" "$t" "$c" "$p" "$n"
-                fi
             done
         done
     done
@@ -168,8 +175,13 @@ while [ $r -le "$rounds" ]; do
     sha_r=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_release.lua)")
     for c in 1 50; do
         n=$(n_of $((c == 1 ? 20000 : 100000)))
-        d=$("$lockbench" -p "$rport" -c "$c" -n "$n" -m direct -a "$sha_a" -r "$sha_r")
-        s=$("$lockbench" -p "$sport" -c "$c" -n "$n" -m sluice)
+        if [ $((r % 2)) = 1 ]; then
+            d=$("$lockbench" -p "$rport" -c "$c" -n "$n" -m direct -a "$sha_a" -r "$sha_r")
+            s=$("$lockbench" -p "$sport" -c "$c" -n "$n" -m sluice)
+        else
+            s=$("$lockbench" -p "$sport" -c "$c" -n "$n" -m sluice)
+            d=$("$lockbench" -p "$rport" -c "$c" -n "$n" -m direct -a "$sha_a" -r "$sha_r")
+        fi
         echo "lock_direct pairs $c 1 $d" >>"$results"
         echo "lock_sluice pairs $c 1 $s" >>"$results"
     done
@@ -213,6 +225,48 @@ for t in get set; do
     done
 done
 echo "   targets: 100 non-matching >= 0.97; 1 matching >= 0.95"
+# Throughput on a shared 2-core machine moves by more than the rules cost;
+# instructions do not: the same requests through each sluice under
+# callgrind, user-space instructions per request (kernel time not counted).
+if command -v valgrind >/dev/null 2>&1; then
+    echo
+    echo "3b. Instructions per request in sluice (callgrind, GET -c 50 -P 16)"
+    nreq=$(n_of 40000)
+    for variant in none rules100 rules1; do
+        port=$(free_port)
+        {
+            echo "[proxy]"
+            echo "listen = 127.0.0.1:$port"
+            echo "backend = 127.0.0.1:$rport"
+            echo "log_level = warning"
+            [ "$variant" = none ] || echo "rules = $tmp/$variant.ini"
+        } >"$tmp/cg-$variant.conf"
+        valgrind --tool=callgrind --toggle-collect=event_base_loop \
+            --toggle-collect=client_write_now --toggle-collect=backend_write_now \
+            --callgrind-out-file="$tmp/cg-$variant.out" \
+            "$sluice" -c "$tmp/cg-$variant.conf" >"$tmp/cg-$variant.log" 2>&1 &
+        vpid=$!
+        i=0
+        until redis-cli -p "$port" PROXY PING >/dev/null 2>&1; do
+            i=$((i + 1)); [ $i -lt 400 ] || break; sleep 0.05
+        done
+        redis-benchmark -p "$port" -t get -c 50 -P 16 -n "$nreq" -q >/dev/null 2>&1 || true
+        kill -TERM "$vpid" 2>/dev/null || true
+        wait "$vpid" 2>/dev/null || true
+        ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$tmp/cg-$variant.out" 2>/dev/null)
+        echo "cg $variant ${ir:-0}" >>"$results"
+    done
+    base=$(awk '$1 == "cg" && $2 == "none" { print $3 }' "$results")
+    printf '%-10s %14s %10s %8s\n' rules instructions "per req" ratio
+    for variant in none rules100 rules1; do
+        ir=$(awk -v v="$variant" '$1 == "cg" && $2 == v { print $3 }' "$results")
+        printf '%-10s %14s %10s %8s\n' "$variant" "$ir" \
+            "$(awk -v a="$ir" -v n="$nreq" 'BEGIN { printf "%.0f", a / n }')" "$(ratio "$base" "$ir")"
+    done
+    echo "   ratio: instructions without rules / with (1.00: the rules cost nothing); counted"
+    echo "   inside the event loop only, so start-up and rule loading are left out"
+fi
+
 for f in sluice rules100 rules1; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
