@@ -366,6 +366,17 @@ int commands_keys(const struct command *cmd, int argc, const struct sv *argv, in
     commands_keys_fn *finder = commands_key_finder(cmd);
     if (finder != NULL)
         return finder(argc, argv, keys, max);
+    /* Most commands have one key at a fixed place (GET, SET, INCR...). */
+    if (cmd->key_spec_count == 1) {
+        const struct key_spec *ks = &cmd->key_specs[0];
+        if (ks->begin == KS_BEGIN_INDEX && ks->find == KS_FIND_RANGE && ks->lastkey == 0 &&
+            ks->index > 0) {
+            if (ks->index >= argc)
+                return 0;
+            keys[0] = ks->index;
+            return 1;
+        }
+    }
     for (int s = 0; s < cmd->key_spec_count && n < max; s++) {
         struct commands_span span;
         if (!commands_spec_span(&cmd->key_specs[s], argc, argv, &span))

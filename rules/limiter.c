@@ -111,7 +111,7 @@ static void limiter_state_free(struct rule_state *st)
 
 int limiter_active(void)
 {
-    return limiter_set != NULL && rules_count(limiter_set) > 0;
+    return limiter_words > 0;   /* limiter_index_commands: 0 when no rule */
 }
 
 int limiter_check(const char *path, struct errlist *errs)
