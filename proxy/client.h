@@ -24,7 +24,8 @@ enum client_flag {
     CLIENT_PAUSED = 1 << 2,            /* not reading: a backend is congested */
     CLIENT_REPLY_OFF = 1 << 3,         /* CLIENT REPLY OFF */
     CLIENT_REPLY_SKIP = 1 << 4,        /* CLIENT REPLY SKIP: the next command gets none */
-    CLIENT_BLOCKED = 1 << 5,           /* a LOCK WAIT is pending: read no further commands */
+    CLIENT_BLOCKED = 1 << 5,           /* a LOCK, or a request a rule holds back, is pending:
+                                          read no further commands */
     CLIENT_MONITOR = 1 << 6,           /* MONITOR: every status reply is a monitor line */
     CLIENT_IN_MULTI = 1 << 7,          /* MULTI sent, no EXEC/DISCARD/RESET yet */
     CLIENT_MULTI_DIRTY = 1 << 8,       /* a rule refused a command inside MULTI */
@@ -89,7 +90,8 @@ int client_answer(struct client *c, struct request *req);
  * C reads on. */
 void client_release_held(struct client *c, struct request *req, const char *error);
 
-/* Stop or resume reading commands of C while a LOCK waits. */
+/* Stop or resume reading commands of C while a LOCK (or a request held by
+ * a rule) waits. */
 void client_block(struct client *c);
 void client_unblock(struct client *c);
 

@@ -6,10 +6,15 @@
 
 struct server server;
 
-uint64_t server_now_ms(void)
+uint64_t server_now_us(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+uint64_t server_now_ms(void)
+{
+    return server_now_us() / 1000;
 }

@@ -21,7 +21,8 @@ struct server {
 
 extern struct server server;
 
-/* Milliseconds of a monotonic clock. */
+/* Microseconds and milliseconds of the one monotonic clock. */
+uint64_t server_now_us(void);
 uint64_t server_now_ms(void);
 
 #endif

@@ -54,14 +54,6 @@ static const struct script *throttle_bucket_script;
 static void throttle_index_exempt(void);
 static uint64_t throttle_last_cron_us;
 
-static uint64_t throttle_now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 static void throttle_log_errors(const struct errlist *errs)
 {
     const char *p = errs->text;
@@ -362,7 +354,7 @@ void throttle_client_changed(struct client *c)
 
 void throttle_cron(void)
 {
-    uint64_t now = throttle_now_us();
+    uint64_t now = server_now_us();
 
     if (now - throttle_last_cron_us < 1000000)
         return;

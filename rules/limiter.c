@@ -1,8 +1,10 @@
 /* limiter.c - owns the live rule set, the state kept per rule (counters,
  * buckets) across reloads, and the admission decision for a request.
  *
- *   request -> client's candidate rules (ip/user/name matched once)
- *           -> rules_command_matches -> bucket per client/ip/user/name/rule
+ *   request -> client's rules (ip/user/name matched once: a bitmap)
+ *           AND the command's rules (limiter_cmd_bits, built at load)
+ *           -> keyed rules: first byte of each key, then the globs
+ *           -> bucket per client/ip/user/name/rule (shared: ask Redis)
  *           -> every enforce rule has a token? take one from each : refuse
  */
 #include "limiter.h"
@@ -12,13 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bucket.h"
 #include "commands.h"
 #include "log.h"
 #include "rules.h"
+#include "server.h"
 
 #define LIMITER_KEYED_CHAINS 256
 #define LIMITER_DRYRUN_LOG_EVERY_US 1000000
@@ -360,14 +362,6 @@ struct limiter_pass {
     struct limiter_decision *out;
 };
 
-static uint64_t limiter_clock_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
 {
     struct rule_state *st = e->state;
@@ -389,7 +383,7 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
         return;
     }
     if (p->now_us == 0)
-        p->now_us = limiter_clock_us();
+        p->now_us = server_now_us();
     struct bucket *b = limiter_bucket(e, p->who);
     uint64_t wait = bucket_wait_us(b, r->rate_per_s, r->burst, p->now_us);
     if (r->mode == RULE_MODE_DRYRUN) {

@@ -6,7 +6,9 @@
  *   rules_client_matches   ip / user / name; run when a client connects,
  *                          AUTHs or sets its name; keep the rules that pass.
  *   rules_command_matches  command names, ACL categories and key globs;
- *                          run for each request against the kept rules. */
+ *                          the limiter runs its halves (rules_command_allowed
+ *                          once per command id at load, rules_keys_match per
+ *                          request) and the whole only for unknown commands. */
 #ifndef SLUICE_RULES_H
 #define SLUICE_RULES_H
 
