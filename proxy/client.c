@@ -17,7 +17,6 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
@@ -73,8 +72,8 @@ static const struct {
 };
 
 static void client_read_cb(evutil_socket_t fd, short what, void *arg);
-static void client_write_cb(struct bufferevent *bev, void *arg);
-static void client_event_cb(struct bufferevent *bev, short what, void *arg);
+static void client_write_cb(evutil_socket_t fd, short what, void *arg);
+static void client_read_ended(struct client *c, int eof);
 static void client_process_input(struct client *c);
 static int client_finished(const struct client *c);
 static void client_process_input_loop(struct client *c, struct evbuffer *in);
@@ -120,7 +119,7 @@ static void client_format_addr(struct client *c)
     snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
 }
 
-/* Start or stop reading C's socket (the bufferevent only writes). */
+/* Start or stop reading C's socket. */
 static void client_read_on(struct client *c)
 {
     if (!c->read_on) {
@@ -158,7 +157,7 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     }
     evutil_make_socket_nonblocking(fd);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    c->bev = bufferevent_socket_new(client_base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->fd = fd;
     c->id = client_next_id++;
     c->user = strdup("default");
     c->last_active_ms = server_now_ms();
@@ -168,10 +167,10 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     TAILQ_INSERT_TAIL(&client_all, c, link);
     client_total++;
     STAT_INC(total_connections_received);
-    bufferevent_setcb(c->bev, NULL, client_write_cb, client_event_cb, c);
-    bufferevent_enable(c->bev, EV_WRITE);
     c->input = evbuffer_new();
+    c->output = evbuffer_new();
     c->read_ev = event_new(client_base, fd, EV_READ | EV_PERSIST, client_read_cb, c);
+    c->write_ev = event_new(client_base, fd, EV_WRITE | EV_PERSIST, client_write_cb, c);
     client_read_on(c);
     log_debug("client %llu connected from %s", (unsigned long long)c->id, c->addr_text);
 }
@@ -217,8 +216,10 @@ static void client_close(struct client *c)
     log_debug("client %llu closed", (unsigned long long)c->id);
     reqparse_free(&c->parser);
     event_free(c->read_ev);
+    event_free(c->write_ev);
     evbuffer_free(c->input);
-    bufferevent_free(c->bev);
+    evbuffer_free(c->output);
+    close(c->fd);
     free(c->name);
     free(c->user);
     free(c);
@@ -239,13 +240,6 @@ static int client_leave(struct client *c)
     return 0;
 }
 
-/* C's output buffer. Every write to a client goes through here, so that
- * a write event client_write_now turned off is turned on again. */
-static struct evbuffer *client_output(struct client *c)
-{
-    return netio_output(c->bev, &c->write_off);
-}
-
 /* Have C's output written by client_write_now, at the end of this batch. */
 static void client_want_write(struct client *c)
 {
@@ -255,6 +249,37 @@ static void client_want_write(struct client *c)
     }
 }
 
+/* C's output buffer, for adding to it. Every write to a client goes
+ * through here, so whatever is added goes out at the end of the pass. */
+static struct evbuffer *client_output(struct client *c)
+{
+    client_want_write(c);
+    return c->output;
+}
+
+/* Write C's output now. What the socket does not take waits for its write
+ * event, which is on only while there is such a rest. Closes C on a write
+ * error, or when it asked to go and everything is written. */
+static void client_write(struct client *c)
+{
+    int rc = netio_write(c->output, c->fd);
+
+    if (rc < 0) {
+        log_debug("client %llu: write: %s", (unsigned long long)c->id, strerror(errno));
+        client_close(c);
+        return;
+    }
+    if (rc == 0 && !c->write_on) {
+        c->write_on = 1;
+        event_add(c->write_ev, NULL);
+    } else if (rc == 1 && c->write_on) {
+        c->write_on = 0;
+        event_del(c->write_ev);
+    }
+    if (rc == 1 && client_finished(c))
+        client_close(c);
+}
+
 void client_write_now(void)
 {
     struct client *c;
@@ -262,8 +287,7 @@ void client_write_now(void)
     while ((c = TAILQ_FIRST(&client_write_list)) != NULL) {
         TAILQ_REMOVE(&client_write_list, c, write_link);
         c->write_listed = 0;
-        if (netio_write_now(c->bev, &c->write_off) && client_finished(c))
-            client_close(c);   /* what client_write_cb would have done */
+        client_write(c);
     }
 }
 
@@ -272,7 +296,7 @@ void client_write_now(void)
  * sluice hold its replies without bound. Returns -1 when closed. */
 static int client_check_output_limit(struct client *c)
 {
-    size_t pending = evbuffer_get_length(client_output(c)) + c->held_reply_bytes;
+    size_t pending = evbuffer_get_length(c->output) + c->held_reply_bytes;
 
     if (client_cfg->client_output_buffer_limit == 0 ||
         pending <= (size_t)client_cfg->client_output_buffer_limit)
@@ -303,7 +327,7 @@ static void client_flush(struct client *c)
         }
         request_free(req);
     }
-    if (client_finished(c) && evbuffer_get_length(client_output(c)) == 0)
+    if (client_finished(c) && evbuffer_get_length(c->output) == 0)
         client_close(c);
 }
 
@@ -861,7 +885,7 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
 }
 
 /* C's socket is readable: read what is there, then frame and handle it.
- * End of file and errors go where the bufferevent reports its own. */
+ * End of file and errors: client_read_ended. */
 static void client_read_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
@@ -873,7 +897,7 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
     if (n <= 0) {
         if (n < 0)
             log_debug("client %llu: read: %s", (unsigned long long)c->id, strerror(errno));
-        client_event_cb(c->bev, BEV_EVENT_READING | (n == 0 ? BEV_EVENT_EOF : BEV_EVENT_ERROR), c);
+        client_read_ended(c, n == 0);
         return;
     }
     c->last_active_ms = server_now_ms();
@@ -882,22 +906,20 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
     client_leave(c);
 }
 
-static void client_write_cb(struct bufferevent *bev, void *arg)
+/* C's socket takes data again after it was full. */
+static void client_write_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
 
-    (void)bev;
-    if (client_finished(c))
-        client_close(c);
+    (void)fd;
+    (void)what;
+    client_write(c);
 }
 
-static void client_event_cb(struct bufferevent *bev, short what, void *arg)
+/* Reading C's socket met end of file (EOF set) or an error. */
+static void client_read_ended(struct client *c, int eof)
 {
-    struct client *c = arg;
-
-    (void)bev;
-    if ((what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR) && c->private_conn == NULL &&
-        (!TAILQ_EMPTY(&c->requests) || c->inflight > 0)) {
+    if (eof && c->private_conn == NULL && (!TAILQ_EMPTY(&c->requests) || c->inflight > 0)) {
         /* Half-closed after sending (`printf 'PING\r\n' | nc`): answer what
          * it asked, then close. A client with a session may be blocked
          * (BLPOP...) and goes at once, as it would from Redis. */

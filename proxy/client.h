@@ -10,7 +10,6 @@
 #include "reqparse.h"
 #include "request.h"
 
-struct bufferevent;
 struct backend_conn;
 struct event_base;
 struct config;
@@ -33,10 +32,13 @@ enum client_flag {
 
 struct client {
     uint64_t id;
-    struct bufferevent *bev;            /* writes (and the socket); reads: below */
+    int fd;                             /* its socket, closed by client_close */
     struct evbuffer *input;             /* bytes read, not yet framed */
+    struct evbuffer *output;            /* replies not yet written */
     struct event *read_ev;              /* the socket is readable (netio_read) */
+    struct event *write_ev;             /* the socket takes data again (netio_write) */
     int read_on;                        /* read_ev is added */
+    int write_on;                       /* write_ev is added: output did not all go */
     struct reqparse parser;
     struct request_queue requests;      /* every request not yet answered, in order */
     struct backend_conn *private_conn;  /* own backend connection, once stateful */
@@ -62,7 +64,6 @@ struct client {
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
     TAILQ_ENTRY(client) write_link;     /* in the list client_write_now writes */
     int write_listed;                   /* in that list */
-    int write_off;                      /* its write event is off: output empty */
 };
 
 TAILQ_HEAD(client_list, client);

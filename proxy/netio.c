@@ -40,6 +40,20 @@ int netio_write_now(struct bufferevent *bev, int *write_off)
     return 1;
 }
 
+int netio_write(struct evbuffer *out, int fd)
+{
+    /* evbuffer_write takes a bounded number of chains per writev: go on
+     * while it makes progress, stop when the socket is full. */
+    while (evbuffer_get_length(out) > 0) {
+        int n = evbuffer_write(out, fd);
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        if (n == 0)
+            return 0;
+    }
+    return 1;
+}
+
 long netio_read(struct evbuffer *in, int fd, size_t max)
 {
     /* Read into one static buffer and copy: evbuffer_add then allocates

@@ -1,12 +1,14 @@
-/* netio.h - socket I/O under the bufferevents, where libevent's own would
- * cost a system call more per request.
+/* netio.h - socket I/O where libevent's bufferevents would cost a system
+ * call (or a few hundred instructions) more per request.
  *
  * Writing: the loop (main.c) runs one pass at a time and then lets clients
  * and backends write what the pass produced: one writev per socket and
- * pass. When the socket takes it all, the write event goes off again
- * before the base (which keeps a changelist) ever hands it to epoll, so a
- * reply costs no epoll_ctl. Whatever the socket does not take is left to
- * the bufferevent, which writes it when the socket is writable.
+ * pass. Clients own a plain output evbuffer and a write event that is
+ * added only when the socket did not take everything (netio_write), so a
+ * reply costs no event change at all. Backends keep a bufferevent (it
+ * connects them); their write event goes off again before the base (which
+ * keeps a changelist) ever hands it to epoll (netio_write_now), and what
+ * the socket does not take is left to the bufferevent.
  *
  * Reading (clients): straight into an evbuffer, without the FIONREAD ioctl
  * libevent makes before every read. */
@@ -25,6 +27,11 @@ struct evbuffer *netio_output(struct bufferevent *bev, int *write_off);
 /* Write BEV's output now. Returns 1 when all of it went and the write event
  * is off (*WRITE_OFF set), else 0. */
 int netio_write_now(struct bufferevent *bev, int *write_off);
+
+/* Write as much of OUT to FD as the socket takes now. Returns 1 when OUT
+ * is empty, 0 when the socket is full (write again once writable), -1 on
+ * an error (errno set; the connection is broken). */
+int netio_write(struct evbuffer *out, int fd);
 
 /* Read what FD has into IN, at most MAX bytes, in reads of up to 64 KB
  * while they come back full (libevent's own read asks the kernel how much
