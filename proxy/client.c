@@ -49,26 +49,47 @@ static struct client_list client_write_list = TAILQ_HEAD_INITIALIZER(client_writ
 static int client_total;
 static uint64_t client_next_id = 1;
 static struct reqparse_limits client_limits;
-/* Session rules per command id: enum request_flag bits. */
-static unsigned *client_session_flags;
+/* What the client code does with a command beyond forwarding it. */
+enum client_role {
+    ROLE_NONE,
+    ROLE_AUTH,          /* records the user on success */
+    ROLE_HELLO,         /* may record a user and a name */
+    ROLE_MULTI,         /* transaction tracking: client_track_multi */
+    ROLE_EXEC,
+    ROLE_DISCARD,
+    ROLE_RESET,
+    ROLE_CLIENT_REPLY,  /* CLIENT REPLY ON/OFF/SKIP */
+    ROLE_MONITOR,
+    ROLE_XREAD,         /* blocks only with a BLOCK option */
+};
 
-/* Commands that give a connection state of its own: from them on the
- * client gets a private backend connection. Blocking commands are found
- * by their flag in the command table. */
+/* Per command id, looked up once per request instead of comparing names:
+ * enum request_flag bits, and enum client_role. */
+static unsigned *client_session_flags;
+static unsigned char *client_roles;
+
+/* Commands that give a connection state of its own (from them on the
+ * client gets a private backend connection), and those with a role.
+ * Blocking commands are found by their flag in the command table. */
 static const struct {
     const char *name;
     unsigned flags;
+    enum client_role role;
 } client_session_table[] = {
-    {"select", REQ_PRIVATE}, {"multi", REQ_PRIVATE}, {"watch", REQ_PRIVATE},
-    {"auth", REQ_PRIVATE}, {"hello", REQ_PRIVATE}, {"reset", REQ_PRIVATE | REQ_RESET},
-    {"wait", REQ_PRIVATE}, {"client|tracking", REQ_PRIVATE}, {"client|reply", REQ_PRIVATE},
-    {"client|caching", REQ_PRIVATE}, {"client|no-evict", REQ_PRIVATE},
-    {"subscribe", REQ_PRIVATE | REQ_PASSTHROUGH}, {"psubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
-    {"ssubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
-    {"unsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
-    {"punsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
-    {"sunsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH},
-    {"monitor", REQ_PRIVATE | REQ_PASSTHROUGH},
+    {"select", REQ_PRIVATE, ROLE_NONE}, {"multi", REQ_PRIVATE, ROLE_MULTI},
+    {"exec", 0, ROLE_EXEC}, {"discard", 0, ROLE_DISCARD}, {"watch", REQ_PRIVATE, ROLE_NONE},
+    {"auth", REQ_PRIVATE, ROLE_AUTH}, {"hello", REQ_PRIVATE, ROLE_HELLO},
+    {"reset", REQ_PRIVATE | REQ_RESET, ROLE_RESET}, {"wait", REQ_PRIVATE, ROLE_NONE},
+    {"client|tracking", REQ_PRIVATE, ROLE_NONE}, {"client|reply", REQ_PRIVATE, ROLE_CLIENT_REPLY},
+    {"client|caching", REQ_PRIVATE, ROLE_NONE}, {"client|no-evict", REQ_PRIVATE, ROLE_NONE},
+    {"subscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
+    {"psubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
+    {"ssubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
+    {"unsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
+    {"punsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
+    {"sunsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
+    {"monitor", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_MONITOR},
+    {"xread", 0, ROLE_XREAD}, {"xreadgroup", 0, ROLE_XREAD},
 };
 
 static void client_read_cb(evutil_socket_t fd, short what, void *arg);
@@ -85,13 +106,16 @@ void client_module_init(struct event_base *base, const struct config *cfg)
     client_limits.max_bulk_len = cfg->proto_max_bulk_len;
     client_limits.max_multibulk_len = cfg->proto_max_multibulk_len;
     client_session_flags = calloc((size_t)commands_count(), sizeof(*client_session_flags));
+    client_roles = calloc((size_t)commands_count(), sizeof(*client_roles));
     for (int id = 0; id < commands_count(); id++) {
         const struct command *cmd = commands_by_id(id);
         if (cmd->flags & CMD_BLOCKING)
             client_session_flags[id] = REQ_PRIVATE;
         for (size_t i = 0; i < sizeof(client_session_table) / sizeof(client_session_table[0]); i++) {
-            if (strcmp(cmd->name, client_session_table[i].name) == 0)
-                client_session_flags[id] = client_session_table[i].flags;
+            if (strcmp(cmd->name, client_session_table[i].name) == 0) {
+                client_session_flags[id] |= client_session_table[i].flags;
+                client_roles[id] = (unsigned char)client_session_table[i].role;
+            }
         }
     }
 }
@@ -340,6 +364,15 @@ static void client_complete(struct client *c, struct request *req)
     client_flush(c);
 }
 
+struct evbuffer *client_reply_buffer(struct client *c, struct request *req)
+{
+    if (req == TAILQ_FIRST(&c->requests) && req->reply == NULL)
+        return client_output(c);
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    return req->reply;
+}
+
 int client_answer(struct client *c, struct request *req)
 {
     client_enter(c);
@@ -480,6 +513,11 @@ void client_resume(struct client *c)
     client_leave(c);
 }
 
+static enum client_role client_role(const struct request *req)
+{
+    return req->cmd != NULL ? (enum client_role)client_roles[req->cmd->id] : ROLE_NONE;
+}
+
 /* The session flags of REQ: which connection it needs and how its reply
  * comes. XREAD and XREADGROUP block only with a BLOCK option. */
 static unsigned client_request_flags(const struct request *req, int argc, const struct sv *argv)
@@ -489,8 +527,7 @@ static unsigned client_request_flags(const struct request *req, int argc, const 
     if (req->cmd == NULL)
         return 0;
     flags = client_session_flags[req->cmd->id];
-    if ((flags & REQ_PRIVATE) && (req->cmd->flags & CMD_BLOCKING) &&
-        strncmp(req->cmd->name, "xread", 5) == 0) {
+    if ((flags & REQ_PRIVATE) && client_role(req) == ROLE_XREAD) {
         flags = 0;
         for (int i = 1; i < argc && !sv_ieq(argv[i], "streams"); i++) {
             if (sv_ieq(argv[i], "block"))
@@ -506,7 +543,7 @@ static void client_reply_mode(struct client *c, struct request *req, int argc,
 {
     int skip_next = 0;
 
-    if (req->cmd != NULL && strcmp(req->cmd->name, "client|reply") == 0 && argc == 3) {
+    if (client_role(req) == ROLE_CLIENT_REPLY && argc == 3) {
         if (sv_ieq(argv[2], "off"))
             c->flags |= CLIENT_REPLY_OFF;
         else if (sv_ieq(argv[2], "on"))
@@ -526,13 +563,13 @@ static void client_reply_mode(struct client *c, struct request *req, int argc,
 /* Remember the user or name a HELLO or AUTH sets, to record on success. */
 static void client_note_session(struct request *req, int argc, const struct sv *argv)
 {
-    const char *name = req->cmd != NULL ? req->cmd->name : "";
+    enum client_role role = client_role(req);
 
-    if (strcmp(name, "auth") == 0) {
+    if (role == ROLE_AUTH) {
         req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
         return;
     }
-    if (strcmp(name, "hello") != 0)
+    if (role != ROLE_HELLO)
         return;
     for (int i = 2; i < argc; i++) {
         if (sv_ieq(argv[i], "auth") && i + 2 < argc) {
@@ -569,16 +606,16 @@ static void client_execabort_reply(struct request *req, struct evbuffer *src, si
 static void client_track_multi(struct client *c, struct request *req, struct evbuffer **src)
 {
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
-    const char *name = req->cmd != NULL ? req->cmd->name : "";
+    enum client_role role = client_role(req);
     int abort_exec;
 
-    if (strcmp(name, "multi") == 0) {
+    if (role == ROLE_MULTI) {
         c->flags |= CLIENT_IN_MULTI;
         return;
     }
-    if (strcmp(name, "exec") != 0 && strcmp(name, "discard") != 0 && strcmp(name, "reset") != 0)
+    if (role != ROLE_EXEC && role != ROLE_DISCARD && role != ROLE_RESET)
         return;
-    abort_exec = strcmp(name, "exec") == 0 && (c->flags & CLIENT_MULTI_DIRTY);
+    abort_exec = role == ROLE_EXEC && (c->flags & CLIENT_MULTI_DIRTY);
     c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
     if (!abort_exec)
         return;
@@ -627,7 +664,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
 
     if ((req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH)) {
         c->flags |= CLIENT_PASSTHROUGH;
-        if (req->cmd != NULL && strcmp(req->cmd->name, "monitor") == 0)
+        if (client_role(req) == ROLE_MONITOR)
             c->flags |= CLIENT_MONITOR;
         backend_set_passthrough(conn, 1);
     }

@@ -82,6 +82,11 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
  * connection C's requests use, at once or once earlier replies are in. */
 void client_forward(struct client *c, struct request *req);
 
+/* Where to write the reply to REQ (in C's queue), before client_answer:
+ * C's output when REQ is first in the queue (nothing to keep order with),
+ * else REQ's own reply buffer, made here. */
+struct evbuffer *client_reply_buffer(struct client *c, struct request *req);
+
 /* REQ (in C's queue) has its reply in req->reply: write it in order.
  * Returns -1 when C was closed meanwhile (over its output limit). */
 int client_answer(struct client *c, struct request *req);

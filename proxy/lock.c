@@ -74,12 +74,13 @@ struct lock_queue {
  * when the connection closes. */
 struct lock_held {
     TAILQ_ENTRY(lock_held) link;
-    char *key;
+    char *key;                /* both point into text[] */
     size_t keylen;
     char *token;
     int explicit_owner;
     long long keep_ttl_ms;
     struct event *keep_timer;
+    char text[];              /* key, NUL, token, NUL */
 };
 
 struct lock_client {
@@ -115,13 +116,17 @@ int lock_init(void)
 int lock_fence_key(const char *key, size_t len, char *out, size_t size)
 {
     const char *tag = lock_slot_tags[slot_for_key(key, len)];
-    int n = snprintf(out, size, "%s%s}:", LOCK_FENCE_PREFIX, tag);
+    size_t prefix = sizeof(LOCK_FENCE_PREFIX) - 1, taglen = strlen(tag);
+    size_t n = prefix + taglen + 2;   /* "}:" */
 
-    if (n < 0 || (size_t)n + len + 1 > size)
+    if (n + len + 1 > size)
         return -1;
+    memcpy(out, LOCK_FENCE_PREFIX, prefix);
+    memcpy(out + prefix, tag, taglen);
+    memcpy(out + prefix + taglen, "}:", 2);
     memcpy(out + n, key, len);
-    out[(size_t)n + len] = '\0';
-    return n + (int)len;
+    out[n + len] = '\0';
+    return (int)(n + len);
 }
 
 static int lock_verb_of(const struct sv *argv)
@@ -191,7 +196,8 @@ static void lock_wake(const char *key, size_t len)
 
     if (head == NULL || head->inflight)
         return;
-    evtimer_del(head->timer);
+    if (head->timer != NULL)
+        evtimer_del(head->timer);
     lock_send(head);
 }
 
@@ -234,8 +240,6 @@ static void lock_held_free(struct client *c, struct lock_held *h)
     TAILQ_REMOVE(&c->locks->held, h, link);
     if (h->keep_timer != NULL)
         event_free(h->keep_timer);
-    free(h->key);
-    free(h->token);
     free(h);
 }
 
@@ -274,7 +278,7 @@ static void lock_keep_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    args[1].len = (size_t)snprintf(ttl, sizeof(ttl), "%lld", h->keep_ttl_ms);
+    args[1].len = (size_t)reply_format_ll(ttl, h->keep_ttl_ms);
     lock_send_internal(lock_script_renew, h->key, h->keylen, args, 2, lock_keep_reply, NULL);
 }
 
@@ -289,12 +293,13 @@ static void lock_held_add(struct client *c, const struct lock_op *op)
         TAILQ_INIT(&c->locks->held);
     }
     if (h == NULL) {
-        h = calloc(1, sizeof(*h));
-        h->key = malloc(op->keylen + 1);
+        size_t toklen = strlen(op->token);
+        h = calloc(1, sizeof(*h) + op->keylen + toklen + 2);
+        h->key = h->text;
         memcpy(h->key, op->key, op->keylen);
-        h->key[op->keylen] = '\0';
         h->keylen = op->keylen;
-        h->token = strdup(op->token);
+        h->token = h->text + op->keylen + 1;
+        memcpy(h->token, op->token, toklen + 1);
         h->explicit_owner = op->explicit_owner;
         TAILQ_INSERT_TAIL(&c->locks->held, h, link);
     }
@@ -369,7 +374,8 @@ static void lock_op_free(struct request *req)
     req->ctx = NULL;
 }
 
-/* Answer OP's request with what is in req->reply, and let the client go on. */
+/* Answer OP's request with the reply written (client_reply_buffer), and
+ * let the client go on. */
 static void lock_finish(struct lock_op *op)
 {
     struct request *req = op->req;
@@ -377,7 +383,8 @@ static void lock_finish(struct lock_op *op)
     int blocked = op->verb == LOCK_ACQUIRE;
 
     lock_dequeue(op);
-    evtimer_del(op->timer);
+    if (op->timer != NULL)
+        evtimer_del(op->timer);
     /* Answering may free REQ and OP, and close C over its output limit. */
     if (client_answer(c, req) == 0 && blocked)
         client_unblock(c);
@@ -390,8 +397,7 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (server_now_ms() >= op->deadline_ms) {
-        op->req->reply = evbuffer_new();
-        reply_nil(op->req->reply);
+        reply_nil(client_reply_buffer(op->req->client, op->req));
         lock_finish(op);
         return;
     }
@@ -408,13 +414,13 @@ static void lock_send(struct lock_op *op)
     struct sv args[4];
     const struct script *s;
     int numkeys = 1, argc = 2;
-    int fence_len = lock_fence_key(op->key, op->keylen, fence_key, sizeof(fence_key));
 
     args[0].ptr = op->token;
     args[0].len = strlen(op->token);
     args[1].ptr = ttl;
-    args[1].len = (size_t)snprintf(ttl, sizeof(ttl), "%lld", op->ttl_ms);
+    args[1].len = (size_t)reply_format_ll(ttl, op->ttl_ms);
     if (op->verb == LOCK_ACQUIRE) {
+        int fence_len = lock_fence_key(op->key, op->keylen, fence_key, sizeof(fence_key));
         s = lock_script_acquire;
         numkeys = 2;
         keys[1].len = fence_len > 0 ? (size_t)fence_len : 0;
@@ -443,19 +449,17 @@ static void lock_acquired(struct lock_op *op, long long fence)
 {
     struct request *req = op->req;
     struct client *c = req->client;
-    char num[24];
-    int n;
+    struct evbuffer *out;
 
     if (!op->explicit_owner || op->keep)
         lock_held_add(c, op);
-    req->reply = evbuffer_new();
+    out = client_reply_buffer(c, req);
     if (op->fence) {
-        reply_array_header(req->reply, 2);
-        reply_bulk(req->reply, op->token, strlen(op->token));
-        n = snprintf(num, sizeof(num), "%lld", fence);
-        evbuffer_add_printf(req->reply, ":%.*s\r\n", n, num);
+        reply_array_header(out, 2);
+        reply_bulk(out, op->token, strlen(op->token));
+        reply_integer(out, fence);
     } else {
-        reply_bulk(req->reply, op->token, strlen(op->token));
+        reply_bulk(out, op->token, strlen(op->token));
     }
     lock_finish(op);
 }
@@ -469,8 +473,7 @@ static void lock_busy(struct lock_op *op, long long pttl_ms)
     struct timeval tv;
 
     if (!op->wait || now >= op->deadline_ms) {
-        op->req->reply = evbuffer_new();
-        reply_nil(op->req->reply);
+        reply_nil(client_reply_buffer(op->req->client, op->req));
         lock_finish(op);
         return;
     }
@@ -490,6 +493,8 @@ static void lock_busy(struct lock_op *op, long long pttl_ms)
     }
     tv.tv_sec = delay_ms / 1000;
     tv.tv_usec = (delay_ms % 1000) * 1000;
+    if (op->timer == NULL)
+        op->timer = evtimer_new(server.base, lock_timer_cb, op);
     evtimer_add(op->timer, &tv);
 }
 
@@ -537,8 +542,7 @@ static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len,
             lock_wake(op->key, op->keylen);
     }
     /* Everything else (counts, OK, NOTOWNER, WRONGTYPE, errors) as is. */
-    req->reply = evbuffer_new();
-    evbuffer_remove_buffer(src, req->reply, len);
+    evbuffer_remove_buffer(src, client_reply_buffer(req->client, req), len);
     lock_finish(op);
 }
 
@@ -677,19 +681,18 @@ void lock_handle(struct client *c, struct request *req, int argc, const struct s
 
     op->verb = (enum lock_verb)lock_verb_of(argv);
     op->req = req;
-    op->backoff_ms = LOCK_BACKOFF_MIN_MS;
-    op->timer = evtimer_new(server.base, lock_timer_cb, op);
+    op->backoff_ms = LOCK_BACKOFF_MIN_MS;   /* its timer: made when it first waits */
     req->ctx = op;
     req->ctx_free = lock_op_free;
     req->on_reply = lock_on_reply;
     err = lock_parse(c, op, argc, argv);
     if (err != NULL) {
-        req->reply = evbuffer_new();
+        struct evbuffer *out = client_reply_buffer(c, req);
         if (strcmp(err, "wrong number of arguments") == 0)
-            reply_error(req->reply, "wrong number of arguments for '%s' command",
+            reply_error(out, "wrong number of arguments for '%s' command",
                         lock_verb_names[op->verb]);
         else
-            reply_error(req->reply, "%s", err);
+            reply_error(out, "%s", err);
         client_answer(c, req);
         return;
     }

@@ -16,6 +16,13 @@ void reply_nil(struct evbuffer *out);
 void reply_integer(struct evbuffer *out, long long value);
 void reply_array_header(struct evbuffer *out, long long count);
 
+/* Decimal V at OUT (room for 21 bytes), not terminated; returns its length. */
+int reply_format_ll(char *out, long long v);
+
+/* "<TYPE><N>\r\n" at OUT (room for 24 bytes), as RESP headers and integer
+ * replies are written; returns its length. */
+int reply_format_header(char *out, char type, long long n);
+
 /* The integers of a small reply ":n" or "*k :a :b ..." (nil counts as 0)
  * into VALS, at most MAX. Returns how many, or -1 when it is neither. */
 int reply_parse_ints(const char *buf, size_t len, long long *vals, int max);

@@ -9,9 +9,20 @@
 #include <string.h>
 
 #include "lua_scripts.h"
+#include "reply.h"
 
 static struct script *scripts_table;
 static int scripts_total;
+
+static char *scripts_put_bulk(char *p, const char *ptr, size_t len);
+
+/* Render "VERB SCRIPT" as two RESP bulks at OUT (room for both plus 64). */
+static size_t scripts_render_head(char *out, const char *verb, const char *script)
+{
+    char *p = scripts_put_bulk(out, verb, strlen(verb));
+
+    return (size_t)(scripts_put_bulk(p, script, strlen(script)) - out);
+}
 
 int scripts_init(void)
 {
@@ -28,6 +39,11 @@ int scripts_init(void)
         SHA1((const unsigned char *)s->body, strlen(s->body), digest);
         for (int b = 0; b < SHA_DIGEST_LENGTH; b++)
             snprintf(s->sha1 + 2 * b, 3, "%02x", digest[b]);
+        s->evalsha_head_len = scripts_render_head(s->evalsha_head, "EVALSHA", s->sha1);
+        s->eval_head = malloc(strlen(s->body) + 64);
+        if (s->eval_head == NULL)
+            return -1;
+        s->eval_head_len = scripts_render_head(s->eval_head, "EVAL", s->body);
     }
     return 0;
 }
@@ -51,22 +67,10 @@ const struct script *scripts_by_index(int i)
     return &scripts_table[i];
 }
 
-/* Append "<type><n>\r\n" at P; returns the new end. */
+/* Append "<type><n>\r\n" at P (room for 24 bytes); returns the new end. */
 static char *scripts_put_header(char *p, char type, size_t n)
 {
-    char digits[24];
-    int len = 0;
-
-    *p++ = type;
-    do {
-        digits[len++] = (char)('0' + n % 10);
-        n /= 10;
-    } while (n > 0);
-    while (len > 0)
-        *p++ = digits[--len];
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
+    return p + reply_format_header(p, type, (long long)n);
 }
 
 /* Append the bulk string PTR/LEN at P (which has room); returns the end. */
@@ -89,26 +93,26 @@ static void scripts_write_bulk(struct evbuffer *out, const char *ptr, size_t len
     evbuffer_add(out, "\r\n", 2);
 }
 
-/* VERB (EVAL or EVALSHA) with the script as body or SHA1. Built in one
- * piece on the stack when it fits (every EVALSHA sluice sends does), so
- * that the lock and bucket paths make one evbuffer_add and no printf. */
-static void scripts_write_call(struct evbuffer *out, const char *verb, const char *script,
+/* A call whose first two arguments (verb, and script or SHA1) are HEAD,
+ * already in RESP. Built in one piece on the stack when it fits (every
+ * EVALSHA sluice sends does), so the lock and bucket paths make one
+ * evbuffer_add and no printf. */
+static void scripts_write_call(struct evbuffer *out, const char *head, size_t headlen,
                                int numkeys, const struct sv *keys, int argc, const struct sv *args)
 {
-    char num[16], buf[1024], *p = buf;
-    int n = snprintf(num, sizeof(num), "%d", numkeys);
-    size_t need = 4 * 32 + strlen(verb) + strlen(script) + (size_t)n;   /* 32: a header */
+    char num[24], buf[1024], *p = buf;
+    int n = reply_format_ll(num, numkeys);
+    size_t need = 2 * 32 + headlen + (size_t)n;   /* 32: a header */
 
     for (int i = 0; i < numkeys; i++)
         need += keys[i].len + 32;
     for (int i = 0; i < argc; i++)
         need += args[i].len + 32;
     if (need > sizeof(buf)) {
-        char head[32];
-        evbuffer_add(out, head,
-                     (size_t)(scripts_put_header(head, '*', (size_t)(3 + numkeys + argc)) - head));
-        scripts_write_bulk(out, verb, strlen(verb));
-        scripts_write_bulk(out, script, strlen(script));
+        char first[32];
+        evbuffer_add(out, first,
+                     (size_t)(scripts_put_header(first, '*', (size_t)(3 + numkeys + argc)) - first));
+        evbuffer_add(out, head, headlen);
         scripts_write_bulk(out, num, (size_t)n);
         for (int i = 0; i < numkeys; i++)
             scripts_write_bulk(out, keys[i].ptr, keys[i].len);
@@ -117,8 +121,8 @@ static void scripts_write_call(struct evbuffer *out, const char *verb, const cha
         return;
     }
     p = scripts_put_header(p, '*', (size_t)(3 + numkeys + argc));
-    p = scripts_put_bulk(p, verb, strlen(verb));
-    p = scripts_put_bulk(p, script, strlen(script));
+    memcpy(p, head, headlen);
+    p += headlen;
     p = scripts_put_bulk(p, num, (size_t)n);
     for (int i = 0; i < numkeys; i++)
         p = scripts_put_bulk(p, keys[i].ptr, keys[i].len);
@@ -130,13 +134,13 @@ static void scripts_write_call(struct evbuffer *out, const char *verb, const cha
 void scripts_write_evalsha(struct evbuffer *out, const struct script *s, int numkeys,
                            const struct sv *keys, int argc, const struct sv *args)
 {
-    scripts_write_call(out, "EVALSHA", s->sha1, numkeys, keys, argc, args);
+    scripts_write_call(out, s->evalsha_head, s->evalsha_head_len, numkeys, keys, argc, args);
 }
 
 void scripts_write_eval(struct evbuffer *out, const struct script *s, int numkeys,
                         const struct sv *keys, int argc, const struct sv *args)
 {
-    scripts_write_call(out, "EVAL", s->body, numkeys, keys, argc, args);
+    scripts_write_call(out, s->eval_head, s->eval_head_len, numkeys, keys, argc, args);
 }
 
 void scripts_write_load(struct evbuffer *out, const struct script *s)

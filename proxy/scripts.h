@@ -13,6 +13,12 @@ struct script {
     const char *name;   /* file name without .lua */
     const char *body;
     char sha1[41];      /* lower-case hex */
+    /* "EVALSHA sha1" and "EVAL body" as the first two RESP bulks of a call,
+     * rendered once by scripts_init. */
+    char evalsha_head[64];
+    size_t evalsha_head_len;
+    char *eval_head;
+    size_t eval_head_len;
 };
 
 /* Compute every script's SHA1. Returns 0, or -1 when a script is missing. */
