@@ -50,6 +50,8 @@ static const char *const backend_state_names[] = {"connecting", "up", "down"};
 struct backend_conn {
     struct backend_node *node;
     struct bufferevent *bev;
+    struct evbuffer *staged;         /* requests of this pass: moved to bev's output once a
+                                        pass, as its output runs callbacks on every add */
     redisReader *reader;
     size_t fed;                      /* head bytes of the input given to the reader */
     size_t hold_until;               /* feed nothing until the input has this many */
@@ -120,6 +122,11 @@ static struct backend_conn *backend_conn_new(struct backend_node *node, struct c
     conn->node = node;
     conn->owner = owner;
     conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
+    conn->staged = evbuffer_new();
+    if (conn->staged == NULL) {
+        free(conn);
+        return NULL;
+    }
     TAILQ_INIT(&conn->inflight);
     TAILQ_INIT(&conn->waiters);
     return conn;
@@ -243,6 +250,8 @@ static void backend_conn_reset_io(struct backend_conn *conn)
         redisReaderFree(conn->reader);
     conn->bev = NULL;
     conn->reader = NULL;
+    /* Staged bytes belong to requests that fail with this connection. */
+    evbuffer_drain(conn->staged, evbuffer_get_length(conn->staged));
     conn->write_off = 0;   /* a new bufferevent starts with writing on */
     conn->fed = 0;
     conn->hold_until = 0;
@@ -262,6 +271,7 @@ static void backend_conn_free(struct backend_conn *conn)
     }
     if (conn->retry != NULL)
         event_free(conn->retry);
+    evbuffer_free(conn->staged);
     free(conn);
 }
 
@@ -412,9 +422,11 @@ void backend_write_now(void)
     while ((conn = TAILQ_FIRST(&backend_write_list)) != NULL) {
         TAILQ_REMOVE(&backend_write_list, conn, write_link);
         conn->write_listed = 0;
+        if (conn->bev == NULL)
+            continue;
+        evbuffer_add_buffer(netio_output(conn->bev, &conn->write_off), conn->staged);
         /* Still connecting: the bufferevent writes once it is connected. */
-        if (conn->state == BACKEND_UP && conn->bev != NULL &&
-            netio_write_now(conn->bev, &conn->write_off))
+        if (conn->state == BACKEND_UP && netio_write_now(conn->bev, &conn->write_off))
             backend_wake_waiters(conn);
     }
 }
@@ -422,13 +434,12 @@ void backend_write_now(void)
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen)
 {
-    struct evbuffer *out;
+    struct evbuffer *out = conn->staged;
 
     if (conn->state == BACKEND_DOWN || conn->bev == NULL) {
         snprintf(err, errlen, "%s", conn->error[0] ? conn->error : "backend unavailable");
         return -1;
     }
-    out = netio_output(conn->bev, &conn->write_off);
     backend_want_write(conn);
     if (src != NULL)
         evbuffer_remove_buffer(src, out, req->raw_len);
@@ -453,7 +464,8 @@ void backend_set_passthrough(struct backend_conn *conn, int on)
 int backend_congested(const struct backend_conn *conn)
 {
     return conn->bev != NULL &&
-           evbuffer_get_length(bufferevent_get_output(conn->bev)) > BACKEND_HIGH_WATER;
+           evbuffer_get_length(bufferevent_get_output(conn->bev)) +
+                   evbuffer_get_length(conn->staged) > BACKEND_HIGH_WATER;
 }
 
 void backend_wait(struct backend_conn *conn, struct client *c)
