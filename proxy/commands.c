@@ -356,6 +356,23 @@ static commands_keys_fn *commands_key_finder(const struct command *cmd)
  * its partial mode: a spec that does not fit the request adds no keys and the
  * others still count. Key specs marked not_key (SPUBLISH's shard channel)
  * are followed too: cluster routing needs them. */
+int commands_fixed_key(const struct command *cmd)
+{
+    const struct key_spec *ks;
+
+    if (commands_key_finder(cmd) != NULL)
+        return 0;
+    if (cmd->key_spec_count == 0)
+        return -1;
+    if (cmd->key_spec_count != 1)
+        return 0;
+    ks = &cmd->key_specs[0];
+    if (ks->begin == KS_BEGIN_INDEX && ks->find == KS_FIND_RANGE && ks->lastkey == 0 &&
+        ks->index > 0)
+        return ks->index;
+    return 0;
+}
+
 int commands_keys(const struct command *cmd, int argc, const struct sv *argv, int *keys,
                   int max)
 {
@@ -367,15 +384,12 @@ int commands_keys(const struct command *cmd, int argc, const struct sv *argv, in
     if (finder != NULL)
         return finder(argc, argv, keys, max);
     /* Most commands have one key at a fixed place (GET, SET, INCR...). */
-    if (cmd->key_spec_count == 1) {
-        const struct key_spec *ks = &cmd->key_specs[0];
-        if (ks->begin == KS_BEGIN_INDEX && ks->find == KS_FIND_RANGE && ks->lastkey == 0 &&
-            ks->index > 0) {
-            if (ks->index >= argc)
-                return 0;
-            keys[0] = ks->index;
-            return 1;
-        }
+    int fixed = commands_fixed_key(cmd);
+    if (fixed > 0) {
+        if (fixed >= argc)
+            return 0;
+        keys[0] = fixed;
+        return 1;
     }
     for (int s = 0; s < cmd->key_spec_count && n < max; s++) {
         struct commands_span span;

@@ -99,6 +99,10 @@ const struct command *commands_lookup(const char *name, size_t len);
  * NULL when argv[0] is not a known command (modules): forward untouched. */
 const struct command *commands_resolve(int argc, const struct sv *argv);
 
+/* The argv position of CMD's only key when it always sits at one fixed
+ * place (GET, SET, INCR...); -1 when CMD never has keys (PING); else 0. */
+int commands_fixed_key(const struct command *cmd);
+
 /* Store in KEYS the argv positions of the keys of a request for CMD, in order,
  * at most MAX of them, never a position >= argc. Bad arity or arguments that
  * do not fit the specs yield fewer keys, never an out-of-range position.

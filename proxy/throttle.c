@@ -143,7 +143,8 @@ enum throttle_verdict throttle_admit(struct client *c, struct request *req,
     struct limiter_identity who;
     int enforce = 0;
 
-    if (!limiter_active() || throttle_exempt(c, req, argv))
+    if (!limiter_active() || throttle_exempt(c, req, argv) ||
+        limiter_quick_pass(c->limiter, req->cmd, argv, req->argc))
         return THROTTLE_PASS;
     who.addr = (const struct sockaddr *)&c->addr;
     who.ip = c->ip_text;

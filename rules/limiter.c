@@ -3,6 +3,8 @@
  *
  *   request -> client's rules (ip/user/name matched once: a bitmap)
  *           AND the command's rules (limiter_cmd_bits, built at load)
+ *           -> none left once a fixed key's first byte is checked? pass
+ *              (limiter_quick_pass: the common case, a few word operations)
  *           -> keyed rules: first byte of each key, then the globs
  *           -> bucket per client/ip/user/name/rule (shared: ask Redis)
  *           -> every enforce rule has a token? take one from each : refuse
@@ -69,6 +71,10 @@ static int limiter_words;
  * rules whose globs could match such a key (limiter_words words each). */
 static uint64_t *limiter_keyed_bits;
 static uint64_t *limiter_first_byte_bits;
+/* Per command id, where its only key always is, -1 when it has none, 0
+ * otherwise (commands_fixed_key): lets limiter_quick_pass filter keyed
+ * rules without finding keys. */
+static int *limiter_key_pos;
 static uint64_t limiter_generation = 1;
 static uint64_t limiter_next_state_id = 1;
 
@@ -155,7 +161,9 @@ static void limiter_index_commands(int count)
     free(limiter_cmd_bits);
     free(limiter_keyed_bits);
     free(limiter_first_byte_bits);
+    free(limiter_key_pos);
     limiter_cmd_bits = limiter_keyed_bits = limiter_first_byte_bits = NULL;
+    limiter_key_pos = NULL;
     limiter_words = (count + 63) / 64;
     if (count == 0)
         return;
@@ -173,9 +181,11 @@ static void limiter_index_commands(int count)
         }
     }
     limiter_cmd_bits = calloc((size_t)ncmd * (size_t)limiter_words + 1, sizeof(uint64_t));
+    limiter_key_pos = calloc((size_t)ncmd + 1, sizeof(int));
     for (int id = 0; id < ncmd; id++) {
         const struct command *cmd = commands_by_id(id);
         uint64_t *bits = &limiter_cmd_bits[(size_t)id * (size_t)limiter_words];
+        limiter_key_pos[id] = commands_fixed_key(cmd);
         for (int i = 0; i < count; i++) {
             if (rules_command_allowed(limiter_states[i]->rule, cmd))
                 bits[i / 64] |= 1ULL << (i % 64);
@@ -383,7 +393,7 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
         return;
     }
     if (p->now_us == 0)
-        p->now_us = server_now_us();
+        p->now_us = server_pass_now_us();
     struct bucket *b = limiter_bucket(e, p->who);
     uint64_t wait = bucket_wait_us(b, r->rate_per_s, r->burst, p->now_us);
     if (r->mode == RULE_MODE_DRYRUN) {
@@ -446,6 +456,35 @@ static void limiter_scan_known(struct limiter_pass *p, struct limiter_client *lc
     }
     if (pos != on_stack)
         free(pos);
+}
+
+int limiter_quick_pass(const struct limiter_client *lc, const struct command *cmd,
+                       const struct sv *argv, int argc)
+{
+    const uint64_t *cmd_bits;
+    int kp;
+
+    if (lc == NULL || lc->generation != limiter_generation || cmd == NULL)
+        return 0;
+    cmd_bits = &limiter_cmd_bits[(size_t)cmd->id * (size_t)limiter_words];
+    kp = limiter_key_pos[cmd->id];
+    for (int w = 0; w < limiter_words; w++) {
+        uint64_t bits = lc->rule_bits[w] & cmd_bits[w], keyed = bits & limiter_keyed_bits[w];
+        if (keyed != 0) {
+            /* As limiter_key_filter: no key, no keyed rule; an empty key
+             * keeps them all; else those its first byte may start. */
+            if (kp == 0)
+                return 0;   /* keys found otherwise: the full scan decides */
+            if (kp < 0 || kp >= argc)
+                bits &= ~keyed;
+            else if (argv[kp].len > 0)
+                bits &= ~keyed | limiter_first_byte_bits[(size_t)(unsigned char)argv[kp].ptr[0] *
+                                                         (size_t)limiter_words + (size_t)w];
+        }
+        if (bits != 0)
+            return 0;
+    }
+    return 1;
 }
 
 void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *who,

@@ -64,10 +64,17 @@ int limiter_active(void);
 /* Check PATH without loading it (sluice -t). Returns 0 when fine. */
 int limiter_check(const char *path, struct errlist *errs);
 
+/* 1 when, for certain, no rule applies to this request of the client LC:
+ * the common case, told apart by a few word operations before any bucket
+ * or identity is looked at. 0 means "ask limiter_admit" (it may still
+ * pass): a new client, rules reloaded, a keyed rule that may match. */
+int limiter_quick_pass(const struct limiter_client *lc, const struct command *cmd,
+                       const struct sv *argv, int argc);
+
 /* Decide for one request of the client *LC (created on first use; free
  * with limiter_client_free). Fast when no rule can match the client.
  * NOW_US: a monotonic clock in microseconds, or 0 to have it read only
- * when a local bucket is looked at. */
+ * when a local bucket is looked at (server_pass_now_us). */
 void limiter_admit(struct limiter_client **lc, const struct limiter_identity *who,
                    const struct command *cmd, const struct sv *argv, int argc,
                    uint64_t now_us, struct limiter_decision *out);

@@ -397,7 +397,19 @@ static void test_init(void)
     CHECK(lookup("get") != NULL);
 }
 
-UNIT_MAIN("commands", {"init", test_init}, {"table_ids", test_table_ids},
+/* Where the one fixed key is, what the limiter's quick check relies on. */
+static void test_fixed_key(void)
+{
+    CHECK(commands_fixed_key(lookup("get")) == 1);
+    CHECK(commands_fixed_key(lookup("set")) == 1);
+    CHECK(commands_fixed_key(lookup("ping")) == -1);
+    CHECK(commands_fixed_key(lookup("mget")) == 0);    /* a range of keys */
+    CHECK(commands_fixed_key(lookup("sort")) == 0);    /* keys found by code */
+    CHECK(commands_fixed_key(lookup("xread")) == 0);   /* keys after a keyword */
+    CHECK(commands_fixed_key(lookup("eval")) == 0);    /* keys after numkeys */
+}
+
+UNIT_MAIN("commands", {"init", test_init}, {"fixed_key", test_fixed_key}, {"table_ids", test_table_ids},
           {"lookup_case_insensitive", test_lookup_case_insensitive},
           {"lookup_unknown", test_lookup_unknown},
           {"every_entry_is_found", test_every_entry_is_found},

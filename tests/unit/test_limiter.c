@@ -48,6 +48,59 @@ static enum limiter_verdict admit(struct limiter_client **lc, const char *line, 
     return d->verdict;
 }
 
+/* limiter_quick_pass for "ARGV..." (space separated) from client LC. */
+static int quick(const struct limiter_client *lc, const char *line)
+{
+    char buf[256], *save = NULL;
+    struct sv argv[16];
+    int argc = 0;
+
+    snprintf(buf, sizeof(buf), "%s", line);
+    for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 16; t = strtok_r(NULL, " ", &save))
+        argv[argc++] = (struct sv){t, strlen(t)};
+    return limiter_quick_pass(lc, commands_resolve(argc, argv), argv, argc);
+}
+
+/* The quick check never lets through what a rule matches: each rule
+ * below admits one request an hour, so a second matching request would be
+ * refused by limiter_admit. */
+static void test_quick_pass_agrees_with_admit(void)
+{
+    static const struct {
+        const char *line;
+        int quick;   /* what limiter_quick_pass must say */
+    } cases[] = {
+        {"GET order:1", 1},          /* first byte rules the glob out */
+        {"GET user:1", 0},           /* the keyed rule applies */
+        {"GET uber", 0},             /* same first byte: the full scan decides */
+        {"PING", 1},                 /* no key, no keyed rule; not a SET */
+        {"GET", 1},                  /* wrong arity: no key */
+        {"MGET a b", 0},             /* keys not at one fixed place */
+        {"SET order:1 v", 0},        /* the commands rule applies */
+    };
+    struct limiter_client *lc = NULL;
+    struct limiter_decision d;
+
+    CHECK(load("[limit users]\nkeys = user:*\nrate = 1/h\nburst = 1\n"
+               "[limit sets]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
+    CHECK(quick(lc, "GET order:1") == 0);   /* a client not seen yet */
+    CHECK(admit(&lc, "PING", 1, &d) == LIMITER_PASS);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int q = quick(lc, cases[i].line);
+        CHECK(q == cases[i].quick);
+        if (q) {
+            CHECK(admit(&lc, cases[i].line, 2, &d) == LIMITER_PASS);
+            CHECK(admit(&lc, cases[i].line, 2, &d) == LIMITER_PASS);
+        }
+    }
+    CHECK(admit(&lc, "GET user:1", 3, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET user:1", 3, &d) == LIMITER_REJECT);
+    /* After a reload the client's rules are stale: ask limiter_admit. */
+    CHECK(load("[limit users]\nkeys = user:*\nrate = 1/h\nburst = 1\n") == 0);
+    CHECK(quick(lc, "GET order:1") == 0);
+    limiter_client_free(lc);
+}
+
 static void test_key_globs_through_the_index(void)
 {
     struct limiter_client *lc = NULL;
@@ -152,7 +205,8 @@ static void setup(void)
     commands_init();
 }
 
-UNIT_MAIN("limiter", {"setup", setup}, {"key globs through the index", test_key_globs_through_the_index},
+UNIT_MAIN("limiter", {"setup", setup},
+          {"quick_pass_agrees_with_admit", test_quick_pass_agrees_with_admit}, {"key globs through the index", test_key_globs_through_the_index},
           {"every matching rule applies", test_every_matching_rule_applies},
           {"reload keeps unchanged buckets", test_reload_keeps_unchanged_buckets},
           {"many rules past one word", test_many_rules_past_one_word}, {"cleanup", test_cleanup})
