@@ -937,7 +937,7 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
         client_read_ended(c, n == 0);
         return;
     }
-    c->last_active_ms = server_now_ms();
+    c->last_active_ms = server_pass_now_us() / 1000;
     client_enter(c);
     client_process_input(c);
     client_leave(c);

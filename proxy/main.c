@@ -92,6 +92,7 @@ static void main_loop(void)
             break;
         backend_write_now();
         client_write_now();
+        server_pass_end();
     }
 }
 

@@ -6,6 +6,9 @@
 
 struct server server;
 
+/* 0: not read yet in this loop pass. */
+static uint64_t server_pass_clock_us;
+
 uint64_t server_now_us(void)
 {
     struct timespec ts;
@@ -17,4 +20,16 @@ uint64_t server_now_us(void)
 uint64_t server_now_ms(void)
 {
     return server_now_us() / 1000;
+}
+
+uint64_t server_pass_now_us(void)
+{
+    if (server_pass_clock_us == 0)
+        server_pass_clock_us = server_now_us();
+    return server_pass_clock_us;
+}
+
+void server_pass_end(void)
+{
+    server_pass_clock_us = 0;
 }

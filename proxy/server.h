@@ -25,4 +25,11 @@ extern struct server server;
 uint64_t server_now_us(void);
 uint64_t server_now_ms(void);
 
+/* The same clock read once per loop pass, at its first use: for what runs
+ * per request (rule buckets, idle times), where a clock read each time
+ * costs more than the microseconds a pass lasts matter. The main loop
+ * calls server_pass_end after every pass. */
+uint64_t server_pass_now_us(void);
+void server_pass_end(void);
+
 #endif
