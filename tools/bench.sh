@@ -1,27 +1,32 @@
 #!/bin/sh
 # bench.sh SLUICE LOCKBENCH - the benchmarks of `make bench`. Numbers are
 # printed, never asserted. Everything runs on free loopback ports, side by
-# side in one run, targets interleaved round by round (the median of the
-# rounds is shown), so a busy machine slows every target alike.
-# Takes about 6 minutes on 2 cores.
+# side in one run, targets interleaved round by round with the order
+# rotated, so a busy machine slows every target alike. Throughputs shown
+# are medians over the rounds; ratios are medians of the ratios measured
+# within each round (targets of a round run back to back, so the slow
+# swings of a shared machine cancel out). Takes about 9 minutes on 2 cores.
 #
 #   1. redis-benchmark GET/SET, -c 1/50, -P 1/16: direct Redis, twemproxy
 #      (Debian's nutcracker, one server connection) and sluice.
 #   2. LOCK+UNLOCK pairs through sluice vs the same scripts as EVALSHA
-#      straight to Redis (tools/lockbench.c), same concurrency.
+#      straight to Redis (tools/lockbench.c), same concurrency; the same
+#      EVALSHA through twemproxy shows what a proxy hop alone costs.
 #   3. sluice with no rules, 100 rules none of which match, 1 matching rule
-#      whose limit is never reached.
+#      whose limit is never reached (more rounds: the effect is small).
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
-# BENCH_SCALE=F (multiplies request counts).
+# BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts).
 set -eu
 
 sluice=$(readlink -f "$1")
 lockbench=$(readlink -f "$2")
 rounds=${BENCH_ROUNDS:-5}
+rules_rounds=${BENCH_RULES_ROUNDS:-9}
 scale=${BENCH_SCALE:-1}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
+    rules_rounds=1
     scale=0.1
 fi
 
@@ -115,16 +120,29 @@ for p in $sport $nport $s100 $s1; do wait_port "$p"; done
 results="$tmp/results"
 : >"$results"
 
-bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N
+# Results: one line per run, "LABEL TEST CLIENTS PIPELINE VALUE ROUND".
+bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND
     rps=$(redis-benchmark -p "$2" -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv 2>/dev/null |
           awk -F'"' 'NR == 2 { print $4 }')
-    echo "$1 $3 $4 $5 ${rps:-0}" >>"$results"
+    echo "$1 $3 $4 $5 ${rps:-0} $7" >>"$results"
+}
+
+median_of() {   # the median of the numbers on standard input (0 when none)
+    sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print v[int((NR + 1) / 2)] }'
 }
 
 median() {      # median LABEL TEST CLIENTS PIPELINE
     awk -v l="$1" -v t="$2" -v c="$3" -v p="$4" \
-        '$1 == l && $2 == t && $3 == c && $4 == p { print $5 }' "$results" |
-        sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else print v[int((NR + 1) / 2)] }'
+        '$1 == l && $2 == t && $3 == c && $4 == p { print $5 }' "$results" | median_of
+}
+
+# The median over rounds of A/B, each round's A divided by the same round's B.
+median_ratio() {   # median_ratio A B TEST CLIENTS PIPELINE
+    awk -v a="$1" -v b="$2" -v t="$3" -v c="$4" -v p="$5" '
+        $2 == t && $3 == c && $4 == p && $1 == a { va[$6] = $5 }
+        $2 == t && $3 == c && $4 == p && $1 == b { vb[$6] = $5 }
+        END { for (r in va) if ((r in vb) && vb[r] > 0) print va[r] / vb[r] }' "$results" |
+        median_of | awk '{ if ($1 > 0) printf "%.2f", $1; else print "-" }'
 }
 
 rotate() {      # rotate K WORDS...: the words, starting at the (K mod count)th
@@ -155,18 +173,14 @@ while [ $r -le "$rounds" ]; do
         for c in 1 50; do
             for p in 1 16; do
                 n=$(n_of "$(base_n $c $p)")
-                targets="direct twemproxy sluice"
-                [ "$c" = 1 ] || targets="$targets rules100 rules1"
                 # Rotate who goes first, so no target always runs warm or cold.
-                for target in $(rotate $(( r + c + p )) $targets); do
+                for target in $(rotate $(( r + c + p )) direct twemproxy sluice); do
                     case $target in
                         direct) port=$rport ;;
                         twemproxy) port=$nport ;;
                         sluice) port=$sport ;;
-                        rules100) port=$s100 ;;
-                        rules1) port=$s1 ;;
                     esac
-                    bench_one "$target" "$port" "$t" "$c" "$p" "$n"
+                    bench_one "$target" "$port" "$t" "$c" "$p" "$n" "$r"
                 done
             done
         done
@@ -175,15 +189,35 @@ while [ $r -le "$rounds" ]; do
     sha_r=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_release.lua)")
     for c in 1 50; do
         n=$(n_of $((c == 1 ? 20000 : 100000)))
-        if [ $((r % 2)) = 1 ]; then
-            d=$("$lockbench" -p "$rport" -c "$c" -n "$n" -m direct -a "$sha_a" -r "$sha_r")
-            s=$("$lockbench" -p "$sport" -c "$c" -n "$n" -m sluice)
-        else
-            s=$("$lockbench" -p "$sport" -c "$c" -n "$n" -m sluice)
-            d=$("$lockbench" -p "$rport" -c "$c" -n "$n" -m direct -a "$sha_a" -r "$sha_r")
-        fi
-        echo "lock_direct pairs $c 1 $d" >>"$results"
-        echo "lock_sluice pairs $c 1 $s" >>"$results"
+        for target in $(rotate "$r" direct twemproxy sluice); do
+            case $target in
+                direct) v=$("$lockbench" -p "$rport" -c "$c" -n "$n" -m direct -a "$sha_a" -r "$sha_r") ;;
+                twemproxy) v=$("$lockbench" -p "$nport" -c "$c" -n "$n" -m direct -a "$sha_a" -r "$sha_r") ;;
+                sluice) v=$("$lockbench" -p "$sport" -c "$c" -n "$n" -m sluice) ;;
+            esac
+            echo "lock_$target pairs $c 1 ${v:-0} $r" >>"$results"
+        done
+    done
+    r=$((r + 1))
+done
+
+# The rules cost little next to the noise of a shared machine: more rounds,
+# the three sluices back to back for each workload.
+r=1
+while [ $r -le "$rules_rounds" ]; do
+    echo "  rules round $r/$rules_rounds ..." >&2
+    for t in get set; do
+        for p in 1 16; do
+            n=$(n_of $((p == 1 ? 100000 : 500000)))
+            for target in $(rotate $(( r + p )) sluice rules100 rules1); do
+                case $target in
+                    sluice) port=$sport ;;
+                    rules100) port=$s100 ;;
+                    rules1) port=$s1 ;;
+                esac
+                bench_one "rules_$target" "$port" "$t" 50 "$p" "$n" "$r"
+            done
+        done
     done
     r=$((r + 1))
 done
@@ -199,7 +233,8 @@ for t in get set; do
         for p in 1 16; do
             d=$(median direct $t $c $p); w=$(median twemproxy $t $c $p); s=$(median sluice $t $c $p)
             printf '%-4s %3s %3s %11.0f %11.0f %11.0f %10s %10s\n' "$t" "$c" "$p" "$d" "$w" "$s" \
-                "$(ratio "$s" "$w")" "$(ratio "$s" "$d")"
+                "$(median_ratio sluice twemproxy "$t" "$c" "$p")" \
+                "$(median_ratio sluice direct "$t" "$c" "$p")"
         done
     done
 done
@@ -207,21 +242,28 @@ echo "   targets: s/twem >= 1 on every row; s/direct >= 0.9 at -c 50 -P 1"
 
 echo
 echo "2. LOCK+UNLOCK pairs/s (median of $rounds)"
-printf '%-8s %13s %13s %8s\n' clients "EVALSHA direct" "via sluice" ratio
+printf '%-8s %14s %14s %12s %10s %10s\n' clients "EVALSHA direct" "EVALSHA twem" "LOCK sluice" \
+    "s/direct" "twem/direct"
 for c in 1 50; do
-    d=$(median lock_direct pairs $c 1); s=$(median lock_sluice pairs $c 1)
-    printf '%-8s %13.0f %13.0f %8s\n' "$c" "$d" "$s" "$(ratio "$s" "$d")"
+    d=$(median lock_direct pairs $c 1); w=$(median lock_twemproxy pairs $c 1)
+    s=$(median lock_sluice pairs $c 1)
+    printf '%-8s %14.0f %14.0f %12.0f %10s %10s\n' "$c" "$d" "$w" "$s" \
+        "$(median_ratio lock_sluice lock_direct pairs $c 1)" \
+        "$(median_ratio lock_twemproxy lock_direct pairs $c 1)"
 done
-echo "   target: ratio >= 0.8"
+echo "   target: s/direct >= 0.8; twem/direct: the same scripts through a proxy that"
+echo "   only forwards them, i.e. what the extra hop alone costs on this machine"
 
 echo
-echo "3. Rules overhead at -c 50, requests/s (median of $rounds)"
+echo "3. Rules overhead at -c 50, requests/s (median of $rules_rounds)"
 printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
 for t in get set; do
     for p in 1 16; do
-        b=$(median sluice $t 50 $p); h=$(median rules100 $t 50 $p); o=$(median rules1 $t 50 $p)
-        printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" "$b" "$h" "$(ratio "$h" "$b")" \
-            "$o" "$(ratio "$o" "$b")"
+        b=$(median rules_sluice $t 50 $p); h=$(median rules_rules100 $t 50 $p)
+        o=$(median rules_rules1 $t 50 $p)
+        printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" "$b" "$h" \
+            "$(median_ratio rules_rules100 rules_sluice $t 50 $p)" "$o" \
+            "$(median_ratio rules_rules1 rules_sluice $t 50 $p)"
     done
 done
 echo "   targets: 100 non-matching >= 0.97; 1 matching >= 0.95"
