@@ -78,6 +78,23 @@ class Incomplete(Exception):
     pass
 
 
+def assert_same_replies(sluice, ref, script, pipelined=False):
+    """Run SCRIPT (a list of command tuples) on one connection to sluice and
+    one to Redis, a command at a time or, PIPELINED, all sent at once, and
+    assert that every raw reply is the same."""
+    data = b"".join(encode_command(*cmd) for cmd in script)
+    out = []
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            if pipelined:
+                c.send(data)
+                out.append([c.read_reply_raw() for _ in script])
+            else:
+                out.append([c.call_raw(*cmd) for cmd in script])
+    for cmd, got, want in zip(script, *out):
+        assert got == want, f"{cmd}: sluice {got!r} vs redis {want!r}"
+
+
 def encode_command(*args):
     out = [b"*%d\r\n" % len(args)]
     for a in args:

@@ -3,6 +3,8 @@
 import pytest
 import redis
 
+from helpers import assert_same_replies
+
 
 def test_select_per_client(sluice, backend, r):
     c1 = sluice.client(db=1)
@@ -31,12 +33,7 @@ def test_select_switch_back_and_errors(sluice, ref, clean):
               ("SELECT", "3"), ("GET", "x"), ("SELECT", "99"), ("SELECT", "abc"),
               ("GET", "x"), ("MOVE", "x", "5"), ("SELECT", "5"), ("GET", "x"),
               ("SWAPDB", "5", "6"), ("GET", "x")]
-    out = []
-    for srv in (sluice, ref):
-        with srv.raw() as c:
-            out.append([c.call_raw(*cmd) for cmd in script])
-    for cmd, g, w in zip(script, *out):
-        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+    assert_same_replies(sluice, ref, script)
 
 
 def test_select_survives_other_clients_traffic(sluice, backend, r):
@@ -78,12 +75,7 @@ def test_client_setname_errors_identical(sluice, ref, clean):
     script = [("CLIENT", "SETNAME", "has space"), ("CLIENT", "SETNAME"),
               ("CLIENT", "GETNAME", "extra"), ("CLIENT", "SETNAME", "ok-name"),
               ("CLIENT", "GETNAME"), ("CLIENT", "NOSUCHSUB")]
-    out = []
-    for srv in (sluice, ref):
-        with srv.raw() as c:
-            out.append([c.call_raw(*cmd) for cmd in script])
-    for cmd, g, w in zip(script, *out):
-        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+    assert_same_replies(sluice, ref, script)
 
 
 def test_client_id_distinct_integer(sluice):
@@ -170,12 +162,7 @@ def test_hello_no_args_and_errors(sluice, ref, clean):
         v = c.call("HELLO")
         assert isinstance(v, list) and _as_dict(v)[b"proto"] == 2
     script = [("HELLO", "abc"), ("HELLO", "1"), ("HELLO", "2", "BADOPT")]
-    out = []
-    for srv in (sluice, ref):
-        with srv.raw() as c:
-            out.append([c.call_raw(*cmd) for cmd in script])
-    for cmd, g, w in zip(script, *out):
-        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+    assert_same_replies(sluice, ref, script)
 
 
 def test_quit(sluice, r):

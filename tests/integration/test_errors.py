@@ -3,7 +3,7 @@
 import pytest
 import redis
 
-from helpers import encode_command
+from helpers import assert_same_replies
 
 SETUP = [("SET", "str", "notanint"), ("SET", "num", "5")]
 
@@ -64,14 +64,7 @@ def test_errors_pipelined_identical(sluice, ref, clean):
     for cmd in CASES.values():
         cmds.append(cmd)
         cmds.append(("PING",))
-    data = b"".join(encode_command(*c) for c in cmds)
-    res = []
-    for srv in (sluice, ref):
-        with srv.raw() as c:
-            c.send(data)
-            res.append([c.read_reply_raw() for _ in cmds])
-    for cmd, g, w in zip(cmds, *res):
-        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+    assert_same_replies(sluice, ref, cmds, pipelined=True)
 
 
 def _exc_text(client, *args):
@@ -99,9 +92,4 @@ def test_error_in_multi_identical(sluice, ref, clean):
     script = [("SET", "s", "x"), ("MULTI",), ("INCR", "s"), ("GET",), ("EXEC",),
               ("MULTI",), ("INCR", "s"), ("SET", "t", "1"), ("EXEC",),
               ("MULTI",), ("NOSUCHCMD",), ("EXEC",)]
-    res = []
-    for srv in (sluice, ref):
-        with srv.raw() as c:
-            res.append([c.call_raw(*cmd) for cmd in script])
-    for cmd, g, w in zip(script, *res):
-        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+    assert_same_replies(sluice, ref, script)

@@ -3,7 +3,7 @@
 import pytest
 import redis
 
-from helpers import encode_command
+from helpers import assert_same_replies
 
 
 def test_multi_exec_redispy(r, backend):
@@ -79,14 +79,7 @@ def test_multi_exec_raw_identical(sluice, ref, clean):
         ("DISCARD",), ("EXEC",),
         ("WATCH", "a"), ("UNWATCH",), ("MULTI",), ("EXEC",),
     ]
-    data = b"".join(encode_command(*c) for c in script)
-    replies = []
-    for srv in (sluice, ref):
-        with srv.raw() as c:
-            c.send(data)
-            replies.append([c.read_reply_raw() for _ in script])
-    for cmd, g, w in zip(script, *replies):
-        assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
+    assert_same_replies(sluice, ref, script, pipelined=True)
 
 
 def test_watch_conflict_raw_identical(sluice, ref, clean):
