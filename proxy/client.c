@@ -459,7 +459,6 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
     }
     if (!c->closing && client_check_output_limit(c) == 0)
         client_try_unstall(c);
-    client_want_write(c);
     client_leave(c);
 }
 

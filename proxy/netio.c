@@ -30,7 +30,7 @@ int netio_write_now(struct bufferevent *bev, int *write_off)
          * own write callback; thaw it for this one write. Errors are left
          * for the bufferevent to meet and report on its next write. */
         evbuffer_unfreeze(out, 1);
-        evbuffer_write(out, bufferevent_getfd(bev));
+        netio_write(out, bufferevent_getfd(bev));
         evbuffer_freeze(out, 1);
     }
     if (evbuffer_get_length(out) > 0)

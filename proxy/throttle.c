@@ -2,7 +2,8 @@
  * the -THROTTLED refusal, requests held back for action = delay, and the
  * questions to Redis about shared buckets (lua/bucket.lua).
  *
- *   client_handle -> throttle_admit -> limiter_admit (local buckets)
+ *   client_handle -> throttle_admit -> limiter_quick_pass (no rule applies?)
+ *                                   -> limiter_admit (local buckets)
  *        PASS    -> client_dispatch, as if there were no rules
  *        REJECT  -> -THROTTLED rule NAME retry_after_ms=N, in reply order
  *        HOLD    -> throttle_hold: client blocked, request kept

@@ -30,20 +30,30 @@ static int load(const char *text)
     return rc;
 }
 
+/* A request line "ARGV..." split at spaces into ARGV (over BUF, 256 bytes,
+ * at most 16 arguments). Returns argc. */
+static int split(const char *line, char *buf, struct sv *argv)
+{
+    char *save = NULL;
+    int argc = 0;
+
+    snprintf(buf, 256, "%s", line);
+    for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 16; t = strtok_r(NULL, " ", &save))
+        argv[argc++] = (struct sv){t, strlen(t)};
+    return argc;
+}
+
 /* The verdict for "ARGV..." (space separated) from client LC at NOW_US. */
 static enum limiter_verdict admit(struct limiter_client **lc, const char *line, uint64_t now_us,
                                   struct limiter_decision *d)
 {
     struct sockaddr_in sin = {.sin_family = AF_INET};
     struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
-    char buf[256], *save = NULL;
+    char buf[256];
     struct sv argv[16];
-    int argc = 0;
+    int argc = split(line, buf, argv);
 
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    snprintf(buf, sizeof(buf), "%s", line);
-    for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 16; t = strtok_r(NULL, " ", &save))
-        argv[argc++] = (struct sv){t, strlen(t)};
     limiter_admit(lc, &who, commands_resolve(argc, argv), argv, argc, now_us, d);
     return d->verdict;
 }
@@ -51,13 +61,10 @@ static enum limiter_verdict admit(struct limiter_client **lc, const char *line, 
 /* limiter_quick_pass for "ARGV..." (space separated) from client LC. */
 static int quick(const struct limiter_client *lc, const char *line)
 {
-    char buf[256], *save = NULL;
+    char buf[256];
     struct sv argv[16];
-    int argc = 0;
+    int argc = split(line, buf, argv);
 
-    snprintf(buf, sizeof(buf), "%s", line);
-    for (char *t = strtok_r(buf, " ", &save); t != NULL && argc < 16; t = strtok_r(NULL, " ", &save))
-        argv[argc++] = (struct sv){t, strlen(t)};
     return limiter_quick_pass(lc, commands_resolve(argc, argv), argv, argc);
 }
 
