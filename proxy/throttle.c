@@ -137,16 +137,16 @@ static int throttle_exempt(const struct client *c, const struct request *req,
 
 static void throttle_send_ask(struct throttle_ask *a);
 
-enum throttle_verdict throttle_admit(struct client *c, struct request *req,
-                                     const struct sv *argv, struct throttle_decision *out)
+/* throttle_admit for a request some rule may apply to: the buckets. Kept
+ * out of line, so the common case does not pay for its frame. */
+static __attribute__((noinline)) enum throttle_verdict
+throttle_admit_ruled(struct client *c, struct request *req, const struct sv *argv,
+                     struct throttle_decision *out)
 {
     struct limiter_decision *d = &out->limits;
     struct limiter_identity who;
     int enforce = 0;
 
-    if (!limiter_active() || throttle_exempt(c, req, argv) ||
-        limiter_quick_pass(c->limiter, req->cmd, argv, req->argc))
-        return THROTTLE_PASS;
     who.addr = (const struct sockaddr *)&c->addr;
     who.ip = c->ip_text;
     who.user = c->user;
@@ -173,6 +173,15 @@ enum throttle_verdict throttle_admit(struct client *c, struct request *req,
     }
     d->ask_count = enforce;
     return enforce > 0 || d->wait_us > 0 ? THROTTLE_HOLD : THROTTLE_PASS;
+}
+
+enum throttle_verdict throttle_admit(struct client *c, struct request *req,
+                                     const struct sv *argv, struct throttle_decision *out)
+{
+    if (!limiter_active() || throttle_exempt(c, req, argv) ||
+        limiter_quick_pass(c->limiter, req->cmd, argv, req->argc))
+        return THROTTLE_PASS;
+    return throttle_admit_ruled(c, req, argv, out);
 }
 
 static void throttle_hold_free(struct throttle_hold *h)

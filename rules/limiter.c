@@ -52,12 +52,19 @@ struct limiter_entry {
     struct bucket bucket;             /* per = client */
 };
 
+/* Slots of a client's quick-pass memo (a power of two). */
+#define LIMITER_MEMO_SLOTS 8
+
 struct limiter_client {
     uint64_t generation;              /* of the set its entries were made for */
     int count;
     struct limiter_entry *entries;    /* the rules its ip/user/name match */
     uint64_t *rule_bits;              /* bit i: rule i is among entries... */
     int *entry_of;                    /* ...at entries[entry_of[i]] */
+    /* Requests limiter_quick_pass passed, as limiter_memo_key: a client
+     * mostly repeats a few commands on keys of a few prefixes, and a hit
+     * skips the walk over the bitmaps. 0: empty. Cleared with entries. */
+    uint32_t memo[LIMITER_MEMO_SLOTS];
 };
 
 static struct rule_set *limiter_set;
@@ -252,6 +259,7 @@ static void limiter_client_refresh(struct limiter_client *lc, const struct limit
     free(lc->entries);
     lc->entries = entries;
     lc->count = n;
+    memset(lc->memo, 0, sizeof(lc->memo));
     lc->generation = limiter_generation;
 }
 
@@ -458,16 +466,30 @@ static void limiter_scan_known(struct limiter_pass *p, struct limiter_client *lc
         free(pos);
 }
 
-int limiter_quick_pass(const struct limiter_client *lc, const struct command *cmd,
-                       const struct sv *argv, int argc)
+/* What limiter_quick_pass's answer for CMD can depend on besides the
+ * client: the first byte of the key at the command's fixed place, or that
+ * there is none there (256) or it is empty (257). Never 0. */
+static uint32_t limiter_memo_key(const struct command *cmd, int kp, const struct sv *argv, int argc)
 {
-    const uint64_t *cmd_bits;
-    int kp;
+    uint32_t what;
 
-    if (lc == NULL || lc->generation != limiter_generation || cmd == NULL)
-        return 0;
-    cmd_bits = &limiter_cmd_bits[(size_t)cmd->id * (size_t)limiter_words];
-    kp = limiter_key_pos[cmd->id];
+    if (kp <= 0 || kp >= argc)
+        what = 256;   /* kp == 0 memoizes only key-independent passes */
+    else if (argv[kp].len == 0)
+        what = 257;
+    else
+        what = (unsigned char)argv[kp].ptr[0];
+    return ((uint32_t)cmd->id << 9 | what) + 1;
+}
+
+/* The walk over the bitmaps behind limiter_quick_pass: 1 when no rule
+ * of the client LC can apply to CMD with the key at KP. Out of line: the
+ * memo answers most requests, and they need not pay for its registers. */
+static __attribute__((noinline)) int limiter_no_rule_applies(const struct limiter_client *lc, const struct command *cmd,
+                                   int kp, const struct sv *argv, int argc)
+{
+    const uint64_t *cmd_bits = &limiter_cmd_bits[(size_t)cmd->id * (size_t)limiter_words];
+
     for (int w = 0; w < limiter_words; w++) {
         uint64_t bits = lc->rule_bits[w] & cmd_bits[w], keyed = bits & limiter_keyed_bits[w];
         if (keyed != 0) {
@@ -484,6 +506,27 @@ int limiter_quick_pass(const struct limiter_client *lc, const struct command *cm
         if (bits != 0)
             return 0;
     }
+    return 1;
+}
+
+int limiter_quick_pass(struct limiter_client *lc, const struct command *cmd,
+                       const struct sv *argv, int argc)
+{
+    uint32_t key, *slot;
+    int kp;
+
+    if (lc == NULL || lc->generation != limiter_generation || cmd == NULL)
+        return 0;
+    if (lc->count == 0)
+        return 1;
+    kp = limiter_key_pos[cmd->id];
+    key = limiter_memo_key(cmd, kp, argv, argc);
+    slot = &lc->memo[(key ^ key >> 9) & (LIMITER_MEMO_SLOTS - 1)];
+    if (*slot == key)
+        return 1;
+    if (!limiter_no_rule_applies(lc, cmd, kp, argv, argc))
+        return 0;
+    *slot = key;
     return 1;
 }
 

@@ -66,9 +66,11 @@ int limiter_check(const char *path, struct errlist *errs);
 
 /* 1 when, for certain, no rule applies to this request of the client LC:
  * the common case, told apart by a few word operations before any bucket
- * or identity is looked at. 0 means "ask limiter_admit" (it may still
- * pass): a new client, rules reloaded, a keyed rule that may match. */
-int limiter_quick_pass(const struct limiter_client *lc, const struct command *cmd,
+ * or identity is looked at, and remembered in LC by command and key's
+ * first byte, so a repeat costs one compare. 0 means "ask limiter_admit"
+ * (it may still pass): a new client, rules reloaded, a keyed rule that
+ * may match. */
+int limiter_quick_pass(struct limiter_client *lc, const struct command *cmd,
                        const struct sv *argv, int argc);
 
 /* Decide for one request of the client *LC (created on first use; free
