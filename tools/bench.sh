@@ -16,7 +16,8 @@
 #      whose limit is never reached (more rounds: the effect is small).
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
-# BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts).
+# BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
+# BENCH_SECTIONS="1 2 3" (which sections to run, e.g. "3" for the rules).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -24,6 +25,7 @@ lockbench=$(readlink -f "$2")
 rounds=${BENCH_ROUNDS:-5}
 rules_rounds=${BENCH_RULES_ROUNDS:-9}
 scale=${BENCH_SCALE:-1}
+sections=${BENCH_SECTIONS:-1 2 3}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -38,6 +40,12 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
+
+section() {     # section N: true when section N is to run
+    case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac
+}
+section 1 || section 2 || rounds=0
+section 3 || rules_rounds=0
 
 free_port() {
     /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -172,7 +180,7 @@ echo "sluice bench: $rounds round(s), Redis $(redis-server --version | awk '{pri
 r=1
 while [ $r -le "$rounds" ]; do
     echo "  round $r/$rounds ..." >&2
-    for t in get set; do
+    section 1 && for t in get set; do
         for c in 1 50; do
             for p in 1 16; do
                 n=$(n_of "$(base_n $c $p)")
@@ -188,6 +196,7 @@ while [ $r -le "$rounds" ]; do
             done
         done
     done
+    section 2 || { r=$((r + 1)); continue; }
     sha_a=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_acquire.lua)")
     sha_r=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_release.lua)")
     for c in 1 50; do
@@ -228,88 +237,94 @@ done
 # ---- report ----------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
-echo
-echo "1. Throughput, requests/s (median of $rounds)"
-printf '%-4s %3s %3s %11s %11s %11s %10s %10s\n' cmd -c -P direct twemproxy sluice "s/twem" "s/direct"
-for t in get set; do
-    for c in 1 50; do
-        for p in 1 16; do
-            d=$(median direct $t $c $p); w=$(median twemproxy $t $c $p); s=$(median sluice $t $c $p)
-            printf '%-4s %3s %3s %11.0f %11.0f %11.0f %10s %10s\n' "$t" "$c" "$p" "$d" "$w" "$s" \
-                "$(median_ratio sluice twemproxy "$t" "$c" "$p")" \
-                "$(median_ratio sluice direct "$t" "$c" "$p")"
-        done
-    done
-done
-echo "   targets: s/twem >= 1 on every row; s/direct >= 0.9 at -c 50 -P 1"
-
-echo
-echo "2. LOCK+UNLOCK pairs/s (median of $rounds)"
-printf '%-8s %14s %14s %12s %10s %10s\n' clients "EVALSHA direct" "EVALSHA twem" "LOCK sluice" \
-    "s/direct" "twem/direct"
-for c in 1 50; do
-    d=$(median lock_direct pairs $c 1); w=$(median lock_twemproxy pairs $c 1)
-    s=$(median lock_sluice pairs $c 1)
-    printf '%-8s %14.0f %14.0f %12.0f %10s %10s\n' "$c" "$d" "$w" "$s" \
-        "$(median_ratio lock_sluice lock_direct pairs $c 1)" \
-        "$(median_ratio lock_twemproxy lock_direct pairs $c 1)"
-done
-echo "   target: s/direct >= 0.8; twem/direct: the same scripts through a proxy that"
-echo "   only forwards them, i.e. what the extra hop alone costs on this machine"
-
-echo
-echo "3. Rules overhead at -c 50, requests/s (median of $rules_rounds)"
-printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
-for t in get set; do
-    for p in 1 16; do
-        b=$(median rules_rules0 $t 50 $p); h=$(median rules_rules100 $t 50 $p)
-        o=$(median rules_rules1 $t 50 $p)
-        printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" "$b" "$h" \
-            "$(median_ratio rules_rules100 rules_rules0 $t 50 $p)" "$o" \
-            "$(median_ratio rules_rules1 rules_rules0 $t 50 $p)"
-    done
-done
-echo "   targets: 100 non-matching >= 0.97; 1 matching >= 0.95"
-# Throughput on a shared 2-core machine moves by more than the rules cost;
-# instructions do not: the same requests through each sluice under
-# callgrind, user-space instructions per request (kernel time not counted).
-if command -v valgrind >/dev/null 2>&1; then
+if section 1; then
     echo
-    echo "3b. Instructions per request in sluice (callgrind, GET -c 50 -P 16)"
-    nreq=$(n_of 40000)
-    for variant in none rules100 rules1; do
-        port=$(free_port)
-        {
-            echo "[proxy]"
-            echo "listen = 127.0.0.1:$port"
-            echo "backend = 127.0.0.1:$rport"
-            echo "log_level = warning"
-            [ "$variant" = none ] || echo "rules = $tmp/$variant.ini"
-        } >"$tmp/cg-$variant.conf"
-        valgrind --tool=callgrind --toggle-collect=event_base_loop \
-            --toggle-collect=client_write_now --toggle-collect=backend_write_now \
-            --callgrind-out-file="$tmp/cg-$variant.out" \
-            "$sluice" -c "$tmp/cg-$variant.conf" >"$tmp/cg-$variant.log" 2>&1 &
-        vpid=$!
-        i=0
-        until redis-cli -p "$port" PROXY PING >/dev/null 2>&1; do
-            i=$((i + 1)); [ $i -lt 400 ] || break; sleep 0.05
+    echo "1. Throughput, requests/s (median of $rounds)"
+    printf '%-4s %3s %3s %11s %11s %11s %10s %10s\n' cmd -c -P direct twemproxy sluice "s/twem" "s/direct"
+    for t in get set; do
+        for c in 1 50; do
+            for p in 1 16; do
+                d=$(median direct $t $c $p); w=$(median twemproxy $t $c $p); s=$(median sluice $t $c $p)
+                printf '%-4s %3s %3s %11.0f %11.0f %11.0f %10s %10s\n' "$t" "$c" "$p" "$d" "$w" "$s" \
+                    "$(median_ratio sluice twemproxy "$t" "$c" "$p")" \
+                    "$(median_ratio sluice direct "$t" "$c" "$p")"
+            done
         done
-        redis-benchmark -p "$port" -t get -c 50 -P 16 -n "$nreq" -q >/dev/null 2>&1 || true
-        kill -TERM "$vpid" 2>/dev/null || true
-        wait "$vpid" 2>/dev/null || true
-        ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$tmp/cg-$variant.out" 2>/dev/null)
-        echo "cg $variant ${ir:-0}" >>"$results"
     done
-    base=$(awk '$1 == "cg" && $2 == "none" { print $3 }' "$results")
-    printf '%-10s %14s %10s %8s\n' rules instructions "per req" ratio
-    for variant in none rules100 rules1; do
-        ir=$(awk -v v="$variant" '$1 == "cg" && $2 == v { print $3 }' "$results")
-        printf '%-10s %14s %10s %8s\n' "$variant" "$ir" \
-            "$(awk -v a="$ir" -v n="$nreq" 'BEGIN { printf "%.0f", a / n }')" "$(ratio "$base" "$ir")"
+    echo "   targets: s/twem >= 1 on every row; s/direct >= 0.9 at -c 50 -P 1"
+fi
+
+if section 2; then
+    echo
+    echo "2. LOCK+UNLOCK pairs/s (median of $rounds)"
+    printf '%-8s %14s %14s %12s %10s %10s\n' clients "EVALSHA direct" "EVALSHA twem" "LOCK sluice" \
+        "s/direct" "twem/direct"
+    for c in 1 50; do
+        d=$(median lock_direct pairs $c 1); w=$(median lock_twemproxy pairs $c 1)
+        s=$(median lock_sluice pairs $c 1)
+        printf '%-8s %14.0f %14.0f %12.0f %10s %10s\n' "$c" "$d" "$w" "$s" \
+            "$(median_ratio lock_sluice lock_direct pairs $c 1)" \
+            "$(median_ratio lock_twemproxy lock_direct pairs $c 1)"
     done
-    echo "   ratio: instructions without rules / with (1.00: the rules cost nothing); counted"
-    echo "   inside the event loop only, so start-up and rule loading are left out"
+    echo "   target: s/direct >= 0.8; twem/direct: the same scripts through a proxy that"
+    echo "   only forwards them, i.e. what the extra hop alone costs on this machine"
+fi
+
+if section 3; then
+    echo
+    echo "3. Rules overhead at -c 50, requests/s (median of $rules_rounds)"
+    printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
+    for t in get set; do
+        for p in 1 16; do
+            b=$(median rules_rules0 $t 50 $p); h=$(median rules_rules100 $t 50 $p)
+            o=$(median rules_rules1 $t 50 $p)
+            printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" "$b" "$h" \
+                "$(median_ratio rules_rules100 rules_rules0 $t 50 $p)" "$o" \
+                "$(median_ratio rules_rules1 rules_rules0 $t 50 $p)"
+        done
+    done
+    echo "   targets: 100 non-matching >= 0.97; 1 matching >= 0.95"
+    # Throughput on a shared 2-core machine moves by more than the rules cost;
+    # instructions do not: the same requests through each sluice under
+    # callgrind, user-space instructions per request (kernel time not counted).
+    if command -v valgrind >/dev/null 2>&1; then
+        echo
+        echo "3b. Instructions per request in sluice (callgrind, GET -c 50 -P 16)"
+        nreq=$(n_of 40000)
+        for variant in none rules100 rules1; do
+            port=$(free_port)
+            {
+                echo "[proxy]"
+                echo "listen = 127.0.0.1:$port"
+                echo "backend = 127.0.0.1:$rport"
+                echo "log_level = warning"
+                [ "$variant" = none ] || echo "rules = $tmp/$variant.ini"
+            } >"$tmp/cg-$variant.conf"
+            valgrind --tool=callgrind --toggle-collect=event_base_loop \
+                --toggle-collect=client_write_now --toggle-collect=backend_write_now \
+                --callgrind-out-file="$tmp/cg-$variant.out" \
+                "$sluice" -c "$tmp/cg-$variant.conf" >"$tmp/cg-$variant.log" 2>&1 &
+            vpid=$!
+            i=0
+            until redis-cli -p "$port" PROXY PING >/dev/null 2>&1; do
+                i=$((i + 1)); [ $i -lt 400 ] || break; sleep 0.05
+            done
+            redis-benchmark -p "$port" -t get -c 50 -P 16 -n "$nreq" -q >/dev/null 2>&1 || true
+            kill -TERM "$vpid" 2>/dev/null || true
+            wait "$vpid" 2>/dev/null || true
+            ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$tmp/cg-$variant.out" 2>/dev/null)
+            echo "cg $variant ${ir:-0}" >>"$results"
+        done
+        base=$(awk '$1 == "cg" && $2 == "none" { print $3 }' "$results")
+        printf '%-10s %14s %10s %8s\n' rules instructions "per req" ratio
+        for variant in none rules100 rules1; do
+            ir=$(awk -v v="$variant" '$1 == "cg" && $2 == v { print $3 }' "$results")
+            printf '%-10s %14s %10s %8s\n' "$variant" "$ir" \
+                "$(awk -v a="$ir" -v n="$nreq" 'BEGIN { printf "%.0f", a / n }')" "$(ratio "$base" "$ir")"
+        done
+        echo "   ratio: instructions without rules / with (1.00: the rules cost nothing); counted"
+        echo "   inside the event loop only, so start-up and rule loading are left out"
+    fi
 fi
 
 for f in sluice rules0 rules100 rules1; do
