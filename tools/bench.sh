@@ -14,6 +14,12 @@
 #      EVALSHA through twemproxy shows what a proxy hop alone costs.
 #   3. sluice with no rules, 100 rules none of which match, 1 matching rule
 #      whose limit is never reached (more rounds: the effect is small).
+#      With 2 or more cores, Redis runs on core 0, and the sluice under test
+#      shares core 1 with redis-benchmark: where the scheduler puts three
+#      busy processes on two cores otherwise moves throughput by 10-30%
+#      from one run to the next, more than the rules cost. Sharing its core
+#      with the client, every cycle sluice spends shows in the throughput.
+#      Beside throughput: sluice's own CPU time per request (schedstat).
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
@@ -68,7 +74,8 @@ n_of() {        # n_of BASE: requests for one run
 rport=$(free_port)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
     --dir "$tmp" --logfile "$tmp/redis.log" &
-pids="$pids $!"
+rpid=$!
+pids="$pids $rpid"
 wait_port "$rport"
 
 start_sluice() {   # start_sluice NAME [RULES_FILE]: prints its port
@@ -121,9 +128,9 @@ printf '[limit roomy]\ncommands = GET SET\nrate = 100000000/s\nburst = 100000000
     >"$tmp/rules1.ini"
 # The rules section compares three sluices started alike, none of which
 # the other sections use.
-set -- $(start_sluice rules0); s0=$1; pids="$pids $2"
-set -- $(start_sluice rules100 "$tmp/rules100.ini"); s100=$1; pids="$pids $2"
-set -- $(start_sluice rules1 "$tmp/rules1.ini"); s1=$1; pids="$pids $2"
+set -- $(start_sluice rules0); s0=$1; p0=$2; pids="$pids $2"
+set -- $(start_sluice rules100 "$tmp/rules100.ini"); s100=$1; p100=$2; pids="$pids $2"
+set -- $(start_sluice rules1 "$tmp/rules1.ini"); s1=$1; p1=$2; pids="$pids $2"
 
 for p in $sport $nport $s0 $s100 $s1; do wait_port "$p"; done
 
@@ -132,10 +139,22 @@ results="$tmp/results"
 : >"$results"
 
 # Results: one line per run, "LABEL TEST CLIENTS PIPELINE VALUE ROUND".
-bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND
-    rps=$(redis-benchmark -p "$2" -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv 2>/dev/null |
-          awk -F'"' 'NR == 2 { print $4 }')
+# With PID, also "cpu_LABEL ..." lines: that process's CPU ns per request.
+# $client_cpu (a taskset prefix, or empty) places redis-benchmark.
+client_cpu=""
+bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND [PID]
+    [ -z "${8:-}" ] || ns0=$(cpu_ns "$8")
+    rps=$($client_cpu redis-benchmark -p "$2" -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
+          2>/dev/null | awk -F'"' 'NR == 2 { print $4 }')
     echo "$1 $3 $4 $5 ${rps:-0} $7" >>"$results"
+    if [ -n "${8:-}" ]; then
+        ns1=$(cpu_ns "$8")
+        echo "cpu_$1 $3 $4 $5 $(( (ns1 - ns0) / $6 )) $7" >>"$results"
+    fi
+}
+
+cpu_ns() {      # cpu_ns PID: nanoseconds the process has run on a CPU
+    awk '{ print $1 }' "/proc/$1/schedstat" 2>/dev/null || echo 0
 }
 
 median_of() {   # the median of the numbers on standard input (0 when none)
@@ -176,7 +195,8 @@ base_n() {      # requests per run, by clients and pipeline
     esac
 }
 
-echo "sluice bench: $rounds round(s), Redis $(redis-server --version | awk '{print $3}'), $(nproc) cores"
+echo "sluice bench: sections $sections; $rounds round(s), $rules_rounds for the rules;" \
+    "Redis $(redis-server --version | awk '{print $3}' | sed 's/^v=//'), $(nproc) cores"
 r=1
 while [ $r -le "$rounds" ]; do
     echo "  round $r/$rounds ..." >&2
@@ -214,7 +234,15 @@ while [ $r -le "$rounds" ]; do
 done
 
 # The rules cost little next to the noise of a shared machine: more rounds,
-# the three sluices back to back for each workload.
+# the three sluices back to back for each workload, placed on cores as the
+# header says (taskset -a: all of a process's threads).
+pinned=0
+if [ "$rules_rounds" -gt 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+    taskset -apc 0 "$rpid" >/dev/null
+    for p in $p0 $p100 $p1; do taskset -apc 1 "$p" >/dev/null; done
+    client_cpu="taskset -c 1"
+    pinned=1
+fi
 r=1
 while [ $r -le "$rules_rounds" ]; do
     echo "  rules round $r/$rules_rounds ..." >&2
@@ -223,16 +251,20 @@ while [ $r -le "$rules_rounds" ]; do
             n=$(n_of $((p == 1 ? 100000 : 500000)))
             for target in $(rotate $(( r + p )) rules0 rules100 rules1); do
                 case $target in
-                    rules0) port=$s0 ;;
-                    rules100) port=$s100 ;;
-                    rules1) port=$s1 ;;
+                    rules0) port=$s0; pid=$p0 ;;
+                    rules100) port=$s100; pid=$p100 ;;
+                    rules1) port=$s1; pid=$p1 ;;
                 esac
-                bench_one "rules_$target" "$port" "$t" 50 "$p" "$n" "$r"
+                bench_one "rules_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
             done
         done
     done
     r=$((r + 1))
 done
+if [ "$pinned" = 1 ]; then
+    taskset -apc "0-$(( $(nproc) - 1 ))" "$rpid" >/dev/null
+    client_cpu=""
+fi
 
 # ---- report ----------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
@@ -272,7 +304,12 @@ fi
 
 if section 3; then
     echo
-    echo "3. Rules overhead at -c 50, requests/s (median of $rules_rounds)"
+    if [ "$pinned" = 1 ]; then
+        echo "3. Rules overhead at -c 50, requests/s (median of $rules_rounds; Redis on core 0,"
+        echo "   sluice and redis-benchmark on core 1)"
+    else
+        echo "3. Rules overhead at -c 50, requests/s (median of $rules_rounds)"
+    fi
     printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
     for t in get set; do
         for p in 1 16; do
@@ -284,6 +321,19 @@ if section 3; then
         done
     done
     echo "   targets: 100 non-matching >= 0.97; 1 matching >= 0.95"
+    echo
+    echo "3a. sluice's CPU time per request, ns (same runs, median of $rules_rounds)"
+    printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
+    for t in get set; do
+        for p in 1 16; do
+            b=$(median cpu_rules_rules0 $t 50 $p); h=$(median cpu_rules_rules100 $t 50 $p)
+            o=$(median cpu_rules_rules1 $t 50 $p)
+            printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" "$b" "$h" \
+                "$(median_ratio cpu_rules_rules0 cpu_rules_rules100 $t 50 $p)" "$o" \
+                "$(median_ratio cpu_rules_rules0 cpu_rules_rules1 $t 50 $p)"
+        done
+    done
+    echo "   ratio: CPU without rules / with (1.00: the rules cost nothing), kernel included"
     # Throughput on a shared 2-core machine moves by more than the rules cost;
     # instructions do not: the same requests through each sluice under
     # callgrind, user-space instructions per request (kernel time not counted).
