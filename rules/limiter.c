@@ -52,8 +52,12 @@ struct limiter_entry {
     struct bucket bucket;             /* per = client */
 };
 
-/* Slots of a client's quick-pass memo (a power of two). */
+/* Slots of a client's quick-pass memo (a power of two), and the bit of an
+ * entry that says some rule may apply (limiter_memo_key's keys, a 16-bit
+ * command id above 9 bits, never set it). */
 #define LIMITER_MEMO_SLOTS 8
+#define LIMITER_MEMO_ASK (1u << 31)
+_Static_assert(sizeof(((struct command *)0)->id) * 8 + 9 < 31, "memo keys stay below LIMITER_MEMO_ASK");
 
 struct limiter_client {
     uint64_t generation;              /* of the set its entries were made for */
@@ -61,9 +65,10 @@ struct limiter_client {
     struct limiter_entry *entries;    /* the rules its ip/user/name match */
     uint64_t *rule_bits;              /* bit i: rule i is among entries... */
     int *entry_of;                    /* ...at entries[entry_of[i]] */
-    /* Requests limiter_quick_pass passed, as limiter_memo_key: a client
-     * mostly repeats a few commands on keys of a few prefixes, and a hit
-     * skips the walk over the bitmaps. 0: empty. Cleared with entries. */
+    /* limiter_quick_pass's recent answers, as limiter_memo_key, with
+     * LIMITER_MEMO_ASK when it was "ask limiter_admit": a client mostly
+     * repeats a few commands on keys of a few prefixes, and a hit skips
+     * the walk over the bitmaps. 0: empty. Cleared with entries. */
     uint32_t memo[LIMITER_MEMO_SLOTS];
 };
 
@@ -522,10 +527,12 @@ int limiter_quick_pass(struct limiter_client *lc, const struct command *cmd,
     kp = limiter_key_pos[cmd->id];
     key = limiter_memo_key(cmd, kp, argv, argc);
     slot = &lc->memo[(key ^ key >> 9) & (LIMITER_MEMO_SLOTS - 1)];
-    if (*slot == key)
-        return 1;
-    if (!limiter_no_rule_applies(lc, cmd, kp, argv, argc))
+    if ((*slot & ~LIMITER_MEMO_ASK) == key)
+        return !(*slot & LIMITER_MEMO_ASK);
+    if (!limiter_no_rule_applies(lc, cmd, kp, argv, argc)) {
+        *slot = key | LIMITER_MEMO_ASK;
         return 0;
+    }
     *slot = key;
     return 1;
 }
