@@ -479,7 +479,7 @@ static uint32_t limiter_memo_key(const struct command *cmd, int kp, const struct
     uint32_t what;
 
     if (kp <= 0 || kp >= argc)
-        what = 256;   /* kp == 0 memoizes only key-independent passes */
+        what = 256;   /* kp == 0: the answer does not depend on the keys */
     else if (argv[kp].len == 0)
         what = 257;
     else
@@ -490,8 +490,9 @@ static uint32_t limiter_memo_key(const struct command *cmd, int kp, const struct
 /* The walk over the bitmaps behind limiter_quick_pass: 1 when no rule
  * of the client LC can apply to CMD with the key at KP. Out of line: the
  * memo answers most requests, and they need not pay for its registers. */
-static __attribute__((noinline)) int limiter_no_rule_applies(const struct limiter_client *lc, const struct command *cmd,
-                                   int kp, const struct sv *argv, int argc)
+static __attribute__((noinline)) int
+limiter_no_rule_applies(const struct limiter_client *lc, const struct command *cmd, int kp,
+                        const struct sv *argv, int argc)
 {
     const uint64_t *cmd_bits = &limiter_cmd_bits[(size_t)cmd->id * (size_t)limiter_words];
 

@@ -92,8 +92,8 @@ static void test_quick_pass_agrees_with_admit(void)
                "[limit sets]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
     CHECK(quick(lc, "GET order:1") == 0);   /* a client not seen yet */
     CHECK(admit(&lc, "PING", 1, &d) == LIMITER_PASS);
-    /* Twice over: the second round answers from the client's memo of
-     * passes, which must tell "GET order:1" from "GET user:1". */
+    /* Twice over: the second round answers from the client's memo, which
+     * must tell "GET order:1" from "GET user:1" both ways. */
     for (int round = 0; round < 2; round++) {
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
             int q = quick(lc, cases[i].line);
