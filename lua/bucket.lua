@@ -9,7 +9,10 @@
 --            (action = reject); > 0 reserves tokens that will be there within
 --            that many microseconds (action = delay: the count goes negative,
 --            so the next request waits one interval longer)
---   ARGV[5]  "1": peek - change nothing, only answer what would happen
+--   ARGV[5]  "1": peek - change nothing, only answer what would happen;
+--            "refund": give back cost tokens a request took but did not use
+--            (it was refused by another rule, or its client left while it
+--            waited); the bucket never holds more than burst
 -- The clock is Redis's TIME, so every sluice refills the bucket alike.
 -- Returns {allowed, wait_us, tokens_left}:
 --   {1, 0, n}   taken now
@@ -17,6 +20,7 @@
 --   {0, w, n}   refused, nothing taken: cost tokens will be there in w us
 --               (w > 0; may exceed max_wait_us; use it for a retry hint)
 --   n is floor(tokens) after this call (negative while in debt).
+--   A refund always answers {1, 0, n}.
 -- Errors: "ERR bucket: ..." for bad arguments; WRONGTYPE (raised by HMGET)
 -- when KEYS[1] holds something other than a hash.
 local rate = tonumber(ARGV[1])
@@ -24,6 +28,7 @@ local burst = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3] or '1')
 local max_wait = tonumber(ARGV[4] or '0')
 local peek = ARGV[5] == '1'
+local refund = ARGV[5] == 'refund'
 if rate == nil or rate <= 0 then
     return redis.error_reply('ERR bucket: rate must be a number > 0')
 end
@@ -55,6 +60,18 @@ if tokens > burst then
     tokens = burst
 end
 
+local function store()
+    -- Numbers go to Redis at full precision (not tostring's 14 digits).
+    redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts_us', ts)
+    redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
+end
+
+if refund then
+    tokens = math.min(burst, tokens + cost)
+    store()
+    return {1, 0, math.floor(tokens)}
+end
+
 -- 1e-9: slack for rounding, as in rules/bucket.c
 local wait = 0
 if tokens < cost - 1e-9 then
@@ -69,8 +86,6 @@ if wait == 0 or (max_wait > 0 and wait <= max_wait) then
 end
 if allowed == 1 and not peek then
     tokens = tokens - cost
-    -- Numbers go to Redis at full precision (not tostring's 14 digits).
-    redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts_us', ts)
-    redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) * 1000 / rate) + 1000)
+    store()
 end
 return {allowed, wait, math.floor(tokens)}

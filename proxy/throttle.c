@@ -9,6 +9,11 @@
  *        HOLD    -> throttle_hold: client blocked, request kept
  *                     shared rules: EVALSHA bucket per rule -> settle
  *                     delay: timer -> client_release_held -> dispatch
+ *
+ * A held request that does not go after all (a shared rule refuses it, or
+ * its client leaves first) gives back every token it took: to the local
+ * buckets (limiter_give_back), and to shared ones in Redis (bucket.lua
+ * "refund"), so a refused command takes none.
  */
 #include "throttle.h"
 
@@ -30,6 +35,12 @@
 #include "server.h"
 #include "stats.h"
 
+/* A shared bucket that gave a held request its token (or reserved it). */
+struct throttle_granted {
+    struct limiter_shared_ask ask;
+    uint64_t wait_us;
+};
+
 /* A request held back: by a delay, or until Redis answers about shared
  * buckets. Lives until both its timer has fired (or was never needed)
  * and every question is answered, even when its client goes first. */
@@ -41,12 +52,20 @@ struct throttle_hold {
     uint64_t wait_us;           /* the longest wait any rule asked for */
     int rejected;
     char error[192];
+    /* Tokens to give back if the request does not go. */
+    int taken_count;
+    struct limiter_taken taken[LIMITER_MAX_TAKEN];
+    int granted_count;
+    struct throttle_granted granted[LIMITER_MAX_SHARED];
 };
 
-/* One question about a shared bucket, the ctx of its internal request. */
+/* One message about a shared bucket, the ctx of its internal request: a
+ * question, or a token given back. */
 struct throttle_ask {
-    struct throttle_hold *hold; /* NULL: a dry-run rule, nobody waits */
+    struct throttle_hold *hold; /* NULL: a dry-run rule or a refund */
     struct limiter_shared_ask ask;
+    int refund;                 /* give back the token a grant of WAIT_US took */
+    uint64_t wait_us;
     int sent_as_eval;           /* NOSCRIPT was answered once already */
     int answered;               /* else it counts as let through (fail open) */
 };
@@ -137,6 +156,16 @@ static int throttle_exempt(const struct client *c, const struct request *req,
 
 static void throttle_send_ask(struct throttle_ask *a);
 
+/* What the rules know of C. Points into C. */
+static void throttle_identity(const struct client *c, struct limiter_identity *who)
+{
+    who->addr = (const struct sockaddr *)&c->addr;
+    who->ip = c->ip_text;
+    who->user = c->user;
+    who->name = c->name;
+    who->client_id = c->id;
+}
+
 /* throttle_admit for a request some rule may apply to: the buckets. Kept
  * out of line, so the common case does not pay for its frame. */
 static __attribute__((noinline)) enum throttle_verdict
@@ -147,11 +176,7 @@ throttle_admit_ruled(struct client *c, struct request *req, const struct sv *arg
     struct limiter_identity who;
     int enforce = 0;
 
-    who.addr = (const struct sockaddr *)&c->addr;
-    who.ip = c->ip_text;
-    who.user = c->user;
-    who.name = c->name;
-    who.client_id = c->id;
+    throttle_identity(c, &who);
     limiter_admit(&c->limiter, &who, req->cmd, argv, req->argc, 0, d);
     switch (d->verdict) {
     case LIMITER_PASS: return THROTTLE_PASS;
@@ -215,16 +240,43 @@ static void throttle_timer_cb(evutil_socket_t fd, short what, void *arg)
     throttle_release(arg, NULL);
 }
 
+/* Ask Redis to put back the token the grant G took from a shared bucket. */
+static void throttle_send_refund(const struct throttle_granted *g)
+{
+    struct throttle_ask *a = calloc(1, sizeof(*a));
+
+    a->ask = g->ask;
+    a->refund = 1;
+    a->wait_us = g->wait_us;
+    throttle_send_ask(a);
+}
+
+/* H's request will not go: give back what it took, local and shared.
+ * Local buckets need the client, so this runs before it is gone. */
+static void throttle_give_back(struct throttle_hold *h)
+{
+    if (h->c != NULL && h->taken_count > 0) {
+        struct limiter_identity who;
+        throttle_identity(h->c, &who);
+        limiter_give_back(h->c->limiter, &who, h->taken, h->taken_count);
+    }
+    h->taken_count = 0;
+    for (int i = 0; i < h->granted_count; i++)
+        throttle_send_refund(&h->granted[i]);
+    h->granted_count = 0;
+}
+
 /* Every answer is in: refuse, wait, or go. */
 static void throttle_settle(struct throttle_hold *h)
 {
     struct timeval tv;
 
     if (h->c == NULL) {
-        throttle_hold_free(h);
+        throttle_hold_free(h);   /* given back when the client left */
         return;
     }
     if (h->rejected) {
+        throttle_give_back(h);
         throttle_release(h, h->error);
         return;
     }
@@ -244,7 +296,10 @@ static void throttle_ask_free(struct request *req)
     struct throttle_ask *a = req->ctx;
     struct throttle_hold *h = a->hold;
 
-    if (!a->answered) {
+    if (!a->answered && a->refund) {
+        log_info("rule %s: token not given back to the shared bucket (backend down)",
+                 a->ask.rule_name);
+    } else if (!a->answered) {
         log_info("rule %s: shared bucket not asked (backend down); let through",
                  a->ask.rule_name);
         limiter_shared_done(&a->ask, -1, 0);
@@ -253,6 +308,29 @@ static void throttle_ask_free(struct request *req)
     req->ctx = NULL;
     if (h != NULL && --h->asks_pending == 0)
         throttle_settle(h);
+}
+
+/* Redis allowed (or refused) H's request a token of the shared bucket of
+ * ASK, after WAIT_US. A grant is kept to give back should the request not
+ * go, and given back at once when that is known already. */
+static void throttle_answer(struct throttle_hold *h, const struct limiter_shared_ask *ask,
+                            int allowed, uint64_t wait_us)
+{
+    struct throttle_granted g = {*ask, wait_us};
+
+    if (!allowed) {
+        if (!h->rejected) {
+            h->rejected = 1;
+            throttle_reject_text(h->error, sizeof(h->error), ask->rule_name, wait_us);
+        }
+        return;
+    }
+    if (h->rejected || h->c == NULL)
+        throttle_send_refund(&g);
+    else if (h->granted_count < LIMITER_MAX_SHARED)
+        h->granted[h->granted_count++] = g;
+    if (wait_us > h->wait_us)
+        h->wait_us = wait_us;
 }
 
 /* Redis's answer {allowed, wait_us, tokens} about A's bucket, or an error:
@@ -277,18 +355,20 @@ static void throttle_ask_reply(struct request *req, struct evbuffer *src, size_t
         if (h != NULL)
             h->asks_pending++;
         throttle_send_ask(again);
+    } else if (a->refund) {
+        if (type == REPLY_ARRAY)
+            limiter_shared_given_back(&a->ask, a->wait_us);
+        else
+            log_info("rule %s: token not given back to the shared bucket (%.*s)",
+                     a->ask.rule_name, (int)strcspn(buf, "\r\n"), buf);
     } else if (type != REPLY_ARRAY || reply_parse_ints(buf, n, v, 3) < 2) {
         log_info("rule %s: shared bucket not asked (%.*s); let through", a->ask.rule_name,
                  (int)strcspn(buf, "\r\n"), buf);
         limiter_shared_done(&a->ask, -1, 0);
     } else {
         limiter_shared_done(&a->ask, (int)v[0], (uint64_t)v[1]);
-        if (h != NULL && v[0] == 0 && !h->rejected) {
-            h->rejected = 1;
-            throttle_reject_text(h->error, sizeof(h->error), a->ask.rule_name, (uint64_t)v[1]);
-        } else if (h != NULL && (uint64_t)v[1] > h->wait_us && v[0] == 1) {
-            h->wait_us = (uint64_t)v[1];
-        }
+        if (h != NULL)
+            throttle_answer(h, &a->ask, (int)v[0], (uint64_t)v[1]);
     }
     request_free(req);
 }
@@ -304,21 +384,22 @@ static void throttle_send_ask(struct throttle_ask *a)
 {
     char rate[32], burst[32], wait[24];
     struct sv keys[1] = {{a->ask.key, strlen(a->ask.key)}};
-    struct sv args[4];
+    struct sv args[5] = {[4] = {"refund", 6}};
+    int nargs = a->refund ? 5 : 4;
     struct evbuffer *buf = evbuffer_new();
     struct backend_conn *conn = backend_pool_conn(router_node_for_key(keys[0].ptr, keys[0].len), 0);
 
     throttle_fmt_double(rate, sizeof(rate), a->ask.rate_per_s);
     throttle_fmt_double(burst, sizeof(burst), a->ask.burst);
-    snprintf(wait, sizeof(wait), "%llu", (unsigned long long)a->ask.max_wait_us);
+    snprintf(wait, sizeof(wait), "%llu", (unsigned long long)(a->refund ? 0 : a->ask.max_wait_us));
     args[0] = (struct sv){rate, strlen(rate)};
     args[1] = (struct sv){burst, strlen(burst)};
     args[2] = (struct sv){"1", 1};
     args[3] = (struct sv){wait, strlen(wait)};
     if (a->sent_as_eval)
-        scripts_write_eval(buf, throttle_bucket_script, 1, keys, 4, args);
+        scripts_write_eval(buf, throttle_bucket_script, 1, keys, nargs, args);
     else
-        scripts_write_evalsha(buf, throttle_bucket_script, 1, keys, 4, args);
+        scripts_write_evalsha(buf, throttle_bucket_script, 1, keys, nargs, args);
     /* On failure the request is freed at once, and with it A (fail open). */
     backend_send_internal(conn, buf, throttle_ask_reply, a, throttle_ask_free);
     evbuffer_free(buf);
@@ -331,6 +412,8 @@ void throttle_hold(struct client *c, struct request *req, const struct throttle_
     h->c = c;
     h->req = req;
     h->wait_us = d->limits.wait_us;
+    h->taken_count = d->limits.taken_count;
+    memcpy(h->taken, d->limits.taken, sizeof(h->taken[0]) * (size_t)h->taken_count);
     c->throttle_hold = h;
     /* Counted before any is sent: a failed send settles at once. */
     h->asks_pending = d->limits.ask_count + 1;
@@ -348,6 +431,8 @@ void throttle_client_closed(struct client *c)
 {
     struct throttle_hold *h = c->throttle_hold;
 
+    if (h != NULL)
+        throttle_give_back(h);   /* its request will never go */
     limiter_client_free(c->limiter);
     c->limiter = NULL;
     c->throttle_hold = NULL;

@@ -363,13 +363,16 @@ static void limiter_decide(struct limiter_match *m, int n, struct limiter_decisi
             delay = m[i].wait_us;
     }
     /* Every rule admits: each gives a token (delay rules may go into debt,
-     * so the next request waits one interval longer). */
+     * so the next request waits one interval longer), noted in OUT in case
+     * the request does not go after all. */
     for (int i = 0; i < n; i++) {
         bucket_take(m[i].bucket);
         if (m[i].wait_us > 0)
             m[i].st->delayed++;
         else
             m[i].st->admitted++;
+        if (out->taken_count < LIMITER_MAX_TAKEN)
+            out->taken[out->taken_count++] = (struct limiter_taken){m[i].st->id, m[i].wait_us > 0};
     }
     out->verdict = delay > 0 ? LIMITER_DELAY : LIMITER_PASS;
     out->wait_us = delay;
@@ -553,6 +556,7 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
     out->verdict = LIMITER_PASS;
     out->wait_us = 0;
     out->ask_count = 0;
+    out->taken_count = 0;
     if (limiter_set == NULL)
         return;
     if (lc == NULL)
@@ -604,6 +608,55 @@ void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint
         st->delayed++;
     else
         st->admitted++;
+}
+
+/* Take back the count a given-back token had made. */
+static void limiter_uncount(struct rule_state *st, int delayed)
+{
+    uint64_t *counter = delayed ? &st->delayed : &st->admitted;
+
+    if (*counter > 0)
+        (*counter)--;
+}
+
+/* The bucket of the client LC / WHO for the rule ST: NULL when it is a
+ * per = client bucket LC does not have. Creates a missing keyed bucket. */
+static struct bucket *limiter_bucket_of(struct rule_state *st, struct limiter_client *lc,
+                                        const struct limiter_identity *who)
+{
+    if (st->rule->per != RULE_PER_CLIENT) {
+        struct limiter_entry any = {.state_id = st->id, .state = st};
+        return limiter_bucket(&any, who);
+    }
+    for (int i = 0; lc != NULL && i < lc->count; i++) {
+        if (lc->entries[i].state_id == st->id)
+            return &lc->entries[i].bucket;
+    }
+    return NULL;
+}
+
+void limiter_give_back(struct limiter_client *lc, const struct limiter_identity *who,
+                       const struct limiter_taken *taken, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct rule_state *st = limiter_state_by_id(taken[i].rule_id);
+        struct bucket *b;
+
+        if (st == NULL)
+            continue;   /* reloaded away meanwhile */
+        limiter_uncount(st, taken[i].delayed);
+        b = limiter_bucket_of(st, lc, who);
+        if (b != NULL)
+            bucket_refund(b, st->rule->burst);
+    }
+}
+
+void limiter_shared_given_back(const struct limiter_shared_ask *ask, uint64_t wait_us)
+{
+    struct rule_state *st = limiter_state_by_id(ask->rule_id);
+
+    if (st != NULL)
+        limiter_uncount(st, wait_us > 0);
 }
 
 void limiter_cron(uint64_t now_us)

@@ -45,12 +45,23 @@ struct limiter_shared_ask {
     int dryrun;
 };
 
+/* A local rule a request took a token from: given back with
+ * limiter_give_back when the request does not go after all. */
+struct limiter_taken {
+    uint64_t rule_id;
+    int delayed;            /* counted as delayed, else as admitted */
+};
+
+#define LIMITER_MAX_TAKEN 16
+
 struct limiter_decision {
     enum limiter_verdict verdict;
     uint64_t wait_us;       /* DELAY: how long; REJECT: retry after */
     char rule_name[128];    /* REJECT: the rule */
     int ask_count;
     struct limiter_shared_ask ask[LIMITER_MAX_SHARED];
+    int taken_count;        /* DELAY, ASK: the local rules that gave a token */
+    struct limiter_taken taken[LIMITER_MAX_TAKEN];
 };
 
 /* Load PATH (NULL: no rules) as the live set. Rules whose name and
@@ -84,6 +95,17 @@ void limiter_admit(struct limiter_client **lc, const struct limiter_identity *wh
 /* What Redis said for ASK (allowed, wait_us), or -1 for allowed when it
  * could not be asked (the request then passes: fail open). */
 void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us);
+
+/* A request that took tokens did not go: a shared rule refused it, or its
+ * client left while it waited. Give the N tokens in TAKEN back to the
+ * buckets of the client LC (may be NULL) / WHO and count them neither
+ * admitted nor delayed. Rules reloaded away meanwhile are skipped. */
+void limiter_give_back(struct limiter_client *lc, const struct limiter_identity *who,
+                       const struct limiter_taken *taken, int n);
+
+/* The same for a shared rule's token, once Redis has it back (ASK was
+ * answered with WAIT_US); only the counters live here. */
+void limiter_shared_given_back(const struct limiter_shared_ask *ask, uint64_t wait_us);
 
 /* The client's ip, user or name changed: match its rules again. */
 void limiter_client_changed(struct limiter_client *lc);

@@ -338,6 +338,59 @@ commands = SET
     assert cnt["wide"]["admitted"] == 5
 
 
+
+def test_shared_refusal_gives_local_tokens_back(redis_factory, sluice_factory):
+    """A local rule admits, a shared rule then refuses: the command takes no
+    token from the local rule either."""
+    rules = """
+[limit local-sets]
+commands = SET
+rate = 1/h
+burst = 3
+"""
+    srv, s = start_with_rules(redis_factory, sluice_factory, rules + """
+[limit shared-sets]
+commands = SET
+rate = 1/h
+burst = 1
+scope = shared
+""")
+    c = s.client()
+    assert count_admitted(c, ("SET", "a", "1"), 3) == 1   # shared-sets runs out
+    cnt = rule_counters(s)
+    assert cnt["shared-sets"]["rejected"] == 2
+    assert cnt["local-sets"]["admitted"] == 1 and cnt["local-sets"]["matched"] == 3
+    # Without the shared rule (local-sets unchanged keeps its bucket): the
+    # two refused SETs gave their tokens back, so two of three are left.
+    (s.dir / "rules.ini").write_text(rules)
+    assert call(c, "PROXY", "RELOAD") == b"OK"
+    assert count_admitted(c, ("SET", "a", "1"), 5) == 2
+
+
+def test_shared_refusal_gives_shared_tokens_back(redis_factory, sluice_factory):
+    """Of two shared rules, one refuses: the other's token goes back to its
+    bucket in Redis."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit shared-wide]
+commands = GET SET
+rate = 1/h
+burst = 3
+scope = shared
+
+[limit shared-narrow]
+commands = SET
+rate = 1/h
+burst = 1
+scope = shared
+""")
+    c = s.client()
+    assert count_admitted(c, ("SET", "a", "1"), 3) == 1
+    # shared-wide gave one token only: two GETs left of its three.
+    assert count_admitted(c, ("GET", "a"), 5) == 2
+    cnt = rule_counters(s)
+    assert cnt["shared-narrow"]["rejected"] == 2
+    assert cnt["shared-wide"]["admitted"] == 3 and cnt["shared-wide"]["rejected"] == 3
+
 # ------------------------------------------------------------------- delay
 
 def test_delay_timing_and_order(redis_factory, sluice_factory):
@@ -407,6 +460,33 @@ max_delay = 100ms
     m = THROTTLED.match(str(v))
     assert m and m.group(1) == "capped", v
     assert 300 <= int(m.group(2)) <= 500, v
+
+
+def test_delayed_request_gives_token_back_when_client_leaves(redis_factory, sluice_factory):
+    """A client that leaves while its request waits frees the token it had
+    reserved: the next client waits for one interval, not two."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit one-a-second]
+commands = INCR
+per = rule
+rate = 1/s
+burst = 1
+action = delay
+max_delay = 5s
+""")
+    c = s.client()
+    assert c.execute_command("INCR", "n") == 1   # the bucket is empty now
+    with RawConn(s.port) as gone:
+        gone.send_command("INCR", "n")           # waits about 1 s...
+        time.sleep(0.1)
+    time.sleep(0.1)                              # ...but its client left
+    t0 = time.monotonic()
+    assert c.execute_command("INCR", "n") == 2   # the left request never ran
+    waited = time.monotonic() - t0
+    # Its reserved token back: about 0.8 s left of the first interval;
+    # kept, this INCR would wait one more second (about 1.8 s).
+    assert 0.5 <= waited <= 1.3, waited
+    assert rule_counters(s)["one-a-second"]["delayed"] == 1
 
 
 def test_delay_shared(redis_factory, sluice_factory):

@@ -1,6 +1,7 @@
 /* test_limiter.c - the admission decision over a loaded rule set: the
  * command and key indexes (first-byte filter) agree with plain matching,
- * every matching rule applies, reload keeps unchanged rules' buckets. */
+ * every matching rule applies, reload keeps unchanged rules' buckets,
+ * tokens of a request that did not go are given back. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -211,6 +212,33 @@ static void test_many_rules_past_one_word(void)
     limiter_client_free(lc);
 }
 
+/* What a request that did not go gives back: per client and per ip
+ * buckets get their token again; a rule reloaded away is skipped. */
+static void test_give_back(void)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
+    struct limiter_client *lc = NULL;
+    struct limiter_decision d, first;
+
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    CHECK(load("[limit ips]\ncommands = GET\nper = ip\nrate = 1/h\nburst = 1\n"
+               "[limit mine]\ncommands = GET\nrate = 1/h\nburst = 1\n") == 0);
+    CHECK(admit(&lc, "GET a", 1, &first) == LIMITER_PASS);
+    CHECK(first.taken_count == 2);
+    CHECK(admit(&lc, "GET a", 1, &d) == LIMITER_REJECT);
+    CHECK(d.taken_count == 0);   /* refused: took nothing */
+    limiter_give_back(lc, &who, first.taken, first.taken_count);
+    CHECK(admit(&lc, "GET a", 1, &first) == LIMITER_PASS);
+    /* "ips" goes, "mine" stays as it was (its bucket empty again). */
+    CHECK(load("[limit mine]\ncommands = GET\nrate = 1/h\nburst = 1\n") == 0);
+    CHECK(admit(&lc, "GET a", 2, &d) == LIMITER_REJECT);
+    limiter_give_back(lc, &who, first.taken, first.taken_count);
+    CHECK(admit(&lc, "GET a", 2, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET a", 2, &d) == LIMITER_REJECT);
+    limiter_client_free(lc);
+}
+
 static void test_cleanup(void)
 {
     CHECK(load("") == 0);
@@ -226,4 +254,5 @@ UNIT_MAIN("limiter", {"setup", setup},
           {"quick_pass_agrees_with_admit", test_quick_pass_agrees_with_admit}, {"key globs through the index", test_key_globs_through_the_index},
           {"every matching rule applies", test_every_matching_rule_applies},
           {"reload keeps unchanged buckets", test_reload_keeps_unchanged_buckets},
-          {"many rules past one word", test_many_rules_past_one_word}, {"cleanup", test_cleanup})
+          {"many rules past one word", test_many_rules_past_one_word},
+          {"give back", test_give_back}, {"cleanup", test_cleanup})
