@@ -302,6 +302,27 @@ if section 2; then
     echo "   only forwards them, i.e. what the extra hop alone costs on this machine"
 fi
 
+# rules_table PREFIX: the rules section's rows for the results labelled
+# PREFIXrules0/100/1; ratios are with rules / without for throughput, and
+# the other way round for CPU time (cpu_ labels), so 1.00 means "no cost".
+rules_table() {
+    printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
+    for t in get set; do
+        for p in 1 16; do
+            if [ "$1" = cpu_rules_ ]; then
+                q100=$(median_ratio "${1}rules0" "${1}rules100" $t 50 $p)
+                q1=$(median_ratio "${1}rules0" "${1}rules1" $t 50 $p)
+            else
+                q100=$(median_ratio "${1}rules100" "${1}rules0" $t 50 $p)
+                q1=$(median_ratio "${1}rules1" "${1}rules0" $t 50 $p)
+            fi
+            printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" \
+                "$(median "${1}rules0" $t 50 $p)" "$(median "${1}rules100" $t 50 $p)" "$q100" \
+                "$(median "${1}rules1" $t 50 $p)" "$q1"
+        done
+    done
+}
+
 if section 3; then
     echo
     if [ "$pinned" = 1 ]; then
@@ -310,29 +331,11 @@ if section 3; then
     else
         echo "3. Rules overhead at -c 50, requests/s (median of $rules_rounds)"
     fi
-    printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
-    for t in get set; do
-        for p in 1 16; do
-            b=$(median rules_rules0 $t 50 $p); h=$(median rules_rules100 $t 50 $p)
-            o=$(median rules_rules1 $t 50 $p)
-            printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" "$b" "$h" \
-                "$(median_ratio rules_rules100 rules_rules0 $t 50 $p)" "$o" \
-                "$(median_ratio rules_rules1 rules_rules0 $t 50 $p)"
-        done
-    done
+    rules_table rules_
     echo "   targets: 100 non-matching >= 0.97; 1 matching >= 0.95"
     echo
     echo "3a. sluice's CPU time per request, ns (same runs, median of $rules_rounds)"
-    printf '%-4s %3s %11s %11s %8s %11s %8s\n' cmd -P "no rules" "100 nomatch" ratio "1 match" ratio
-    for t in get set; do
-        for p in 1 16; do
-            b=$(median cpu_rules_rules0 $t 50 $p); h=$(median cpu_rules_rules100 $t 50 $p)
-            o=$(median cpu_rules_rules1 $t 50 $p)
-            printf '%-4s %3s %11.0f %11.0f %8s %11.0f %8s\n' "$t" "$p" "$b" "$h" \
-                "$(median_ratio cpu_rules_rules0 cpu_rules_rules100 $t 50 $p)" "$o" \
-                "$(median_ratio cpu_rules_rules0 cpu_rules_rules1 $t 50 $p)"
-        done
-    done
+    rules_table cpu_rules_
     echo "   ratio: CPU without rules / with (1.00: the rules cost nothing), kernel included"
     # Throughput on a shared 2-core machine moves by more than the rules cost;
     # instructions do not: the same requests through each sluice under
