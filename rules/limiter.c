@@ -498,19 +498,14 @@ limiter_no_rule_applies(const struct limiter_client *lc, const struct command *c
                         const struct sv *argv, int argc)
 {
     const uint64_t *cmd_bits = &limiter_cmd_bits[(size_t)cmd->id * (size_t)limiter_words];
+    int nkeys = kp > 0 && kp < argc ? 1 : 0;   /* kp < 0 or bad arity: no key */
 
     for (int w = 0; w < limiter_words; w++) {
-        uint64_t bits = lc->rule_bits[w] & cmd_bits[w], keyed = bits & limiter_keyed_bits[w];
-        if (keyed != 0) {
-            /* As limiter_key_filter: no key, no keyed rule; an empty key
-             * keeps them all; else those its first byte may start. */
+        uint64_t bits = lc->rule_bits[w] & cmd_bits[w];
+        if ((bits & limiter_keyed_bits[w]) != 0) {
             if (kp == 0)
                 return 0;   /* keys found otherwise: the full scan decides */
-            if (kp < 0 || kp >= argc)
-                bits &= ~keyed;
-            else if (argv[kp].len > 0)
-                bits &= ~keyed | limiter_first_byte_bits[(size_t)(unsigned char)argv[kp].ptr[0] *
-                                                         (size_t)limiter_words + (size_t)w];
+            bits &= limiter_key_filter(w, argv, &kp, nkeys);
         }
         if (bits != 0)
             return 0;

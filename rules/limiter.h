@@ -60,7 +60,7 @@ struct limiter_decision {
     char rule_name[128];    /* REJECT: the rule */
     int ask_count;
     struct limiter_shared_ask ask[LIMITER_MAX_SHARED];
-    int taken_count;        /* DELAY, ASK: the local rules that gave a token */
+    int taken_count;        /* PASS, DELAY, ASK: the local rules that gave a token */
     struct limiter_taken taken[LIMITER_MAX_TAKEN];
 };
 
