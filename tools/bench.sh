@@ -45,7 +45,8 @@ cleanup() {
     for p in $pids; do wait "$p" 2>/dev/null || true; done
     rm -rf "$tmp"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap "exit 1" INT TERM HUP PIPE   # then EXIT cleans up (PIPE: output piped into head)
 
 section() {     # section N: true when section N is to run
     case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac
