@@ -8,6 +8,11 @@
  *                           replies pop the head of inflight, in order
  *
  *   client C (MULTI/SUBSCRIBE/BLPOP/...) --> private conn (owner C)
+ *   SCRIPT KILL, FUNCTION KILL, SHUTDOWN  --> one-shot conn, freed after its reply
+ *
+ * Every connection of a node is in node->conns, so that sluice knows its
+ * own connections' Redis client ids and addresses (CLIENT KILL must not
+ * reach them) and can cap how many it opens.
  */
 #include "backend.h"
 
@@ -19,6 +24,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +66,7 @@ struct backend_conn {
     int inflight_count;
     enum backend_state state;
     struct client *owner;            /* private connection's client; NULL: pool */
+    int oneshot;                     /* a control connection: freed once answered */
     int passthrough;
     int busy;                        /* inside its read callback */
     int released;                    /* free once not busy */
@@ -70,7 +77,12 @@ struct backend_conn {
     int write_listed;
     int write_off;                   /* write event off: output empty (netio.h) */
     char error[400];                 /* why it is down */
+    long long redis_id;              /* CLIENT ID on Redis's side; 0 until known */
+    char local_addr[64];             /* "ip:port" as Redis sees this connection */
+    TAILQ_ENTRY(backend_conn) node_link; /* in node->conns */
 };
+
+TAILQ_HEAD(backend_conn_list, backend_conn);
 
 struct backend_node {
     char name[280];                  /* "host:port" as configured */
@@ -78,10 +90,10 @@ struct backend_node {
     socklen_t addrlen;
     struct backend_conn **pool;
     int pool_size;
-    int private_count;
+    int private_count;               /* private and one-shot connections */
+    struct backend_conn_list conns;  /* every connection, pool included */
 };
 
-TAILQ_HEAD(backend_conn_list, backend_conn);
 /* Connections with requests this loop pass added: backend_write_now. */
 static struct backend_conn_list backend_write_list = TAILQ_HEAD_INITIALIZER(backend_write_list);
 
@@ -90,6 +102,7 @@ static const struct config *backend_cfg;
 static struct backend_node *backend_node_default;
 
 static void backend_connect(struct backend_conn *conn);
+static void backend_conn_down(struct backend_conn *conn, const char *why);
 static void backend_read_cb(struct bufferevent *bev, void *arg);
 
 static int backend_resolve(struct backend_node *node, const char *hostport, char *err, size_t errlen)
@@ -129,6 +142,7 @@ static struct backend_conn *backend_conn_new(struct backend_node *node, struct c
     }
     TAILQ_INIT(&conn->inflight);
     TAILQ_INIT(&conn->waiters);
+    TAILQ_INSERT_TAIL(&node->conns, conn, node_link);
     return conn;
 }
 
@@ -142,6 +156,7 @@ int backend_init(struct event_base *base, const struct config *cfg, char *err, s
         free(node);
         return -1;
     }
+    TAILQ_INIT(&node->conns);
     node->pool_size = (int)cfg->backend_connections;
     node->pool = calloc((size_t)node->pool_size, sizeof(*node->pool));
     for (int i = 0; i < node->pool_size; i++) {
@@ -178,6 +193,21 @@ static void backend_internal_reply(struct request *req, struct evbuffer *src, si
     request_free(req);
 }
 
+/* The reply to the prelude's CLIENT ID: which Redis client this
+ * connection is, so that CLIENT KILL ID cannot name it. */
+static void backend_client_id_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct backend_conn *conn = req->ctx;
+    char text[32] = {0};
+
+    if (type == REPLY_INTEGER && len < sizeof(text)) {
+        evbuffer_copyout(src, text, len);
+        conn->redis_id = strtoll(text + 1, NULL, 10);
+    }
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
 int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
                           request_reply_fn *on_reply, void *ctx,
                           void (*ctx_free)(struct request *req))
@@ -201,10 +231,13 @@ int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
     return 0;
 }
 
-/* A new connection first authenticates (when configured) and loads
- * sluice's scripts, so EVALSHA rarely meets NOSCRIPT. */
+/* A new connection first authenticates (when configured), learns its
+ * Redis client id and loads sluice's scripts, so EVALSHA rarely meets
+ * NOSCRIPT. A one-shot connection only authenticates: it must get past a
+ * busy script, where Redis refuses everything but a few commands. */
 static void backend_send_prelude(struct backend_conn *conn)
 {
+    static const char client_id[] = "*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n";
     const struct config *cfg = backend_cfg;
     struct evbuffer *buf = evbuffer_new();
 
@@ -218,6 +251,12 @@ static void backend_send_prelude(struct backend_conn *conn)
                             cfg->backend_password);
         backend_send_internal(conn, buf, NULL, NULL, NULL);
     }
+    if (conn->oneshot) {
+        evbuffer_free(buf);
+        return;
+    }
+    evbuffer_add(buf, client_id, sizeof(client_id) - 1);
+    backend_send_internal(conn, buf, backend_client_id_reply, conn, NULL);
     for (int i = 0; i < scripts_count(); i++) {
         scripts_write_load(buf, scripts_by_index(i));
         backend_send_internal(conn, buf, NULL, NULL, NULL);
@@ -225,7 +264,9 @@ static void backend_send_prelude(struct backend_conn *conn)
     evbuffer_free(buf);
 }
 
-/* Fail every in-flight request of CONN with the error TEXT. */
+/* Fail every in-flight request of CONN with the error TEXT. The
+ * connection's own prelude goes quietly: the failure is logged once, by
+ * backend_conn_down. */
 static void backend_fail_inflight(struct backend_conn *conn, const char *text)
 {
     struct request *req;
@@ -235,6 +276,10 @@ static void backend_fail_inflight(struct backend_conn *conn, const char *text)
         TAILQ_REMOVE(&conn->inflight, req, conn_link);
         conn->inflight_count--;
         req->conn = NULL;
+        if (req->on_reply == backend_internal_reply || req->on_reply == backend_client_id_reply) {
+            request_free(req);
+            continue;
+        }
         reply_error(err, "%s", text);
         backend_deliver(req, err, evbuffer_get_length(err), REPLY_ERROR);
         evbuffer_drain(err, evbuffer_get_length(err));
@@ -262,6 +307,7 @@ static void backend_conn_free(struct backend_conn *conn)
 {
     struct request *req;
 
+    TAILQ_REMOVE(&conn->node->conns, conn, node_link);
     backend_conn_reset_io(conn);
     if (conn->write_listed)
         TAILQ_REMOVE(&backend_write_list, conn, write_link);
@@ -277,9 +323,32 @@ static void backend_conn_free(struct backend_conn *conn)
 
 static void backend_retry_cb(evutil_socket_t fd, short what, void *arg)
 {
+    struct backend_conn *conn = arg;
+
     (void)fd;
     (void)what;
-    backend_connect(arg);
+    if (conn->state == BACKEND_DOWN && (conn->owner != NULL || conn->oneshot))
+        backend_conn_down(conn, conn->error);   /* a failure backend_fail_soon deferred */
+    else
+        backend_connect(conn);
+}
+
+/* CONN could not even start connecting. Its owner may not know it yet
+ * (backend_private_conn has not returned), so the failure is handled from
+ * the loop, at once; meanwhile requests to it fail with WHY. */
+static void backend_fail_soon(struct backend_conn *conn, const char *why)
+{
+    struct timeval now = {0, 0};
+
+    if (conn->owner == NULL && !conn->oneshot) {
+        backend_conn_down(conn, why);
+        return;
+    }
+    conn->state = BACKEND_DOWN;
+    snprintf(conn->error, sizeof(conn->error), "%s", why);
+    if (conn->retry == NULL)
+        conn->retry = evtimer_new(backend_base, backend_retry_cb, conn);
+    evtimer_add(conn->retry, &now);
 }
 
 static void backend_wake_waiters(struct backend_conn *conn)
@@ -293,26 +362,59 @@ static void backend_wake_waiters(struct backend_conn *conn)
     }
 }
 
+/* Free CONN (private or one-shot) now, or once its read callback, which
+ * is running, returns. */
+static void backend_conn_release(struct backend_conn *conn)
+{
+    struct client *c;
+
+    conn->owner = NULL;
+    while ((c = TAILQ_FIRST(&conn->waiters)) != NULL) {
+        TAILQ_REMOVE(&conn->waiters, c, wait_link);
+        c->waiting_on = NULL;
+    }
+    if (conn->released)
+        return;
+    conn->node->private_count--;
+    conn->released = 1;
+    if (!conn->busy)
+        backend_conn_free(conn);
+}
+
+/* Log that a pool connection is down: one line per attempt, naming the
+ * cause, and when it will try again. */
+static void backend_log_down(const struct backend_conn *conn, const char *why)
+{
+    if (conn->state == BACKEND_UP)
+        log_warning("backend %s connection lost: %s; reconnecting in %d ms", conn->node->name,
+                    why, conn->backoff_ms);
+    else
+        log_warning("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
+                    conn->backoff_ms);
+}
+
 /* The one place a backend connection goes down. Pending requests get an
  * error reply; a pool connection reconnects with backoff; a private one is
- * dropped and its client told. */
+ * freed and its client told; a one-shot one is freed. */
 static void backend_conn_down(struct backend_conn *conn, const char *why)
 {
     struct timeval tv;
+    struct client *owner = conn->owner;
 
     snprintf(conn->error, sizeof(conn->error), "backend unavailable: %s (%s)", conn->node->name,
              why);
-    if (conn->state == BACKEND_UP && conn->owner == NULL)
-        log_warning("backend %s connection lost: %s", conn->node->name, why);
+    if (owner == NULL && !conn->oneshot)
+        backend_log_down(conn, why);
     else
         log_debug("backend %s connection down: %s", conn->node->name, why);
     conn->state = BACKEND_DOWN;
     backend_conn_reset_io(conn);
     backend_fail_inflight(conn, conn->error);
     backend_wake_waiters(conn);
-    if (conn->owner != NULL) {
-        struct client *owner = conn->owner;
-        client_on_private_lost(owner);
+    if (owner != NULL || conn->oneshot) {
+        backend_conn_release(conn);
+        if (owner != NULL)
+            client_on_private_lost(owner);
         return;
     }
     if (conn->retry == NULL)
@@ -324,6 +426,30 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
                                                                       : conn->backoff_ms * 2;
 }
 
+/* Remember the address Redis sees for CONN ("ip:port", as CLIENT LIST's
+ * addr shows it). */
+static void backend_note_local_addr(struct backend_conn *conn, int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+
+    conn->local_addr[0] = '\0';
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+        port = ntohs(sin->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+        port = ntohs(sin6->sin6_port);
+    }
+    snprintf(conn->local_addr, sizeof(conn->local_addr), "%s:%d", ip, port);
+}
+
 static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     struct backend_conn *conn = arg;
@@ -332,7 +458,8 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
 
     if (what & BEV_EVENT_CONNECTED) {
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        if (conn->owner == NULL)
+        backend_note_local_addr(conn, fd);
+        if (conn->owner == NULL && !conn->oneshot)
             log_notice("backend %s connected", conn->node->name);
         conn->state = BACKEND_UP;
         conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
@@ -362,8 +489,9 @@ static void backend_connect(struct backend_conn *conn)
     conn->state = BACKEND_CONNECTING;
     conn->bev = bufferevent_socket_new(backend_base, -1, BEV_OPT_CLOSE_ON_FREE);
     conn->reader = redisReaderCreateWithFunctions(NULL);
+    conn->redis_id = 0;
     if (conn->bev == NULL || conn->reader == NULL) {
-        backend_conn_down(conn, "out of memory");
+        backend_fail_soon(conn, "out of memory");
         return;
     }
     bufferevent_setcb(conn->bev, backend_read_cb, backend_write_cb, backend_event_cb, conn);
@@ -373,38 +501,74 @@ static void backend_connect(struct backend_conn *conn)
     if (bufferevent_socket_connect(conn->bev, (struct sockaddr *)&node->addr,
                                    (int)node->addrlen) != 0) {
         STAT_INC(backend_connect_failures);
-        backend_conn_down(conn, strerror(errno));
+        backend_fail_soon(conn, strerror(errno));
         return;
     }
     backend_send_prelude(conn);
 }
 
-struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner)
+/* A new connection to NODE that is not in its pool: private (OWNER set)
+ * or one-shot. NULL when NODE has backend_max_connections already. */
+static struct backend_conn *backend_extra_conn(struct backend_node *node, struct client *owner,
+                                               int oneshot)
 {
-    struct backend_conn *conn = backend_conn_new(node, owner);
+    struct backend_conn *conn;
 
+    if (node->private_count >= backend_cfg->backend_max_connections) {
+        log_info("backend %s: backend_max_connections (%lld) reached", node->name,
+                 backend_cfg->backend_max_connections);
+        return NULL;
+    }
+    conn = backend_conn_new(node, owner);
     if (conn == NULL)
         return NULL;
+    conn->oneshot = oneshot;
     node->private_count++;
     backend_connect(conn);
     return conn;
 }
 
+struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner)
+{
+    return backend_extra_conn(node, owner, 0);
+}
+
+struct backend_conn *backend_control_conn(struct backend_node *node)
+{
+    return backend_extra_conn(node, NULL, 1);
+}
+
 void backend_release_private(struct backend_conn *conn)
 {
-    struct client *c;
+    backend_conn_release(conn);
+}
 
-    conn->owner = NULL;
-    conn->node->private_count--;
-    while ((c = TAILQ_FIRST(&conn->waiters)) != NULL) {
-        TAILQ_REMOVE(&conn->waiters, c, wait_link);
-        c->waiting_on = NULL;
+int backend_owns_client_id(long long id)
+{
+    struct backend_node *node = backend_node_default;
+    struct backend_conn *conn;
+
+    if (node == NULL || id <= 0)
+        return 0;
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (conn->redis_id == id)
+            return 1;
     }
-    if (conn->busy) {
-        conn->released = 1;
-        return;
+    return 0;
+}
+
+int backend_owns_addr(const char *addr, size_t len)
+{
+    struct backend_node *node = backend_node_default;
+    struct backend_conn *conn;
+
+    if (node == NULL)
+        return 0;
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (strlen(conn->local_addr) == len && memcmp(conn->local_addr, addr, len) == 0)
+            return 1;
     }
-    backend_conn_free(conn);
+    return 0;
 }
 
 static void backend_want_write(struct backend_conn *conn)
@@ -445,7 +609,7 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
         evbuffer_remove_buffer(src, out, req->raw_len);
     else
         evbuffer_add_buffer(out, req->raw);
-    if (req->flags & REQ_NOREPLY) {
+    if (req->flags & REQ_UNPAIRED) {
         request_free(req);
         return 0;
     }
@@ -515,6 +679,8 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
     conn->inflight_count--;
     req->conn = NULL;
     backend_deliver(req, in, len, type);
+    if (conn->oneshot && TAILQ_EMPTY(&conn->inflight))
+        backend_conn_release(conn);   /* its one request is answered */
 }
 
 /* Frame the next reply in IN. Returns its length (and *TYPE), 0 when more
@@ -611,8 +777,8 @@ void backend_free_all(void)
 
     if (node == NULL)
         return;
-    for (int i = 0; i < node->pool_size; i++)
-        backend_conn_free(node->pool[i]);
+    while (!TAILQ_EMPTY(&node->conns))
+        backend_conn_free(TAILQ_FIRST(&node->conns));
     free(node->pool);
     free(node);
     backend_node_default = NULL;

@@ -26,8 +26,19 @@ struct backend_node *backend_default_node(void);
 /* The shared connection of NODE that requests of client CLIENT_ID use. */
 struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id);
 
-/* A new private connection to NODE for OWNER. Never NULL but on OOM. */
+/* A new private connection to NODE for OWNER. NULL when NODE has
+ * backend_max_connections private connections already (or on OOM). */
 struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner);
+
+/* A one-shot connection to NODE for a request that must not wait behind
+ * others (SCRIPT KILL past a busy script): it only authenticates, and is
+ * freed once its requests are answered. NULL as for backend_private_conn. */
+struct backend_conn *backend_control_conn(struct backend_node *node);
+
+/* Whether ID is the Redis client id, or ADDR ("ip:port", LEN bytes) the
+ * address Redis sees, of one of sluice's own backend connections. */
+int backend_owns_client_id(long long id);
+int backend_owns_addr(const char *addr, size_t len);
 
 /* OWNER no longer needs its private connection: close it; its in-flight
  * requests are freed (their client is gone). */
@@ -35,7 +46,7 @@ void backend_release_private(struct backend_conn *conn);
 
 /* Send REQ on CONN: moves req->raw_len bytes from SRC (or, when SRC is
  * NULL, req->raw) to the connection and queues REQ for its reply (unless
- * REQ_NOREPLY). Returns 0, or -1 when CONN is down: then nothing moved and
+ * REQ_UNPAIRED: then REQ is freed). Returns 0, or -1 when CONN is down: then nothing moved and
  * ERR holds the error reply text. */
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen);

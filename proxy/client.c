@@ -3,15 +3,22 @@
  * request order. The one place a client connection is closed is
  * client_close().
  *
- *   socket -> input evbuffer -> reqparse -> request -> throttle (rules)
- *      refused -> -THROTTLED in order; delayed -> held, client blocked
- *      request -> lock verbs -> EVALSHA of lua/ scripts (lock.c)
- *      request -> local (PROXY, CLIENT SETNAME...) -> reply now
- *      request -> route -> backend conn (pool, or private when stateful)
+ *   socket -> input evbuffer -> reqparse -> request -> placement (where it may run)
+ *      refused by placement -> error in order (REPLCONF, SYNC, CLIENT PAUSE...)
+ *      -> throttle (rules): refused -> -THROTTLED in order; delayed -> held, blocked
+ *      LOCAL   -> lock verbs -> EVALSHA of lua/ scripts (lock.c)
+ *              -> local (PROXY, CLIENT SETNAME, CLIENT REPLY...) -> reply now
+ *      LEARN   -> held until Redis said what the command is (learn.c)
+ *      SHARED  -> pool conn (unless the client has a private one)
+ *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn
  *   backend reply -> client_on_reply -> head of queue? write : hold
  *
  *   c->requests:  [r1 sent] [r2 done, held reply] [r3 sent] ...
  *                  ^ replies leave from the head only, in order
+ *
+ * Fairness: a client with client_max_inflight requests out, or more than
+ * client_max_pending_bytes of replies not yet written to it, is not read
+ * until that drains, so one client cannot fill the shared connections.
  */
 #include "client.h"
 
@@ -32,7 +39,9 @@
 #include "lock.h"
 #include "router.h"
 #include "log.h"
+#include "learn.h"
 #include "netio.h"
+#include "placement.h"
 #include "reply.h"
 #include "server.h"
 #include "stats.h"
@@ -49,49 +58,6 @@ static struct client_list client_write_list = TAILQ_HEAD_INITIALIZER(client_writ
 static int client_total;
 static uint64_t client_next_id = 1;
 static struct reqparse_limits client_limits;
-/* What the client code does with a command beyond forwarding it. */
-enum client_role {
-    ROLE_NONE,
-    ROLE_AUTH,          /* records the user on success */
-    ROLE_HELLO,         /* may record a user and a name */
-    ROLE_MULTI,         /* transaction tracking: client_track_multi */
-    ROLE_EXEC,
-    ROLE_DISCARD,
-    ROLE_RESET,
-    ROLE_CLIENT_REPLY,  /* CLIENT REPLY ON/OFF/SKIP */
-    ROLE_MONITOR,
-    ROLE_XREAD,         /* blocks only with a BLOCK option */
-};
-
-/* Per command id, looked up once per request instead of comparing names:
- * enum request_flag bits, and enum client_role. */
-static unsigned *client_session_flags;
-static unsigned char *client_roles;
-
-/* Commands that give a connection state of its own (from them on the
- * client gets a private backend connection), and those with a role.
- * Blocking commands are found by their flag in the command table. */
-static const struct {
-    const char *name;
-    unsigned flags;
-    enum client_role role;
-} client_session_table[] = {
-    {"select", REQ_PRIVATE, ROLE_NONE}, {"multi", REQ_PRIVATE, ROLE_MULTI},
-    {"exec", 0, ROLE_EXEC}, {"discard", 0, ROLE_DISCARD}, {"watch", REQ_PRIVATE, ROLE_NONE},
-    {"auth", REQ_PRIVATE, ROLE_AUTH}, {"hello", REQ_PRIVATE, ROLE_HELLO},
-    {"reset", REQ_PRIVATE | REQ_RESET, ROLE_RESET}, {"wait", REQ_PRIVATE, ROLE_NONE},
-    {"client|tracking", REQ_PRIVATE, ROLE_NONE}, {"client|reply", REQ_PRIVATE, ROLE_CLIENT_REPLY},
-    {"client|caching", REQ_PRIVATE, ROLE_NONE}, {"client|no-evict", REQ_PRIVATE, ROLE_NONE},
-    {"subscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
-    {"psubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
-    {"ssubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
-    {"unsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
-    {"punsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
-    {"sunsubscribe", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_NONE},
-    {"monitor", REQ_PRIVATE | REQ_PASSTHROUGH, ROLE_MONITOR},
-    {"xread", 0, ROLE_XREAD}, {"xreadgroup", 0, ROLE_XREAD},
-};
-
 static void client_read_cb(evutil_socket_t fd, short what, void *arg);
 static void client_write_cb(evutil_socket_t fd, short what, void *arg);
 static void client_read_ended(struct client *c, int eof);
@@ -105,19 +71,7 @@ void client_module_init(struct event_base *base, const struct config *cfg)
     client_cfg = cfg;
     client_limits.max_bulk_len = cfg->proto_max_bulk_len;
     client_limits.max_multibulk_len = cfg->proto_max_multibulk_len;
-    client_session_flags = calloc((size_t)commands_count(), sizeof(*client_session_flags));
-    client_roles = calloc((size_t)commands_count(), sizeof(*client_roles));
-    for (int id = 0; id < commands_count(); id++) {
-        const struct command *cmd = commands_by_id(id);
-        if (cmd->flags & CMD_BLOCKING)
-            client_session_flags[id] = REQ_PRIVATE;
-        for (size_t i = 0; i < sizeof(client_session_table) / sizeof(client_session_table[0]); i++) {
-            if (strcmp(cmd->name, client_session_table[i].name) == 0) {
-                client_session_flags[id] |= client_session_table[i].flags;
-                client_roles[id] = (unsigned char)client_session_table[i].role;
-            }
-        }
-    }
+    placement_init();
 }
 
 int client_count(void)
@@ -143,7 +97,8 @@ static void client_format_addr(struct client *c)
     snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
 }
 
-/* Start or stop reading C's socket. */
+/* Start or stop reading C's socket. While it is not read, client_cron
+ * still notices when the peer goes (client_probe_closed). */
 static void client_read_on(struct client *c)
 {
     if (!c->read_on) {
@@ -231,6 +186,7 @@ static void client_close(struct client *c)
         TAILQ_REMOVE(&client_write_list, c, write_link);
     lock_client_closed(c);
     throttle_client_closed(c);
+    learn_client_closed(c);
     if (c->waiting_on != NULL)
         backend_unwait(c->waiting_on, c);
     if (c->private_conn != NULL)
@@ -281,6 +237,49 @@ static struct evbuffer *client_output(struct client *c)
     return c->output;
 }
 
+/* Whether C may be read: not while a backend it sends to is congested,
+ * while it is over its limits, or once it is to close. */
+static int client_readable(const struct client *c)
+{
+    return !(c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT | CLIENT_CLOSE_AFTER_REPLY)) &&
+           !c->closing && !c->eof_seen;
+}
+
+static size_t client_pending_bytes(const struct client *c)
+{
+    return evbuffer_get_length(c->output) + c->held_reply_bytes;
+}
+
+/* Stop reading C when it has client_max_inflight requests out or more
+ * than client_max_pending_bytes of replies waiting for it: what one
+ * client has in flight on a shared connection stays bounded, and so does
+ * what Redis buffers for sluice on its behalf. */
+static void client_check_limits(struct client *c)
+{
+    if ((c->flags & CLIENT_OVER_LIMIT) ||
+        (c->inflight < client_cfg->client_max_inflight &&
+         client_pending_bytes(c) <= (size_t)client_cfg->client_max_pending_bytes))
+        return;
+    c->flags |= CLIENT_OVER_LIMIT;
+    client_read_off(c);
+}
+
+/* C was over its limits: once it is down to half of both, read it again
+ * (half, so that it does not flap at the limit). Returns -1 when C was
+ * closed meanwhile. */
+static int client_check_drained(struct client *c)
+{
+    if (!(c->flags & CLIENT_OVER_LIMIT) || c->inflight > client_cfg->client_max_inflight / 2 ||
+        client_pending_bytes(c) > (size_t)client_cfg->client_max_pending_bytes / 2)
+        return 0;
+    c->flags &= ~(unsigned)CLIENT_OVER_LIMIT;
+    client_enter(c);
+    if (client_readable(c))
+        client_read_on(c);
+    client_process_input(c);
+    return client_leave(c);
+}
+
 /* Write C's output now. What the socket does not take waits for its write
  * event, which is on only while there is such a rest. Closes C on a write
  * error, or when it asked to go and everything is written. */
@@ -300,8 +299,11 @@ static void client_write(struct client *c)
         c->write_on = 0;
         event_del(c->write_ev);
     }
-    if (rc == 1 && client_finished(c))
+    if (rc == 1 && client_finished(c)) {
         client_close(c);
+        return;
+    }
+    client_check_drained(c);
 }
 
 void client_write_now(void)
@@ -347,7 +349,8 @@ static void client_flush(struct client *c)
         TAILQ_REMOVE(&c->requests, req, client_link);
         if (req->reply != NULL) {
             c->held_reply_bytes -= evbuffer_get_length(req->reply);
-            evbuffer_add_buffer(client_output(c), req->reply);
+            if (!(req->flags & REQ_NOREPLY))   /* CLIENT REPLY OFF/SKIP: dropped */
+                evbuffer_add_buffer(client_output(c), req->reply);
         }
         request_free(req);
     }
@@ -366,7 +369,7 @@ static void client_complete(struct client *c, struct request *req)
 
 struct evbuffer *client_reply_buffer(struct client *c, struct request *req)
 {
-    if (req == TAILQ_FIRST(&c->requests) && req->reply == NULL)
+    if (req == TAILQ_FIRST(&c->requests) && req->reply == NULL && !(req->flags & REQ_NOREPLY))
         return client_output(c);
     if (req->reply == NULL)
         req->reply = evbuffer_new();
@@ -377,7 +380,8 @@ int client_answer(struct client *c, struct request *req)
 {
     client_enter(c);
     client_complete(c, req);
-    client_check_output_limit(c);
+    if (client_check_output_limit(c) == 0)
+        client_check_limits(c);
     return client_leave(c);
 }
 
@@ -396,10 +400,6 @@ static void client_refuse(struct client *c, struct request *req, const char *tex
 {
     if (c->flags & CLIENT_IN_MULTI)
         c->flags |= CLIENT_MULTI_DIRTY;   /* its EXEC must fail: see client_track_multi */
-    if (req->flags & REQ_NOREPLY) {
-        request_free(req);
-        return;
-    }
     client_enqueue(c, req);
     client_reply_error(c, req, text);
     client_check_output_limit(c);
@@ -445,6 +445,9 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
     if (req->on_reply != NULL) {
         /* A rewritten request (LOCK...): its hook answers or resends it. */
         req->on_reply(req, src, len, type);
+    } else if (req->flags & REQ_NOREPLY) {
+        evbuffer_drain(src, len);   /* CLIENT REPLY OFF/SKIP */
+        client_complete(c, req);
     } else if (req == TAILQ_FIRST(&c->requests)) {
         /* The common case: nothing earlier is waiting, so the bytes go
          * straight from the backend's buffer to the client's. */
@@ -457,8 +460,11 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         evbuffer_remove_buffer(src, req->reply, len);
         client_complete(c, req);
     }
-    if (!c->closing && client_check_output_limit(c) == 0)
+    if (!c->closing && client_check_output_limit(c) == 0) {
+        client_check_limits(c);
         client_try_unstall(c);
+        client_check_drained(c);
+    }
     client_leave(c);
 }
 
@@ -484,7 +490,10 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         free(c->user);
         c->user = strdup("default");
     }
-    evbuffer_remove_buffer(src, client_output(c), len);
+    if (c->flags & CLIENT_REPLY_OFF)
+        evbuffer_drain(src, len);   /* Redis 7.0 sends no messages under REPLY OFF either */
+    else
+        evbuffer_remove_buffer(src, client_output(c), len);
     client_check_output_limit(c);
     client_leave(c);
 }
@@ -506,34 +515,15 @@ void client_resume(struct client *c)
 {
     c->flags &= ~(unsigned)CLIENT_PAUSED;
     client_enter(c);
-    if (!(c->flags & CLIENT_CLOSE_AFTER_REPLY))
+    if (client_readable(c))
         client_read_on(c);
     client_process_input(c);
     client_leave(c);
 }
 
-static enum client_role client_role(const struct request *req)
+static enum placement_role client_role(const struct request *req)
 {
-    return req->cmd != NULL ? (enum client_role)client_roles[req->cmd->id] : ROLE_NONE;
-}
-
-/* The session flags of REQ: which connection it needs and how its reply
- * comes. XREAD and XREADGROUP block only with a BLOCK option. */
-static unsigned client_request_flags(const struct request *req, int argc, const struct sv *argv)
-{
-    unsigned flags;
-
-    if (req->cmd == NULL)
-        return 0;
-    flags = client_session_flags[req->cmd->id];
-    if ((flags & REQ_PRIVATE) && client_role(req) == ROLE_XREAD) {
-        flags = 0;
-        for (int i = 1; i < argc && !sv_ieq(argv[i], "streams"); i++) {
-            if (sv_ieq(argv[i], "block"))
-                flags = REQ_PRIVATE;
-        }
-    }
-    return flags;
+    return placement_role(req->cmd);
 }
 
 /* CLIENT REPLY OFF/SKIP: Redis sends no reply, so none is expected. */
@@ -562,7 +552,7 @@ static void client_reply_mode(struct client *c, struct request *req, int argc,
 /* Remember the user or name a HELLO or AUTH sets, to record on success. */
 static void client_note_session(struct request *req, int argc, const struct sv *argv)
 {
-    enum client_role role = client_role(req);
+    enum placement_role role = client_role(req);
 
     if (role == ROLE_AUTH) {
         req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
@@ -605,7 +595,7 @@ static void client_execabort_reply(struct request *req, struct evbuffer *src, si
 static void client_track_multi(struct client *c, struct request *req, struct evbuffer **src)
 {
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
-    enum client_role role = client_role(req);
+    enum placement_role role = client_role(req);
     int abort_exec;
 
     if (role == ROLE_MULTI) {
@@ -629,11 +619,18 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     req->on_reply = client_execabort_reply;
 }
 
-/* The backend connection REQ goes to. */
+/* The backend connection REQ goes to: a shared one, or the client's
+ * private one once it has one. NULL for a one-shot connection (made as
+ * REQ is sent), and when a private connection is needed but
+ * backend_max_connections are open already. */
 static struct backend_conn *client_route(struct client *c, struct request *req)
 {
-    if (c->private_conn == NULL && (req->flags & REQ_PRIVATE)) {
+    if (req->place == PLACE_CONTROL && !(c->flags & CLIENT_IN_MULTI))
+        return NULL;
+    if (c->private_conn == NULL && req->place == PLACE_PRIVATE) {
         c->private_conn = backend_private_conn(backend_default_node(), c);
+        if (c->private_conn == NULL)
+            return NULL;
         log_debug("client %llu now has a private backend connection", (unsigned long long)c->id);
     }
     if (c->private_conn != NULL)
@@ -653,14 +650,24 @@ static int client_must_wait(const struct client *c, const struct request *req,
            !TAILQ_EMPTY(&c->requests);
 }
 
-/* Send REQ (already in the client's queue unless NOREPLY) on CONN. SRC
- * holds its bytes, or NULL when REQ owns them. */
+/* Send REQ (already in the client's queue unless it enters or is in
+ * pub/sub) on CONN, or on a new one-shot connection when CONN is NULL.
+ * SRC holds its bytes, or NULL when REQ owns them. */
 static void client_send(struct client *c, struct request *req, struct backend_conn *conn,
                         struct evbuffer *src)
 {
     char err[512];
-    int noreply;
+    int unpaired;
 
+    if (conn == NULL && req->place == PLACE_CONTROL)
+        conn = backend_control_conn(backend_default_node());
+    if (conn == NULL) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_reply_error(c, req, "max number of backend connections reached "
+                                   "(backend_max_connections)");
+        return;
+    }
     if ((req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH)) {
         c->flags |= CLIENT_PASSTHROUGH;
         if (client_role(req) == ROLE_MONITOR)
@@ -668,21 +675,22 @@ static void client_send(struct client *c, struct request *req, struct backend_co
         backend_set_passthrough(conn, 1);
     }
     if (c->flags & CLIENT_PASSTHROUGH)
-        req->flags |= REQ_NOREPLY;
-    noreply = (req->flags & REQ_NOREPLY) != 0;
+        req->flags |= REQ_UNPAIRED;
+    unpaired = (req->flags & REQ_UNPAIRED) != 0;
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
         STAT_INC(backend_unavailable_replies);
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
-        if (noreply)
+        if (unpaired)
             request_free(req);
         else
             client_reply_error(c, req, err);
         return;
     }
-    if (!noreply) {
+    if (!unpaired) {
         c->inflight++;
         c->inflight_conn = conn;
+        client_check_limits(c);
     }
     if (backend_congested(conn) && c->waiting_on == NULL) {
         c->flags |= CLIENT_PAUSED;
@@ -737,6 +745,31 @@ void client_unblock(struct client *c)
     client_leave(c);
 }
 
+/* Decide where REQ runs (placement.c) and take the flags that go with it. */
+static struct placement client_place(struct request *req, const struct sv *argv)
+{
+    struct placement p = placement_decide(req->cmd, req->argc, argv);
+
+    req->place = (int)p.kind;
+    req->flags |= p.req_flags;
+    return p;
+}
+
+/* REQ's command is not known yet: it waits, with its client blocked,
+ * until Redis has said what it is (learn.c). Returns -1: stop reading. */
+static int client_learn(struct client *c, struct request *req, const struct sv *argv,
+                        struct evbuffer *src)
+{
+    char name[LEARN_MAX_NAME];
+    size_t len = argv[0].len;
+
+    memcpy(name, argv[0].ptr, len);   /* the views die as the bytes move */
+    if (src != NULL)
+        request_take_raw(req, src);
+    learn_request(c, req, name, len);
+    return -1;
+}
+
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
@@ -746,7 +779,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
 {
     struct backend_conn *conn;
 
-    if (lock_wants(req, req->argc, argv)) {
+    if (req->place == PLACE_LEARN)
+        client_place(req, argv);   /* released after learning: decide again */
+    if (req->place == PLACE_LEARN)
+        return client_learn(c, req, argv, src);
+    if (req->place == PLACE_LOCAL && lock_wants(req, req->argc, argv)) {
         size_t original_len = req->raw_len;   /* the rewrite replaces raw_len */
         client_enqueue(c, req);
         lock_handle(c, req, req->argc, argv);
@@ -754,7 +791,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
             evbuffer_drain(src, original_len);
         return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED)) || c->stalled != NULL ? -1 : 0;
     }
-    if (local_wants(req, req->argc, argv)) {
+    if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();
         local_execute(c, req, req->argc, argv, req->reply);
         if (src != NULL)
@@ -767,11 +804,10 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         }
         return (c->flags & CLIENT_CLOSE_AFTER_REPLY) ? -1 : 0;
     }
-    req->flags |= client_request_flags(req, req->argc, argv);
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);
     /* Pub/sub replies stream unpaired: such requests wait in no queue. */
-    if (!(req->flags & (REQ_NOREPLY | REQ_PASSTHROUGH)) && !(c->flags & CLIENT_PASSTHROUGH))
+    if (!(req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
     conn = client_route(c, req);
     if (client_must_wait(c, req, conn)) {
@@ -781,7 +817,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         return -1;
     }
     client_send(c, req, conn, src);
-    return (c->flags & CLIENT_PAUSED) ? -1 : 0;
+    return (c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ? -1 : 0;
 }
 
 /* The arguments of REQ as views over BASE, in STACK when they fit, else in
@@ -795,6 +831,18 @@ static struct sv *client_argv(const struct request *req, const char *base, struc
     return argv;
 }
 
+/* Refuse REQ (framed, not queued), whose command cannot keep the shared
+ * connections' promise, with the reason placement.c gives. Nothing is
+ * sent to Redis, and no rule takes a token. */
+static void client_refuse_placed(struct client *c, struct request *req, const char *why)
+{
+    const char *name = req->cmd != NULL ? req->cmd->name : "";
+    char text[400];
+
+    placement_refusal(text, sizeof(text), name, strlen(name), why);
+    client_refuse(c, req, text);
+}
+
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
@@ -803,6 +851,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     struct sv stack_argv[CLIENT_ARGV_STACK], *argv;
     struct evbuffer *src = req->raw != NULL ? NULL : in;
     struct throttle_decision decision;
+    struct placement place;
     const char *base;
     int rc;
 
@@ -816,7 +865,13 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     else
         stats_count_unknown();
     client_reply_mode(c, req, req->argc, argv);
-    switch (throttle_admit(c, req, argv, &decision)) {
+    place = client_place(req, argv);
+    if (place.kind == PLACE_REFUSED) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse_placed(c, req, place.why);
+        rc = c->closing ? -1 : 0;
+    } else switch (throttle_admit(c, req, argv, &decision)) {
     case THROTTLE_PASS:
         rc = client_dispatch(c, req, argv, src);
         break;
@@ -955,6 +1010,7 @@ static void client_write_cb(evutil_socket_t fd, short what, void *arg)
 /* Reading C's socket met end of file (EOF set) or an error. */
 static void client_read_ended(struct client *c, int eof)
 {
+    c->eof_seen = 1;
     if (eof && c->private_conn == NULL && (!TAILQ_EMPTY(&c->requests) || c->inflight > 0)) {
         /* Half-closed after sending (`printf 'PING\r\n' | nc`): answer what
          * it asked, then close. A client with a session may be blocked
@@ -976,15 +1032,38 @@ int client_pending_total(void)
     return total;
 }
 
+/* Whether the peer of C, whose socket sluice is not reading (its limits,
+ * a congested backend, a protocol error), has gone: end of file with
+ * nothing left unread, or a reset. Then it is handled as if read, and 1
+ * is returned (C may be freed). */
+static int client_probe_closed(struct client *c)
+{
+    char byte;
+    ssize_t n;
+
+    if (c->read_on || c->eof_seen || c->closing)
+        return 0;
+    n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)))
+        return 0;
+    log_debug("client %llu went while not read", (unsigned long long)c->id);
+    if (n < 0 || (c->flags & CLIENT_CLOSE_AFTER_REPLY)) {
+        client_close(c);   /* nothing can be written to it, or it was to go anyway */
+        return 1;
+    }
+    client_read_ended(c, 1);   /* may close C */
+    return 1;
+}
+
 void client_cron(uint64_t now_ms)
 {
     struct client *c, *next;
     uint64_t idle_ms = (uint64_t)client_cfg->timeout_s * 1000;
 
-    if (idle_ms == 0)
-        return;
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
+        if (client_probe_closed(c) || idle_ms == 0)
+            continue;
         /* Like Redis: blocked and subscribed clients are not idle. */
         if (!TAILQ_EMPTY(&c->requests) || c->inflight > 0 || (c->flags & CLIENT_PASSTHROUGH))
             continue;

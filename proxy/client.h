@@ -28,6 +28,8 @@ enum client_flag {
     CLIENT_MONITOR = 1 << 6,           /* MONITOR: every status reply is a monitor line */
     CLIENT_IN_MULTI = 1 << 7,          /* MULTI sent, no EXEC/DISCARD/RESET yet */
     CLIENT_MULTI_DIRTY = 1 << 8,       /* a rule refused a command inside MULTI */
+    CLIENT_OVER_LIMIT = 1 << 9,        /* over client_max_inflight or _pending_bytes:
+                                          not read until its replies drain */
 };
 
 struct client {
@@ -37,6 +39,7 @@ struct client {
     struct evbuffer *output;            /* replies not yet written */
     struct event *read_ev;              /* the socket is readable (netio_read) */
     struct event *write_ev;             /* the socket takes data again (netio_write) */
+    int eof_seen;                       /* its socket met end of file */
     int read_on;                        /* read_ev is added */
     int write_on;                       /* write_ev is added: output did not all go */
     struct reqparse parser;

@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "config.h"
 #include "listener.h"
+#include "learn.h"
 #include "local.h"
 #include "lock.h"
 #include "scripts.h"
@@ -183,6 +184,7 @@ static int main_run(void)
 
     listener_stop();
     client_free_all();
+    learn_free_all();
     backend_free_all();
     throttle_shutdown();
     event_free(sigint);

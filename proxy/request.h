@@ -36,12 +36,15 @@ typedef void request_reply_fn(struct request *req, struct evbuffer *src, size_t 
 
 enum request_flag {
     REQ_DONE = 1 << 0,        /* the reply is complete, in req->reply */
-    REQ_NOREPLY = 1 << 1,     /* Redis sends no reply (CLIENT REPLY OFF/SKIP) */
+    REQ_NOREPLY = 1 << 1,     /* its reply is dropped (CLIENT REPLY OFF/SKIP): Redis still
+                                 answers, sluice writes nothing */
     REQ_PASSTHROUGH = 1 << 2, /* enters pub/sub or MONITOR: replies stream unpaired */
     REQ_PRIVATE = 1 << 3,     /* needs the client's own backend connection */
     REQ_LOCAL = 1 << 4,       /* answered by sluice itself */
     REQ_RESET = 1 << 5,       /* on success, reset the client's name and user */
     REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
+    REQ_UNPAIRED = 1 << 7,    /* sent on a connection whose replies stream unpaired
+                                 (pub/sub, MONITOR): nothing waits for a reply */
 };
 
 struct req_arg {
@@ -58,6 +61,7 @@ struct request {
     struct backend_conn *conn;     /* set while awaiting a backend reply */
     const struct command *cmd;     /* NULL for commands sluice does not know */
     unsigned flags;                /* enum request_flag */
+    int place;                     /* enum placement_kind, decided when framed */
     int argc;
     int args_cap;
     struct req_arg *args;          /* args_inline or heap */

@@ -1,0 +1,259 @@
+/* placement.c - owns the table of where every command may run. The
+ * promise of a shared backend connection is that each request sent on it
+ * gets exactly one reply and never blocks it: replies are paired with
+ * requests by order, and many clients wait behind each other. A command
+ * that cannot keep that promise takes the client's private connection,
+ * a one-shot connection, is answered by sluice, or is refused.
+ *
+ *   rows below (by name)          -> fixed kind, or a check per request
+ *   any other command in the table -> PRIVATE if flagged blocking, else SHARED
+ *   a name not in the table       -> sluice's own verbs: LOCAL
+ *                                    else what learn.c learned from Redis
+ */
+#include "placement.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "commands.h"
+#include "learn.h"
+#include "request.h"
+
+typedef struct placement placement_check(int argc, const struct sv *argv);
+
+struct placement_row {
+    const char *name;          /* as in the command table, or sluice's own verb */
+    enum placement_kind kind;  /* when CHECK is NULL */
+    unsigned req_flags;
+    enum placement_role role;
+    placement_check *check;    /* decides per request; NULL: KIND always */
+    const char *why;           /* the reason for this row (REFUSED: in the error) */
+};
+
+static placement_check placement_check_xread, placement_check_xreadgroup,
+    placement_check_client_kill, placement_check_hello;
+
+#define WHY_REPLICATION "replication needs a direct connection to Redis"
+#define WHY_PAUSE "it would stall every client sharing sluice's connections"
+#define WHY_KILL "it could close sluice's own connections; only CLIENT KILL ID or ADDR " \
+                 "of another connection goes through"
+
+static const struct placement_row placement_rows[] = {
+    /* Answered by sluice. */
+    {"client|setname", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the name is sluice's (rules match it)"},
+    {"client|getname", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the name is sluice's"},
+    {"client|id", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the id is sluice's client id"},
+    {"client|reply", PLACE_LOCAL, 0, ROLE_CLIENT_REPLY, NULL,
+     "Redis always answers; sluice drops the replies"},
+    {"quit", PLACE_LOCAL, 0, ROLE_NONE, NULL, "closes the client connection"},
+    {"hello", PLACE_PRIVATE, 0, ROLE_HELLO, placement_check_hello,
+     "HELLO 3 is refused by sluice (NOPROTO); other versions set up a session"},
+    {"proxy", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's own command"},
+    {"lock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb (EVALSHA of lua/)"},
+    {"unlock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
+    {"renew", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
+    /* Session state: the client's own connection from then on. */
+    {"select", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "selects a database for the connection"},
+    {"multi", PLACE_PRIVATE, 0, ROLE_MULTI, NULL, "transaction state"},
+    {"watch", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "watched keys belong to the connection"},
+    {"exec", PLACE_SHARED, 0, ROLE_EXEC, NULL, "ends a transaction (on its private connection)"},
+    {"discard", PLACE_SHARED, 0, ROLE_DISCARD, NULL, "ends a transaction"},
+    {"auth", PLACE_PRIVATE, 0, ROLE_AUTH, NULL, "the user belongs to the connection"},
+    {"reset", PLACE_PRIVATE, REQ_RESET, ROLE_RESET, NULL, "resets the connection's state"},
+    {"wait", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "blocks until replicas acknowledge"},
+    {"client|tracking", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "tracking belongs to the connection"},
+    {"client|caching", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "tracking belongs to the connection"},
+    {"client|no-evict", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "a flag of the connection"},
+    {"subscribe", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_NONE, NULL, "messages stream unpaired"},
+    {"psubscribe", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_NONE, NULL, "messages stream unpaired"},
+    {"ssubscribe", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_NONE, NULL, "messages stream unpaired"},
+    {"unsubscribe", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_NONE, NULL, "one reply per channel"},
+    {"punsubscribe", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_NONE, NULL, "one reply per pattern"},
+    {"sunsubscribe", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_NONE, NULL, "one reply per channel"},
+    {"monitor", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_MONITOR, NULL, "a stream of replies"},
+    {"xread", PLACE_SHARED, 0, ROLE_NONE, placement_check_xread, "blocks with BLOCK"},
+    {"xreadgroup", PLACE_SHARED, 0, ROLE_NONE, placement_check_xreadgroup, "blocks with BLOCK"},
+    /* Must reach Redis at once, even while a script keeps it busy. */
+    {"script|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy script: cannot wait behind it"},
+    {"function|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy function"},
+    {"shutdown", PLACE_CONTROL, 0, ROLE_NONE, NULL, "SHUTDOWN NOSAVE works past a busy script"},
+    /* Would break the shared connections for everybody. */
+    {"sync", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
+    {"psync", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
+    {"replconf", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
+    {"client|pause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
+    {"client|unpause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
+    {"client|kill", PLACE_SHARED, 0, ROLE_NONE, placement_check_client_kill, WHY_KILL},
+};
+#define PLACEMENT_ROW_COUNT (int)(sizeof(placement_rows) / sizeof(placement_rows[0]))
+
+/* Row per command id (NULL: the default by flags). */
+static const struct placement_row **placement_by_id;
+
+void placement_init(void)
+{
+    placement_by_id = calloc((size_t)commands_count(), sizeof(*placement_by_id));
+    for (int id = 0; id < commands_count(); id++) {
+        for (int i = 0; i < PLACEMENT_ROW_COUNT; i++) {
+            if (strcmp(commands_by_id(id)->name, placement_rows[i].name) == 0)
+                placement_by_id[id] = &placement_rows[i];
+        }
+    }
+}
+
+static struct placement placement_of_row(const struct placement_row *row, int argc,
+                                         const struct sv *argv)
+{
+    struct placement p = {row->kind, row->req_flags, row->why};
+
+    if (row->check != NULL) {
+        p = row->check(argc, argv);
+        p.req_flags |= row->req_flags;
+        if (p.kind == PLACE_REFUSED)
+            p.why = row->why;
+    }
+    return p;
+}
+
+/* A name that is not in the command table: sluice's own verbs by name,
+ * else whatever Redis said of it when asked. */
+static struct placement placement_unknown(int argc, const struct sv *argv)
+{
+    const struct learned_command *lc;
+
+    for (int i = 0; i < PLACEMENT_ROW_COUNT && argc > 0; i++) {
+        if (commands_lookup(placement_rows[i].name, strlen(placement_rows[i].name)) == NULL &&
+            sv_ieq(argv[0], placement_rows[i].name))
+            return placement_of_row(&placement_rows[i], argc, argv);
+    }
+    /* No module has such a name: Redis answers it with one error. */
+    if (argc == 0 || argv[0].len > LEARN_MAX_NAME || memchr(argv[0].ptr, '\0', argv[0].len))
+        return (struct placement){PLACE_SHARED, 0, NULL};
+    lc = learn_lookup(argv[0].ptr, argv[0].len);
+    if (lc == NULL)
+        return (struct placement){PLACE_LEARN, 0, NULL};
+    if (!lc->known)   /* Redis does not know it either: it answers one error */
+        return (struct placement){PLACE_SHARED, 0, NULL};
+    if (lc->flags & (CMD_BLOCKING | CMD_PUBSUB))
+        return (struct placement){PLACE_PRIVATE, 0, NULL};
+    return (struct placement){PLACE_SHARED, 0, NULL};
+}
+
+struct placement placement_decide(const struct command *cmd, int argc, const struct sv *argv)
+{
+    const struct placement_row *row;
+
+    if (cmd == NULL)
+        return placement_unknown(argc, argv);
+    row = placement_by_id[cmd->id];
+    if (row != NULL)
+        return placement_of_row(row, argc, argv);
+    if (cmd->flags & CMD_BLOCKING)
+        return (struct placement){PLACE_PRIVATE, 0, "blocks its connection"};
+    return (struct placement){PLACE_SHARED, 0, NULL};
+}
+
+enum placement_role placement_role(const struct command *cmd)
+{
+    const struct placement_row *row = cmd != NULL ? placement_by_id[cmd->id] : NULL;
+
+    return row != NULL ? row->role : ROLE_NONE;
+}
+
+void placement_refusal(char *out, size_t size, const char *name, size_t len, const char *why)
+{
+    int n = len < 64 ? (int)len : 64;
+
+    snprintf(out, size, "-ERR sluice does not forward '%.*s': %s", n, name, why);
+}
+
+/* ---- checks per request ---- */
+
+static struct placement placement_shared(void)
+{
+    return (struct placement){PLACE_SHARED, 0, NULL};
+}
+
+static struct placement placement_private(void)
+{
+    return (struct placement){PLACE_PRIVATE, 0, NULL};
+}
+
+/* XREAD and XREADGROUP block only with a BLOCK option. Their options are
+ * walked as Redis walks them (xreadCommand): each option takes its values,
+ * so a key, group or consumer named "streams" or "block" is never taken
+ * for one. STREAMS ends the options. */
+static struct placement placement_check_stream_read(int argc, const struct sv *argv, int group)
+{
+    for (int i = 1; i < argc; i++) {
+        int more = argc - i - 1;
+        if (sv_ieq(argv[i], "block") && more >= 1)
+            return placement_private();
+        if (sv_ieq(argv[i], "count") && more >= 1)
+            i++;
+        else if (group && sv_ieq(argv[i], "group") && more >= 2)
+            i += 2;
+        else if (!(group && sv_ieq(argv[i], "noack")))
+            break;   /* STREAMS, or a syntax error Redis answers at once */
+    }
+    return placement_shared();
+}
+
+static struct placement placement_check_xread(int argc, const struct sv *argv)
+{
+    return placement_check_stream_read(argc, argv, 0);
+}
+
+static struct placement placement_check_xreadgroup(int argc, const struct sv *argv)
+{
+    return placement_check_stream_read(argc, argv, 1);
+}
+
+/* A CLIENT KILL ID argument that names a connection of sluice's. */
+static int placement_own_id(struct sv arg)
+{
+    char text[24];
+    char *end;
+    long long id;
+
+    if (arg.len == 0 || arg.len >= sizeof(text))
+        return 0;
+    memcpy(text, arg.ptr, arg.len);
+    text[arg.len] = '\0';
+    id = strtoll(text, &end, 10);
+    return *end == '\0' && backend_owns_client_id(id);
+}
+
+/* CLIENT KILL may go through only when it cannot reach sluice's own
+ * connections: Redis ANDs the filters, so an ID or ADDR filter naming
+ * another connection is enough; TYPE, USER, LADDR alone could match them. */
+static struct placement placement_check_client_kill(int argc, const struct sv *argv)
+{
+    struct placement refused = {PLACE_REFUSED, 0, NULL};
+    int narrowed = 0;
+
+    if (argc == 3)   /* the old form: CLIENT KILL addr:port */
+        return backend_owns_addr(argv[2].ptr, argv[2].len) ? refused : placement_shared();
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (sv_ieq(argv[i], "id")) {
+            if (placement_own_id(argv[i + 1]))
+                return refused;
+            narrowed = 1;
+        } else if (sv_ieq(argv[i], "addr")) {
+            if (backend_owns_addr(argv[i + 1].ptr, argv[i + 1].len))
+                return refused;
+            narrowed = 1;
+        }
+    }
+    return narrowed || argc < 3 ? placement_shared() : refused;
+}
+
+/* HELLO 3 asks for RESP3, which sluice refuses itself (NOPROTO). */
+static struct placement placement_check_hello(int argc, const struct sv *argv)
+{
+    if (argc >= 2 && argv[1].len == 1 && argv[1].ptr[0] == '3')
+        return (struct placement){PLACE_LOCAL, 0, NULL};
+    return placement_private();
+}

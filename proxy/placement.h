@@ -1,0 +1,56 @@
+/* placement.h - where every command may run: on a shared backend
+ * connection, on the client's private one, on a one-shot connection of its
+ * own, answered by sluice, or refused. One table (placement.c) decides it
+ * for every command; README lists it. */
+#ifndef SLUICE_PLACEMENT_H
+#define SLUICE_PLACEMENT_H
+
+#include "sv.h"
+
+struct command;
+
+enum placement_kind {
+    PLACE_SHARED,   /* exactly one reply, never blocks: any shared connection */
+    PLACE_PRIVATE,  /* gives the connection state, or may block it: the client's own */
+    PLACE_LOCAL,    /* answered by sluice itself (local.c, lock.c) */
+    PLACE_CONTROL,  /* must reach Redis at once, past a busy script: a one-shot connection */
+    PLACE_REFUSED,  /* would break the shared connections' promise: refused, with why */
+    PLACE_LEARN,    /* not in sluice's table: ask Redis (COMMAND INFO) first, learn.c */
+};
+
+/* What the client code does with a command beyond sending it. */
+enum placement_role {
+    ROLE_NONE,
+    ROLE_AUTH,          /* records the user on success */
+    ROLE_HELLO,         /* may record a user and a name */
+    ROLE_MULTI,         /* transaction tracking: client_track_multi */
+    ROLE_EXEC,
+    ROLE_DISCARD,
+    ROLE_RESET,
+    ROLE_CLIENT_REPLY,  /* CLIENT REPLY ON/OFF/SKIP */
+    ROLE_MONITOR,
+};
+
+struct placement {
+    enum placement_kind kind;
+    unsigned req_flags;     /* enum request_flag bits the request takes (PASSTHROUGH, RESET) */
+    const char *why;        /* PLACE_REFUSED: the reason, for the error reply */
+};
+
+/* Build the per-command-id lookup. After commands_init. */
+void placement_init(void);
+
+/* Where a request for CMD (NULL: not in the command table) with ARGC
+ * arguments ARGV runs. Pure but for what the backend tells about sluice's
+ * own connections (CLIENT KILL) and what learn.c has learned. */
+struct placement placement_decide(const struct command *cmd, int argc, const struct sv *argv);
+
+/* CMD's role (ROLE_NONE for NULL). */
+enum placement_role placement_role(const struct command *cmd);
+
+/* Write the refusal of a request for NAME (LEN bytes) refused for WHY into
+ * OUT (size SIZE): the error reply's text, "-ERR sluice does not forward
+ * 'NAME': WHY". */
+void placement_refusal(char *out, size_t size, const char *name, size_t len, const char *why);
+
+#endif
