@@ -52,6 +52,16 @@ SLUICE_BIN = _sluice_bin()
 DIRECT = os.environ.get("SLUICE_TEST_DIRECT") == "1"
 
 
+def sanitizer_env():
+    """The environment for sluice: on the sanitizer build, leak detection
+    is on (explicitly, not by the platform's default) and UBSan prints
+    stacks; reports go to the log, which stop() checks."""
+    env = dict(os.environ)
+    env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+    env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
+    return env
+
+
 def require_sluice_bin():
     if not SLUICE_BIN.is_file() or not os.access(SLUICE_BIN, os.X_OK):
         pytest.fail(
@@ -212,7 +222,8 @@ class Sluice:
         self._logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen([binary, "-c", str(self.config_path)],
                                      stdout=self._logf, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, cwd=str(self.dir))
+                                     stdin=subprocess.DEVNULL, cwd=str(self.dir),
+                                     env=sanitizer_env())
         deadline = time.monotonic() + ready_timeout
         last = None
         while True:
