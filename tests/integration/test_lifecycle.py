@@ -6,7 +6,7 @@ import resource
 import socket
 import time
 
-from helpers import SLOW, wait_until
+from helpers import SLOW, RawConn, wait_until
 
 FD_LIMIT = 64
 
@@ -56,3 +56,22 @@ def test_out_of_fds_pauses_accepting_without_spinning(redis_factory, sluice_fact
             return c.call_raw(b"PING") == b"+PONG\r\n"
     wait_until(served, 5 * SLOW, msg="PING through sluice after the fds came back")
     assert s.proc.poll() is None
+
+
+def _inline_rpush_then_llen(port, n):
+    """Send `RPUSH l a1 ... aN` inline, then LLEN l; return both raw replies."""
+    line = b"RPUSH l " + b" ".join(b"a%d" % i for i in range(1, n + 1)) + b"\r\n"
+    with RawConn(port, timeout=5 * SLOW) as c:
+        c.send(line)
+        pushed = c.read_reply_raw()
+        return pushed, c.call_raw(b"LLEN", b"l")
+
+
+def test_inline_command_with_2000_arguments_like_redis(redis_factory, sluice_factory):
+    backend = redis_factory()
+    ref = redis_factory()
+    s = sluice_factory(backend.port)
+    got = _inline_rpush_then_llen(s.port, 2000)
+    want = _inline_rpush_then_llen(ref.port, 2000)
+    assert want == (b":2000\r\n", b":2000\r\n")
+    assert got == want
