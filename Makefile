@@ -60,7 +60,7 @@ run: deps
 	tools/run.sh $(BUILD)/sluice conf/sluice.ini
 
 test: deps
-	@$(MAKE) --no-print-directory all unit-bins
+	@$(MAKE) --no-print-directory all unit-bins $(TEST_MODULE)
 	tools/test.sh $(BUILD)
 
 unit-bins: $(UNIT_BINS)
@@ -73,6 +73,13 @@ bench: deps
 $(BUILD)/lockbench: tools/lockbench.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
+
+# The Redis module the integration tests load into redis-server (next to
+# the sluice binary they test). Never sanitized: redis-server is not.
+TEST_MODULE = $(BUILD)/sluicetest.so
+$(TEST_MODULE): tests/modules/sluicetest.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -Wall -Wextra -Werror -g -O2 -shared -fPIC -o $@ $<
 
 clean:
 	rm -rf build

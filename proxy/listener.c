@@ -1,20 +1,32 @@
 /* listener.c - owns the listening sockets and hands accepted ones to
- * client_accept. Knows nothing about the protocol. */
+ * client_accept; when accept runs out of descriptors, it pauses accepting
+ * for a moment instead of spinning. Knows nothing about the protocol. */
 #include "listener.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <event2/listener.h>
 #include <netdb.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "client.h"
 #include "config.h"
 #include "log.h"
+#include "server.h"
 #include "value.h"
+
+/* How long accepting pauses after accept found no descriptor or memory,
+ * and how often such a failure may be logged. */
+#define LISTENER_PAUSE_MS 100
+#define LISTENER_LOG_EVERY_MS 1000
 
 static struct evconnlistener *listeners[CONFIG_MAX_LISTEN];
 static int listener_count;
+static struct event *listener_resume_timer;   /* armed while paused */
+static uint64_t listener_last_log_ms;
+static unsigned long listener_suppressed;     /* failures not logged since */
 
 static void listener_accept_cb(struct evconnlistener *l, evutil_socket_t fd,
                                struct sockaddr *addr, int addrlen, void *arg)
@@ -24,12 +36,68 @@ static void listener_accept_cb(struct evconnlistener *l, evutil_socket_t fd,
     client_accept(fd, addr, (socklen_t)addrlen);
 }
 
+/* Log an accept failure, at most once per LISTENER_LOG_EVERY_MS; the next
+ * line logged says how many were left out. */
+static void listener_log_failure(int err, int paused)
+{
+    uint64_t now = server_now_ms();
+
+    if (listener_last_log_ms != 0 && now - listener_last_log_ms < LISTENER_LOG_EVERY_MS) {
+        listener_suppressed++;
+        return;
+    }
+    listener_last_log_ms = now;
+    if (listener_suppressed > 0)
+        log_warning("accept failed: %s%s (%lu more such failures not logged)", strerror(err),
+                    paused ? "; pausing accepts" : "", listener_suppressed);
+    else
+        log_warning("accept failed: %s%s", strerror(err), paused ? "; pausing accepts" : "");
+    listener_suppressed = 0;
+}
+
+static void listener_set_enabled(int enabled)
+{
+    for (int i = 0; i < listener_count; i++) {
+        if (enabled)
+            evconnlistener_enable(listeners[i]);
+        else
+            evconnlistener_disable(listeners[i]);
+    }
+}
+
+static void listener_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    listener_set_enabled(1);
+}
+
+static int listener_out_of_resources(int err)
+{
+    return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+/* Out of descriptors or memory, the pending connection stays in the
+ * backlog and the socket stays readable: left armed, the listener would
+ * call accept again at once, forever. So every listener rests for
+ * LISTENER_PAUSE_MS, giving clients time to leave. (libevent retries
+ * EINTR, EAGAIN and ECONNABORTED itself, without calling us.) */
 static void listener_error_cb(struct evconnlistener *l, void *arg)
 {
+    int err = EVUTIL_SOCKET_ERROR();
+    struct timeval resume_after = {0, LISTENER_PAUSE_MS * 1000};
+    int paused = listener_out_of_resources(err) && listener_resume_timer != NULL;
+
     (void)l;
     (void)arg;
-    /* EMFILE and friends: the connection waits in the backlog; log it. */
-    log_warning("accept failed: %s", strerror(EVUTIL_SOCKET_ERROR()));
+    if (paused) {
+        listener_set_enabled(0);
+        evtimer_add(listener_resume_timer, &resume_after);
+    }
+    /* Anything else (a connection reset before accept...) concerns one
+     * connection only: the listener goes on. */
+    listener_log_failure(err, paused);
 }
 
 static int listener_open(struct event_base *base, const char *hostport, char *err, size_t errlen)
@@ -63,6 +131,11 @@ static int listener_open(struct event_base *base, const char *hostport, char *er
 
 int listener_start(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
 {
+    listener_resume_timer = evtimer_new(base, listener_resume_cb, NULL);
+    if (listener_resume_timer == NULL) {
+        snprintf(err, errlen, "cannot create the accept timer");
+        return -1;
+    }
     for (int i = 0; i < cfg->listen_count; i++) {
         if (listener_open(base, cfg->listen[i], err, errlen) != 0)
             return -1;
@@ -75,4 +148,7 @@ void listener_stop(void)
     for (int i = 0; i < listener_count; i++)
         evconnlistener_free(listeners[i]);
     listener_count = 0;
+    if (listener_resume_timer != NULL)
+        event_free(listener_resume_timer);
+    listener_resume_timer = NULL;
 }

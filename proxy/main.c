@@ -57,16 +57,21 @@ static int main_load_config(const char *path)
     return rc;
 }
 
-static void main_raise_fd_limit(long long want)
+/* Raise the soft open-file limit to what a full house needs: each of
+ * maxclients clients may own a private backend connection besides its own
+ * socket, then the shared pool, and 64 spare for the listeners, the log,
+ * the event loop and one-shot control connections. Capped by the hard
+ * limit, with a warning when that is too low. */
+static void main_raise_fd_limit(void)
 {
+    rlim_t want = (rlim_t)(2 * server.cfg.maxclients + server.cfg.backend_connections + 64);
     struct rlimit rl;
 
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+    /* Compared as rlim_t: RLIM_INFINITY is its largest value. */
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
         return;
-    if ((long long)rl.rlim_cur >= want)
-        return;
-    rl.rlim_cur = (rlim_t)want > rl.rlim_max ? rl.rlim_max : (rlim_t)want;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || (long long)rl.rlim_cur < want)
+    rl.rlim_cur = want > rl.rlim_max ? rl.rlim_max : want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
         log_warning("open file limit is %llu; maxclients %lld may not be reachable",
                     (unsigned long long)rl.rlim_cur, server.cfg.maxclients);
 }
@@ -150,7 +155,7 @@ static int main_run(void)
     char err[256];
 
     signal(SIGPIPE, SIG_IGN);
-    main_raise_fd_limit(server.cfg.maxclients + 64 + server.cfg.backend_connections);
+    main_raise_fd_limit();
     server.base = main_event_base();
     server.start_time = time(NULL);
     if (scripts_init() != 0 || lock_init() != 0) {

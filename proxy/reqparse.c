@@ -17,8 +17,9 @@
 #include "request.h"
 #include "respscan.h"
 
+/* Redis's PROTO_INLINE_MAX_SIZE. It is the only bound on an inline
+ * command: its argument count follows from it. */
 #define REQPARSE_MAX_INLINE (64 * 1024)
-#define REQPARSE_MAX_INLINE_ARGS 1024
 /* Bulk strings missing more than this are fed to the reader in one piece. */
 #define REQPARSE_FEED_WHOLE (64 * 1024)
 
@@ -323,13 +324,47 @@ static struct request *reqparse_inline_request(const char *buf, const size_t *of
     return req;
 }
 
+/* The most arguments a LEN-byte line can hold: one byte each, a blank
+ * between two. */
+static size_t reqparse_inline_max_args(size_t len)
+{
+    return len / 2 + 1;
+}
+
+/* Split LINE (LEN bytes, without its line end) into a new request
+ * rewritten as RESP. The scratch space it needs is sized for this line.
+ * Returns REQPARSE_REQUEST with *OUT set, REQPARSE_SKIP for a blank line,
+ * or REQPARSE_ERROR with P->err set. */
+static int reqparse_inline_line(struct reqparse *p, const char *line, size_t len,
+                                struct request **out)
+{
+    size_t max_args = reqparse_inline_max_args(len);
+    char *args = malloc(len + 1);
+    size_t *offs = malloc(2 * max_args * sizeof(*offs));
+    int argc = -2;
+
+    if (args != NULL && offs != NULL)
+        argc = reqparse_split_inline(line, len, args, offs, offs + max_args, (int)max_args);
+    if (argc > 0) {
+        *out = reqparse_inline_request(args, offs, offs + max_args, argc);
+        if (*out == NULL)
+            argc = -2;
+    }
+    free(args);
+    free(offs);
+    if (argc == -1)
+        snprintf(p->err, sizeof(p->err), "Protocol error: unbalanced quotes in request");
+    else if (argc < 0)
+        snprintf(p->err, sizeof(p->err), "Protocol error: out of memory");
+    return argc < 0 ? REQPARSE_ERROR : argc > 0 ? REQPARSE_REQUEST : REQPARSE_SKIP;
+}
+
 static int reqparse_inline(struct reqparse *p, struct evbuffer *in, struct request **out)
 {
     struct evbuffer_ptr eol = evbuffer_search(in, "\n", 1, NULL);
-    static size_t offs[REQPARSE_MAX_INLINE_ARGS], lens[REQPARSE_MAX_INLINE_ARGS];
-    char *line, *args;
+    const char *line;
     size_t len;
-    int argc;
+    int rc;
 
     if (eol.pos < 0) {
         if (evbuffer_get_length(in) > REQPARSE_MAX_INLINE) {
@@ -339,24 +374,15 @@ static int reqparse_inline(struct reqparse *p, struct evbuffer *in, struct reque
         return REQPARSE_MORE;
     }
     len = (size_t)eol.pos;
-    line = (char *)evbuffer_pullup(in, (ssize_t)len + 1);
-    args = malloc(len + 1);
-    if (line == NULL || args == NULL) {
-        free(args);
+    line = (const char *)evbuffer_pullup(in, (ssize_t)len + 1);
+    if (line == NULL) {
         snprintf(p->err, sizeof(p->err), "Protocol error: out of memory");
         return REQPARSE_ERROR;
     }
-    argc = reqparse_split_inline(line, (len > 0 && line[len - 1] == '\r') ? len - 1 : len,
-                                 args, offs, lens, REQPARSE_MAX_INLINE_ARGS);
-    if (argc < 0) {
-        free(args);
-        snprintf(p->err, sizeof(p->err), "Protocol error: unbalanced quotes in request");
-        return REQPARSE_ERROR;
-    }
-    *out = argc > 0 ? reqparse_inline_request(args, offs, lens, argc) : NULL;
-    free(args);
-    evbuffer_drain(in, len + 1);
-    return argc > 0 ? REQPARSE_REQUEST : REQPARSE_SKIP;
+    rc = reqparse_inline_line(p, line, (len > 0 && line[len - 1] == '\r') ? len - 1 : len, out);
+    if (rc != REQPARSE_ERROR)
+        evbuffer_drain(in, len + 1);
+    return rc;
 }
 
 int reqparse_next(struct reqparse *p, struct evbuffer *in, struct request **out)

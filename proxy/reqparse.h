@@ -42,7 +42,8 @@ int reqparse_next(struct reqparse *p, struct evbuffer *in, struct request **out)
 
 /* Split an inline command line like Redis does (quotes, escapes). Stores at
  * most MAX arguments as offsets into the unescaped output OUT (of capacity
- * LEN + 1). Returns the argument count or -1 on unbalanced quotes. */
+ * LEN + 1); a line of LEN bytes has at most LEN / 2 + 1 of them. Returns the
+ * argument count, or -1 on unbalanced quotes or more than MAX arguments. */
 int reqparse_split_inline(const char *line, size_t len, char *out, size_t *offs,
                           size_t *lens, int max);
 

@@ -183,6 +183,114 @@ static void test_large_bulk_held_then_whole(void)
     free(body);
 }
 
+/* An inline line of N arguments: FIRST, then "aI" for I = 1..N-1 (or "a"
+ * each when SHORT), ending with TAIL and CRLF. Returns a malloc'd string. */
+static char *inline_line(const char *first, int n, int short_args, const char *tail)
+{
+    size_t cap = strlen(first) + strlen(tail) + (size_t)n * 8 + 3, o;
+    char *line = malloc(cap);
+
+    o = (size_t)snprintf(line, cap, "%s", first);
+    for (int i = 1; i < n; i++)
+        o += short_args ? (size_t)snprintf(line + o, cap - o, " a")
+                        : (size_t)snprintf(line + o, cap - o, " a%d", i);
+    snprintf(line + o, cap - o, "%s\r\n", tail);
+    return line;
+}
+
+/* Parse LINE as one inline request; returns the parse result, *OUT set on
+ * REQPARSE_REQUEST. ERR gets the protocol error text. */
+static int parse_inline_once(const char *line, struct request **out, char *err, size_t errlen)
+{
+    struct reqparse p;
+    struct evbuffer *in = evbuffer_new();
+    int rc;
+
+    reqparse_init(&p, &limits);
+    evbuffer_add(in, line, strlen(line));
+    rc = reqparse_next(&p, in, out);
+    snprintf(err, errlen, "%s", p.err);
+    if (rc == REQPARSE_REQUEST)
+        CHECK(evbuffer_get_length(in) == 0);
+    reqparse_free(&p);
+    evbuffer_free(in);
+    return rc;
+}
+
+static int arg_is(struct request *req, int i, const char *want)
+{
+    const char *raw = (const char *)evbuffer_pullup(req->raw, -1);
+
+    return req->args[i].len == strlen(want) &&
+           memcmp(raw + req->args[i].off, want, req->args[i].len) == 0;
+}
+
+/* Redis bounds an inline command by its length only: more than 1024
+ * arguments are fine. */
+static void test_inline_many_args(void)
+{
+    char *line = inline_line("MSET", 2001, 0, "");
+    struct request *req = NULL;
+    char err[128];
+    int rc = parse_inline_once(line, &req, err, sizeof(err));
+
+    CHECK(rc == REQPARSE_REQUEST);
+    CHECK_STR(err, "");
+    if (rc == REQPARSE_REQUEST) {
+        CHECK(req->argc == 2001);
+        CHECK(arg_is(req, 0, "MSET"));
+        CHECK(arg_is(req, 1, "a1"));
+        CHECK(arg_is(req, 2000, "a2000"));
+        CHECK(memcmp(evbuffer_pullup(req->raw, 9), "*2001\r\n$4", 9) == 0);
+        CHECK(req->raw_len == evbuffer_get_length(req->raw));
+        request_free(req);
+    }
+    free(line);
+}
+
+/* 30000 one-byte arguments fill 60 KB, under the 64 KB line limit. */
+static void test_inline_30000_args(void)
+{
+    char *line = inline_line("a", 30000, 1, "");
+    struct request *req = NULL;
+    char err[128];
+    int rc;
+
+    CHECK(strlen(line) < 64 * 1024);
+    rc = parse_inline_once(line, &req, err, sizeof(err));
+    CHECK(rc == REQPARSE_REQUEST);
+    if (rc == REQPARSE_REQUEST) {
+        CHECK(req->argc == 30000);
+        CHECK(arg_is(req, 29999, "a"));
+        request_free(req);
+    }
+    free(line);
+}
+
+/* The densest line fills exactly LEN / 2 + 1 arguments. */
+static void test_inline_split_bound(void)
+{
+    char out[16];
+    size_t offs[4], lens[4];
+
+    CHECK(reqparse_split_inline("a b c d", 7, out, offs, lens, 7 / 2 + 1) == 4);
+    CHECK(reqparse_split_inline("a b c d", 7, out, offs, lens, 3) == -1);
+    CHECK(reqparse_split_inline("\"\" ''", 5, out, offs, lens, 5 / 2 + 1) == 2);
+    CHECK(lens[0] == 0 && lens[1] == 0);
+}
+
+/* A quote left open after thousands of arguments is still an error. */
+static void test_inline_many_args_unbalanced(void)
+{
+    char *line = inline_line("MSET", 2001, 0, " \"open");
+    struct request *req = NULL;
+    char err[128];
+
+    CHECK(parse_inline_once(line, &req, err, sizeof(err)) == REQPARSE_ERROR);
+    CHECK_STR(err, "Protocol error: unbalanced quotes in request");
+    free(line);
+}
+
 UNIT_MAIN("reqparse",
           {"resp split at every byte", test_resp_every_split},
           {"binary arguments", test_binary_args},
@@ -190,4 +298,8 @@ UNIT_MAIN("reqparse",
           {"empty commands skipped", test_empty_commands_skipped},
           {"protocol errors", test_protocol_errors},
           {"limits", test_limits},
-          {"large bulk fed whole", test_large_bulk_held_then_whole})
+          {"large bulk fed whole", test_large_bulk_held_then_whole},
+          {"inline: 2001 arguments", test_inline_many_args},
+          {"inline: 30000 arguments in 60 KB", test_inline_30000_args},
+          {"inline: at most len / 2 + 1 arguments", test_inline_split_bound},
+          {"inline: unbalanced quotes after 2001 arguments", test_inline_many_args_unbalanced})
