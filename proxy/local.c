@@ -55,6 +55,15 @@ void local_init(void)
     }
 }
 
+int local_handles(const char *name)
+{
+    for (int i = 0; i < LOCAL_COUNT; i++) {
+        if (strcmp(local_commands[i].name, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static const struct local_command *local_find(const struct request *req, int argc,
                                               const struct sv *argv)
 {

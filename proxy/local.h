@@ -14,6 +14,10 @@ struct evbuffer;
 void local_init(void);
 
 
+/* Whether there is a handler here for NAME, as the command table names
+ * commands ("client|reply"). */
+int local_handles(const char *name);
+
 /* Answer REQ into OUT. May set client flags (QUIT closes after the reply). */
 void local_execute(struct client *c, struct request *req, int argc, const struct sv *argv,
                    struct evbuffer *out);
