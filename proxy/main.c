@@ -72,8 +72,10 @@ static void main_raise_fd_limit(void)
         return;
     rl.rlim_cur = want > rl.rlim_max ? rl.rlim_max : want;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
-        log_warning("open file limit is %llu; maxclients %lld may not be reachable",
-                    (unsigned long long)rl.rlim_cur, server.cfg.maxclients);
+        log_warning("open file limit is %llu, below the %llu that maxclients %lld clients "
+                    "with a private backend connection each may need",
+                    (unsigned long long)rl.rlim_cur, (unsigned long long)want,
+                    server.cfg.maxclients);
 }
 
 /* The event loop. With a changelist, an event turned on and off again in

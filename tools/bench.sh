@@ -20,10 +20,13 @@
 #      from one run to the next, more than the rules cost. Sharing its core
 #      with the client, every cycle sluice spends shows in the throughput.
 #      Beside throughput: sluice's own CPU time per request (schedstat).
+#   4. Fairness (tools/slowreader.py): one client pipelines 20,000 GETs of a
+#      100 KB value and never reads; another client's GET latency (p50, p99,
+#      max), Redis's peak output buffer for sluice, sluice's memory growth.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
-# BENCH_SECTIONS="1 2 3" (which sections to run, e.g. "3" for the rules).
+# BENCH_SECTIONS="1 2 3 4" (which sections to run, e.g. "3" for the rules).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -31,7 +34,7 @@ lockbench=$(readlink -f "$2")
 rounds=${BENCH_ROUNDS:-5}
 rules_rounds=${BENCH_RULES_ROUNDS:-9}
 scale=${BENCH_SCALE:-1}
-sections=${BENCH_SECTIONS:-1 2 3}
+sections=${BENCH_SECTIONS:-1 2 3 4}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -92,7 +95,7 @@ start_sluice() {   # start_sluice NAME [RULES_FILE]: prints its port
     echo "$port $!"
 }
 
-set -- $(start_sluice sluice); sport=$1; pids="$pids $2"
+set -- $(start_sluice sluice); sport=$1; spid=$2; pids="$pids $2"
 
 nport=$(free_port)
 cat >"$tmp/nutcracker.yml" <<EOF
@@ -379,6 +382,16 @@ if section 3; then
         echo "   ratio: instructions without rules / with (1.00: the rules cost nothing); counted"
         echo "   inside the event loop only, so start-up and rule loading are left out"
     fi
+fi
+
+if section 4; then
+    echo
+    echo "4. Fairness: one client pipelines 20000 GETs of 100 KB and never reads;"
+    echo "   another client's GET meanwhile (sluice defaults: client_max_inflight 256,"
+    echo "   client_max_pending_bytes 16mb)"
+    wait_port "$sport"
+    /usr/bin/python3 "$(dirname "$0")/slowreader.py" "$sport" "$rport" "$spid" 5
+    echo "   targets: another client's GET answered within 1 s; Redis's buffer bounded"
 fi
 
 for f in sluice rules0 rules100 rules1; do
