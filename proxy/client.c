@@ -250,15 +250,13 @@ static size_t client_pending_bytes(const struct client *c)
     return evbuffer_get_length(c->output) + c->held_reply_bytes;
 }
 
-/* Stop reading C when it has client_max_inflight requests out or more
- * than client_max_pending_bytes of replies waiting for it: what one
- * client has in flight on a shared connection stays bounded, and so does
- * what Redis buffers for sluice on its behalf. */
-static void client_check_limits(struct client *c)
+/* Stop reading C: it has client_max_inflight requests out or more than
+ * client_max_pending_bytes of replies waiting for it. What one client has
+ * in flight on a shared connection stays bounded, and so does what Redis
+ * buffers for sluice on its behalf. */
+static void client_over_limit(struct client *c)
 {
-    if ((c->flags & CLIENT_OVER_LIMIT) ||
-        (c->inflight < client_cfg->client_max_inflight &&
-         client_pending_bytes(c) <= (size_t)client_cfg->client_max_pending_bytes))
+    if (c->flags & CLIENT_OVER_LIMIT)
         return;
     c->flags |= CLIENT_OVER_LIMIT;
     client_read_off(c);
@@ -267,9 +265,9 @@ static void client_check_limits(struct client *c)
 /* C was over its limits: once it is down to half of both, read it again
  * (half, so that it does not flap at the limit). Returns -1 when C was
  * closed meanwhile. */
-static int client_check_drained(struct client *c)
+static int client_resume_drained(struct client *c)
 {
-    if (!(c->flags & CLIENT_OVER_LIMIT) || c->inflight > client_cfg->client_max_inflight / 2 ||
+    if (c->inflight > client_cfg->client_max_inflight / 2 ||
         client_pending_bytes(c) > (size_t)client_cfg->client_max_pending_bytes / 2)
         return 0;
     c->flags &= ~(unsigned)CLIENT_OVER_LIMIT;
@@ -278,6 +276,11 @@ static int client_check_drained(struct client *c)
         client_read_on(c);
     client_process_input(c);
     return client_leave(c);
+}
+
+static inline int client_check_drained(struct client *c)
+{
+    return (c->flags & CLIENT_OVER_LIMIT) ? client_resume_drained(c) : 0;
 }
 
 /* Write C's output now. What the socket does not take waits for its write
@@ -319,11 +322,14 @@ void client_write_now(void)
 
 /* Close C when it is over client_output_buffer_limit, as Redis does with
  * client-output-buffer-limit: a client that does not read cannot make
- * sluice hold its replies without bound. Returns -1 when closed. */
+ * sluice hold its replies without bound. Past client_max_pending_bytes it
+ * is no longer read. Returns -1 when closed. */
 static int client_check_output_limit(struct client *c)
 {
-    size_t pending = evbuffer_get_length(c->output) + c->held_reply_bytes;
+    size_t pending = client_pending_bytes(c);
 
+    if (pending > (size_t)client_cfg->client_max_pending_bytes)
+        client_over_limit(c);
     if (client_cfg->client_output_buffer_limit == 0 ||
         pending <= (size_t)client_cfg->client_output_buffer_limit)
         return 0;
@@ -380,8 +386,7 @@ int client_answer(struct client *c, struct request *req)
 {
     client_enter(c);
     client_complete(c, req);
-    if (client_check_output_limit(c) == 0)
-        client_check_limits(c);
+    client_check_output_limit(c);
     return client_leave(c);
 }
 
@@ -461,7 +466,6 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         client_complete(c, req);
     }
     if (!c->closing && client_check_output_limit(c) == 0) {
-        client_check_limits(c);
         client_try_unstall(c);
         client_check_drained(c);
     }
@@ -690,7 +694,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     if (!unpaired) {
         c->inflight++;
         c->inflight_conn = conn;
-        client_check_limits(c);
+        if (c->inflight >= client_cfg->client_max_inflight)
+            client_over_limit(c);
     }
     if (backend_congested(conn) && c->waiting_on == NULL) {
         c->flags |= CLIENT_PAUSED;

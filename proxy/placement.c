@@ -91,15 +91,25 @@ static const struct placement_row placement_rows[] = {
 
 /* Row per command id (NULL: the default by flags). */
 static const struct placement_row **placement_by_id;
+unsigned char *placement_plain_shared;
+unsigned char *placement_roles;
 
 void placement_init(void)
 {
-    placement_by_id = calloc((size_t)commands_count(), sizeof(*placement_by_id));
-    for (int id = 0; id < commands_count(); id++) {
+    int n = commands_count();
+
+    placement_by_id = calloc((size_t)n, sizeof(*placement_by_id));
+    placement_plain_shared = calloc((size_t)n, 1);
+    placement_roles = calloc((size_t)n, 1);
+    for (int id = 0; id < n; id++) {
         for (int i = 0; i < PLACEMENT_ROW_COUNT; i++) {
             if (strcmp(commands_by_id(id)->name, placement_rows[i].name) == 0)
                 placement_by_id[id] = &placement_rows[i];
         }
+        placement_roles[id] = placement_by_id[id] != NULL ? (unsigned char)placement_by_id[id]->role
+                                                           : ROLE_NONE;
+        placement_plain_shared[id] = placement_by_id[id] == NULL &&
+                                     !(commands_by_id(id)->flags & CMD_BLOCKING);
     }
 }
 
@@ -141,7 +151,8 @@ static struct placement placement_unknown(int argc, const struct sv *argv)
     return (struct placement){PLACE_SHARED, 0, NULL};
 }
 
-struct placement placement_decide(const struct command *cmd, int argc, const struct sv *argv)
+struct placement placement_decide_slow(const struct command *cmd, int argc,
+                                       const struct sv *argv)
 {
     const struct placement_row *row;
 
@@ -153,13 +164,6 @@ struct placement placement_decide(const struct command *cmd, int argc, const str
     if (cmd->flags & CMD_BLOCKING)
         return (struct placement){PLACE_PRIVATE, 0, "blocks its connection"};
     return (struct placement){PLACE_SHARED, 0, NULL};
-}
-
-enum placement_role placement_role(const struct command *cmd)
-{
-    const struct placement_row *row = cmd != NULL ? placement_by_id[cmd->id] : NULL;
-
-    return row != NULL ? row->role : ROLE_NONE;
 }
 
 void placement_refusal(char *out, size_t size, const char *name, size_t len, const char *why)

@@ -5,9 +5,10 @@
 #ifndef SLUICE_PLACEMENT_H
 #define SLUICE_PLACEMENT_H
 
-#include "sv.h"
+#include <stddef.h>
 
-struct command;
+#include "commands.h"
+#include "sv.h"
 
 enum placement_kind {
     PLACE_SHARED,   /* exactly one reply, never blocks: any shared connection */
@@ -40,13 +41,31 @@ struct placement {
 /* Build the per-command-id lookup. After commands_init. */
 void placement_init(void);
 
+/* Per command id, read on every request (so inline, without a call):
+ * whether the command always runs on a shared connection with no flags
+ * and no role (GET, SET...), and its role. Private to placement.c. */
+extern unsigned char *placement_plain_shared;
+extern unsigned char *placement_roles;
+
+struct placement placement_decide_slow(const struct command *cmd, int argc,
+                                       const struct sv *argv);
+
 /* Where a request for CMD (NULL: not in the command table) with ARGC
  * arguments ARGV runs. Pure but for what the backend tells about sluice's
  * own connections (CLIENT KILL) and what learn.c has learned. */
-struct placement placement_decide(const struct command *cmd, int argc, const struct sv *argv);
+static inline struct placement placement_decide(const struct command *cmd, int argc,
+                                                const struct sv *argv)
+{
+    if (cmd != NULL && placement_plain_shared[cmd->id])
+        return (struct placement){PLACE_SHARED, 0, NULL};
+    return placement_decide_slow(cmd, argc, argv);
+}
 
 /* CMD's role (ROLE_NONE for NULL). */
-enum placement_role placement_role(const struct command *cmd);
+static inline enum placement_role placement_role(const struct command *cmd)
+{
+    return cmd != NULL ? (enum placement_role)placement_roles[cmd->id] : ROLE_NONE;
+}
 
 /* Write the refusal of a request for NAME (LEN bytes) refused for WHY into
  * OUT (size SIZE): the error reply's text, "-ERR sluice does not forward
