@@ -317,6 +317,7 @@ static void lock_keep_detach(struct lock_held *h)
     h->keep = NULL;
 }
 
+/* Forget H (its connection no longer holds the lock) and stop its KEEP. */
 static void lock_held_free(struct lock_held *h)
 {
     TAILQ_REMOVE(&h->client->locks->held, h, link);
