@@ -2,6 +2,8 @@
  * EVALSHA of lua/lock_*.lua, waiting (first come, first served per key on
  * this sluice), KEEP renewals, and releasing a connection's locks when it
  * closes. Time always comes from Redis (PEXPIRE, PTTL), never from here.
+ * Keys and tokens are arbitrary bytes: always pointer + length, never C
+ * strings. Each verb blocks its client's later commands until answered.
  *
  *   LOCK k 30000 WAIT 500 -> EVALSHA lock_acquire 2 k fence(k) token 30000 0 0
  *        {1, holds, fence} -> token            {0, pttl} -> wait or nil
@@ -35,22 +37,37 @@
 #define LOCK_BACKOFF_MAX_MS 100
 #define LOCK_QUEUE_BUCKETS 1024
 #define LOCK_FENCE_PREFIX "sluice:fence:{"
+/* Renewing more often than this costs Redis more than it protects. */
+#define LOCK_KEEP_MIN_PERIOD_MS 100
+/* Bytes of a key shown in a log line. */
+#define LOCK_LOG_KEY_MAX 64
 
 enum lock_verb { LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW };
 
 static const char *const lock_verb_names[] = {"lock", "unlock", "renew"};
+static const int lock_min_args[] = {3, 2, 3};
+
+/* Set by lock_send while it hands a request to client.c, which may answer
+ * it with an error (backend down) or free it without calling back. */
+struct lock_send_guard {
+    int freed;        /* the request (and its op) was freed */
+    int blocked;      /* ... while its op still blocked the client */
+};
 
 /* One LOCK, UNLOCK or RENEW of a client, owned by its request (ctx). */
 struct lock_op {
     enum lock_verb verb;
     struct request *req;
-    char *key;
+    char *key;                /* keylen bytes, any bytes */
     size_t keylen;
-    char *token;
+    char *token;              /* toklen bytes, any bytes */
+    size_t toklen;
     int explicit_owner;
     int keep;
     int fence;
     int wait;
+    int blocks;               /* it blocked its client: unblock when answered */
+    struct lock_send_guard *guard;
     int inflight;             /* its EVALSHA is out */
     int noscript_retried;
     long long ttl_ms;
@@ -70,16 +87,27 @@ struct lock_queue {
     struct lock_queue *next;  /* hash chain */
 };
 
+/* What a KEEP renewal's reply finds its lock by. It lives while the lock
+ * is kept or a renewal is out: a reply may come after the connection and
+ * its lock_held are gone, and then finds HELD cleared. */
+struct lock_keep {
+    struct lock_held *held;   /* NULL once the record is freed */
+    int inflight;             /* renewals sent, not yet freed */
+};
+
 /* A lock a connection took: for UNLOCK without OWNER, KEEP, and release
  * when the connection closes. */
 struct lock_held {
     TAILQ_ENTRY(lock_held) link;
+    struct client *client;    /* whose it is */
     char *key;                /* both point into text[] */
     size_t keylen;
     char *token;
+    size_t toklen;
     int explicit_owner;
     long long keep_ttl_ms;
     struct event *keep_timer;
+    struct lock_keep *keep;   /* set while KEEP renews it */
     char text[];              /* key, NUL, token, NUL */
 };
 
@@ -113,20 +141,58 @@ int lock_init(void)
     return lock_script_acquire && lock_script_release && lock_script_renew ? 0 : -1;
 }
 
-int lock_fence_key(const char *key, size_t len, char *out, size_t size)
+size_t lock_fence_key(const char *key, size_t len, char *out, size_t size)
 {
     const char *tag = lock_slot_tags[slot_for_key(key, len)];
     size_t prefix = sizeof(LOCK_FENCE_PREFIX) - 1, taglen = strlen(tag);
     size_t n = prefix + taglen + 2;   /* "}:" */
 
     if (n + len + 1 > size)
-        return -1;
+        return n + len;
     memcpy(out, LOCK_FENCE_PREFIX, prefix);
     memcpy(out + prefix, tag, taglen);
     memcpy(out + prefix + taglen, "}:", 2);
     memcpy(out + n, key, len);
     out[n + len] = '\0';
-    return (int)(n + len);
+    return n + len;
+}
+
+/* LEN bytes at P, copied to the heap with a NUL after them (for the
+ * debugger's sake: users of the copy go by LEN). */
+static char *lock_memdup(const char *p, size_t len)
+{
+    char *copy = malloc(len + 1);
+
+    memcpy(copy, p, len);
+    copy[len] = '\0';
+    return copy;
+}
+
+/* KEY (LEN bytes) made fit for a log line in OUT: bytes other than
+ * printable ASCII as \xHH, cut after LOCK_LOG_KEY_MAX bytes with "...". */
+static const char *lock_printable(const char *key, size_t len, char *out, size_t size)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+
+    for (size_t i = 0; i < len && o + 8 < size; i++) {
+        unsigned char b = (unsigned char)key[i];
+        if (i == LOCK_LOG_KEY_MAX) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (b >= 0x20 && b < 0x7f && b != '\\' && b != '\'') {
+            out[o++] = (char)b;
+        } else {
+            out[o++] = '\\';
+            out[o++] = 'x';
+            out[o++] = hex[b >> 4];
+            out[o++] = hex[b & 15];
+        }
+    }
+    out[o] = '\0';
+    return out;
 }
 
 static int lock_verb_of(const struct sv *argv)
@@ -220,8 +286,10 @@ static void lock_dequeue(struct lock_op *op)
 
 /* ---- per-connection held locks ---- */
 
+/* C's record of KEY held with TOKEN (TOKLEN bytes), or with any token when
+ * TOKEN is NULL. */
 static struct lock_held *lock_held_find(struct client *c, const char *key, size_t len,
-                                        const char *token)
+                                        const char *token, size_t toklen)
 {
     struct lock_held *h;
 
@@ -229,89 +297,151 @@ static struct lock_held *lock_held_find(struct client *c, const char *key, size_
         return NULL;
     TAILQ_FOREACH(h, &c->locks->held, link) {
         if (h->keylen == len && memcmp(h->key, key, len) == 0 &&
-            (token == NULL || strcmp(h->token, token) == 0))
+            (token == NULL || (h->toklen == toklen && memcmp(h->token, token, toklen) == 0)))
             return h;
     }
     return NULL;
 }
 
-static void lock_held_free(struct client *c, struct lock_held *h)
+/* H no longer renews: its timer stops, and a renewal still out finds no
+ * record when its reply comes (the lock_keep goes with the last one). */
+static void lock_keep_detach(struct lock_held *h)
 {
-    TAILQ_REMOVE(&c->locks->held, h, link);
+    if (h->keep_timer != NULL)
+        evtimer_del(h->keep_timer);
+    if (h->keep == NULL)
+        return;
+    h->keep->held = NULL;
+    if (h->keep->inflight == 0)
+        free(h->keep);
+    h->keep = NULL;
+}
+
+/* Forget H (its connection no longer holds the lock) and stop its KEEP. */
+static void lock_held_free(struct lock_held *h)
+{
+    TAILQ_REMOVE(&h->client->locks->held, h, link);
+    lock_keep_detach(h);
     if (h->keep_timer != NULL)
         event_free(h->keep_timer);
     free(h);
 }
 
 /* Send a script of sluice's own for KEY, with no client waiting: EVAL
- * rather than EVALSHA, so a flushed script cache needs no second try. */
+ * rather than EVALSHA, so a flushed script cache needs no second try.
+ * CTX_FREE (may be NULL) runs when the request goes, also when it cannot
+ * be sent. */
 static void lock_send_internal(const struct script *s, const char *key, size_t keylen,
                                const struct sv *args, int argc, request_reply_fn *on_reply,
-                               void *ctx)
+                               void *ctx, void (*ctx_free)(struct request *req))
 {
     struct evbuffer *buf = evbuffer_new();
     struct sv keys[1] = {{key, keylen}};
     struct backend_conn *conn = backend_pool_conn(router_node_for_key(key, keylen), 0);
+    char shown[LOCK_LOG_KEY_MAX * 4 + 16];
 
     scripts_write_eval(buf, s, 1, keys, argc, args);
-    if (backend_send_internal(conn, buf, on_reply, ctx, NULL) != 0) {
-        log_info("lock: could not send %s for '%.*s': backend down", s->name, (int)keylen, key);
-        if (on_reply != NULL)
-            free(ctx);
-    }
+    if (backend_send_internal(conn, buf, on_reply, ctx, ctx_free) != 0)
+        log_info("lock: could not send %s for '%s': backend down", s->name,
+                 lock_printable(key, keylen, shown, sizeof(shown)));
     evbuffer_free(buf);
+}
+
+/* A renewal that finds its lock gone (expired, then maybe taken by
+ * another owner) stops KEEP for good: renewing cannot win it back. */
+static void lock_keep_lost(struct lock_held *h)
+{
+    char shown[LOCK_LOG_KEY_MAX * 4 + 16];
+
+    log_notice("lock: KEEP of '%s' stopped: the lock was lost (expired, or another owner "
+               "holds it)", lock_printable(h->key, h->keylen, shown, sizeof(shown)));
+    lock_held_free(h);
+}
+
+static void lock_keep_ctx_free(struct request *req)
+{
+    struct lock_keep *keep = req->ctx;
+
+    if (--keep->inflight == 0 && keep->held == NULL)
+        free(keep);
+    req->ctx = NULL;
 }
 
 static void lock_keep_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
-    if (type == REPLY_ERROR)
-        log_info("lock: KEEP renewal failed (lock lost)");
+    struct lock_keep *keep = req->ctx;
+    static const char notowner[] = "-NOTOWNER";
+    char head[sizeof(notowner) - 1];
+    int lost = type == REPLY_ERROR && len >= sizeof(head) &&
+               evbuffer_copyout(src, head, sizeof(head)) == (ssize_t)sizeof(head) &&
+               memcmp(head, notowner, sizeof(head)) == 0;
+
     evbuffer_drain(src, len);
+    if (lost && keep->held != NULL)
+        lock_keep_lost(keep->held);
+    else if (type == REPLY_ERROR)
+        log_info("lock: a KEEP renewal failed; retried on the next tick");
     request_free(req);
 }
 
+/* Renew H for another keep_ttl_ms, unless a renewal is still out. */
 static void lock_keep_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct lock_held *h = arg;
     char ttl[24];
-    struct sv args[2] = {{h->token, strlen(h->token)}, {ttl, 0}};
+    struct sv args[2] = {{h->token, h->toklen}, {ttl, 0}};
 
     (void)fd;
     (void)what;
+    if (h->keep == NULL || h->keep->inflight > 0)
+        return;
     args[1].len = (size_t)reply_format_ll(ttl, h->keep_ttl_ms);
-    lock_send_internal(lock_script_renew, h->key, h->keylen, args, 2, lock_keep_reply, NULL);
+    h->keep->inflight++;
+    lock_send_internal(lock_script_renew, h->key, h->keylen, args, 2, lock_keep_reply, h->keep,
+                       lock_keep_ctx_free);
 }
 
-/* Remember that C holds KEY with TOKEN; start KEEP renewals if asked. */
+/* Renew H every third of TTL_MS, but no more often than
+ * LOCK_KEEP_MIN_PERIOD_MS. A renewal still out from before belongs to the
+ * old keep and is ignored when it comes back. */
+static void lock_keep_start(struct lock_held *h, long long ttl_ms)
+{
+    long long every = ttl_ms / 3 > LOCK_KEEP_MIN_PERIOD_MS ? ttl_ms / 3 : LOCK_KEEP_MIN_PERIOD_MS;
+    struct timeval tv = {every / 1000, (every % 1000) * 1000};
+
+    lock_keep_detach(h);
+    h->keep = calloc(1, sizeof(*h->keep));
+    h->keep->held = h;
+    h->keep_ttl_ms = ttl_ms;
+    if (h->keep_timer == NULL)
+        h->keep_timer = event_new(server.base, -1, EV_PERSIST, lock_keep_cb, h);
+    evtimer_add(h->keep_timer, &tv);
+}
+
+/* Remember that C holds OP's key with OP's token; start KEEP renewals if
+ * asked. */
 static void lock_held_add(struct client *c, const struct lock_op *op)
 {
-    struct lock_held *h = lock_held_find(c, op->key, op->keylen, op->token);
-    struct timeval tv;
+    struct lock_held *h = lock_held_find(c, op->key, op->keylen, op->token, op->toklen);
 
     if (c->locks == NULL) {
         c->locks = calloc(1, sizeof(*c->locks));
         TAILQ_INIT(&c->locks->held);
     }
     if (h == NULL) {
-        size_t toklen = strlen(op->token);
-        h = calloc(1, sizeof(*h) + op->keylen + toklen + 2);
+        h = calloc(1, sizeof(*h) + op->keylen + op->toklen + 2);
+        h->client = c;
         h->key = h->text;
         memcpy(h->key, op->key, op->keylen);
         h->keylen = op->keylen;
         h->token = h->text + op->keylen + 1;
-        memcpy(h->token, op->token, toklen + 1);
+        memcpy(h->token, op->token, op->toklen);
+        h->toklen = op->toklen;
         h->explicit_owner = op->explicit_owner;
         TAILQ_INSERT_TAIL(&c->locks->held, h, link);
     }
-    if (!op->keep)
-        return;
-    h->keep_ttl_ms = op->ttl_ms;
-    if (h->keep_timer == NULL)
-        h->keep_timer = event_new(server.base, -1, EV_PERSIST, lock_keep_cb, h);
-    long long every = op->ttl_ms / 3 > 0 ? op->ttl_ms / 3 : 1;
-    tv.tv_sec = every / 1000;
-    tv.tv_usec = (every % 1000) * 1000;
-    evtimer_add(h->keep_timer, &tv);
+    if (op->keep)
+        lock_keep_start(h, op->ttl_ms);
 }
 
 struct lock_release_ctx {
@@ -319,27 +449,32 @@ struct lock_release_ctx {
     char key[];
 };
 
+static void lock_release_ctx_free(struct request *req)
+{
+    free(req->ctx);
+    req->ctx = NULL;
+}
+
 static void lock_release_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct lock_release_ctx *ctx = req->ctx;
 
     if (type == REPLY_INTEGER)
         lock_wake(ctx->key, ctx->keylen);
-    free(ctx);
-    req->ctx = NULL;
     evbuffer_drain(src, len);
     request_free(req);
 }
 
 /* Drop every hold of TOKEN on KEY, for a client that is gone. */
-static void lock_release_all(const char *key, size_t keylen, const char *token)
+static void lock_release_all(const char *key, size_t keylen, const char *token, size_t toklen)
 {
     struct lock_release_ctx *ctx = malloc(sizeof(*ctx) + keylen);
-    struct sv args[2] = {{token, strlen(token)}, {"all", 3}};
+    struct sv args[2] = {{token, toklen}, {"all", 3}};
 
     ctx->keylen = keylen;
     memcpy(ctx->key, key, keylen);
-    lock_send_internal(lock_script_release, key, keylen, args, 2, lock_release_reply, ctx);
+    lock_send_internal(lock_script_release, key, keylen, args, 2, lock_release_reply, ctx,
+                       lock_release_ctx_free);
 }
 
 void lock_client_closed(struct client *c)
@@ -350,8 +485,8 @@ void lock_client_closed(struct client *c)
         return;
     while ((h = TAILQ_FIRST(&c->locks->held)) != NULL) {
         if (!h->explicit_owner)
-            lock_release_all(h->key, h->keylen, h->token);
-        lock_held_free(c, h);
+            lock_release_all(h->key, h->keylen, h->token, h->toklen);
+        lock_held_free(h);
     }
     free(c->locks);
     c->locks = NULL;
@@ -365,6 +500,10 @@ static void lock_op_free(struct request *req)
 
     if (op == NULL)
         return;
+    if (op->guard != NULL) {
+        op->guard->freed = 1;
+        op->guard->blocked = op->blocks;
+    }
     lock_dequeue(op);
     if (op->timer != NULL)
         event_free(op->timer);
@@ -380,8 +519,9 @@ static void lock_finish(struct lock_op *op)
 {
     struct request *req = op->req;
     struct client *c = req->client;
-    int blocked = op->verb == LOCK_ACQUIRE;
+    int blocked = op->blocks;
 
+    op->blocks = 0;
     lock_dequeue(op);
     if (op->timer != NULL)
         evtimer_del(op->timer);
@@ -404,26 +544,29 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     lock_send(op);
 }
 
-/* Rewrite OP's request into the script call and forward it. After a
- * NOSCRIPT, EVAL carries the body: Redis caches it and runs it at once. */
-static void lock_send(struct lock_op *op)
+/* Write OP's script call into its request's raw bytes. After a NOSCRIPT,
+ * EVAL carries the body: Redis caches it and runs it at once. The fence
+ * key is as long as the lock's key plus a few bytes: on the heap when
+ * that is large. */
+static void lock_write_call(struct lock_op *op)
 {
     struct request *req = op->req;
-    char fence_key[1024], ttl[24];
-    struct sv keys[2] = {{op->key, op->keylen}, {fence_key, 0}};
-    struct sv args[4];
+    char fence_stack[256], ttl[24];
+    char *fence = fence_stack;
+    struct sv keys[2] = {{op->key, op->keylen}, {NULL, 0}};
+    struct sv args[4] = {{op->token, op->toklen}, {ttl, 0}};
     const struct script *s;
     int numkeys = 1, argc = 2;
 
-    args[0].ptr = op->token;
-    args[0].len = strlen(op->token);
-    args[1].ptr = ttl;
     args[1].len = (size_t)reply_format_ll(ttl, op->ttl_ms);
     if (op->verb == LOCK_ACQUIRE) {
-        int fence_len = lock_fence_key(op->key, op->keylen, fence_key, sizeof(fence_key));
+        size_t fence_len = lock_fence_key(op->key, op->keylen, NULL, 0);
+        if (fence_len + 1 > sizeof(fence_stack))
+            fence = malloc(fence_len + 1);
+        lock_fence_key(op->key, op->keylen, fence, fence_len + 1);
+        keys[1] = (struct sv){fence, fence_len};
         s = lock_script_acquire;
         numkeys = 2;
-        keys[1].len = fence_len > 0 ? (size_t)fence_len : 0;
         args[2] = (struct sv){op->explicit_owner ? "1" : "0", 1};
         args[3] = (struct sv){op->fence ? "1" : "0", 1};
         argc = 4;
@@ -441,8 +584,35 @@ static void lock_send(struct lock_op *op)
     else
         scripts_write_evalsha(req->raw, s, numkeys, keys, argc, args);
     req->raw_len = evbuffer_get_length(req->raw);
+    if (fence != fence_stack)
+        free(fence);
+}
+
+/* Send OP's script call. client.c may answer the request itself with an
+ * error (backend down) or free it, without calling lock_on_reply: then
+ * the client, blocked for OP, is let go here. */
+static void lock_send(struct lock_op *op)
+{
+    struct request *req = op->req;
+    struct client *c = req->client;
+    struct lock_send_guard guard = {0, 0};
+
+    lock_write_call(op);
     op->inflight = 1;
-    client_forward(req->client, req);
+    op->guard = &guard;
+    client_forward(c, req);
+    if (guard.freed) {
+        if (guard.blocked)
+            client_unblock(c);
+        return;
+    }
+    op->guard = NULL;
+    if ((req->flags & REQ_DONE) && op->blocks) {
+        op->blocks = 0;
+        op->inflight = 0;
+        lock_dequeue(op);
+        client_unblock(c);
+    }
 }
 
 static void lock_acquired(struct lock_op *op, long long fence)
@@ -456,10 +626,10 @@ static void lock_acquired(struct lock_op *op, long long fence)
     out = client_reply_buffer(c, req);
     if (op->fence) {
         reply_array_header(out, 2);
-        reply_bulk(out, op->token, strlen(op->token));
+        reply_bulk(out, op->token, op->toklen);
         reply_integer(out, fence);
     } else {
-        reply_bulk(out, op->token, strlen(op->token));
+        reply_bulk(out, op->token, op->toklen);
     }
     lock_finish(op);
 }
@@ -520,7 +690,7 @@ static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len,
         /* Its client is gone: a lock taken for nobody goes back at once. */
         if (op->verb == LOCK_ACQUIRE && type == REPLY_ARRAY &&
             reply_parse_ints(buf, n, vals, 3) >= 1 && vals[0] == 1 && !op->explicit_owner)
-            lock_release_all(op->key, op->keylen, op->token);
+            lock_release_all(op->key, op->keylen, op->token, op->toklen);
         evbuffer_drain(src, len);
         request_free(req);
         return;
@@ -535,9 +705,10 @@ static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len,
     }
     if (op->verb != LOCK_ACQUIRE) {
         int released = type == REPLY_INTEGER && reply_parse_ints(buf, n, vals, 1) == 1 && vals[0] == 0;
-        struct lock_held *h = lock_held_find(req->client, op->key, op->keylen, op->token);
+        struct lock_held *h = lock_held_find(req->client, op->key, op->keylen, op->token,
+                                             op->toklen);
         if (h != NULL && (released || (type == REPLY_ERROR && strncmp(buf, "-NOTOWNER", 9) == 0)))
-            lock_held_free(req->client, h);
+            lock_held_free(h);
         if (released)
             lock_wake(op->key, op->keylen);
     }
@@ -616,7 +787,8 @@ static const char *lock_parse_options(struct lock_op *op, int argc, const struct
             seen_owner = 1;
             if (argv[i + 1].len == 0)
                 return "OWNER token must not be empty";
-            op->token = strndup(argv[i + 1].ptr, argv[i + 1].len);
+            op->token = lock_memdup(argv[i + 1].ptr, argv[i + 1].len);
+            op->toklen = argv[i + 1].len;
             op->explicit_owner = 1;
             i++;
         } else if (op->verb == LOCK_ACQUIRE && sv_ieq(argv[i], "wait") && i + 1 < argc &&
@@ -640,16 +812,14 @@ static const char *lock_parse_options(struct lock_op *op, int argc, const struct
     return NULL;
 }
 
-/* Check REQ's arguments into OP. Returns NULL, or the error reply text. */
+/* Check REQ's arguments into OP (their count is checked already).
+ * Returns NULL, or the error reply text. */
 static const char *lock_parse(struct client *c, struct lock_op *op, int argc, const struct sv *argv)
 {
-    static const int min_args[] = {3, 2, 3};
     int first = op->verb == LOCK_RELEASE ? 2 : 3;
     const char *err;
 
-    if (argc < min_args[op->verb])
-        return "wrong number of arguments";
-    op->key = strndup(argv[1].ptr, argv[1].len);
+    op->key = lock_memdup(argv[1].ptr, argv[1].len);
     op->keylen = argv[1].len;
     if (op->verb != LOCK_RELEASE) {
         int rc = lock_parse_positive(argv[2], &op->ttl_ms);
@@ -665,18 +835,46 @@ static const char *lock_parse(struct client *c, struct lock_op *op, int argc, co
     if (op->token == NULL && op->verb == LOCK_ACQUIRE) {
         op->token = malloc(2 * LOCK_TOKEN_BYTES + 1);
         lock_make_token(op->token);
+        op->toklen = 2 * LOCK_TOKEN_BYTES;
     } else if (op->token == NULL) {
-        struct lock_held *h = lock_held_find(c, op->key, op->keylen, NULL);
+        struct lock_held *h = lock_held_find(c, op->key, op->keylen, NULL, 0);
         if (h == NULL)
             return "this connection holds no lock on that key; pass OWNER token";
-        op->token = strdup(h->token);
+        op->token = lock_memdup(h->token, h->toklen);
+        op->toklen = h->toklen;
     }
+    return NULL;
+}
+
+/* Whether OP's verb may run on C at all, in Redis's order: argument count,
+ * then the connection's mode. Returns NULL, or the error text in BUF.
+ * Inside MULTI a lock verb cannot be queued (Redis would run it at EXEC,
+ * sluice cannot); as for any command refused there, EXEC then fails. */
+static const char *lock_check_context(struct client *c, const struct lock_op *op, int argc,
+                                      char *buf, size_t size)
+{
+    const char *name = lock_verb_names[op->verb];
+
+    if (argc < lock_min_args[op->verb]) {
+        snprintf(buf, size, "wrong number of arguments for '%s' command", name);
+        return buf;
+    }
+    if ((c->flags & CLIENT_PASSTHROUGH) && (c->flags & CLIENT_MONITOR))
+        return "Replica can't interact with the keyspace";
+    if (c->flags & CLIENT_PASSTHROUGH) {
+        snprintf(buf, size, "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+                 "QUIT / RESET are allowed in this context", name);
+        return buf;
+    }
+    if (c->flags & CLIENT_IN_MULTI)
+        return "Command not allowed inside a transaction";
     return NULL;
 }
 
 void lock_handle(struct client *c, struct request *req, int argc, const struct sv *argv)
 {
     struct lock_op *op = calloc(1, sizeof(*op));
+    char buf[160];
     const char *err;
 
     op->verb = (enum lock_verb)lock_verb_of(argv);
@@ -685,22 +883,21 @@ void lock_handle(struct client *c, struct request *req, int argc, const struct s
     req->ctx = op;
     req->ctx_free = lock_op_free;
     req->on_reply = lock_on_reply;
-    err = lock_parse(c, op, argc, argv);
+    err = lock_check_context(c, op, argc, buf, sizeof(buf));
+    if (err == NULL)
+        err = lock_parse(c, op, argc, argv);
     if (err != NULL) {
-        struct evbuffer *out = client_reply_buffer(c, req);
-        if (strcmp(err, "wrong number of arguments") == 0)
-            reply_error(out, "wrong number of arguments for '%s' command",
-                        lock_verb_names[op->verb]);
-        else
-            reply_error(out, "%s", err);
+        if (c->flags & CLIENT_IN_MULTI)
+            c->flags |= CLIENT_MULTI_DIRTY;   /* client.c turns its EXEC into EXECABORT */
+        reply_error(client_reply_buffer(c, req), "%s", err);
         client_answer(c, req);
         return;
     }
-    if (op->verb == LOCK_ACQUIRE) {
-        /* Commands after a LOCK run once it is taken (or refused), and an
-         * UNLOCK without OWNER then knows its token. */
-        client_block(c);
-    }
+    /* Commands after a lock verb run once it is answered: replies stay in
+     * order even when its script must be sent again (NOSCRIPT), and an
+     * UNLOCK without OWNER after a LOCK knows its token. */
+    op->blocks = 1;
+    client_block(c);
     if (op->wait) {
         op->deadline_ms = server_now_ms() + (uint64_t)op->wait_ms;
         struct lock_queue *q = lock_queue_find(op->key, op->keylen, 0);

@@ -15,18 +15,19 @@ int lock_init(void);
 int lock_wants(const struct request *req, int argc, const struct sv *argv);
 
 /* Handle REQ, already in C's reply queue; its original bytes are the
- * caller's to drop. Answers at once (bad arguments) or rewrites REQ into
- * an EVALSHA and forwards it; a LOCK with WAIT blocks C's further commands
- * until it is answered. */
+ * caller's to drop. Answers at once (bad arguments; inside MULTI, which
+ * then makes EXEC fail; in pub/sub or MONITOR mode) or rewrites REQ into
+ * an EVALSHA and forwards it, blocking C's further commands until it is
+ * answered. */
 void lock_handle(struct client *c, struct request *req, int argc, const struct sv *argv);
 
 /* C is closing: stop its KEEP renewals and release the locks it took
  * without OWNER. */
 void lock_client_closed(struct client *c);
 
-/* Name of the fence counter of lock KEY, in the same hash slot; written to
- * OUT (NUL-terminated, at most SIZE bytes). Returns its length, or -1 when
- * it does not fit. */
-int lock_fence_key(const char *key, size_t len, char *out, size_t size);
+/* Name of the fence counter of lock KEY (LEN bytes, any bytes), in the
+ * same hash slot: written to OUT with a NUL when it fits in SIZE bytes.
+ * Returns its length either way (as snprintf does). */
+size_t lock_fence_key(const char *key, size_t len, char *out, size_t size);
 
 #endif

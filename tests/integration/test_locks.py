@@ -347,3 +347,288 @@ def test_stock_deduction_two_sluices(redis_factory, sluice_factory):
     assert not errors
     assert int(srv.client().get("stock")) == 0
     assert sum(counts) == 2000
+
+
+# --------------------------------------------------------------------------
+# Hostile and careless clients
+
+
+def backend_keys(backend):
+    return set(backend.client().keys("*"))
+
+
+@pytest.mark.parametrize("key", [
+    b"\x00", b"\x00" + b"Z" * 40, b"\x00" + b"Z" * 5000, b"a\x00b", b"ab\x00" * 700,
+], ids=["nul", "nul-40", "nul-5000", "a-nul-b", "2100-with-nuls"])
+def test_lock_key_with_nul_is_stored_as_sent(sluice, backend, clean, key):
+    # A key is bytes: cut at its NUL, sluice once hashed and stored bytes
+    # past the end of its copy (heap contents, readable by SCAN).
+    with sluice.raw() as conn:
+        tok = conn.call("LOCK", key, "60000")
+        assert TOKEN.match(tok)
+        assert backend_keys(backend) == {key}
+        assert backend.client().hgetall(key) == {tok: b"1"}
+        tok2, fence = conn.call("LOCK", key + b"\x00", "60000", "FENCE")
+        assert TOKEN.match(tok2) and fence == 1
+        fence_keys = backend_keys(backend) - {key, key + b"\x00"}
+        assert len(fence_keys) == 1
+        assert next(iter(fence_keys)).endswith(b"}:" + key + b"\x00")
+        assert conn.call("UNLOCK", key) == 0
+        assert conn.call("UNLOCK", key + b"\x00") == 0
+    assert backend.client().exists(key) == 0
+
+
+def test_owner_token_with_nul_is_binary_safe(sluice, backend, clean):
+    d = backend.client()
+    with sluice.raw() as conn:
+        assert conn.call("LOCK", "k", "60000", "OWNER", b"t\x00x", "KEEP") == b"t\x00x"
+        assert d.hgetall("k") == {b"t\x00x": b"1"}
+        # Another token that only differs after the NUL is another owner.
+        assert conn.call("LOCK", "k", "60000", "OWNER", b"t\x00y") is None
+        assert conn.call("UNLOCK", "k", "OWNER", b"t\x00y").startswith("NOTOWNER")
+        assert conn.call("RENEW", "k", "50000", "OWNER", b"t").startswith("NOTOWNER")
+        # The connection remembers the whole token (KEEP): no OWNER needed.
+        assert conn.call("RENEW", "k", "90000") == "OK"
+        assert d.pttl("k") > 89000
+        assert conn.call("UNLOCK", "k") == 0
+    assert d.exists("k") == 0
+    assert backend_keys(backend) == set()
+
+
+def test_fence_counters_of_long_keys_are_their_own(sluice, backend, clean):
+    # Long names once all shared one fence counter at the empty key "".
+    keys = [b"L" * 2000, b"M" * 2000, b"N" * 100 * 1024, b"{t}" + b"O" * 100 * 1024]
+    c = sluice.client(single_connection_client=True)
+    fences = {}
+    for k in keys:
+        for _ in range(2):
+            tok, f = c.execute_command("LOCK", k, "60000", "FENCE")
+            fences.setdefault(k, []).append(f)
+            assert c.execute_command("UNLOCK", k) == 0
+    assert all(f == [1, 2] for f in fences.values()), fences
+    d = backend.client()
+    assert d.exists(b"") == 0
+    stored = backend_keys(backend)
+    assert len(stored) == len(keys)
+    for k in keys:
+        (fk,) = [s for s in stored if s.endswith(b"}:" + k)]
+        assert d.get(fk) == b"2"
+
+
+def _flush_scripts_until(backend, stop):
+    d = backend.client()
+    while not stop.is_set():
+        d.script_flush()
+
+
+def _pipelined_cycles(sluice, backend, script, check, seconds):
+    """Send SCRIPT (command tuples) pipelined, read its replies and CHECK
+    them, again and again for SECONDS while another connection flushes
+    Redis's script cache. Returns (cycles, bad replies)."""
+    from helpers import encode_command
+    data = b"".join(encode_command(*cmd) for cmd in script)
+    stop = threading.Event()
+    flusher = threading.Thread(target=_flush_scripts_until, args=(backend, stop))
+    flusher.start()
+    bad, cycles = [], 0
+    try:
+        with sluice.raw() as conn:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                conn.send(data)
+                replies = conn.read_replies(len(script))
+                cycles += 1
+                if not check(replies):
+                    bad.append(replies)
+    finally:
+        stop.set()
+        flusher.join()
+    return cycles, bad
+
+
+def test_unlock_then_exists_stays_in_order_across_script_flush(sluice, backend, clean):
+    # A NOSCRIPT retry of UNLOCK once went out behind the EXISTS pipelined
+    # after it, which then still saw the lock.
+    script = [("LOCK", "k", "10000"), ("UNLOCK", "k"), ("EXISTS", "k")]
+    cycles, bad = _pipelined_cycles(
+        sluice, backend, script,
+        lambda r: TOKEN.match(r[0]) and r[1] == 0 and r[2] == 0, 4)
+    assert cycles > 100
+    assert not bad, f"{len(bad)} of {cycles} cycles out of order, e.g. {bad[:3]}"
+
+
+def test_renew_then_pttl_stays_in_order_across_script_flush(sluice, backend, clean):
+    script = [("LOCK", "k", "1000"), ("RENEW", "k", "60000"), ("PTTL", "k"), ("UNLOCK", "k")]
+    cycles, bad = _pipelined_cycles(
+        sluice, backend, script,
+        lambda r: TOKEN.match(r[0]) and r[1] == "OK" and r[2] > 50000 and r[3] == 0, 3)
+    assert cycles > 100
+    assert not bad, f"{len(bad)} of {cycles} cycles out of order, e.g. {bad[:3]}"
+
+
+def commands_in(backend, seconds):
+    d = backend.client()
+    before = int(d.info("stats")["total_commands_processed"])
+    time.sleep(seconds)
+    return int(d.info("stats")["total_commands_processed"]) - before - 1
+
+
+def test_keep_stops_when_the_lock_is_lost(sluice, backend, clean):
+    d = backend.client()
+    a = sluice.client(single_connection_client=True)
+    a.execute_command("LOCK", "lost:k\x01", "300", "KEEP")
+    time.sleep(0.3)
+    assert evalsha_calls_in(backend, 1.0) >= 5   # renewing every 100 ms
+    d.delete("lost:k\x01")
+    b = sluice.client(single_connection_client=True)
+    assert b.execute_command("LOCK", "lost:k\x01", "60000", "OWNER", "b") == b"b"
+    time.sleep(1.0)
+    assert evalsha_calls_in(backend, 1.0) == 0
+    time.sleep(1.0)
+    assert d.hgetall("lost:k\x01") == {b"b": b"1"}
+    log = sluice.log_path.read_text(errors="replace")
+    assert log.count("KEEP of 'lost:k\\x01' stopped") == 1
+    # A no longer holds it: its UNLOCK cannot release B's lock.
+    with pytest.raises(redis.ResponseError):
+        a.execute_command("UNLOCK", "lost:k\x01")
+    assert d.hgetall("lost:k\x01") == {b"b": b"1"}
+    assert a.ping()
+
+
+def evalsha_calls_in(backend, seconds):
+    before = evalsha_calls(backend)
+    time.sleep(seconds)
+    return evalsha_calls(backend) - before
+
+
+def test_keep_with_tiny_ttls_does_not_flood_redis(sluice, backend, clean):
+    c = sluice.client(single_connection_client=True)
+    p = c.pipeline(transaction=False)
+    for i in range(200):
+        p.execute_command("LOCK", f"tiny{i}", "3", "KEEP")
+    assert all(TOKEN.match(t) for t in p.execute())
+    time.sleep(1.0)
+    assert commands_in(backend, 1.0) < 5000
+    assert c.ping()
+
+
+def test_keep_renewal_reply_after_close_is_harmless(sluice, backend, clean):
+    # Renewals still out when their connection closes: the reply must not
+    # touch the connection's freed records (the sanitizer build checks).
+    for round_ in range(5):
+        c = sluice.client(single_connection_client=True)
+        p = c.pipeline(transaction=False)
+        for i in range(100):
+            p.execute_command("LOCK", f"r{round_}:{i}", "300", "KEEP", "OWNER", "o")
+        p.execute()
+        time.sleep(0.1 + 0.013 * round_)
+        hang_up(c)
+    assert sluice.client().ping()
+
+
+@pytest.mark.parametrize("cmd", [
+    ("LOCK", "k", "1000"), ("LOCK", "k", "1000", "WAIT", "100"), ("UNLOCK", "k", "OWNER", "o"),
+    ("RENEW", "k", "1000", "OWNER", "o"),
+])
+def test_lock_verbs_inside_multi_abort_the_transaction(sluice, backend, clean, cmd):
+    d = backend.client()
+    with sluice.raw() as conn:
+        assert conn.call("MULTI") == "OK"
+        assert conn.call("SET", "a", "1") == "QUEUED"
+        assert conn.call(*cmd) == Err("ERR Command not allowed inside a transaction")
+        assert conn.call("EXEC") == Err("EXECABORT Transaction discarded because of previous errors.")
+        assert d.exists("a", "k") == 0
+        # Out of the transaction, the verbs work again.
+        assert TOKEN.match(conn.call("LOCK", "k", "1000"))
+    wait_until(lambda: d.exists("k") == 0, 2 * SLOW, msg="released at close")
+
+
+def test_lock_verbs_in_subscribed_mode_get_redis_error(sluice, backend, clean):
+    with sluice.raw() as conn:
+        assert conn.call("SUBSCRIBE", "ch") == [b"subscribe", b"ch", 1]
+        redis_error = conn.call("GET", "a")   # Redis's own text for a command
+        assert redis_error.startswith("ERR Can't execute 'get'")
+        for cmd in (("LOCK", "k", "1000"), ("UNLOCK", "k", "OWNER", "o"),
+                    ("RENEW", "k", "1000", "OWNER", "o")):
+            assert conn.call(*cmd) == Err(redis_error.replace("'get'", f"'{cmd[0].lower()}'"))
+        assert conn.call("PING") == [b"pong", b""]
+    assert backend.client().exists("k") == 0
+
+
+def test_lock_verbs_in_monitor_mode_get_redis_error(sluice, backend, clean):
+    def reply(conn):
+        while True:   # skip monitor lines of other connections
+            r = conn.read_reply()
+            if not (isinstance(r, str) and not isinstance(r, Err) and r[:1].isdigit()):
+                return r
+
+    with sluice.raw() as conn:
+        assert conn.call("MONITOR") == "OK"
+        conn.send_command("GET", "a")
+        redis_error = reply(conn)
+        assert isinstance(redis_error, Err)
+        for cmd in (("LOCK", "k", "1000"), ("UNLOCK", "k", "OWNER", "o"),
+                    ("RENEW", "k", "1000", "OWNER", "o")):
+            conn.send_command(*cmd)
+            assert reply(conn) == redis_error
+    assert backend.client().exists("k") == 0
+    assert sluice.client().ping()
+
+
+# CLIENT REPLY OFF/SKIP: the lock verb runs, its reply is dropped. Each test
+# has a sluice of its own, so that a crash is not blamed on later tests.
+
+def test_client_reply_skip_lock_then_disconnect(sluice_factory, backend, clean):
+    s = sluice_factory(backend.port)
+    for _ in range(20):
+        conn = s.raw()
+        conn.send_command("CLIENT", "REPLY", "SKIP")
+        conn.send_command("LOCK", "k", "1000")
+        conn.close()
+    with s.raw() as conn:
+        assert conn.call("PING") == "PONG"
+        assert conn.call("SET", "x", "1") == "OK"
+
+
+def test_client_reply_off_lock_then_on(sluice_factory, backend, clean):
+    s = sluice_factory(backend.port)
+    d = backend.client()
+    with s.raw() as conn:
+        conn.send_command("CLIENT", "REPLY", "OFF")
+        conn.send_command("LOCK", "k", "60000")
+        conn.send_command("CLIENT", "REPLY", "ON")
+        assert conn.read_reply() == "OK"
+        assert conn.call("PING") == "PONG"
+        assert d.exists("k") == 1
+        assert d.pttl("k") > 50000
+
+
+def test_client_reply_skip_lock_then_ping(sluice_factory, backend, clean):
+    s = sluice_factory(backend.port)
+    d = backend.client()
+    with s.raw() as conn:
+        conn.send_command("CLIENT", "REPLY", "SKIP")
+        conn.send_command("LOCK", "k", "60000")
+        conn.send_command("PING")
+        assert conn.read_reply() == "PONG"
+        assert conn.call("ECHO", "x") == b"x"
+        assert d.exists("k") == 1
+
+
+def test_lock_verbs_with_backend_down_answer_and_let_the_client_go_on(redis_factory,
+                                                                      sluice_factory):
+    # sluice answers the rewritten request itself when Redis is down: the
+    # client, blocked while its lock verb is out, must read on.
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    srv.stop()
+    with s.raw() as conn:
+        wait_until(lambda: isinstance(conn.call("GET", "a"), Err), 5 * SLOW,
+                   msg="sluice sees the backend down")
+        for cmd in (("LOCK", "k", "1000"), ("UNLOCK", "k", "OWNER", "o"),
+                    ("RENEW", "k", "1000", "OWNER", "o")):
+            conn.send_command(*cmd)
+            conn.send_command("PROXY", "PING")
+            reply, pong = conn.read_replies(2)
+            assert isinstance(reply, Err)
+            assert pong == "PONG"
