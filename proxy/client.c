@@ -399,6 +399,24 @@ static void client_reply_error(struct client *c, struct request *req, const char
     client_complete(c, req);
 }
 
+/* REQ (in C's queue) could not be sent: TEXT says why. A rewritten
+ * request (LOCK...) hears it through its hook, which answers its client
+ * and lets it go on; any other gets the error in reply order. */
+static void client_fail_send(struct client *c, struct request *req, const char *text)
+{
+    struct evbuffer *err;
+
+    if (req->on_reply == NULL) {
+        client_reply_error(c, req, text);
+        return;
+    }
+    err = evbuffer_new();
+    reply_error(err, "%s", text);
+    STAT_INC(total_error_replies);
+    req->on_reply(req, err, evbuffer_get_length(err), REPLY_ERROR);
+    evbuffer_free(err);
+}
+
 /* Answer REQ (framed, not queued) with the error TEXT, in reply order;
  * nothing is sent to Redis. Under CLIENT REPLY OFF/SKIP it gets no reply. */
 static void client_refuse(struct client *c, struct request *req, const char *text)
@@ -668,8 +686,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     if (conn == NULL) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
-        client_reply_error(c, req, "max number of backend connections reached "
-                                   "(backend_max_connections)");
+        client_fail_send(c, req, "max number of backend connections reached "
+                                 "(backend_max_connections)");
         return;
     }
     if ((req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH)) {
@@ -688,7 +706,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
         if (unpaired)
             request_free(req);
         else
-            client_reply_error(c, req, err);
+            client_fail_send(c, req, err);
         return;
     }
     if (!unpaired) {

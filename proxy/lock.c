@@ -47,13 +47,6 @@ enum lock_verb { LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW };
 static const char *const lock_verb_names[] = {"lock", "unlock", "renew"};
 static const int lock_min_args[] = {3, 2, 3};
 
-/* Set by lock_send while it hands a request to client.c, which may answer
- * it with an error (backend down) or free it without calling back. */
-struct lock_send_guard {
-    int freed;        /* the request (and its op) was freed */
-    int blocked;      /* ... while its op still blocked the client */
-};
-
 /* One LOCK, UNLOCK or RENEW of a client, owned by its request (ctx). */
 struct lock_op {
     enum lock_verb verb;
@@ -67,7 +60,6 @@ struct lock_op {
     int fence;
     int wait;
     int blocks;               /* it blocked its client: unblock when answered */
-    struct lock_send_guard *guard;
     int inflight;             /* its EVALSHA is out */
     int noscript_retried;
     long long ttl_ms;
@@ -500,10 +492,6 @@ static void lock_op_free(struct request *req)
 
     if (op == NULL)
         return;
-    if (op->guard != NULL) {
-        op->guard->freed = 1;
-        op->guard->blocked = op->blocks;
-    }
     lock_dequeue(op);
     if (op->timer != NULL)
         event_free(op->timer);
@@ -588,31 +576,13 @@ static void lock_write_call(struct lock_op *op)
         free(fence);
 }
 
-/* Send OP's script call. client.c may answer the request itself with an
- * error (backend down) or free it, without calling lock_on_reply: then
- * the client, blocked for OP, is let go here. */
+/* Send OP's script call. When it cannot be sent, client.c says so
+ * through lock_on_reply like any error reply. */
 static void lock_send(struct lock_op *op)
 {
-    struct request *req = op->req;
-    struct client *c = req->client;
-    struct lock_send_guard guard = {0, 0};
-
     lock_write_call(op);
     op->inflight = 1;
-    op->guard = &guard;
-    client_forward(c, req);
-    if (guard.freed) {
-        if (guard.blocked)
-            client_unblock(c);
-        return;
-    }
-    op->guard = NULL;
-    if ((req->flags & REQ_DONE) && op->blocks) {
-        op->blocks = 0;
-        op->inflight = 0;
-        lock_dequeue(op);
-        client_unblock(c);
-    }
+    client_forward(op->req->client, op->req);
 }
 
 static void lock_acquired(struct lock_op *op, long long fence)
