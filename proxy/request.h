@@ -25,6 +25,9 @@ struct request;
 enum reply_type {
     REPLY_STRING = 1, REPLY_ARRAY = 2, REPLY_INTEGER = 3,
     REPLY_NIL = 4, REPLY_STATUS = 5, REPLY_ERROR = 6,
+    /* RESP3, numbered as in hiredis 1.x */
+    REPLY_DOUBLE = 7, REPLY_BOOL = 8, REPLY_MAP = 9, REPLY_SET = 10,
+    REPLY_ATTR = 11, REPLY_PUSH = 12, REPLY_BIGNUM = 13, REPLY_VERB = 14,
 };
 
 /* Called with the complete reply to an internal or rewritten request: LEN

@@ -1,0 +1,495 @@
+/* respframe.c - owns framing of Redis replies (RESP2 and RESP3) where they
+ * lie, in the connection's evbuffer: it reads header lines, skips payloads
+ * by arithmetic and never copies or pulls up a reply (a line that straddles
+ * two chains is the one thing copied, and it is at most 64 KB).
+ *
+ * The hot path is a reply that sits whole in the buffer's first chain: lines
+ * are found with memchr on a pointer into that chain. Anything else goes
+ * through a cursor that walks the chains forward once per call, so a reply
+ * of any size costs time linear in its bytes plus, per call, one walk over
+ * the chains already seen (see respframe_missing to call less often). */
+#include "respframe.h"
+
+#include <event2/buffer.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "request.h"
+
+/* Results inside the scanner. RF_ERR, RF_MORE, RF_DONE are also the scan's. */
+enum {
+    RF_ERR = -1,
+    RF_MORE = 0,      /* the reply is not all there yet */
+    RF_DONE = 1,      /* the reply ends at f->pos */
+    RF_VALUE = 2,     /* the line was a whole value */
+    RF_OPEN = 3,      /* the line opened an aggregate (or an empty attribute) */
+    RF_BULK = 4,      /* the line announced a payload, ending at f->bulk_end */
+};
+
+enum respframe_kind {
+    RK_BAD, RK_SIMPLE, RK_INT, RK_DOUBLE, RK_BIGNUM, RK_BOOL, RK_NULL, RK_BULK, RK_AGG,
+};
+
+/* What each type byte introduces. */
+struct respframe_byte {
+    unsigned char kind;      /* enum respframe_kind */
+    unsigned char type;      /* enum reply_type */
+    unsigned char nil_ok;    /* -1 means null (RESP2's $-1 and *-1) */
+    unsigned char min_len;   /* shortest payload: a verbatim string has "txt:" */
+    unsigned char per;       /* elements per count: 2 for maps and attributes */
+    unsigned char attr;      /* annotates the value after it */
+};
+
+static const struct respframe_byte respframe_bytes[256] = {
+    ['+'] = {RK_SIMPLE, REPLY_STATUS, 0, 0, 0, 0},
+    ['-'] = {RK_SIMPLE, REPLY_ERROR, 0, 0, 0, 0},
+    [':'] = {RK_INT, REPLY_INTEGER, 0, 0, 0, 0},
+    [','] = {RK_DOUBLE, REPLY_DOUBLE, 0, 0, 0, 0},
+    ['('] = {RK_BIGNUM, REPLY_BIGNUM, 0, 0, 0, 0},
+    ['#'] = {RK_BOOL, REPLY_BOOL, 0, 0, 0, 0},
+    ['_'] = {RK_NULL, REPLY_NIL, 0, 0, 0, 0},
+    ['$'] = {RK_BULK, REPLY_STRING, 1, 0, 0, 0},
+    ['!'] = {RK_BULK, REPLY_ERROR, 0, 0, 0, 0},
+    ['='] = {RK_BULK, REPLY_VERB, 0, 4, 0, 0},
+    ['*'] = {RK_AGG, REPLY_ARRAY, 1, 0, 1, 0},
+    ['~'] = {RK_AGG, REPLY_SET, 0, 0, 1, 0},
+    ['>'] = {RK_AGG, REPLY_PUSH, 0, 0, 1, 0},
+    ['%'] = {RK_AGG, REPLY_MAP, 0, 0, 2, 0},
+    ['|'] = {RK_AGG, REPLY_ATTR, 0, 0, 2, 1},
+};
+
+/* A window on the input: the contiguous bytes [run_off, run_off + run_len)
+ * of IN. It only moves forward within one call. */
+struct respframe_cur {
+    struct evbuffer *in;
+    size_t total;                /* bytes in IN */
+    const char *run;
+    size_t run_off, run_len;
+    struct evbuffer_ptr ptr;     /* at run_off, once has_ptr */
+    int has_ptr;                 /* 0: run is the first chain, found without a ptr */
+};
+
+void respframe_init(struct respframe *f)
+{
+    f->pos = 0;
+    f->line_seen = 0;
+    f->bulk_end = 0;
+    f->verb_colon = 0;
+    f->missing = 0;
+    f->type = 0;
+    f->depth = 0;
+    f->err[0] = '\0';
+}
+
+size_t respframe_missing(const struct respframe *f)
+{
+    return f->missing;
+}
+
+static int respframe_fail(struct respframe *f, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(f->err, sizeof f->err, fmt, ap);
+    va_end(ap);
+    if (f->err[0] == '\0')
+        snprintf(f->err, sizeof f->err, "protocol error");
+    return RF_ERR;
+}
+
+/* Parse S[0..N) as a decimal int64 the way Redis writes one: an optional
+ * '-', then digits without leading zeros ("0" itself, but not "-0").
+ * Returns 0 and *OUT, or -1. */
+static int respframe_int(const char *s, size_t n, int64_t *out)
+{
+    size_t i = 0;
+    uint64_t v = 0;
+    int neg = 0;
+
+    if (n > 0 && s[0] == '-') {
+        neg = 1;
+        i = 1;
+    }
+    if (i == n || n - i > 19 || (s[i] == '0' && (n - i > 1 || neg)))
+        return -1;
+    for (; i < n; i++) {
+        unsigned digit = (unsigned)(unsigned char)s[i] - '0';
+        if (digit > 9)
+            return -1;
+        v = v * 10 + digit;      /* 19 digits cannot overflow 64 bits */
+    }
+    if (v > (uint64_t)INT64_MAX + (uint64_t)neg)
+        return -1;
+    *out = neg ? (int64_t)(0 - v) : (int64_t)v;
+    return 0;
+}
+
+static size_t respframe_digits(const char *s, size_t n)
+{
+    size_t i = 0;
+
+    while (i < n && s[i] >= '0' && s[i] <= '9')
+        i++;
+    return i;
+}
+
+/* A RESP3 double: inf, -inf, nan (any case, as hiredis 1.x allows, and its
+ * -nan), or [-]digits[.digits][e[+-]digits] with a digit in the mantissa. */
+static int respframe_double_ok(const char *s, size_t n)
+{
+    size_t i = 0, mant;
+
+    if ((n == 3 && (strncasecmp(s, "inf", 3) == 0 || strncasecmp(s, "nan", 3) == 0)) ||
+        (n == 4 && (strncasecmp(s, "-inf", 4) == 0 || strncasecmp(s, "-nan", 4) == 0)))
+        return 1;
+    if (i < n && s[i] == '-')
+        i++;
+    mant = respframe_digits(s + i, n - i);
+    i += mant;
+    if (i < n && s[i] == '.') {
+        size_t frac = respframe_digits(s + i + 1, n - i - 1);
+        i += 1 + frac;
+        mant += frac;
+    }
+    if (mant == 0)
+        return 0;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        size_t exp;
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-'))
+            i++;
+        exp = respframe_digits(s + i, n - i);
+        if (exp == 0)
+            return 0;
+        i += exp;
+    }
+    return i == n;
+}
+
+static int respframe_bad_number(struct respframe *f, const char *p, size_t n, const char *what)
+{
+    if (n == 2 && p[1] == '?')
+        return respframe_fail(f, "streamed RESP3 '%c?' replies are not supported", p[0]);
+    return respframe_fail(f, "invalid %s in a '%c' line", what, p[0]);
+}
+
+/* Take in the header line P[0..N) (its CRLF excluded) of the value at
+ * f->pos; NEXT is the offset just past its CRLF. Returns RF_VALUE, RF_OPEN
+ * (a level pushed, or an empty attribute), RF_BULK (f->bulk_end set) or
+ * RF_ERR. */
+static int respframe_line(struct respframe *f, const char *p, size_t n, size_t next)
+{
+    const struct respframe_byte *b = &respframe_bytes[(unsigned char)p[0]];
+    int64_t v;
+
+    if (f->depth == 0)
+        f->type = b->type;
+    switch (b->kind) {
+    case RK_SIMPLE:
+        if (n > 1 && memchr(p + 1, '\n', n - 1) != NULL)
+            return respframe_fail(f, "bare LF in a '%c' line", p[0]);
+        return RF_VALUE;
+    case RK_INT:
+        if (respframe_int(p + 1, n - 1, &v) < 0)
+            return respframe_bad_number(f, p, n, "integer");
+        return RF_VALUE;
+    case RK_DOUBLE:
+        if (!respframe_double_ok(p + 1, n - 1))
+            return respframe_bad_number(f, p, n, "double");
+        return RF_VALUE;
+    case RK_BIGNUM: {
+        size_t sign = n > 1 && p[1] == '-';
+        if (n == 1 + sign || respframe_digits(p + 1 + sign, n - 1 - sign) != n - 1 - sign)
+            return respframe_bad_number(f, p, n, "big number");
+        return RF_VALUE;
+    }
+    case RK_BOOL:
+        if (n != 2 || (p[1] != 't' && p[1] != 'f'))
+            return respframe_fail(f, "invalid boolean in a '#' line");
+        return RF_VALUE;
+    case RK_NULL:
+        if (n != 1)
+            return respframe_fail(f, "junk after '_'");
+        return RF_VALUE;
+    case RK_BULK:
+        if (respframe_int(p + 1, n - 1, &v) < 0)
+            return respframe_bad_number(f, p, n, "length");
+        if (v == -1 && b->nil_ok) {
+            if (f->depth == 0)
+                f->type = REPLY_NIL;
+            return RF_VALUE;
+        }
+        if (v < b->min_len || v > RESPFRAME_BULK_MAX)
+            return respframe_bad_number(f, p, n, "length");
+        f->bulk_end = next + (size_t)v + 2;
+        if (b->min_len != 0)
+            f->verb_colon = next + 3;
+        return RF_BULK;
+    case RK_AGG:
+        if (respframe_int(p + 1, n - 1, &v) < 0)
+            return respframe_bad_number(f, p, n, "count");
+        if (v == -1 && b->nil_ok) {
+            if (f->depth == 0)
+                f->type = REPLY_NIL;
+            return RF_VALUE;
+        }
+        if (v < 0 || v > RESPFRAME_COUNT_MAX)
+            return respframe_bad_number(f, p, n, "count");
+        if (v == 0)
+            return b->attr ? RF_OPEN : RF_VALUE;
+        if (f->depth == RESPFRAME_MAX_DEPTH)
+            return respframe_fail(f, "replies nested deeper than %d", RESPFRAME_MAX_DEPTH);
+        f->stack[f->depth].left = (uint64_t)v * b->per;
+        f->stack[f->depth].attr = b->attr;
+        f->depth++;
+        return RF_OPEN;
+    default:
+        return respframe_fail(f, "invalid reply type byte 0x%02x", (unsigned char)p[0]);
+    }
+}
+
+/* A value ended: count it off the open aggregates, closing those it
+ * completes. Returns 1 when that finishes the whole reply. */
+static inline int respframe_value_done(struct respframe *f)
+{
+    while (f->depth > 0) {
+        struct respframe_level *l = &f->stack[f->depth - 1];
+        if (--l->left > 0)
+            return 0;
+        f->depth--;
+        if (l->attr)
+            return 0;   /* the value it annotates comes next, in the same place */
+    }
+    return 1;
+}
+
+/* Move the run forward to start at OFF (run_off <= OFF < total). */
+static int respframe_seek(struct respframe_cur *c, size_t off)
+{
+    struct evbuffer_iovec v;
+    int rc;
+
+    if (c->has_ptr)
+        rc = evbuffer_ptr_set(c->in, &c->ptr, off - c->run_off, EVBUFFER_PTR_ADD);
+    else
+        rc = evbuffer_ptr_set(c->in, &c->ptr, off, EVBUFFER_PTR_SET);
+    c->has_ptr = 1;
+    if (rc < 0 || evbuffer_peek(c->in, -1, &c->ptr, &v, 1) < 1 || v.iov_len == 0)
+        return -1;
+    c->run = v.iov_base;
+    c->run_off = off;
+    c->run_len = v.iov_len;
+    return 0;
+}
+
+/* Set *OUT to point at OFF (run_off <= OFF < total). */
+static int respframe_ptr_at(struct respframe_cur *c, size_t off, struct evbuffer_ptr *out)
+{
+    if (off - c->run_off >= c->run_len) {
+        if (respframe_seek(c, off) < 0)
+            return -1;
+        *out = c->ptr;
+        return 0;
+    }
+    if (!c->has_ptr)    /* OFF is in the first chain: a one-step walk */
+        return evbuffer_ptr_set(c->in, out, off, EVBUFFER_PTR_SET);
+    *out = c->ptr;
+    return evbuffer_ptr_set(c->in, out, off - c->run_off, EVBUFFER_PTR_ADD);
+}
+
+/* Copy the N bytes at OFF (run_off <= OFF, OFF + N <= total) into OUT. */
+static int respframe_copy(struct respframe_cur *c, size_t off, char *out, size_t n)
+{
+    size_t at = off - c->run_off;
+    struct evbuffer_ptr p;
+
+    if (at < c->run_len && c->run_len - at >= n) {
+        memcpy(out, c->run + at, n);
+        return 0;
+    }
+    if (respframe_ptr_at(c, off, &p) < 0 ||
+        evbuffer_copyout_from(c->in, &p, out, n) != (ev_ssize_t)n)
+        return -1;
+    return 0;
+}
+
+/* The end of a payload: once all of it is in, check the CRLF after it (and
+ * a verbatim string's ':'). Returns RF_VALUE, RF_MORE or RF_ERR. */
+static int respframe_bulk_tail(struct respframe *f, struct respframe_cur *c)
+{
+    char tail[2];
+
+    if (f->bulk_end > c->total)
+        return RF_MORE;
+    if (f->verb_colon != 0) {
+        if (respframe_copy(c, f->verb_colon, tail, 1) < 0)
+            return respframe_fail(f, "cannot read the input buffer");
+        if (tail[0] != ':')
+            return respframe_fail(f, "verbatim string without a 3-byte format and ':'");
+        f->verb_colon = 0;
+    }
+    if (respframe_copy(c, f->bulk_end - 2, tail, 2) < 0)
+        return respframe_fail(f, "cannot read the input buffer");
+    if (tail[0] != '\r' || tail[1] != '\n')
+        return respframe_fail(f, "payload not followed by CRLF");
+    f->pos = f->bulk_end;
+    f->bulk_end = 0;
+    return RF_VALUE;
+}
+
+/* The line at f->pos where it is not whole in the run: find its CR across
+ * chains (from line_seen on, which is remembered when the line is still
+ * open), then copy it out to parse it. Returns respframe_line's result, or
+ * RF_MORE, or RF_ERR (also for a line longer than RESPFRAME_LINE_MAX). */
+static int respframe_line_slow(struct respframe *f, struct respframe_cur *c)
+{
+    size_t off = f->pos + f->line_seen, limit = f->pos + RESPFRAME_LINE_MAX + 1, len;
+    struct evbuffer_ptr start;
+    char small[256], *line;
+    int rc;
+
+    if (respframe_ptr_at(c, f->pos, &start) < 0)
+        return respframe_fail(f, "cannot read the input buffer");
+    for (;;) {
+        const char *cr;
+        size_t at, n;
+
+        if (off >= limit)
+            return respframe_fail(f, "line too long");
+        if (off >= c->total) {
+            f->line_seen = off - f->pos;
+            return RF_MORE;
+        }
+        at = off - c->run_off;
+        if (at >= c->run_len) {
+            if (respframe_seek(c, off) < 0)
+                return respframe_fail(f, "cannot read the input buffer");
+            at = 0;
+        }
+        n = c->run_len - at < limit - off ? c->run_len - at : limit - off;
+        cr = memchr(c->run + at, '\r', n);
+        if (cr != NULL) {
+            off += (size_t)(cr - (c->run + at));
+            break;
+        }
+        off += n;
+    }
+    f->line_seen = off - f->pos;
+    if (off + 1 >= c->total)
+        return RF_MORE;
+    len = off - f->pos;
+    line = len + 2 <= sizeof small ? small : malloc(len + 2);
+    if (line == NULL)
+        return respframe_fail(f, "out of memory");
+    if (evbuffer_copyout_from(c->in, &start, line, len + 2) != (ev_ssize_t)(len + 2)) {
+        rc = respframe_fail(f, "cannot read the input buffer");
+    } else if (line[len + 1] != '\n') {
+        rc = respframe_fail(f, "bare CR in a line");
+    } else {
+        f->line_seen = 0;
+        rc = respframe_line(f, line, len, f->pos + len + 2);
+        f->pos += len + 2;
+    }
+    if (line != small)
+        free(line);
+    return rc;
+}
+
+/* Read values from f->pos until the reply is complete (RF_DONE), the input
+ * runs out (RF_MORE) or it is malformed (RF_ERR). */
+static int respframe_scan(struct respframe *f, struct respframe_cur *c)
+{
+    for (;;) {
+        const char *p, *cr = NULL;
+        size_t at, avail;
+        int rc;
+
+        if (f->bulk_end != 0) {
+            rc = respframe_bulk_tail(f, c);
+        } else {
+            if (f->pos >= c->total)
+                return RF_MORE;
+            at = f->pos - c->run_off;
+            if (at >= c->run_len) {
+                if (respframe_seek(c, f->pos) < 0)
+                    return respframe_fail(f, "cannot read the input buffer");
+                at = 0;
+            }
+            p = c->run + at;
+            avail = c->run_len - at;
+            if (avail > RESPFRAME_LINE_MAX + 2)
+                avail = RESPFRAME_LINE_MAX + 2;
+            if (f->line_seen < avail)
+                cr = memchr(p + f->line_seen, '\r', avail - f->line_seen);
+            if (cr != NULL && cr + 1 < p + avail) {
+                size_t len = (size_t)(cr - p);
+                if (cr[1] != '\n')
+                    return respframe_fail(f, "bare CR in a line");
+                f->line_seen = 0;
+                rc = respframe_line(f, p, len, f->pos + len + 2);
+                f->pos += len + 2;
+            } else {
+                rc = respframe_line_slow(f, c);
+            }
+        }
+        if (rc == RF_VALUE) {
+            if (respframe_value_done(f))
+                return RF_DONE;
+        } else if (rc != RF_OPEN && rc != RF_BULK) {
+            return rc;
+        }
+    }
+}
+
+/* A lower bound on the bytes still to come: the rest of the current value,
+ * then at least a type byte and a CRLF for each value known to follow. */
+static size_t respframe_min_missing(const struct respframe *f, size_t total)
+{
+    uint64_t values = 0;
+    size_t now;
+
+    for (int i = 0; i < f->depth; i++)
+        values += f->stack[i].left - 1 + (uint64_t)f->stack[i].attr;
+    if (f->bulk_end != 0)
+        now = f->bulk_end - total;
+    else if (f->pos < total)
+        now = 1;             /* a line's CR or LF at least */
+    else
+        now = 3;
+    return now + 3 * values;
+}
+
+ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type)
+{
+    struct respframe_cur c;
+    struct evbuffer_iovec v;
+    size_t len;
+    int rc;
+
+    if (f->err[0] != '\0')
+        return -1;
+    c.in = in;
+    c.total = evbuffer_get_length(in);
+    c.has_ptr = 0;
+    c.run_off = 0;
+    c.run = NULL;
+    c.run_len = 0;
+    if (c.total > 0 && evbuffer_peek(in, -1, NULL, &v, 1) == 1) {
+        c.run = v.iov_base;
+        c.run_len = v.iov_len;
+    }
+    rc = respframe_scan(f, &c);
+    if (rc == RF_DONE) {
+        len = f->pos;
+        *type = f->type;
+        f->pos = 0;
+        return (ssize_t)len;
+    }
+    if (rc == RF_MORE)
+        f->missing = respframe_min_missing(f, c.total);
+    return rc;
+}

@@ -1,0 +1,60 @@
+/* respframe.h - frames Redis replies (RESP2 and RESP3) in an evbuffer
+ * without copying them: finds where each reply ends and what type it is,
+ * checking every length and line, and remembers how far it got so a reply
+ * that arrives in pieces is never rescanned. */
+#ifndef SLUICE_RESPFRAME_H
+#define SLUICE_RESPFRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct evbuffer;
+
+#define RESPFRAME_MAX_DEPTH 128           /* open aggregates at once */
+#define RESPFRAME_LINE_MAX (64 * 1024)    /* bytes of one line before its CRLF */
+#define RESPFRAME_BULK_MAX (1LL << 40)    /* bytes of one bulk/blob payload */
+#define RESPFRAME_COUNT_MAX (1LL << 31)   /* elements (map: pairs) of one aggregate */
+
+/* One open aggregate: elements still to come (the one being read counts),
+ * and whether it is an attribute, which annotates the value after it and so
+ * is not an element of its parent. */
+struct respframe_level {
+    uint64_t left;
+    int attr;
+};
+
+/* The scan state of the reply at the head of the input. All offsets count
+ * from the head of the input, which the caller does not drain mid-reply. */
+struct respframe {
+    size_t pos;          /* next byte to read: the start of a line, or the payload */
+    size_t line_seen;    /* bytes from pos known to hold no CR (a line still open) */
+    size_t bulk_end;     /* nonzero: in a bulk payload whose CRLF ends here */
+    size_t verb_colon;   /* nonzero: where a verbatim string's ':' must be */
+    size_t missing;      /* after a 0 return: bytes still needed at least */
+    int type;            /* enum reply_type of the reply being framed */
+    int depth;           /* open aggregates in stack[] */
+    struct respframe_level stack[RESPFRAME_MAX_DEPTH];
+    char err[128];       /* protocol error text, set on a -1 return */
+};
+
+void respframe_init(struct respframe *f);
+
+/* Find the end of the next complete reply at the head of IN. Returns its
+ * length in bytes (> 0) and sets *TYPE (enum reply_type; an attribute and
+ * the reply it annotates are one unit typed as the reply); 0 when IN does
+ * not yet hold a whole reply (the scan state is kept, so the next call
+ * resumes where this one stopped and never rescans what it has seen); -1 on
+ * a protocol error (message in f->err; the connection is then unusable).
+ * After a positive return the caller removes exactly that many bytes from
+ * the head of IN before the next call; between calls returning 0 the caller
+ * only appends to IN. */
+ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type);
+
+/* After a 0 return: how many more bytes are needed at least before the
+ * reply can be complete (exact for the rest of a bulk payload, plus 3 bytes
+ * for every value known to be still to come), so a caller can hold off
+ * calling again until that many have arrived. Never 0 after a 0 return. */
+size_t respframe_missing(const struct respframe *f);
+
+#endif
