@@ -20,7 +20,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <hiredis/read.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -36,7 +35,7 @@
 #include "netio.h"
 #include "reply.h"
 #include "request.h"
-#include "respscan.h"
+#include "respframe.h"
 #include "scripts.h"
 #include "stats.h"
 #include "value.h"
@@ -45,8 +44,9 @@
 #define BACKEND_LOW_WATER (1024 * 1024)
 #define BACKEND_BACKOFF_MIN_MS 50
 #define BACKEND_BACKOFF_MAX_MS 2000
-/* Bulk strings missing more than this are fed to the reader in one piece. */
-#define BACKEND_FEED_WHOLE (64 * 1024)
+/* A reply still missing more than this is not looked at again until that
+ * much more has come (a large bulk arrives in many reads). */
+#define BACKEND_FRAME_WAIT (64 * 1024)
 /* libevent reads 16 KB a callback by default: large replies want more. */
 #define BACKEND_MAX_SINGLE_READ (256 * 1024)
 
@@ -58,10 +58,8 @@ struct backend_conn {
     struct bufferevent *bev;
     struct evbuffer *staged;         /* requests of this pass: moved to bev's output once a
                                         pass, as its output runs callbacks on every add */
-    redisReader *reader;
-    size_t fed;                      /* head bytes of the input given to the reader */
-    size_t hold_until;               /* feed nothing until the input has this many */
-    int deep;                        /* framing an over-deep reply by respscan */
+    struct respframe frame;          /* where the reply at the head of the input ends */
+    size_t hold_until;               /* frame nothing until the input has this many */
     struct request_queue inflight;
     int inflight_count;
     enum backend_state state;
@@ -291,16 +289,12 @@ static void backend_conn_reset_io(struct backend_conn *conn)
 {
     if (conn->bev != NULL)
         bufferevent_free(conn->bev);
-    if (conn->reader != NULL)
-        redisReaderFree(conn->reader);
     conn->bev = NULL;
-    conn->reader = NULL;
     /* Staged bytes belong to requests that fail with this connection. */
     evbuffer_drain(conn->staged, evbuffer_get_length(conn->staged));
     conn->write_off = 0;   /* a new bufferevent starts with writing on */
-    conn->fed = 0;
+    respframe_init(&conn->frame);
     conn->hold_until = 0;
-    conn->deep = 0;
 }
 
 static void backend_conn_free(struct backend_conn *conn)
@@ -488,9 +482,8 @@ static void backend_connect(struct backend_conn *conn)
     backend_conn_reset_io(conn);
     conn->state = BACKEND_CONNECTING;
     conn->bev = bufferevent_socket_new(backend_base, -1, BEV_OPT_CLOSE_ON_FREE);
-    conn->reader = redisReaderCreateWithFunctions(NULL);
     conn->redis_id = 0;
-    if (conn->bev == NULL || conn->reader == NULL) {
+    if (conn->bev == NULL) {
         backend_fail_soon(conn, "out of memory");
         return;
     }
@@ -684,51 +677,30 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
 }
 
 /* Frame the next reply in IN. Returns its length (and *TYPE), 0 when more
- * bytes are needed, -1 on a protocol error. */
+ * bytes are needed, -1 on a protocol error. A reply whose end is far off
+ * (a large bulk) is looked at again only once enough has arrived. */
 static ssize_t backend_frame(struct backend_conn *conn, struct evbuffer *in, int *type)
 {
-    void *reply = NULL;
-    redisReader *r = conn->reader;
+    size_t avail = evbuffer_get_length(in);
     ssize_t len;
 
-    if (conn->deep) {
-        /* Rare (COMMAND, COMMAND DOCS): rescanning from the start is fine. */
-        size_t avail = evbuffer_get_length(in);
-        len = respscan_value((const char *)evbuffer_pullup(in, (ssize_t)avail), avail);
-        if (len > 0) {
-            *type = REPLY_ARRAY;
-            redisReaderFree(conn->reader);
-            conn->reader = redisReaderCreateWithFunctions(NULL);
-            conn->fed = 0;
-            conn->deep = 0;
-        }
-        return len;
-    }
-    if (redisReaderGetReply(r, &reply) != 0) {
-        if (strstr(r->errstr, "depth") != NULL) {
-            conn->deep = 1;
-            return backend_frame(conn, in, type);
-        }
-        return -1;
-    }
-    if (reply == NULL) {
-        size_t missing = respscan_reader_bulk_missing(r);
-        if (missing > BACKEND_FEED_WHOLE)
-            conn->hold_until = conn->fed + missing;
+    if (avail < conn->hold_until)
         return 0;
-    }
-    *type = (int)(intptr_t)reply;
-    len = (ssize_t)(conn->fed - (r->len - r->pos));
-    conn->fed -= (size_t)len;
+    conn->hold_until = 0;
+    len = respframe_next(&conn->frame, in, type);
+    if (len == 0 && respframe_missing(&conn->frame) > BACKEND_FRAME_WAIT)
+        conn->hold_until = avail + respframe_missing(&conn->frame);
     return len;
 }
 
-static void backend_feed(struct backend_conn *conn, struct evbuffer *in)
+/* Redis sent something that is not RESP: the connection cannot be trusted
+ * to pair replies any more. */
+static void backend_protocol_error(struct backend_conn *conn)
 {
-    if (conn->deep || evbuffer_get_length(in) < conn->hold_until)
-        return;
-    conn->hold_until = 0;
-    conn->fed = respscan_feed(conn->reader, in, conn->fed);
+    char why[200];
+
+    snprintf(why, sizeof(why), "protocol error in reply: %s", conn->frame.err);
+    backend_conn_down(conn, why);
 }
 
 static void backend_read_cb(struct bufferevent *bev, void *arg)
@@ -740,7 +712,6 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
 
     conn->busy++;
     for (;;) {
-        backend_feed(conn, in);
         len = backend_frame(conn, in, &type);
         if (len <= 0)
             break;
@@ -754,7 +725,7 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
         return;
     }
     if (len < 0 && conn->bev == bev)
-        backend_conn_down(conn, "protocol error in reply");
+        backend_protocol_error(conn);
 }
 
 void backend_write_info(struct evbuffer *out)
