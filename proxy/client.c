@@ -812,7 +812,8 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         lock_handle(c, req, req->argc, argv);
         if (src != NULL)
             evbuffer_drain(src, original_len);
-        return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED)) || c->stalled != NULL ? -1 : 0;
+        return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ||
+                       c->stalled != NULL ? -1 : 0;
     }
     if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();
@@ -824,8 +825,9 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         } else {
             client_enqueue(c, req);
             client_complete(c, req);
+            client_check_output_limit(c);   /* PROXY INFO from a client that never reads */
         }
-        return (c->flags & CLIENT_CLOSE_AFTER_REPLY) ? -1 : 0;
+        return (c->flags & (CLIENT_CLOSE_AFTER_REPLY | CLIENT_OVER_LIMIT)) || c->closing ? -1 : 0;
     }
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);
