@@ -100,17 +100,20 @@ static int rfdiff_int(const char *s, size_t n, long long *out)
  * signs only: strtod's hex, "infinity" and spaces are not RESP). */
 static int rfdiff_double(const char *s, size_t n)
 {
-    char buf[128], *end;
+    char *buf, *end;
+    int ok;
 
     if ((n == 3 || n == 4) && (strncasecmp(s, "inf", n) == 0 || strncasecmp(s, "nan", n) == 0 ||
                                strncasecmp(s, "-inf", n) == 0 || strncasecmp(s, "-nan", n) == 0))
         return n == 3 ? s[0] != '-' : s[0] == '-';
-    if (n == 0 || n >= sizeof buf || strspn(s, "0123456789.eE+-") < n || s[0] == '+')
+    if (n == 0 || strspn(s, "0123456789.eE+-") < n || s[0] == '+' || (buf = malloc(n + 1)) == NULL)
         return 0;
     memcpy(buf, s, n);
     buf[n] = '\0';
     strtod(buf, &end);
-    return end == buf + n;
+    ok = end == buf + n;
+    free(buf);
+    return ok;
 }
 
 /* Strict reader: one RESP2/RESP3 value at S[0..N) inside LEVEL open
