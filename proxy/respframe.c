@@ -3,11 +3,14 @@
  * by arithmetic and never copies or pulls up a reply (a line that straddles
  * two chains is the one thing copied, and it is at most 64 KB).
  *
- * The hot path is a reply that sits whole in the buffer's first chain: lines
- * are found with memchr on a pointer into that chain. Anything else goes
- * through a cursor that walks the chains forward once per call, so a reply
- * of any size costs time linear in its bytes plus, per call, one walk over
- * the chains already seen (see respframe_missing to call less often). */
+ * The hot path (respframe_fast) is a new reply in the buffer's first chain:
+ * it is read through a plain pointer, lengths parsed as they are scanned,
+ * short lines checked byte by byte. Anything else, or anything unusual, goes
+ * to the general path (respframe_scan), which resumes at f->pos through a
+ * cursor that walks the chains forward: a reply of any size costs time
+ * linear in its bytes, plus one walk over the chains of the reply seen so
+ * far per call that returns 0 (libevent cannot seek other than from the
+ * head; respframe_missing lets a caller make those calls rare). */
 #include "respframe.h"
 
 #include <event2/buffer.h>
@@ -616,9 +619,10 @@ ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type)
         return -1;
     if ((f->pos | f->line_seen) == 0) {     /* a new reply */
         size_t first = evbuffer_get_contiguous_space(in);
-        if (first > 0) {
-            ssize_t done = respframe_fast(f, (const char *)evbuffer_pullup(in, (ev_ssize_t)first),
-                                          first, type);
+        /* Pulling up no more than the first chain holds copies nothing. */
+        const char *head = first > 0 ? (const char *)evbuffer_pullup(in, (ev_ssize_t)first) : NULL;
+        if (head != NULL) {
+            ssize_t done = respframe_fast(f, head, first, type);
             if (done > 0)
                 return done;
         }
