@@ -344,6 +344,126 @@ static int respframe_bulk_tail(struct respframe *f, struct respframe_cur *c)
     return RF_VALUE;
 }
 
+/* Fast path: the digits at P up to END, as a length or count Redis writes:
+ * 1..MAXDIGITS digits, no sign, no leading zero, then CRLF. Returns the
+ * byte past the CRLF with *OUT, or NULL for anything else (the general path
+ * judges it). */
+static inline const char *respframe_fast_uint(const char *p, const char *end, long maxdigits,
+                                              uint64_t *out)
+{
+    const char *q = p;
+    uint64_t v = 0;
+
+    while (q < end && (unsigned)(*q - '0') <= 9) {
+        v = v * 10 + (uint64_t)(*q - '0');
+        q++;
+    }
+    if (q == p || q - p > maxdigits || (*p == '0' && q - p > 1) || end - q < 2 ||
+        q[0] != '\r' || q[1] != '\n')
+        return NULL;
+    *out = v;
+    return q + 2;
+}
+
+/* Fast path: a short simple line's content at P. Returns the byte past its
+ * CRLF, or NULL when it is long, not all there, or has a bare CR or LF. */
+static inline const char *respframe_fast_simple(const char *p, const char *end)
+{
+    const char *lim = end - p > 32 ? p + 32 : end;
+
+    for (; p < lim; p++) {
+        if (*p == '\r')
+            return p + 1 < end && p[1] == '\n' ? p + 2 : NULL;
+        if (*p == '\n')
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Read values from P, the start of a line, up to END, the end of a
+ * contiguous run, with plain pointer arithmetic: the common small replies
+ * (RESP2 types, and RESP3's null, boolean, map, set and push) in their usual
+ * form. Returns 1 when that completes the reply, with *STOP just past it and
+ * *TYPE set; 0 when it meets anything else or the end of the run, with
+ * *STOP at the line it did not take (f->depth and the stack are kept up to
+ * date), for the general path to judge. */
+static inline __attribute__((always_inline))   /* in the hot path's frame */
+int respframe_fast(struct respframe *f, const char *p, const char *end, const char **stop,
+                   int *type)
+{
+    const char *q;
+    uint64_t v;
+
+    while (end - p >= 3) {
+        const struct respframe_byte *b = &respframe_bytes[(unsigned char)*p];
+        int t = b->type;
+
+        switch (b->kind) {
+        case RK_SIMPLE:
+            q = respframe_fast_simple(p + 1, end);
+            break;
+        case RK_INT:
+            q = respframe_fast_uint(p + 1 + (p[1] == '-'), end, 18, &v);
+            if (q != NULL && v == 0 && p[1] == '-')
+                q = NULL;
+            break;
+        case RK_NULL:
+            q = p[1] == '\r' && p[2] == '\n' ? p + 3 : NULL;
+            break;
+        case RK_BOOL:
+            q = end - p >= 4 && (p[1] == 't' || p[1] == 'f') && p[2] == '\r' && p[3] == '\n'
+                    ? p + 4 : NULL;
+            break;
+        case RK_BULK:
+        case RK_AGG:
+            if (p[1] == '-') {
+                q = b->nil_ok && end - p >= 5 && memcmp(p + 1, "-1\r\n", 4) == 0 ? p + 5 : NULL;
+                t = REPLY_NIL;
+                break;
+            }
+            if (b->min_len != 0 || b->attr)
+                goto out;   /* verbatim strings and attributes: the general path */
+            q = respframe_fast_uint(p + 1, end, b->kind == RK_BULK ? 12 : 9, &v);
+            if (q == NULL)
+                break;
+            if (b->kind == RK_BULK) {
+                if ((size_t)(end - q) < v + 2 || q[v] != '\r' || q[v + 1] != '\n')
+                    goto out;
+                q += v + 2;
+            } else if (v > 0) {
+                if (f->depth == RESPFRAME_MAX_DEPTH)
+                    goto out;
+                if (f->depth == 0)
+                    f->type = t;
+                f->stack[f->depth].left = v * b->per;
+                f->stack[f->depth].attr = 0;
+                f->depth++;
+                p = q;
+                continue;
+            }
+            break;
+        default:
+            goto out;
+        }
+        if (q == NULL)
+            goto out;
+        p = q;
+        if (f->depth == 0) {
+            *type = t;
+            *stop = p;
+            return 1;
+        }
+        if (respframe_value_done(f)) {
+            *type = f->type;
+            *stop = p;
+            return 1;
+        }
+    }
+out:
+    *stop = p;
+    return 0;
+}
+
 /* The line at f->pos where it is not whole in the run: find its CR across
  * chains (from line_seen on, which is remembered when the line is still
  * open), then copy it out to parse it. Returns respframe_line's result, or
@@ -423,6 +543,15 @@ static int respframe_scan(struct respframe *f, struct respframe_cur *c)
                 at = 0;
             }
             p = c->run + at;
+            if (f->line_seen == 0) {
+                const char *stop;
+                rc = respframe_fast(f, p, c->run + c->run_len, &stop, &f->type);
+                f->pos += (size_t)(stop - p);
+                if (rc == 1)
+                    return RF_DONE;
+                if (stop != p)
+                    continue;
+            }
             avail = c->run_len - at;
             if (avail > RESPFRAME_LINE_MAX + 2)
                 avail = RESPFRAME_LINE_MAX + 2;
@@ -466,121 +595,6 @@ static size_t respframe_min_missing(const struct respframe *f, size_t total)
     return now + 3 * values;
 }
 
-/* Fast path: the digits at P up to END, as a length or count Redis writes:
- * 1..MAXDIGITS digits, no sign, no leading zero, then CRLF. Returns the
- * byte past the CRLF with *OUT, or NULL for anything else (the general path
- * judges it). */
-static inline const char *respframe_fast_uint(const char *p, const char *end, long maxdigits,
-                                              uint64_t *out)
-{
-    const char *q = p;
-    uint64_t v = 0;
-
-    while (q < end && (unsigned)(*q - '0') <= 9) {
-        v = v * 10 + (uint64_t)(*q - '0');
-        q++;
-    }
-    if (q == p || q - p > maxdigits || (*p == '0' && q - p > 1) || end - q < 2 ||
-        q[0] != '\r' || q[1] != '\n')
-        return NULL;
-    *out = v;
-    return q + 2;
-}
-
-/* Fast path: a short simple line's content at P. Returns the byte past its
- * CRLF, or NULL when it is long, not all there, or has a bare CR or LF. */
-static inline const char *respframe_fast_simple(const char *p, const char *end)
-{
-    const char *lim = end - p > 32 ? p + 32 : end;
-
-    for (; p < lim; p++) {
-        if (*p == '\r')
-            return p + 1 < end && p[1] == '\n' ? p + 2 : NULL;
-        if (*p == '\n')
-            return NULL;
-    }
-    return NULL;
-}
-
-/* Frame the reply at the head of the first chain, START[0..N), with plain
- * pointer arithmetic: the common small replies (RESP2 types, and RESP3's
- * null, boolean, map, set and push) in their usual form. Returns the
- * reply's length with *TYPE; 0 when it meets anything else or the end of
- * the chain: then f->pos, f->depth and the stack say where it stopped and
- * the general scan carries on from there, judging what this left. */
-static ssize_t respframe_fast(struct respframe *f, const char *start, size_t n, int *type)
-{
-    const char *p = start, *end = start + n, *q;
-    uint64_t v;
-
-    while (end - p >= 3) {
-        const struct respframe_byte *b = &respframe_bytes[(unsigned char)*p];
-        int t = b->type;
-
-        switch (b->kind) {
-        case RK_SIMPLE:
-            q = respframe_fast_simple(p + 1, end);
-            break;
-        case RK_INT:
-            q = respframe_fast_uint(p + 1 + (p[1] == '-'), end, 18, &v);
-            if (q != NULL && v == 0 && p[1] == '-')
-                q = NULL;
-            break;
-        case RK_NULL:
-            q = p[1] == '\r' && p[2] == '\n' ? p + 3 : NULL;
-            break;
-        case RK_BOOL:
-            q = end - p >= 4 && (p[1] == 't' || p[1] == 'f') && p[2] == '\r' && p[3] == '\n'
-                    ? p + 4 : NULL;
-            break;
-        case RK_BULK:
-        case RK_AGG:
-            if (p[1] == '-') {
-                q = b->nil_ok && end - p >= 5 && memcmp(p + 1, "-1\r\n", 4) == 0 ? p + 5 : NULL;
-                t = REPLY_NIL;
-                break;
-            }
-            if (b->min_len != 0 || b->attr)
-                goto out;   /* verbatim strings and attributes: the general path */
-            q = respframe_fast_uint(p + 1, end, b->kind == RK_BULK ? 12 : 9, &v);
-            if (q == NULL)
-                break;
-            if (b->kind == RK_BULK) {
-                if ((size_t)(end - q) < v + 2 || q[v] != '\r' || q[v + 1] != '\n')
-                    goto out;
-                q += v + 2;
-            } else if (v > 0) {
-                if (f->depth == RESPFRAME_MAX_DEPTH)
-                    goto out;
-                if (f->depth == 0)
-                    f->type = t;
-                f->stack[f->depth].left = v * b->per;
-                f->stack[f->depth].attr = 0;
-                f->depth++;
-                p = q;
-                continue;
-            }
-            break;
-        default:
-            goto out;
-        }
-        if (q == NULL)
-            goto out;
-        p = q;
-        if (f->depth == 0) {
-            *type = t;
-            return p - start;
-        }
-        if (respframe_value_done(f)) {
-            *type = f->type;
-            return p - start;
-        }
-    }
-out:
-    f->pos = (size_t)(p - start);
-    return 0;
-}
-
 /* The general path: resume the scan at f->pos over all of IN's chains.
  * Kept out of line so the hot path's frame stays small. */
 __attribute__((noinline)) static ssize_t respframe_resume(struct respframe *f,
@@ -622,9 +636,10 @@ ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type)
         /* Pulling up no more than the first chain holds copies nothing. */
         const char *head = first > 0 ? (const char *)evbuffer_pullup(in, (ev_ssize_t)first) : NULL;
         if (head != NULL) {
-            ssize_t done = respframe_fast(f, head, first, type);
-            if (done > 0)
-                return done;
+            const char *stop;
+            if (respframe_fast(f, head, head + first, &stop, type))
+                return stop - head;
+            f->pos = (size_t)(stop - head);
         }
     }
     return respframe_resume(f, in, type);
