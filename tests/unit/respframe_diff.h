@@ -6,8 +6,9 @@
  *
  *   int rc = respframe_diff(data, len, step, why, sizeof why);
  *
- * Frames DATA with respframe (fed STEP bytes at a time, calling
- * respframe_next after each append; 0 = all at once), with hiredis (all at
+ * Frames DATA with respframe (fed STEP bytes at a time, each piece its own
+ * evbuffer chain, calling respframe_next after each append; 0 = all at
+ * once, in one chain), with hiredis (all at
  * once) and with the strict reader, and returns:
  *   RFDIFF_AGREE     same replies (lengths, types) and the same ending;
  *   RFDIFF_EXPECTED  a known, accepted divergence (see below) was reached;
@@ -250,7 +251,8 @@ static void rfdiff_respframe(const char *data, size_t len, size_t step, struct r
             break;
         } else {
             size_t add = step == 0 || len - given < step ? len - given : step;
-            evbuffer_add(in, data + given, add);
+            /* A chain of its own: lines and payloads straddle chains. */
+            evbuffer_add_reference(in, data + given, add, NULL, NULL);
             given += add;
         }
     }
