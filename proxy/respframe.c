@@ -3,11 +3,14 @@
  * by arithmetic and never copies or pulls up a reply (a line that straddles
  * two chains is the one thing copied, and it is at most 64 KB).
  *
- * The hot path is a reply that sits whole in the buffer's first chain: lines
- * are found with memchr on a pointer into that chain. Anything else goes
- * through a cursor that walks the chains forward once per call, so a reply
- * of any size costs time linear in its bytes plus, per call, one walk over
- * the chains already seen (see respframe_missing to call less often). */
+ * The hot path (respframe_fast) is a new reply in the buffer's first chain:
+ * it is read through a plain pointer, lengths parsed as they are scanned,
+ * short lines checked byte by byte. Anything else, or anything unusual, goes
+ * to the general path (respframe_scan), which resumes at f->pos through a
+ * cursor that walks the chains forward: a reply of any size costs time
+ * linear in its bytes, plus one walk over the chains of the reply seen so
+ * far per call that returns 0 (libevent cannot seek other than from the
+ * head; respframe_missing lets a caller make those calls rare). */
 #include "respframe.h"
 
 #include <event2/buffer.h>
@@ -341,6 +344,126 @@ static int respframe_bulk_tail(struct respframe *f, struct respframe_cur *c)
     return RF_VALUE;
 }
 
+/* Fast path: the digits at P up to END, as a length or count Redis writes:
+ * 1..MAXDIGITS digits, no sign, no leading zero, then CRLF. Returns the
+ * byte past the CRLF with *OUT, or NULL for anything else (the general path
+ * judges it). */
+static inline const char *respframe_fast_uint(const char *p, const char *end, long maxdigits,
+                                              uint64_t *out)
+{
+    const char *q = p;
+    uint64_t v = 0;
+
+    while (q < end && (unsigned)(*q - '0') <= 9) {
+        v = v * 10 + (uint64_t)(*q - '0');
+        q++;
+    }
+    if (q == p || q - p > maxdigits || (*p == '0' && q - p > 1) || end - q < 2 ||
+        q[0] != '\r' || q[1] != '\n')
+        return NULL;
+    *out = v;
+    return q + 2;
+}
+
+/* Fast path: a short simple line's content at P. Returns the byte past its
+ * CRLF, or NULL when it is long, not all there, or has a bare CR or LF. */
+static inline const char *respframe_fast_simple(const char *p, const char *end)
+{
+    const char *lim = end - p > 32 ? p + 32 : end;
+
+    for (; p < lim; p++) {
+        if (*p == '\r')
+            return p + 1 < end && p[1] == '\n' ? p + 2 : NULL;
+        if (*p == '\n')
+            return NULL;
+    }
+    return NULL;
+}
+
+/* Read values from P, the start of a line, up to END, the end of a
+ * contiguous run, with plain pointer arithmetic: the common small replies
+ * (RESP2 types, and RESP3's null, boolean, map, set and push) in their usual
+ * form. Returns 1 when that completes the reply, with *STOP just past it and
+ * *TYPE set; 0 when it meets anything else or the end of the run, with
+ * *STOP at the line it did not take (f->depth and the stack are kept up to
+ * date), for the general path to judge. */
+static inline __attribute__((always_inline))   /* in the hot path's frame */
+int respframe_fast(struct respframe *f, const char *p, const char *end, const char **stop,
+                   int *type)
+{
+    const char *q;
+    uint64_t v;
+
+    while (end - p >= 3) {
+        const struct respframe_byte *b = &respframe_bytes[(unsigned char)*p];
+        int t = b->type;
+
+        switch (b->kind) {
+        case RK_SIMPLE:
+            q = respframe_fast_simple(p + 1, end);
+            break;
+        case RK_INT:
+            q = respframe_fast_uint(p + 1 + (p[1] == '-'), end, 18, &v);
+            if (q != NULL && v == 0 && p[1] == '-')
+                q = NULL;
+            break;
+        case RK_NULL:
+            q = p[1] == '\r' && p[2] == '\n' ? p + 3 : NULL;
+            break;
+        case RK_BOOL:
+            q = end - p >= 4 && (p[1] == 't' || p[1] == 'f') && p[2] == '\r' && p[3] == '\n'
+                    ? p + 4 : NULL;
+            break;
+        case RK_BULK:
+        case RK_AGG:
+            if (p[1] == '-') {
+                q = b->nil_ok && end - p >= 5 && memcmp(p + 1, "-1\r\n", 4) == 0 ? p + 5 : NULL;
+                t = REPLY_NIL;
+                break;
+            }
+            if (b->min_len != 0 || b->attr)
+                goto out;   /* verbatim strings and attributes: the general path */
+            q = respframe_fast_uint(p + 1, end, b->kind == RK_BULK ? 12 : 9, &v);
+            if (q == NULL)
+                break;
+            if (b->kind == RK_BULK) {
+                if ((size_t)(end - q) < v + 2 || q[v] != '\r' || q[v + 1] != '\n')
+                    goto out;
+                q += v + 2;
+            } else if (v > 0) {
+                if (f->depth == RESPFRAME_MAX_DEPTH)
+                    goto out;
+                if (f->depth == 0)
+                    f->type = t;
+                f->stack[f->depth].left = v * b->per;
+                f->stack[f->depth].attr = 0;
+                f->depth++;
+                p = q;
+                continue;
+            }
+            break;
+        default:
+            goto out;
+        }
+        if (q == NULL)
+            goto out;
+        p = q;
+        if (f->depth == 0) {
+            *type = t;
+            *stop = p;
+            return 1;
+        }
+        if (respframe_value_done(f)) {
+            *type = f->type;
+            *stop = p;
+            return 1;
+        }
+    }
+out:
+    *stop = p;
+    return 0;
+}
+
 /* The line at f->pos where it is not whole in the run: find its CR across
  * chains (from line_seen on, which is remembered when the line is still
  * open), then copy it out to parse it. Returns respframe_line's result, or
@@ -420,6 +543,15 @@ static int respframe_scan(struct respframe *f, struct respframe_cur *c)
                 at = 0;
             }
             p = c->run + at;
+            if (f->line_seen == 0) {
+                const char *stop;
+                rc = respframe_fast(f, p, c->run + c->run_len, &stop, &f->type);
+                f->pos += (size_t)(stop - p);
+                if (rc == 1)
+                    return RF_DONE;
+                if (stop != p)
+                    continue;
+            }
             avail = c->run_len - at;
             if (avail > RESPFRAME_LINE_MAX + 2)
                 avail = RESPFRAME_LINE_MAX + 2;
@@ -463,15 +595,16 @@ static size_t respframe_min_missing(const struct respframe *f, size_t total)
     return now + 3 * values;
 }
 
-ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type)
+/* The general path: resume the scan at f->pos over all of IN's chains.
+ * Kept out of line so the hot path's frame stays small. */
+__attribute__((noinline)) static ssize_t respframe_resume(struct respframe *f,
+                                                          struct evbuffer *in, int *type)
 {
     struct respframe_cur c;
     struct evbuffer_iovec v;
     size_t len;
     int rc;
 
-    if (f->err[0] != '\0')
-        return -1;
     c.in = in;
     c.total = evbuffer_get_length(in);
     c.has_ptr = 0;
@@ -492,4 +625,22 @@ ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type)
     if (rc == RF_MORE)
         f->missing = respframe_min_missing(f, c.total);
     return rc;
+}
+
+ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type)
+{
+    if (f->err[0] != '\0')
+        return -1;
+    if ((f->pos | f->line_seen) == 0) {     /* a new reply */
+        size_t first = evbuffer_get_contiguous_space(in);
+        /* Pulling up no more than the first chain holds copies nothing. */
+        const char *head = first > 0 ? (const char *)evbuffer_pullup(in, (ev_ssize_t)first) : NULL;
+        if (head != NULL) {
+            const char *stop;
+            if (respframe_fast(f, head, head + first, &stop, type))
+                return stop - head;
+            f->pos = (size_t)(stop - head);
+        }
+    }
+    return respframe_resume(f, in, type);
 }

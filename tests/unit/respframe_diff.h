@@ -1,13 +1,14 @@
 /* respframe_diff.h - differential check of respframe against hiredis 0.14's
- * reader (and against a small strict RESP2 reader written here, so that a
+ * reader (and against a small strict RESP2/RESP3 reader written here, so that a
  * reply respframe wrongly refuses or wrongly accepts is caught even where
  * hiredis is lenient). For tests and fuzz targets only; include it in one
  * .c file and link the sluice library objects and -lhiredis -levent.
  *
  *   int rc = respframe_diff(data, len, step, why, sizeof why);
  *
- * Frames DATA with respframe (fed STEP bytes at a time, calling
- * respframe_next after each append; 0 = all at once), with hiredis (all at
+ * Frames DATA with respframe (fed STEP bytes at a time, each piece its own
+ * evbuffer chain, calling respframe_next after each append; 0 = all at
+ * once, in one chain), with hiredis (all at
  * once) and with the strict reader, and returns:
  *   RFDIFF_AGREE     same replies (lengths, types) and the same ending;
  *   RFDIFF_EXPECTED  a known, accepted divergence (see below) was reached;
@@ -21,8 +22,8 @@
  *    respframe allows 128 open aggregates.
  *  - hiredis accepts counts up to INT_MAX and bulk lengths up to SIZE_MAX;
  *    respframe counts up to 1<<31 and lengths up to 1<<40.
- *  - hiredis refuses RESP3 type bytes; respframe frames them (the strict
- *    reader here is RESP2 only, so comparison stops at the first RESP3 value).
+ *  - hiredis refuses RESP3 type bytes; respframe frames them (RESP3 replies
+ *    are compared with the strict reader only, which knows RESP3 too).
  *  - hiredis errors on a bad type byte as soon as it sees it; respframe waits
  *    for the line's CRLF (and errors then), so with the input cut short
  *    respframe may want more where hiredis has already failed.
@@ -38,12 +39,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "request.h"
 #include "respframe.h"
 
 enum { RFDIFF_AGREE = 0, RFDIFF_EXPECTED = 1, RFDIFF_MISMATCH = 2 };
-enum { RFD_INVALID = -1, RFD_INCOMPLETE = 0, RFD_VALID = 1, RFD_RESP3 = 2 };
+enum { RFD_INVALID = -1, RFD_INCOMPLETE = 0, RFD_VALID = 1 };
 
 #define RFDIFF_MAX_FRAMES 64
 #define RFDIFF_HIREDIS_MAX_LEVEL 8   /* an aggregate inside 8 others is refused */
@@ -53,7 +55,8 @@ struct rfdiff_frames {
     size_t len[RFDIFF_MAX_FRAMES];
     int type[RFDIFF_MAX_FRAMES];
     int level[RFDIFF_MAX_FRAMES];    /* strict reader: deepest aggregate header */
-    int end;                         /* RFD_INVALID, RFD_INCOMPLETE or RFD_RESP3 */
+    int resp3[RFDIFF_MAX_FRAMES];    /* strict reader: uses RESP3 types */
+    int end;                         /* RFD_INVALID or RFD_INCOMPLETE */
     char err[128];
 };
 
@@ -94,59 +97,110 @@ static int rfdiff_int(const char *s, size_t n, long long *out)
     return errno == 0 && end == buf + n ? 0 : -1;
 }
 
-/* Strict reader: one RESP2 value at S[0..N) inside LEVEL aggregates. Sets
- * *USED, *TYPE and raises *MAXLEVEL to the deepest aggregate header. */
-static int rfdiff_value(const char *s, size_t n, int level, size_t *used, int *type, int *maxlevel)
+/* Strict reader: a RESP3 double, via strtod on a copy (digits, '.', 'e',
+ * signs only: strtod's hex, "infinity" and spaces are not RESP). */
+static int rfdiff_double(const char *s, size_t n)
 {
-    size_t ll, off;
-    long long v;
-    int rc = rfdiff_line(s, n, &ll), t;
+    char *buf, *end;
+    int ok;
 
+    if ((n == 3 || n == 4) && (strncasecmp(s, "inf", n) == 0 || strncasecmp(s, "nan", n) == 0 ||
+                               strncasecmp(s, "-inf", n) == 0 || strncasecmp(s, "-nan", n) == 0))
+        return n == 3 ? s[0] != '-' : s[0] == '-';
+    if (n == 0 || strspn(s, "0123456789.eE+-") < n || s[0] == '+' || (buf = malloc(n + 1)) == NULL)
+        return 0;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    strtod(buf, &end);
+    ok = end == buf + n;
+    free(buf);
+    return ok;
+}
+
+/* Strict reader: one RESP2/RESP3 value at S[0..N) inside LEVEL open
+ * aggregates. Sets *USED, *TYPE, raises *MAXLEVEL to the deepest aggregate
+ * header and sets *RESP3 when a RESP3 type byte was used. */
+static int rfdiff_value(const char *s, size_t n, int level, size_t *used, int *type,
+                        int *maxlevel, int *resp3)
+{
+    size_t ll, off = 0;
+    long long v;
+    int rc, t;
+
+again:
+    rc = rfdiff_line(s + off, n - off, &ll);
     if (rc != RFD_VALID)
         return rc;
-    off = ll + 2;
-    switch (s[0]) {
+    const char *p = s + off, c = p[0];
+    off += ll + 2;
+    if (strchr(",(#_!=%~>|", c) != NULL && c != '\0')
+        *resp3 = 1;
+    switch (c) {
     case '+': case '-':
-        if (memchr(s + 1, '\n', ll - 1) != NULL)
+        if (memchr(p + 1, '\n', ll - 1) != NULL)
             return RFD_INVALID;
-        *type = s[0] == '+' ? REPLY_STATUS : REPLY_ERROR;
+        *type = c == '+' ? REPLY_STATUS : REPLY_ERROR;
         break;
     case ':':
-        if (rfdiff_int(s + 1, ll - 1, &v) < 0)
+        if (rfdiff_int(p + 1, ll - 1, &v) < 0)
             return RFD_INVALID;
         *type = REPLY_INTEGER;
         break;
-    case '$':
-        if (rfdiff_int(s + 1, ll - 1, &v) < 0 || v < -1 || v > RESPFRAME_BULK_MAX)
+    case ',':
+        if (!rfdiff_double(p + 1, ll - 1))
             return RFD_INVALID;
-        *type = v == -1 ? REPLY_NIL : REPLY_STRING;
+        *type = REPLY_DOUBLE;
+        break;
+    case '(':
+        if (ll < 2 || (p[1] == '-' && ll < 3) ||
+            strspn(p + 1 + (p[1] == '-'), "0123456789") != ll - 1 - (p[1] == '-'))
+            return RFD_INVALID;
+        *type = REPLY_BIGNUM;
+        break;
+    case '#':
+        if (ll != 2 || (p[1] != 't' && p[1] != 'f'))
+            return RFD_INVALID;
+        *type = REPLY_BOOL;
+        break;
+    case '_':
+        if (ll != 1)
+            return RFD_INVALID;
+        *type = REPLY_NIL;
+        break;
+    case '$': case '!': case '=':
+        if (rfdiff_int(p + 1, ll - 1, &v) < 0 || v < (c == '$' ? -1 : c == '=' ? 4 : 0) ||
+            v > RESPFRAME_BULK_MAX)
+            return RFD_INVALID;
+        *type = v == -1 ? REPLY_NIL : c == '$' ? REPLY_STRING : c == '!' ? REPLY_ERROR : REPLY_VERB;
         if (v == -1)
             break;
         if (n - off < (size_t)v + 2)
             return RFD_INCOMPLETE;
-        if (s[off + v] != '\r' || s[off + v + 1] != '\n')
+        if ((c == '=' && s[off + 3] != ':') || s[off + v] != '\r' || s[off + v + 1] != '\n')
             return RFD_INVALID;
         off += (size_t)v + 2;
         break;
-    case '*':
-        if (rfdiff_int(s + 1, ll - 1, &v) < 0 || v < -1 || v > RESPFRAME_COUNT_MAX)
+    case '*': case '%': case '~': case '>': case '|':
+        if (rfdiff_int(p + 1, ll - 1, &v) < 0 || v < (c == '*' ? -1 : 0) || v > RESPFRAME_COUNT_MAX)
             return RFD_INVALID;
         if (level + 1 > *maxlevel)
             *maxlevel = level + 1;
-        *type = v == -1 ? REPLY_NIL : REPLY_ARRAY;
+        *type = v == -1 ? REPLY_NIL : c == '*' ? REPLY_ARRAY : c == '%' ? REPLY_MAP :
+                c == '~' ? REPLY_SET : c == '>' ? REPLY_PUSH : REPLY_ATTR;
         if (v > 0 && level == RESPFRAME_MAX_DEPTH)
             return RFD_INVALID;
+        if (c == '%' || c == '|')
+            v *= 2;
         for (long long i = 0; i < v; i++) {
             size_t u;
-            rc = rfdiff_value(s + off, n - off, level + 1, &u, &t, maxlevel);
+            rc = rfdiff_value(s + off, n - off, level + 1, &u, &t, maxlevel, resp3);
             if (rc != RFD_VALID)
                 return rc;
             off += u;
         }
+        if (c == '|')
+            goto again;     /* the value the attribute annotates */
         break;
-    case ',': case '(': case '#': case '_': case '!': case '=':
-    case '%': case '~': case '>': case '|':
-        return RFD_RESP3;
     default:
         return RFD_INVALID;
     }
@@ -162,8 +216,9 @@ static void rfdiff_strict(const char *data, size_t len, struct rfdiff_frames *ou
     while (out->count < RFDIFF_MAX_FRAMES) {
         int i = out->count;
         out->level[i] = 0;
+        out->resp3[i] = 0;
         out->end = rfdiff_value(data + off, len - off, 0, &out->len[i], &out->type[i],
-                                &out->level[i]);
+                                &out->level[i], &out->resp3[i]);
         if (out->end != RFD_VALID)
             return;
         off += out->len[i];
@@ -196,7 +251,8 @@ static void rfdiff_respframe(const char *data, size_t len, size_t step, struct r
             break;
         } else {
             size_t add = step == 0 || len - given < step ? len - given : step;
-            evbuffer_add(in, data + given, add);
+            /* A chain of its own: lines and payloads straddle chains. */
+            evbuffer_add_reference(in, data + given, add, NULL, NULL);
             given += add;
         }
     }
@@ -230,23 +286,22 @@ static void rfdiff_hiredis(const char *data, size_t len, struct rfdiff_frames *o
 static int respframe_diff(const char *data, size_t len, size_t step, char *why, size_t whylen)
 {
     struct rfdiff_frames rf, hr, st;
-    int i;
+    int i, hiredis_follows = 1;
 
     rfdiff_respframe(data, len, step, &rf);
     rfdiff_hiredis(data, len, &hr);
     rfdiff_strict(data, len, &st);
     why[0] = '\0';
     for (i = 0; i < rf.count; i++) {
-        if (i >= st.count && st.end == RFD_RESP3)
-            return RFDIFF_EXPECTED;
         if (i >= st.count || st.len[i] != rf.len[i] || st.type[i] != rf.type[i]) {
             snprintf(why, whylen, "reply %d: respframe framed %zu bytes type %d, strict reader %s",
                      i, rf.len[i], rf.type[i], i >= st.count ? "refuses it" : "differs");
             return RFDIFF_MISMATCH;
         }
-        if (st.level[i] > RFDIFF_HIREDIS_MAX_LEVEL)
-            return RFDIFF_EXPECTED;
-        if (i >= hr.count || hr.len[i] != rf.len[i] || hr.type[i] != rf.type[i]) {
+        if (st.resp3[i] || st.level[i] > RFDIFF_HIREDIS_MAX_LEVEL)
+            hiredis_follows = 0;
+        if (hiredis_follows &&
+            (i >= hr.count || hr.len[i] != rf.len[i] || hr.type[i] != rf.type[i])) {
             snprintf(why, whylen, "reply %d: respframe framed %zu bytes type %d, hiredis %s%s",
                      i, rf.len[i], rf.type[i], i >= hr.count ? "did not: " : "differs",
                      i >= hr.count ? hr.err : "");
@@ -254,15 +309,15 @@ static int respframe_diff(const char *data, size_t len, size_t step, char *why, 
         }
     }
     if (rf.count == RFDIFF_MAX_FRAMES)
-        return RFDIFF_AGREE;
-    if (st.count == i && st.end == RFD_RESP3)
-        return RFDIFF_EXPECTED;
+        return hiredis_follows ? RFDIFF_AGREE : RFDIFF_EXPECTED;
     if (st.count != i || st.end != rf.end) {
         snprintf(why, whylen, "after %d replies: respframe %s (%s), strict reader %s", i,
                  rf.end == RFD_INVALID ? "refuses" : "wants more", rf.err,
                  st.count != i ? "has a reply" : st.end == RFD_INVALID ? "refuses" : "wants more");
         return RFDIFF_MISMATCH;
     }
+    if (!hiredis_follows)
+        return RFDIFF_EXPECTED;
     if (rf.end == RFD_INCOMPLETE && hr.count > i) {
         snprintf(why, whylen, "after %d replies: respframe wants more, hiredis has a reply", i);
         return RFDIFF_MISMATCH;
