@@ -84,6 +84,7 @@ void respframe_init(struct respframe *f)
     f->missing = 0;
     f->type = 0;
     f->depth = 0;
+    f->line_max = RESPFRAME_LINE_MAX;
     f->err[0] = '\0';
 }
 
@@ -467,10 +468,10 @@ out:
 /* The line at f->pos where it is not whole in the run: find its CR across
  * chains (from line_seen on, which is remembered when the line is still
  * open), then copy it out to parse it. Returns respframe_line's result, or
- * RF_MORE, or RF_ERR (also for a line longer than RESPFRAME_LINE_MAX). */
+ * RF_MORE, or RF_ERR (also for a line longer than f->line_max). */
 static int respframe_line_slow(struct respframe *f, struct respframe_cur *c)
 {
-    size_t off = f->pos + f->line_seen, limit = f->pos + RESPFRAME_LINE_MAX + 1, len;
+    size_t off = f->pos + f->line_seen, limit = f->pos + f->line_max + 1, len;
     struct evbuffer_ptr start;
     char small[256], *line;
     int rc;
@@ -553,8 +554,8 @@ static int respframe_scan(struct respframe *f, struct respframe_cur *c)
                     continue;
             }
             avail = c->run_len - at;
-            if (avail > RESPFRAME_LINE_MAX + 2)
-                avail = RESPFRAME_LINE_MAX + 2;
+            if (avail > f->line_max + 2)
+                avail = f->line_max + 2;
             if (f->line_seen < avail)
                 cr = memchr(p + f->line_seen, '\r', avail - f->line_seen);
             if (cr != NULL && cr + 1 < p + avail) {

@@ -12,7 +12,11 @@
 struct evbuffer;
 
 #define RESPFRAME_MAX_DEPTH 128           /* open aggregates at once */
-#define RESPFRAME_LINE_MAX (64 * 1024)    /* bytes of one line before its CRLF */
+/* Bytes of one line before its CRLF, by default. Redis writes status and
+ * error lines as long as a script makes them (redis.status_reply), and one
+ * client's script must not get the shared connection closed for everyone:
+ * so as long as a bulk may be by default. */
+#define RESPFRAME_LINE_MAX (512LL * 1024 * 1024)
 #define RESPFRAME_BULK_MAX (1LL << 40)    /* bytes of one bulk/blob payload */
 #define RESPFRAME_COUNT_MAX (1LL << 31)   /* elements (map: pairs) of one aggregate */
 
@@ -35,6 +39,7 @@ struct respframe {
     int type;            /* enum reply_type of the reply being framed */
     int depth;           /* open aggregates in stack[] */
     struct respframe_level stack[RESPFRAME_MAX_DEPTH];
+    size_t line_max;     /* longest line accepted (RESPFRAME_LINE_MAX by default) */
     char err[128];       /* protocol error text, set on a -1 return */
 };
 

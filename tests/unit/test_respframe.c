@@ -25,6 +25,9 @@ struct frames {
 /* Frame INPUT fed STEP bytes at a time (0: all at once), calling
  * respframe_next after each append. With ONE_BYTE_CHAINS every byte is its
  * own evbuffer chain, so every line straddles chains. */
+/* The line limit frame_all gives its framer (0: the default). */
+static size_t test_line_max;
+
 static void frame_all(const char *input, size_t len, size_t step, int one_byte_chains,
                       struct frames *out)
 {
@@ -33,6 +36,8 @@ static void frame_all(const char *input, size_t len, size_t step, int one_byte_c
     size_t given = 0;
 
     respframe_init(&f);
+    if (test_line_max != 0)
+        f.line_max = test_line_max;
     memset(out, 0, sizeof *out);
     while (out->count < MAX_FRAMES) {
         int type = 0;
@@ -305,13 +310,16 @@ static void test_depth(void)
     free(s);
 }
 
-/* A line may hold RESPFRAME_LINE_MAX bytes before its CRLF, no more; a
- * longer one is refused before its CRLF arrives. */
+/* A line may hold line_max bytes before its CRLF, no more; a longer one
+ * is refused before its CRLF arrives. (Checked with a 64 KB limit: the
+ * default is as large as a bulk; see test_long_status_line.) */
 static void test_line_limit(void)
 {
-    size_t max = RESPFRAME_LINE_MAX;
+    size_t max = 64 * 1024;
     char *s = malloc(max + 16);
     struct frames out;
+
+    test_line_max = max;
 
     s[0] = '+';
     memset(s + 1, 'a', max - 1);
@@ -328,6 +336,28 @@ static void test_line_limit(void)
     CHECK_STR(out.err, "line too long");
     frame_all(s, max + 1, 4096, 0, &out);
     CHECK(out.end == -1);
+    test_line_max = 0;
+    free(s);
+}
+
+/* A script can make Redis send a status or error line of any length: a
+ * 1 MB one is a reply like any other, whole or in pieces. */
+static void test_long_status_line(void)
+{
+    size_t n = 1024 * 1024;
+    char *s = malloc(n + 3);
+    struct frames out;
+
+    CHECK(RESPFRAME_LINE_MAX >= 512LL * 1024 * 1024);
+    for (int kind = 0; kind < 2; kind++) {
+        s[0] = kind == 0 ? '+' : '-';
+        memset(s + 1, 'x', n - 1);
+        memcpy(s + n, "\r\n", 2);
+        frame_all(s, n + 2, 0, 0, &out);
+        CHECK(out.count == 1 && out.len[0] == n + 2);
+        frame_all(s, n + 2, 16 * 1024, 0, &out);
+        CHECK(out.count == 1 && out.len[0] == n + 2);
+    }
     free(s);
 }
 
@@ -560,6 +590,7 @@ UNIT_MAIN("respframe",
           {"error_texts", test_error_texts},
           {"depth", test_depth},
           {"line_limit", test_line_limit},
+          {"long_status_line", test_long_status_line},
           {"big_bulk", test_big_bulk},
           {"big_array_resumes", test_big_array_resumes},
           {"missing_is_a_lower_bound", test_missing_is_a_lower_bound},
