@@ -81,6 +81,13 @@ KEY_CASES = [
     ("app:*", "object encoding other"), ("app:*", "spublish other m"),
     ("a[bc]d", "get abd"), ("a[bc]d", "get aed"), ("h?llo", "get hello"),
     ("h\\*", "get h*"), ("h\\*", "get hx"),
+    ("app:*", "eval s 5 app:1"), ("app:*", "eval s 1"), ("app:*", "eval s x other"),
+    ("app:*", "migrate h 1 other 0 10"), ("app:*", "sort app:1 by other"),
+    ("app:*", "georadius app:g 0 0 1 km store other"),
+    ("app:*", "xreadgroup group g c streams app:1 other 0 0"),
+    ("app:*", "lmpop 2 app:1 other left"), ("app:*", "zrangestore other app:1 0 1"),
+    ("app:*", "memory usage other"), ("app:*", "bitop and app:d app:1 other"),
+    ("app:*", "pfcount app:1 other"), ("app:*", "exists other"), ("app:*", "object help"),
 ]
 
 CHAN_CASES = [

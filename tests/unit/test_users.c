@@ -479,6 +479,20 @@ static const struct acl_case key_cases[] = {
     {"h?llo", "get hello", 1},
     {"h\\*", "get h*", 1},
     {"h\\*", "get hx", 0},
+    {"app:*", "eval s 5 app:1", 1},
+    {"app:*", "eval s 1", 1},
+    {"app:*", "eval s x other", 1},
+    {"app:*", "migrate h 1 other 0 10", 0},
+    {"app:*", "sort app:1 by other", 1},
+    {"app:*", "georadius app:g 0 0 1 km store other", 0},
+    {"app:*", "xreadgroup group g c streams app:1 other 0 0", 0},
+    {"app:*", "lmpop 2 app:1 other left", 0},
+    {"app:*", "zrangestore other app:1 0 1", 0},
+    {"app:*", "memory usage other", 0},
+    {"app:*", "bitop and app:d app:1 other", 0},
+    {"app:*", "pfcount app:1 other", 0},
+    {"app:*", "exists other", 0},
+    {"app:*", "object help", 1},
 };
 
 /* channels = GRANT (commands +@all); Redis's verdict on its channels. */
