@@ -49,7 +49,8 @@ int users_nopass(const struct user *u);
 
 /* 1 when U may log in with password PW (LEN bytes): U is enabled and
  * either nopass or PW's SHA-256 equals one of U's digests. Every digest is
- * compared in constant time, whatever matches; never logs PW. */
+ * compared in constant time, whatever matches; never logs PW. U NULL (an
+ * unknown user) gives 0 after the same hashing work. */
 int users_check_password(const struct user *u, const char *pw, size_t len);
 
 /* 1 when U may run the request ARGV[0..ARGC-1]. CMD is

@@ -584,6 +584,8 @@ static void test_sluice_verbs(void)
         {"allcommands nocommands", "get k", 0}, {"+@all -@all +@all", "mymod.cmd", 1},
         /* Errors Redis gives before its ACL check pass through to Redis. */
         {"+get", "config nosuch", 1}, {"+get", "config", 1}, {"+get", "set k", 1},
+        /* A verb's name with '|' is no verb: an unknown command. */
+        {"+lock +proxy", "lock|x k", 0}, {"+lock +proxy", "proxy|info", 0},
     };
 
     for (size_t i = 0; i < N_CASES(cases); i++) {
