@@ -229,6 +229,25 @@ int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
     return 0;
 }
 
+void backend_reauth(struct backend_conn *conn)
+{
+    const struct config *cfg = backend_cfg;
+    struct evbuffer *buf;
+
+    if (cfg->backend_password == NULL)
+        return;
+    buf = evbuffer_new();
+    if (cfg->backend_user != NULL)
+        evbuffer_add_printf(buf, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n",
+                            strlen(cfg->backend_user), cfg->backend_user);
+    else
+        evbuffer_add_printf(buf, "*2\r\n$4\r\nAUTH\r\n");
+    evbuffer_add_printf(buf, "$%zu\r\n%s\r\n", strlen(cfg->backend_password),
+                        cfg->backend_password);
+    backend_send_internal(conn, buf, NULL, NULL, NULL);
+    evbuffer_free(buf);
+}
+
 /* A new connection first authenticates (when configured), learns its
  * Redis client id and loads sluice's scripts, so EVALSHA rarely meets
  * NOSCRIPT. A one-shot connection only authenticates: it must get past a
@@ -236,19 +255,9 @@ int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
 static void backend_send_prelude(struct backend_conn *conn)
 {
     static const char client_id[] = "*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n";
-    const struct config *cfg = backend_cfg;
     struct evbuffer *buf = evbuffer_new();
 
-    if (cfg->backend_password != NULL) {
-        if (cfg->backend_user != NULL)
-            evbuffer_add_printf(buf, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n",
-                                strlen(cfg->backend_user), cfg->backend_user);
-        else
-            evbuffer_add_printf(buf, "*2\r\n$4\r\nAUTH\r\n");
-        evbuffer_add_printf(buf, "$%zu\r\n%s\r\n", strlen(cfg->backend_password),
-                            cfg->backend_password);
-        backend_send_internal(conn, buf, NULL, NULL, NULL);
-    }
+    backend_reauth(conn);
     if (conn->oneshot) {
         evbuffer_free(buf);
         return;

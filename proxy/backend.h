@@ -35,6 +35,10 @@ struct backend_conn *backend_private_conn(struct backend_node *node, struct clie
  * freed once its requests are answered. NULL as for backend_private_conn. */
 struct backend_conn *backend_control_conn(struct backend_node *node);
 
+/* Authenticate CONN again with sluice's backend credentials, when there
+ * are any: after a client's RESET, which logs a Redis connection out. */
+void backend_reauth(struct backend_conn *conn);
+
 /* Whether ID is the Redis client id, or ADDR ("ip:port", LEN bytes) the
  * address Redis sees, of one of sluice's own backend connections. */
 int backend_owns_client_id(long long id);

@@ -499,6 +499,7 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
 {
     static const char reset_reply[] = "+RESET\r\n";
     char head[sizeof(reset_reply) - 1];
+    int reset = 0;
 
     client_enter(c);
     /* In pub/sub mode only RESET answers with a status: the session is
@@ -507,6 +508,8 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         evbuffer_copyout(src, head, len) == (ssize_t)len && memcmp(head, reset_reply, len) == 0) {
         c->flags &= ~(unsigned)CLIENT_PASSTHROUGH;
         backend_set_passthrough(c->private_conn, 0);
+        backend_reauth(c->private_conn);   /* RESET logged Redis's connection out */
+        reset = 1;
         free(c->name);
         c->name = NULL;
         free(c->user);
@@ -516,7 +519,8 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         evbuffer_drain(src, len);   /* Redis 7.0 sends no messages under REPLY OFF either */
     else
         evbuffer_remove_buffer(src, client_output(c), len);
-    client_check_output_limit(c);
+    if (client_check_output_limit(c) == 0 && reset)
+        client_unblock(c);   /* commands after RESET go on, paired again */
     client_leave(c);
 }
 
@@ -709,6 +713,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             client_fail_send(c, req, err);
         return;
     }
+    if ((req->flags & REQ_RESET) && !unpaired)
+        backend_reauth(conn);   /* RESET logs Redis's connection out: never leave it so */
     if (!unpaired) {
         c->inflight++;
         c->inflight_conn = conn;
@@ -841,8 +847,14 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         c->stalled = req;
         return -1;
     }
+    /* Leaving pub/sub: what follows RESET must be paired with replies
+     * again, so it waits until Redis has answered RESET (+RESET, seen by
+     * client_on_passthrough). */
+    if (client_role(req) == ROLE_RESET && (c->flags & CLIENT_PASSTHROUGH) &&
+        !client_is_monitor(c))
+        client_block(c);
     client_send(c, req, conn, src);
-    return (c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ? -1 : 0;
+    return (c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT | CLIENT_BLOCKED)) ? -1 : 0;
 }
 
 /* The arguments of REQ as views over BASE, in STACK when they fit, else in

@@ -201,3 +201,54 @@ def test_reset(sluice, ref, clean):
             res.append(c.call_raw("GET", "rk"))
             out.append(res)
     assert out[0] == out[1]
+
+
+# --------------------------------------------------------------------------
+# RESET and the shared connections' promise
+
+
+def _raw_replies(conn, n):
+    return [conn.read_reply() for _ in range(n)]
+
+
+def _redis_with_password(redis_factory, password):
+    srv = redis_factory()
+    srv.client().config_set("requirepass", password)
+    return srv
+
+
+def test_reset_keeps_private_connection_authenticated(redis_factory, sluice_factory):
+    """RESET logs Redis's connection out; sluice logs it in again with its
+    backend credentials before anything else runs on it."""
+    srv = _redis_with_password(redis_factory, "pw")
+    s = sluice_factory(srv.port, backend_password="pw")
+    with s.raw() as c:
+        c.send(b"SELECT 1\r\nRESET\r\nSET x 1\r\nGET x\r\n")
+        assert _raw_replies(c, 4) == ["OK", "RESET", "OK", b"1"]
+    assert "refused sluice's own request" not in s.log_path.read_text()
+
+
+def test_commands_pipelined_after_reset_in_pubsub_are_answered(redis_factory, sluice_factory):
+    """Leaving pub/sub with RESET: commands in the same write as RESET get
+    their replies, after +RESET, also when Redis needs sluice's password."""
+    srv = _redis_with_password(redis_factory, "pw")
+    s = sluice_factory(srv.port, backend_password="pw")
+    with s.raw() as c:
+        c.send(b"SUBSCRIBE ch\r\nRESET\r\nSET y 1\r\nGET y\r\n")
+        got = _raw_replies(c, 4)
+    assert got[0] == [b"subscribe", b"ch", 1]
+    assert got[1:] == ["RESET", "OK", b"1"]
+
+
+def test_script_long_status_reply_keeps_shared_connection(sluice, r):
+    """A script may return a status or error line of any length: it is a
+    reply like another, not a reason to drop the connection everyone
+    shares (nor the requests of others in flight on it)."""
+    long_ok = r.eval("return redis.status_reply(string.rep('x', 100000))", 0)
+    assert long_ok in (b"x" * 100000, "x" * 100000, True)
+    with pytest.raises(redis.ResponseError) as e:
+        r.eval("return redis.error_reply(string.rep('y', 100000))", 0)
+    assert str(e.value).startswith("y" * 1000)
+    info = sluice.info()
+    assert info.get("backend_0", "").find("state=up") >= 0
+    assert "connection lost" not in sluice.log_path.read_text()
