@@ -48,6 +48,10 @@ static void *reqparse_on_string(const redisReadTask *task, char *str, size_t len
         return reqparse_fail("Protocol error: expected '$', got '%c'", '-');
     if (task->parent == NULL || p->cur == NULL)
         return reqparse_fail("Protocol error: expected '%c'", '*');
+    /* reqparse_check_pending_bulk refuses a long one by its header while
+     * the body is on its way; this catches one that came all at once. */
+    if ((long long)len > p->limits->max_bulk_len)
+        return reqparse_fail("Protocol error: invalid bulk length%c", '\0');
     /* r->buf[0] is input offset fed - r->len, whatever the reader compacted. */
     off = p->fed - r->len + (size_t)(str - r->buf);
     if (request_add_arg(p->cur, (uint32_t)off, (uint32_t)len) != 0)
