@@ -143,6 +143,15 @@ static void test_limits(void)
     reqparse_free(&p);
     evbuffer_drain(in, evbuffer_get_length(in));
 
+    /* A bulk length line with a lone CR is refused at once: the reader
+     * wants CRLF, so waiting for a body of that size would be in vain. */
+    reqparse_init(&p, &small);
+    evbuffer_add_printf(in, "*2\r\n$3\r\nGET\r\n$100010\rxyz");
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: invalid bulk length");
+    reqparse_free(&p);
+    evbuffer_drain(in, evbuffer_get_length(in));
+
     /* More arguments than allowed. */
     reqparse_init(&p, &small);
     evbuffer_add_printf(in, "*4\r\n");
