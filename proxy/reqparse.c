@@ -49,6 +49,10 @@ static void *reqparse_on_string(const redisReadTask *task, char *str, size_t len
         return reqparse_fail("Protocol error: expected '$', got '%c'", '-');
     if (task->parent == NULL || p->cur == NULL)
         return reqparse_fail("Protocol error: expected '%c'", '*');
+    /* reqparse_check_pending_bulk refuses a long one by its header while
+     * the body is on its way; this catches one that came all at once. */
+    if ((long long)len > p->limits->max_bulk_len)
+        return reqparse_fail("Protocol error: invalid bulk length%c", '\0');
     /* r->buf[0] is input offset fed - r->len, whatever the reader compacted. */
     off = p->fed - r->len + (size_t)(str - r->buf);
     if (request_add_arg(p->cur, (uint32_t)off, (uint32_t)len) != 0)
@@ -135,19 +139,31 @@ static int reqparse_reset_reader(struct reqparse *p)
 
 /* Check the header of a bulk string the reader is waiting for, so that a
  * too long one is refused before its body is buffered. The reader has
- * consumed the '$' already; its length line starts at r->pos. */
-static int reqparse_check_pending_bulk(struct reqparse *p)
+ * consumed the '$' already; its length line starts at r->pos. Returns -1
+ * when the header is bad, else 0 with *LINE_DONE set when the length line
+ * has ended, so that the size of the body is known. */
+static int reqparse_check_pending_bulk(struct reqparse *p, int *line_done)
 {
     redisReader *r = p->reader;
     const char *start = r->buf + r->pos;
     size_t avail = r->len - r->pos;
+    const char *cr;
     long long len;
 
+    *line_done = 0;
     if (r->ridx < 0 || r->rstack[r->ridx].type != REDIS_REPLY_STRING || avail == 0)
         return 0;
     /* A length line is short: look no further than its longest form. */
-    if (memchr(start, '\r', avail < 32 ? avail : 32) == NULL)
+    cr = memchr(start, '\r', avail < 32 ? avail : 32);
+    if (cr == NULL)
         return avail >= 32 ? -1 : 0;
+    if ((size_t)(cr - start) + 1 == avail)
+        return 0;   /* its '\n' is yet to come */
+    /* The reader ends lines only at CRLF: a lone CR dooms this header, so
+     * say so now rather than wait for a body of a size it never had. */
+    if (cr[1] != '\n')
+        return -1;
+    *line_done = 1;
     len = strtoll(start, NULL, 10);
     return len > p->limits->max_bulk_len ? -1 : 0;
 }
@@ -198,7 +214,8 @@ static int reqparse_resp(struct reqparse *p, struct evbuffer *in, struct request
     if (p->err[0] != '\0')
         return REQPARSE_ERROR;
     if (reply == NULL) {
-        if (reqparse_check_pending_bulk(p) != 0) {
+        int line_done;
+        if (reqparse_check_pending_bulk(p, &line_done) != 0) {
             snprintf(p->err, sizeof(p->err), "Protocol error: invalid bulk length");
             return REQPARSE_ERROR;
         }
@@ -207,7 +224,7 @@ static int reqparse_resp(struct reqparse *p, struct evbuffer *in, struct request
             return REQPARSE_ERROR;
         }
         size_t missing = respscan_reader_bulk_missing(r);
-        if (missing > REQPARSE_FEED_WHOLE)
+        if (line_done && missing > REQPARSE_FEED_WHOLE)
             p->hold_until = p->fed + missing;
         return REQPARSE_MORE;
     }

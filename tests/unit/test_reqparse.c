@@ -121,6 +121,7 @@ static void test_protocol_errors(void)
 static void test_limits(void)
 {
     static const struct reqparse_limits small = {1024 * 1024, 3};
+    static const struct reqparse_limits tiny = {4, 3};
     struct reqparse p;
     struct evbuffer *in = evbuffer_new();
     struct request *req;
@@ -129,6 +130,23 @@ static void test_limits(void)
     /* A bulk longer than proto_max_bulk_len is refused at its header. */
     reqparse_init(&p, &small);
     evbuffer_add_printf(in, "*2\r\n$3\r\nGET\r\n$%d\r\nabc", 2 * 1024 * 1024);
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: invalid bulk length");
+    reqparse_free(&p);
+    evbuffer_drain(in, evbuffer_get_length(in));
+
+    /* ...and so is one that arrives whole, body and all. */
+    reqparse_init(&p, &tiny);
+    evbuffer_add_printf(in, "*2\r\n$3\r\nGET\r\n$5\r\nabcde\r\n");
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: invalid bulk length");
+    reqparse_free(&p);
+    evbuffer_drain(in, evbuffer_get_length(in));
+
+    /* A bulk length line with a lone CR is refused at once: the reader
+     * wants CRLF, so waiting for a body of that size would be in vain. */
+    reqparse_init(&p, &small);
+    evbuffer_add_printf(in, "*2\r\n$3\r\nGET\r\n$100010\rxyz");
     CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
     CHECK_STR(p.err, "Protocol error: invalid bulk length");
     reqparse_free(&p);
