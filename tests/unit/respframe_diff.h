@@ -27,7 +27,8 @@
  *  - hiredis errors on a bad type byte as soon as it sees it; respframe waits
  *    for the line's CRLF (and errors then), so with the input cut short
  *    respframe may want more where hiredis has already failed.
- *  - hiredis has no line length limit; respframe refuses lines over 64 KB.
+ *  - hiredis has no line length limit; respframe refuses lines over
+ *    RESPFRAME_LINE_MAX (as long as a bulk may be).
  * Everything else must agree, and every reply respframe accepts must be
  * valid RESP2 (or RESP3) of exactly that length. */
 #ifndef SLUICE_RESPFRAME_DIFF_H
