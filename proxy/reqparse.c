@@ -67,36 +67,39 @@ static int reqparse_ll(const char *s, size_t len, long long *v)
     return 1;
 }
 
-/* The line at offset POS of IN, looked for in at most LIMIT bytes (copied
- * into BUF, of LIMIT bytes, when they cross chains). Points *LINE at it and
- * returns its length before the '\r'; -1 when the '\r' has not come yet;
- * -2 when LIMIT bytes have come without one. */
+/* The line at offset POS of IN, looked for in at most LIMIT bytes. Points
+ * *LINE at it (in the head chain, or at its first REQPARSE_LEN_LINE bytes
+ * copied into BUF) and returns its length before the '\r'; -1 when the '\r'
+ * has not come yet; -2 when LIMIT bytes have come without one. */
 static long reqparse_line(struct evbuffer *in, const struct reqparse_head *h, size_t pos,
                           size_t limit, char *buf, const char **line)
 {
-    size_t avail = evbuffer_get_length(in) - pos, look = avail < limit ? avail : limit;
-    struct evbuffer_ptr at;
-    struct evbuffer_iovec v;
+    size_t avail = evbuffer_get_length(in) - pos, look = avail < limit ? avail : limit, len;
+    struct evbuffer_ptr at, end;
     const char *cr;
 
     if (look == 0)
         return -1;
-    if (pos + look <= h->len) {
+    if (pos < h->len) {
+        size_t n = h->len - pos < look ? h->len - pos : look;
         *line = h->ptr + pos;
-    } else {
-        if (evbuffer_ptr_set(in, &at, pos, EVBUFFER_PTR_SET) != 0 ||
-            evbuffer_peek(in, (ssize_t)look, &at, &v, 1) < 1)
-            return -1;
-        *line = v.iov_base;
-        if (v.iov_len < look) {
-            evbuffer_copyout_from(in, &at, buf, look);
-            *line = buf;
-        }
+        cr = memchr(*line, '\r', n);
+        if (cr != NULL)
+            return (long)(cr - *line);
+        if (n == look)
+            return avail >= limit ? -2 : -1;
     }
-    cr = memchr(*line, '\r', look);
-    if (cr == NULL)
+    /* The line goes on past the head chain: find its end, and copy what
+     * a valid line can hold. */
+    if (evbuffer_ptr_set(in, &at, pos, EVBUFFER_PTR_SET) != 0)
+        return -1;
+    end = evbuffer_search(in, "\r", 1, &at);
+    if (end.pos < 0 || (size_t)end.pos - pos >= look)
         return avail >= limit ? -2 : -1;
-    return (long)(cr - *line);
+    len = (size_t)end.pos - pos;
+    evbuffer_copyout_from(in, &at, buf, len < REQPARSE_LEN_LINE ? len : REQPARSE_LEN_LINE);
+    *line = buf;
+    return (long)len;
 }
 
 /* reqparse_bulk_header's answer when the length line was read. */
@@ -173,16 +176,17 @@ static int reqparse_args(struct reqparse *p, struct evbuffer *in, const struct r
 static int reqparse_count(struct reqparse *p, struct evbuffer *in, const struct reqparse_head *h,
                           struct request **out)
 {
-    static char buf[REQPARSE_MAX_INLINE + 1];
+    char buf[REQPARSE_LEN_LINE];
     const char *line;
     long long n;
-    long len = reqparse_line(in, h, 0, sizeof(buf), buf, &line);
+    long len = reqparse_line(in, h, 0, REQPARSE_MAX_INLINE + 1, buf, &line);
 
     if (len == -2)
         return reqparse_fail(p, "Protocol error: too big mbulk count string%c", '\0');
     if (len < 0 || (size_t)len + 2 > evbuffer_get_length(in))
         return REQPARSE_MORE;
-    if (!reqparse_ll(line + 1, (size_t)len - 1, &n) || n < -1 || n > INT_MAX ||
+    if (len > REQPARSE_LEN_LINE || !reqparse_ll(line + 1, (size_t)len - 1, &n) || n < -1 ||
+        n > INT_MAX ||
         n > p->limits->max_multibulk_len)
         return reqparse_fail(p, "Protocol error: invalid multibulk length%c", '\0');
     if (n <= 0) {
