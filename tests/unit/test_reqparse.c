@@ -190,6 +190,40 @@ static void test_large_bulk_held_then_whole(void)
     free(body);
 }
 
+/* Every byte in a chain of its own: lines and arguments span chains. */
+static void test_one_chain_per_byte(void)
+{
+    static const char input[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"
+                                "*1\r\n$4\r\nPING\r\n*1\r\n$x\r\n";
+    struct reqparse p;
+    struct evbuffer *in = evbuffer_new();
+    struct request *req;
+    char out[64];
+    size_t o = 0;
+    int rc;
+
+    for (size_t i = 0; i < sizeof(input) - 1; i++) {
+        struct evbuffer *one = evbuffer_new();
+        evbuffer_add(one, input + i, 1);
+        evbuffer_add_buffer(in, one);
+        evbuffer_free(one);
+    }
+    reqparse_init(&p, &limits);
+    while ((rc = reqparse_next(&p, in, &req)) == REQPARSE_REQUEST) {
+        const char *base = (const char *)evbuffer_pullup(in, (ssize_t)req->raw_len);
+        for (int i = 0; i < req->argc; i++)
+            o += (size_t)snprintf(out + o, sizeof(out) - o, "%.*s|", (int)req->args[i].len,
+                                  base + req->args[i].off);
+        evbuffer_drain(in, req->raw_len);
+        request_free(req);
+    }
+    CHECK_STR(out, "SET|k|hello|PING|");
+    CHECK(rc == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: invalid bulk length");
+    reqparse_free(&p);
+    evbuffer_free(in);
+}
+
 /* An mbulk count line with no end, longer than an inline command. */
 static void test_too_big_count_line(void)
 {
@@ -338,4 +372,5 @@ UNIT_MAIN("reqparse",
           {"limits", test_limits},
           {"large bulk framed once whole", test_large_bulk_held_then_whole},
           {"too big mbulk count line", test_too_big_count_line},
+          {"one chain per byte", test_one_chain_per_byte},
           {"argv of a large request", test_argv_large_request})
