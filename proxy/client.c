@@ -47,7 +47,6 @@
 #include "stats.h"
 #include "throttle.h"
 
-#define CLIENT_ARGV_STACK 32
 /* libevent reads 16 KB a callback by default: large values want more. */
 #define CLIENT_MAX_SINGLE_READ (256 * 1024)
 
@@ -857,17 +856,6 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     return (c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT | CLIENT_BLOCKED)) ? -1 : 0;
 }
 
-/* The arguments of REQ as views over BASE, in STACK when they fit, else in
- * a heap array the caller frees when it is not STACK. */
-static struct sv *client_argv(const struct request *req, const char *base, struct sv *stack)
-{
-    struct sv *argv = req->argc > CLIENT_ARGV_STACK ? malloc(sizeof(*argv) * (size_t)req->argc)
-                                                     : stack;
-
-    request_argv(req, base, argv);
-    return argv;
-}
-
 /* Refuse REQ (framed, not queued), whose command cannot keep the shared
  * connections' promise, with the reason placement.c gives. Nothing is
  * sent to Redis, and no rule takes a token. */
@@ -885,16 +873,22 @@ static void client_refuse_placed(struct client *c, struct request *req, const ch
  * stop (the request waits, or the client is closing). */
 static int client_handle(struct client *c, struct request *req, struct evbuffer *in)
 {
-    struct sv stack_argv[CLIENT_ARGV_STACK], *argv;
     struct evbuffer *src = req->raw != NULL ? NULL : in;
     struct throttle_decision decision;
     struct placement place;
-    const char *base;
+    struct req_argv views;
+    const struct sv *argv;
     int rc;
 
-    base = (const char *)evbuffer_pullup(src != NULL ? src : req->raw, (ssize_t)req->raw_len);
-    argv = client_argv(req, base, stack_argv);
     req->client = c;
+    if (request_argv_open(&views, req, src != NULL ? src : req->raw) != 0) {
+        request_argv_close(&views);
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse(c, req, "OOM sluice is out of memory");
+        return c->closing ? -1 : 0;
+    }
+    argv = views.argv;
     req->cmd = commands_resolve(req->argc, argv);
     STAT_INC(total_requests);
     if (req->cmd != NULL)
@@ -927,25 +921,25 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         rc = 0;   /* the loop stops while blocked: it may be released already */
         break;
     }
-    if (argv != stack_argv)
-        free(argv);
+    request_argv_close(&views);
     return rc;
 }
 
 void client_release_held(struct client *c, struct request *req, const char *error)
 {
-    struct sv stack_argv[CLIENT_ARGV_STACK], *argv;
+    struct req_argv views;
 
     client_enter(c);
     c->flags &= ~(unsigned)CLIENT_BLOCKED;
     if (error != NULL) {
         client_refuse(c, req, error);
+    } else if (request_argv_open(&views, req, req->raw) != 0) {
+        client_refuse(c, req, "OOM sluice is out of memory");
     } else {
-        argv = client_argv(req, (const char *)evbuffer_pullup(req->raw, -1), stack_argv);
-        client_dispatch(c, req, argv, NULL);
-        if (argv != stack_argv)
-            free(argv);
+        client_dispatch(c, req, views.argv, NULL);
     }
+    if (error == NULL)
+        request_argv_close(&views);
     /* The held request may block the client again (a LOCK that waits). */
     if (!(c->flags & CLIENT_BLOCKED))
         client_process_input(c);

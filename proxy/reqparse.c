@@ -1,244 +1,236 @@
-/* reqparse.c - owns request framing. hiredis's reader finds where a RESP
- * request ends; its callbacks record each argument as an offset into the
- * client's input buffer, so no argument is copied. Inline commands are
- * split here and rewritten as RESP, so the rest of sluice sees one form.
+/* reqparse.c - owns request framing. A RESP request is framed here by
+ * reading its length lines and skipping its payloads by arithmetic, so no
+ * byte is copied: each argument is recorded as an offset into the client's
+ * input buffer, and framing resumes where it stopped when more bytes come.
+ * Inline commands are split here and rewritten as RESP, so the rest of
+ * sluice sees one form. Lines are read as Redis reads them: up to the first
+ * '\r', whatever byte follows it.
  *
- *   input evbuffer: | request 1 | request 2 | partial ... |
- *                   ^ offset 0    (all of it up to `fed` is in the reader)
+ *   input evbuffer: | request 1 | request 2 | partial ...  |
+ *                   ^ offset 0               ^ p->pos (framed up to)
  */
 #include "reqparse.h"
 
 #include <event2/buffer.h>
-#include <hiredis/read.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "request.h"
-#include "respscan.h"
 
-/* Redis's PROTO_INLINE_MAX_SIZE. It is the only bound on an inline
- * command: its argument count follows from it. */
 #define REQPARSE_MAX_INLINE (64 * 1024)
-/* Bulk strings missing more than this are fed to the reader in one piece. */
-#define REQPARSE_FEED_WHOLE (64 * 1024)
+/* A bulk length line holds at most this many bytes after the '$': no valid
+ * length is longer, so a longer one is refused without waiting for more. */
+#define REQPARSE_LEN_LINE 32
 
-/* The parser whose reader is running: the reader's callbacks get only a
- * task, and sluice is single-threaded. */
-static struct reqparse *reqparse_active;
-static char reqparse_dummy;
-
-static void *reqparse_fail(const char *fmt, char got)
-{
-    struct reqparse *p = reqparse_active;
-
-    if (p->err[0] == '\0')
-        snprintf(p->err, sizeof(p->err), fmt, got);
-    return &reqparse_dummy;
-}
-
-static void *reqparse_on_string(const redisReadTask *task, char *str, size_t len)
-{
-    struct reqparse *p = reqparse_active;
-    redisReader *r = p->reader;
-    size_t off;
-
-    if (task->type == REDIS_REPLY_STATUS)
-        return reqparse_fail("Protocol error: expected '$', got '%c'", '+');
-    if (task->type == REDIS_REPLY_ERROR)
-        return reqparse_fail("Protocol error: expected '$', got '%c'", '-');
-    if (task->parent == NULL || p->cur == NULL)
-        return reqparse_fail("Protocol error: expected '%c'", '*');
-    /* reqparse_check_pending_bulk refuses a long one by its header while
-     * the body is on its way; this catches one that came all at once. */
-    if ((long long)len > p->limits->max_bulk_len)
-        return reqparse_fail("Protocol error: invalid bulk length%c", '\0');
-    /* r->buf[0] is input offset fed - r->len, whatever the reader compacted. */
-    off = p->fed - r->len + (size_t)(str - r->buf);
-    if (request_add_arg(p->cur, (uint32_t)off, (uint32_t)len) != 0)
-        return NULL;
-    return &reqparse_dummy;
-}
-
-static void *reqparse_on_array(const redisReadTask *task, size_t elements)
-{
-    struct reqparse *p = reqparse_active;
-
-    if (task->parent != NULL)
-        return reqparse_fail("Protocol error: expected '$', got '%c'", '*');
-    if ((long long)elements > p->limits->max_multibulk_len)
-        return reqparse_fail("Protocol error: invalid multibulk length%c", '\0');
-    if (elements > 0 && p->cur == NULL) {
-        p->cur = request_new();
-        if (p->cur == NULL)
-            return NULL;
-    }
-    return &reqparse_dummy;
-}
-
-static void *reqparse_on_integer(const redisReadTask *task, long long value)
-{
-    (void)task;
-    (void)value;
-    return reqparse_fail("Protocol error: expected '$', got '%c'", ':');
-}
-
-static void *reqparse_on_nil(const redisReadTask *task)
-{
-    if (task->parent == NULL)
-        return &reqparse_dummy;  /* *-1: an empty command, like Redis skips */
-    return reqparse_fail("Protocol error: invalid bulk length%c", '\0');
-}
-
-static void reqparse_free_object(void *obj)
-{
-    (void)obj;
-}
-
-/* hiredis 0.14 declares createArray with an int count. */
-static void *reqparse_on_array_int(const redisReadTask *task, int elements)
-{
-    return reqparse_on_array(task, elements < 0 ? 0 : (size_t)elements);
-}
-
-static redisReplyObjectFunctions reqparse_functions = {
-    .createString = reqparse_on_string,
-    .createArray = reqparse_on_array_int,
-    .createInteger = reqparse_on_integer,
-    .createNil = reqparse_on_nil,
-    .freeObject = reqparse_free_object,
+/* The head of the input as one contiguous piece (its first chain), where
+ * small requests are framed without asking libevent for each line. */
+struct reqparse_head {
+    const char *ptr;
+    size_t len;
 };
+
+static int reqparse_fail(struct reqparse *p, const char *fmt, char got)
+{
+    snprintf(p->err, sizeof(p->err), fmt, got);
+    return REQPARSE_ERROR;
+}
+
+/* Parse LEN bytes as Redis's string2ll does: an optional '-', then digits
+ * without a leading zero (or just "0"), no overflow. Returns 1 and sets *V,
+ * or 0. */
+static int reqparse_ll(const char *s, size_t len, long long *v)
+{
+    unsigned long long n = 0, limit = (unsigned long long)LLONG_MAX;
+    size_t i = 0;
+    int neg = 0;
+
+    if (len == 1 && s[0] == '0') {
+        *v = 0;
+        return 1;
+    }
+    if (len > 0 && s[0] == '-') {
+        neg = 1;
+        limit++;
+        i++;
+    }
+    if (i >= len || s[i] < '1' || s[i] > '9')
+        return 0;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9' || n > (limit - (unsigned)(s[i] - '0')) / 10)
+            return 0;
+        n = n * 10 + (unsigned)(s[i] - '0');
+    }
+    *v = neg ? (long long)(0 - n) : (long long)n;
+    return 1;
+}
+
+/* The line at offset POS of IN, looked for in at most LIMIT bytes. Points
+ * *LINE at it (in the head chain, or at its first REQPARSE_LEN_LINE bytes
+ * copied into BUF) and returns its length before the '\r'; -1 when the '\r'
+ * has not come yet; -2 when LIMIT bytes have come without one. */
+static long reqparse_line(struct evbuffer *in, const struct reqparse_head *h, size_t pos,
+                          size_t limit, char *buf, const char **line)
+{
+    size_t avail = evbuffer_get_length(in) - pos, look = avail < limit ? avail : limit, len;
+    struct evbuffer_ptr at, end;
+    const char *cr;
+
+    if (look == 0)
+        return -1;
+    if (pos < h->len) {
+        size_t n = h->len - pos < look ? h->len - pos : look;
+        *line = h->ptr + pos;
+        cr = memchr(*line, '\r', n);
+        if (cr != NULL)
+            return (long)(cr - *line);
+        if (n == look)
+            return avail >= limit ? -2 : -1;
+    }
+    /* The line goes on past the head chain: find its end, and copy what
+     * a valid line can hold. */
+    if (evbuffer_ptr_set(in, &at, pos, EVBUFFER_PTR_SET) != 0)
+        return -1;
+    end = evbuffer_search(in, "\r", 1, &at);
+    if (end.pos < 0 || (size_t)end.pos - pos >= look)
+        return avail >= limit ? -2 : -1;
+    len = (size_t)end.pos - pos;
+    evbuffer_copyout_from(in, &at, buf, len < REQPARSE_LEN_LINE ? len : REQPARSE_LEN_LINE);
+    *line = buf;
+    return (long)len;
+}
+
+/* reqparse_bulk_header's answer when the length line was read. */
+#define REQPARSE_HEADER_READ (-1)
+
+/* Read the length line of the next bulk string at p->pos: sets p->bulk_len
+ * and moves p->pos to its payload. Returns REQPARSE_HEADER_READ,
+ * REQPARSE_MORE or REQPARSE_ERROR. */
+static int reqparse_bulk_header(struct reqparse *p, struct evbuffer *in,
+                                const struct reqparse_head *h)
+{
+    size_t have = evbuffer_get_length(in);
+    char buf[REQPARSE_LEN_LINE];
+    struct evbuffer_ptr at;
+    const char *line;
+    long long n;
+    long len;
+
+    if (p->pos >= have)
+        return REQPARSE_MORE;
+    if (p->pos < h->len)
+        buf[0] = h->ptr[p->pos];
+    else if (evbuffer_ptr_set(in, &at, p->pos, EVBUFFER_PTR_SET) != 0 ||
+             evbuffer_copyout_from(in, &at, buf, 1) != 1)
+        return REQPARSE_MORE;
+    if (buf[0] != '$')
+        return reqparse_fail(p, "Protocol error: expected '$', got '%c'", buf[0]);
+    len = reqparse_line(in, h, p->pos + 1, REQPARSE_LEN_LINE, buf, &line);
+    if (len == -2)
+        return reqparse_fail(p, "Protocol error: invalid bulk length%c", '\0');
+    if (len < 0)
+        return REQPARSE_MORE;
+    if (!reqparse_ll(line, (size_t)len, &n) || n < 0 || n > p->limits->max_bulk_len)
+        return reqparse_fail(p, "Protocol error: invalid bulk length%c", '\0');
+    if (p->pos + 1 + (size_t)len + 2 > have)
+        return REQPARSE_MORE;   /* the byte after '\r' is not there yet */
+    p->pos += 1 + (size_t)len + 2;
+    p->bulk_len = n;
+    return REQPARSE_HEADER_READ;
+}
+
+/* Frame the arguments of p->cur from p->pos on, as far as IN goes. */
+static int reqparse_args(struct reqparse *p, struct evbuffer *in, const struct reqparse_head *h,
+                         struct request **out)
+{
+    size_t have = evbuffer_get_length(in);
+    struct request *req;
+
+    while (p->args_left > 0) {
+        if (p->bulk_len < 0) {
+            int rc = reqparse_bulk_header(p, in, h);
+            if (rc != REQPARSE_HEADER_READ)
+                return rc;
+        }
+        if (have - p->pos < (size_t)p->bulk_len + 2)
+            return REQPARSE_MORE;
+        if (request_add_arg(p->cur, p->pos, (size_t)p->bulk_len) != 0)
+            return reqparse_fail(p, "Protocol error: out of memory%c", '\0');
+        p->pos += (size_t)p->bulk_len + 2;
+        p->bulk_len = -1;
+        p->args_left--;
+    }
+    req = p->cur;
+    req->raw_len = p->pos;
+    p->cur = NULL;
+    p->pos = 0;
+    *out = req;
+    return REQPARSE_REQUEST;
+}
+
+/* A request's first line, "*<count>\r\n", at the head of IN. Like Redis,
+ * a line longer than an inline command may be is refused; *0 and *-1 are
+ * empty commands. */
+static int reqparse_count(struct reqparse *p, struct evbuffer *in, const struct reqparse_head *h,
+                          struct request **out)
+{
+    char buf[REQPARSE_LEN_LINE];
+    const char *line;
+    long long n;
+    long len = reqparse_line(in, h, 0, REQPARSE_MAX_INLINE + 1, buf, &line);
+
+    if (len == -2)
+        return reqparse_fail(p, "Protocol error: too big mbulk count string%c", '\0');
+    if (len < 0 || (size_t)len + 2 > evbuffer_get_length(in))
+        return REQPARSE_MORE;
+    if (len > REQPARSE_LEN_LINE || !reqparse_ll(line + 1, (size_t)len - 1, &n) || n < -1 ||
+        n > INT_MAX ||
+        n > p->limits->max_multibulk_len)
+        return reqparse_fail(p, "Protocol error: invalid multibulk length%c", '\0');
+    if (n <= 0) {
+        evbuffer_drain(in, (size_t)len + 2);
+        return REQPARSE_SKIP;
+    }
+    p->cur = request_new();
+    if (p->cur == NULL)
+        return reqparse_fail(p, "Protocol error: out of memory%c", '\0');
+    p->pos = (size_t)len + 2;
+    p->args_left = n;
+    p->bulk_len = -1;
+    return reqparse_args(p, in, h, out);
+}
 
 int reqparse_init(struct reqparse *p, const struct reqparse_limits *limits)
 {
     memset(p, 0, sizeof(*p));
     p->limits = limits;
-    p->reader = redisReaderCreateWithFunctions(&reqparse_functions);
-    return p->reader != NULL ? 0 : -1;
+    p->bulk_len = -1;
+    return 0;
 }
 
 void reqparse_free(struct reqparse *p)
 {
-    if (p->reader != NULL)
-        redisReaderFree(p->reader);
     request_free(p->cur);
-    p->reader = NULL;
     p->cur = NULL;
-}
-
-/* Drop whatever the reader holds: the bytes after a finished request are
- * not RESP (an inline command follows), so start it afresh. */
-static int reqparse_reset_reader(struct reqparse *p)
-{
-    redisReaderFree(p->reader);
-    p->reader = redisReaderCreateWithFunctions(&reqparse_functions);
-    p->fed = 0;
-    return p->reader != NULL ? 0 : -1;
-}
-
-
-/* Check the header of a bulk string the reader is waiting for, so that a
- * too long one is refused before its body is buffered. The reader has
- * consumed the '$' already; its length line starts at r->pos. Returns -1
- * when the header is bad, else 0 with *LINE_DONE set when the length line
- * has ended, so that the size of the body is known. */
-static int reqparse_check_pending_bulk(struct reqparse *p, int *line_done)
-{
-    redisReader *r = p->reader;
-    const char *start = r->buf + r->pos;
-    size_t avail = r->len - r->pos;
-    const char *cr;
-    long long len;
-
-    *line_done = 0;
-    if (r->ridx < 0 || r->rstack[r->ridx].type != REDIS_REPLY_STRING || avail == 0)
-        return 0;
-    /* A length line is short: look no further than its longest form. */
-    cr = memchr(start, '\r', avail < 32 ? avail : 32);
-    if (cr == NULL)
-        return avail >= 32 ? -1 : 0;
-    if ((size_t)(cr - start) + 1 == avail)
-        return 0;   /* its '\n' is yet to come */
-    /* The reader ends lines only at CRLF: a lone CR dooms this header, so
-     * say so now rather than wait for a body of a size it never had. */
-    if (cr[1] != '\n')
-        return -1;
-    *line_done = 1;
-    len = strtoll(start, NULL, 10);
-    return len > p->limits->max_bulk_len ? -1 : 0;
-}
-
-/* A request's first line (*<count>) longer than an inline command may be,
- * with no end in sight: Redis gives up on it, and so do we. */
-static int reqparse_header_too_long(const struct reqparse *p, struct evbuffer *in)
-{
-    struct evbuffer_ptr eol;
-
-    if (p->cur != NULL || evbuffer_get_length(in) <= REQPARSE_MAX_INLINE)
-        return 0;
-    eol = evbuffer_search(in, "\n", 1, NULL);
-    return eol.pos < 0 || eol.pos > REQPARSE_MAX_INLINE;
-}
-
-static const char *reqparse_reader_error(redisReader *r)
-{
-    const char *e = r->errstr;
-
-    /* hiredis's own words for what Redis calls these. */
-    if (strstr(e, "Bad multi-bulk length") || strstr(e, "Multi-bulk length out of range"))
-        return "Protocol error: invalid multibulk length";
-    if (strstr(e, "Bad bulk string length") || strstr(e, "Bulk string length out of range"))
-        return "Protocol error: invalid bulk length";
-    if (strstr(e, "nested multi bulk"))
-        return "Protocol error: expected '$', got '*'";
-    return "Protocol error: invalid request";
 }
 
 static int reqparse_resp(struct reqparse *p, struct evbuffer *in, struct request **out)
 {
-    redisReader *r = p->reader;
-    void *reply = NULL;
-    struct request *req;
-    size_t len;
+    struct reqparse_head h = {NULL, 0};
+    struct evbuffer_iovec v;
 
-    if (evbuffer_get_length(in) < p->hold_until)
+    /* Waiting for a payload: nothing to look at until all of it is here. */
+    if (p->cur != NULL && p->bulk_len >= 0 &&
+        evbuffer_get_length(in) - p->pos < (size_t)p->bulk_len + 2)
         return REQPARSE_MORE;
-    p->hold_until = 0;
-    p->fed = respscan_feed(p->reader, in, p->fed);
-    reqparse_active = p;
-    if (redisReaderGetReply(r, &reply) != 0) {
-        if (p->err[0] == '\0')
-            snprintf(p->err, sizeof(p->err), "%s", reqparse_reader_error(r));
-        return REQPARSE_ERROR;
+    if (evbuffer_peek(in, -1, NULL, &v, 1) >= 1) {
+        h.ptr = v.iov_base;
+        h.len = v.iov_len;
     }
-    if (p->err[0] != '\0')
-        return REQPARSE_ERROR;
-    if (reply == NULL) {
-        int line_done;
-        if (reqparse_check_pending_bulk(p, &line_done) != 0) {
-            snprintf(p->err, sizeof(p->err), "Protocol error: invalid bulk length");
-            return REQPARSE_ERROR;
-        }
-        if (reqparse_header_too_long(p, in)) {
-            snprintf(p->err, sizeof(p->err), "Protocol error: too big mbulk count string");
-            return REQPARSE_ERROR;
-        }
-        size_t missing = respscan_reader_bulk_missing(r);
-        if (line_done && missing > REQPARSE_FEED_WHOLE)
-            p->hold_until = p->fed + missing;
-        return REQPARSE_MORE;
-    }
-    len = p->fed - (r->len - r->pos);
-    req = p->cur;
-    p->cur = NULL;
-    p->fed -= len;
-    if (req == NULL) {
-        evbuffer_drain(in, len);
-        return REQPARSE_SKIP;
-    }
-    req->raw_len = len;
-    *out = req;
-    return REQPARSE_REQUEST;
+    if (p->cur == NULL)
+        return reqparse_count(p, in, &h, out);
+    return reqparse_args(p, in, &h, out);
 }
 
 static int reqparse_hex(char c)
@@ -410,8 +402,6 @@ int reqparse_next(struct reqparse *p, struct evbuffer *in, struct request **out)
     if (evbuffer_get_length(in) == 0)
         return REQPARSE_MORE;
     if (p->cur == NULL && evbuffer_copyout(in, &first, 1) == 1 && first != '*') {
-        if (p->fed > 0 && reqparse_reset_reader(p) != 0)
-            return REQPARSE_ERROR;
         return reqparse_inline(p, in, out);
     }
     return reqparse_resp(p, in, out);

@@ -1,6 +1,6 @@
-/* reqparse.h - frames client requests: RESP arrays of bulk strings through
- * hiredis's reader, and inline commands ("SET a 1\r\n") by hand, with
- * Redis's limits and Redis's protocol error texts. */
+/* reqparse.h - frames client requests: RESP arrays of bulk strings and
+ * inline commands ("SET a 1\r\n"), with Redis's limits and Redis's
+ * protocol error texts. */
 #ifndef SLUICE_REQPARSE_H
 #define SLUICE_REQPARSE_H
 
@@ -15,10 +15,10 @@ struct reqparse_limits {
 };
 
 struct reqparse {
-    void *reader;                  /* redisReader */
-    size_t fed;                    /* head bytes of the input given to the reader */
-    size_t hold_until;             /* feed nothing until the input has this many */
-    struct request *cur;           /* being built by the reader callbacks */
+    struct request *cur;           /* being framed: the arguments found so far */
+    size_t pos;                    /* input offset framed up to (cur != NULL) */
+    long long args_left;           /* bulk strings still to come in cur */
+    long long bulk_len;            /* -1: a length line is next; else the payload's */
     const struct reqparse_limits *limits;
     char err[128];                 /* protocol error, without "-ERR " */
 };

@@ -1,10 +1,17 @@
 /* request.c - owns allocation of requests (with a free list, since one is
- * made and freed per command) and their argument arrays. */
+ * made and freed per command), their argument arrays, and the views of
+ * their arguments (never a copy of a large value). */
 #include "request.h"
 
 #include <event2/buffer.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "commands.h"
+
+/* Requests up to this size are made contiguous; larger arguments are
+ * copied only when sluice reads them. */
+#define REQUEST_PULLUP_MAX (64 * 1024)
 
 #define REQUEST_FREELIST_MAX 4096
 
@@ -52,7 +59,7 @@ void request_free(struct request *req)
     free(req);
 }
 
-int request_add_arg(struct request *req, uint32_t off, uint32_t len)
+int request_add_arg(struct request *req, size_t off, size_t len)
 {
     if (req->argc == req->args_cap) {
         int cap = req->args_cap * 2;
@@ -76,12 +83,150 @@ int request_add_arg(struct request *req, uint32_t off, uint32_t len)
     return 0;
 }
 
-void request_argv(const struct request *req, const char *base, struct sv *argv)
+/* Where the request's bytes lie: the chains of SRC that hold them. */
+struct request_chains {
+    struct evbuffer_iovec *vec;
+    int n;
+    size_t *start;                 /* offset of each chain's first byte */
+};
+
+/* The chain holding offset OFF (binary search over the chain starts). */
+static int request_chain_of(const struct request_chains *ch, size_t off)
 {
-    for (int i = 0; i < req->argc; i++) {
-        argv[i].ptr = base + req->args[i].off;
-        argv[i].len = req->args[i].len;
+    int lo = 0, hi = ch->n - 1;
+
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (ch->start[mid] <= off)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
+    return lo;
+}
+
+/* Point argument I's view at its bytes: where they lie when in one chain,
+ * else (with COPY) at a copy, else at NULL. Returns -1 when out of memory. */
+static int request_view_arg(struct req_argv *a, const struct request *req,
+                            const struct request_chains *ch, int i, int copy)
+{
+    size_t off = req->args[i].off, len = req->args[i].len, done = 0;
+    int c = request_chain_of(ch, off);
+    char *dst;
+
+    a->argv[i].len = len;
+    if (off + len <= ch->start[c] + ch->vec[c].iov_len) {
+        a->argv[i].ptr = (const char *)ch->vec[c].iov_base + (off - ch->start[c]);
+        return 0;
+    }
+    a->argv[i].ptr = NULL;
+    if (!copy)
+        return 0;
+    if (a->copies == NULL && (a->copies = calloc((size_t)req->argc, sizeof(char *))) == NULL)
+        return -1;
+    dst = a->copies[i] = malloc(len);
+    if (dst == NULL)
+        return -1;
+    for (; done < len; c++) {
+        size_t from = off + done - ch->start[c], n = ch->vec[c].iov_len - from;
+        if (n > len - done)
+            n = len - done;
+        memcpy(dst + done, (const char *)ch->vec[c].iov_base + from, n);
+        done += n;
+    }
+    a->argv[i].ptr = dst;
+    return 0;
+}
+
+/* Copy the arguments left NULL that sluice reads (see request_argv_open):
+ * all of them for a command the table does not know or a connection
+ * command, else the keys. */
+static int request_view_read_args(struct req_argv *a, const struct request *req,
+                                  const struct request_chains *ch)
+{
+    const struct command *cmd = commands_resolve(req->argc, a->argv);
+    int *keys, n, rc = 0;
+
+    if (cmd == NULL || (cmd->acl_categories & ACL_CONNECTION)) {
+        for (int i = 0; i < req->argc && rc == 0; i++) {
+            if (a->argv[i].ptr == NULL)
+                rc = request_view_arg(a, req, ch, i, 1);
+        }
+        return rc;
+    }
+    keys = malloc(sizeof(*keys) * (size_t)req->argc);
+    if (keys == NULL)
+        return -1;
+    n = commands_keys(cmd, req->argc, a->argv, keys, req->argc);
+    for (int k = 0; k < n && rc == 0; k++) {
+        if (a->argv[keys[k]].ptr == NULL)
+            rc = request_view_arg(a, req, ch, keys[k], 1);
+    }
+    free(keys);
+    return rc;
+}
+
+/* request_argv_open for a request over REQUEST_PULLUP_MAX bytes. */
+static int request_argv_spread(struct req_argv *a, const struct request *req,
+                               struct evbuffer *src)
+{
+    struct request_chains ch = {NULL, 0, NULL};
+    int rc = -1, deferred = 0;
+
+    ch.n = evbuffer_peek(src, (ssize_t)req->raw_len, NULL, NULL, 0);
+    ch.vec = malloc(sizeof(*ch.vec) * (size_t)ch.n);
+    ch.start = malloc(sizeof(*ch.start) * (size_t)ch.n);
+    if (ch.n < 1 || ch.vec == NULL || ch.start == NULL)
+        goto out;
+    evbuffer_peek(src, (ssize_t)req->raw_len, NULL, ch.vec, ch.n);
+    for (int c = 0; c < ch.n; c++)
+        ch.start[c] = c == 0 ? 0 : ch.start[c - 1] + ch.vec[c - 1].iov_len;
+    for (int i = 0; i < req->argc; i++) {
+        int copy = i < 2 || req->args[i].len <= REQUEST_PULLUP_MAX;
+        if (request_view_arg(a, req, &ch, i, copy) != 0)
+            goto out;
+        deferred |= a->argv[i].ptr == NULL;
+    }
+    rc = deferred ? request_view_read_args(a, req, &ch) : 0;
+out:
+    free(ch.vec);
+    free(ch.start);
+    return rc;
+}
+
+int request_argv_open(struct req_argv *a, const struct request *req, struct evbuffer *src)
+{
+    const char *base;
+
+    a->copies = NULL;
+    a->argc = req->argc;
+    a->argv = req->argc > REQ_ARGV_STACK ? malloc(sizeof(*a->argv) * (size_t)req->argc)
+                                         : a->stack;
+    if (a->argv == NULL)
+        return -1;
+    if (req->raw_len > REQUEST_PULLUP_MAX)
+        return request_argv_spread(a, req, src);
+    base = (const char *)evbuffer_pullup(src, (ssize_t)req->raw_len);
+    if (base == NULL && req->raw_len > 0)
+        return -1;
+    for (int i = 0; i < req->argc; i++) {
+        a->argv[i].ptr = base + req->args[i].off;
+        a->argv[i].len = req->args[i].len;
+    }
+    return 0;
+}
+
+void request_argv_close(struct req_argv *a)
+{
+    if (a->copies != NULL) {
+        for (int i = 0; i < a->argc; i++)
+            free(a->copies[i]);
+        free(a->copies);
+        a->copies = NULL;
+    }
+    if (a->argv != a->stack)
+        free(a->argv);
+    a->argv = a->stack;
 }
 
 int request_take_raw(struct request *req, struct evbuffer *src)

@@ -51,8 +51,8 @@ enum request_flag {
 };
 
 struct req_arg {
-    uint32_t off;
-    uint32_t len;
+    size_t off;                    /* from the start of the request's bytes */
+    size_t len;
 };
 
 #define REQ_ARGS_INLINE 6
@@ -86,11 +86,33 @@ struct request *request_new(void);
 void request_free(struct request *req);
 
 /* Record argument N at OFF/LEN, growing the argument array. -1 on OOM. */
-int request_add_arg(struct request *req, uint32_t off, uint32_t len);
+int request_add_arg(struct request *req, size_t off, size_t len);
 
-/* Fill ARGV[0..argc) with views of the arguments over BASE, the request's
- * contiguous raw bytes. ARGV must hold req->argc entries. */
-void request_argv(const struct request *req, const char *base, struct sv *argv);
+#define REQ_ARGV_STACK 32
+
+/* A request's arguments as views (argv[0..req->argc)), and what backs the
+ * views that could not point into the request's bytes. */
+struct req_argv {
+    struct sv *argv;               /* stack, or the heap for many arguments */
+    struct sv stack[REQ_ARGV_STACK];
+    char **copies;                 /* per argument: its copy, or NULL */
+    int argc;
+};
+
+/* Views of REQ's arguments over SRC, whose first raw_len bytes are the
+ * request. A request of up to 64 KB is made contiguous in SRC (pulled up).
+ * A larger one is never copied whole: an argument lying in one chain of SRC
+ * is viewed where it lies; one spanning chains is copied, except one over
+ * 64 KB that sluice never reads: then its view is {NULL, len}. sluice reads
+ * the command name, argv[1] (subcommand or first key), every key, and every
+ * argument of a command the table does not know (LOCK, PROXY...) or of a
+ * connection command (AUTH, HELLO, CLIENT SETNAME); so a NULL view is only
+ * ever a data value, which sluice forwards and compares with nothing
+ * (sv_ieq and numkeys parsing check the length first). The views stay valid
+ * while SRC's bytes stay. Returns 0, or -1 when out of memory. Release
+ * with request_argv_close, either way. */
+int request_argv_open(struct req_argv *a, const struct request *req, struct evbuffer *src);
+void request_argv_close(struct req_argv *a);
 
 /* Make the request own its bytes: move raw_len bytes from the head of SRC
  * into req->raw. */

@@ -3,6 +3,7 @@
 #include <event2/buffer.h>
 #include <stdlib.h>
 
+#include "commands.h"
 #include "reqparse.h"
 #include "request.h"
 #include "unit.h"
@@ -114,6 +115,12 @@ static void test_protocol_errors(void)
     check_error("*a\r\n", "Protocol error: invalid multibulk length");
     check_error("*1\r\n$x\r\n", "Protocol error: invalid bulk length");
     check_error("*1\r\n$-1\r\n", "Protocol error: invalid bulk length");
+    check_error("*1\r\nx\r\n", "Protocol error: expected '$', got 'x'");
+    check_error("*01\r\n", "Protocol error: invalid multibulk length");
+    check_error("*3000000000\r\n", "Protocol error: invalid multibulk length");
+    check_error("*1\r\n$01\r\n", "Protocol error: invalid bulk length");
+    check_error("*1\r\n$123456789012345678901234567890123\r\n",
+                "Protocol error: invalid bulk length");
     check_error("SET \"a\r\n", "Protocol error: unbalanced quotes in request");
     check_error("SET 'a'b\r\n", "Protocol error: unbalanced quotes in request");
 }
@@ -143,12 +150,13 @@ static void test_limits(void)
     reqparse_free(&p);
     evbuffer_drain(in, evbuffer_get_length(in));
 
-    /* A bulk length line with a lone CR is refused at once: the reader
-     * wants CRLF, so waiting for a body of that size would be in vain. */
+    /* A bulk length line ends at its CR, as in Redis (which skips the byte
+     * after it unseen): "$100010\rx" is a length, and the body is waited
+     * for, whole or in pieces alike. */
     reqparse_init(&p, &small);
     evbuffer_add_printf(in, "*2\r\n$3\r\nGET\r\n$100010\rxyz");
-    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
-    CHECK_STR(p.err, "Protocol error: invalid bulk length");
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_MORE);
+    CHECK_STR(p.err, "");
     reqparse_free(&p);
     evbuffer_drain(in, evbuffer_get_length(in));
 
@@ -309,6 +317,179 @@ static void test_inline_many_args_unbalanced(void)
     free(line);
 }
 
+/* Every byte in a chain of its own: lines and arguments span chains. */
+static void test_one_chain_per_byte(void)
+{
+    static const char input[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nhello\r\n"
+                                "*1\r\n$4\r\nPING\r\n*1\r\n$x\r\n";
+    struct reqparse p;
+    struct evbuffer *in = evbuffer_new();
+    struct request *req;
+    char out[64];
+    size_t o = 0;
+    int rc;
+
+    for (size_t i = 0; i < sizeof(input) - 1; i++) {
+        struct evbuffer *one = evbuffer_new();
+        evbuffer_add(one, input + i, 1);
+        evbuffer_add_buffer(in, one);
+        evbuffer_free(one);
+    }
+    reqparse_init(&p, &limits);
+    while ((rc = reqparse_next(&p, in, &req)) == REQPARSE_REQUEST) {
+        const char *base = (const char *)evbuffer_pullup(in, (ssize_t)req->raw_len);
+        for (int i = 0; i < req->argc; i++)
+            o += (size_t)snprintf(out + o, sizeof(out) - o, "%.*s|", (int)req->args[i].len,
+                                  base + req->args[i].off);
+        evbuffer_drain(in, req->raw_len);
+        request_free(req);
+    }
+    CHECK_STR(out, "SET|k|hello|PING|");
+    CHECK(rc == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: invalid bulk length");
+    reqparse_free(&p);
+    evbuffer_free(in);
+}
+
+/* An mbulk count line with no end, longer than an inline command. */
+static void test_too_big_count_line(void)
+{
+    struct reqparse p;
+    struct evbuffer *in = evbuffer_new();
+    struct request *req;
+    char *big = malloc(70000);
+
+    memset(big, '1', 70000);
+    big[0] = '*';
+    reqparse_init(&p, &limits);
+    evbuffer_add(in, big, 60000);
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_MORE);
+    evbuffer_add(in, big + 60000, 10000);
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: too big mbulk count string");
+    reqparse_free(&p);
+    evbuffer_free(in);
+    free(big);
+}
+
+/* Frame one request from IN, given in pieces of at most 1000 bytes so that
+ * its arguments span chains. */
+static struct request *frame_in_pieces(struct reqparse *p, struct evbuffer *in, const char *data,
+                                       size_t len)
+{
+    struct request *req = NULL;
+    int rc = REQPARSE_MORE;
+
+    for (size_t at = 0; at < len && rc == REQPARSE_MORE; at += 1000) {
+        evbuffer_add(in, data + at, len - at < 1000 ? len - at : 1000);
+        rc = reqparse_next(p, in, &req);
+    }
+    return rc == REQPARSE_REQUEST ? req : NULL;
+}
+
+/* Build "*N" RESP for ARGS (NULL-terminated; an arg of "#<n>" stands for n
+ * bytes of 'v') into a new buffer; *LEN gets its length. */
+static char *build_request(const char *const *args, size_t *len)
+{
+    struct evbuffer *b = evbuffer_new();
+    int n = 0;
+    char *out;
+
+    while (args[n] != NULL)
+        n++;
+    evbuffer_add_printf(b, "*%d\r\n", n);
+    for (int i = 0; i < n; i++) {
+        if (args[i][0] == '#') {
+            size_t vlen = strtoul(args[i] + 1, NULL, 10);
+            char *v = malloc(vlen);
+            memset(v, 'v', vlen);
+            evbuffer_add_printf(b, "$%zu\r\n", vlen);
+            evbuffer_add(b, v, vlen);
+            free(v);
+        } else {
+            evbuffer_add_printf(b, "$%zu\r\n%s", strlen(args[i]), args[i]);
+        }
+        evbuffer_add(b, "\r\n", 2);
+    }
+    *len = evbuffer_get_length(b);
+    out = malloc(*len);
+    evbuffer_remove(b, out, *len);
+    evbuffer_free(b);
+    return out;
+}
+
+static int all_v(struct sv s)
+{
+    for (size_t i = 0; i < s.len; i++) {
+        if (s.ptr[i] != 'v')
+            return 0;
+    }
+    return 1;
+}
+
+/* A large request is not pulled up: a large value sluice never reads gets
+ * a NULL view; names, keys and small arguments are viewed or copied. */
+static void test_argv_large_request(void)
+{
+    static const char *const set_args[] = {"SET", "key", "#300000", "EX", "100", NULL};
+    static const char *const mset_args[] = {"MSET", "k1", "#200000", "#100000", "#5000", NULL};
+    static const char *const odd_args[] = {"NOSUCHCMD", "a", "#200000", NULL};
+    struct reqparse p;
+    struct req_argv a;
+    struct evbuffer *in = evbuffer_new();
+    struct request *req;
+    size_t len;
+    char *data;
+
+    commands_init();
+    reqparse_init(&p, &limits);
+
+    data = build_request(set_args, &len);
+    req = frame_in_pieces(&p, in, data, len);
+    CHECK(req != NULL);
+    if (req != NULL) {
+        CHECK(request_argv_open(&a, req, in) == 0);
+        CHECK(evbuffer_get_length(in) == len);   /* nothing was consumed */
+        CHECK(sv_ieq(a.argv[0], "set") && sv_ieq(a.argv[1], "key"));
+        CHECK(a.argv[2].ptr == NULL && a.argv[2].len == 300000);
+        CHECK(sv_ieq(a.argv[3], "ex") && sv_ieq(a.argv[4], "100"));
+        request_argv_close(&a);
+        evbuffer_drain(in, req->raw_len);
+        request_free(req);
+    }
+    free(data);
+
+    /* MSET k1 v1 k2 v2: the key at argv[3] is large and read, so copied. */
+    data = build_request(mset_args, &len);
+    req = frame_in_pieces(&p, in, data, len);
+    CHECK(req != NULL);
+    if (req != NULL) {
+        CHECK(request_argv_open(&a, req, in) == 0);
+        CHECK(a.argv[2].ptr == NULL && a.argv[2].len == 200000);
+        CHECK(a.argv[3].ptr != NULL && a.argv[3].len == 100000 && all_v(a.argv[3]));
+        CHECK(a.argv[4].ptr != NULL && a.argv[4].len == 5000 && all_v(a.argv[4]));
+        request_argv_close(&a);
+        evbuffer_drain(in, req->raw_len);
+        request_free(req);
+    }
+    free(data);
+
+    /* A command the table does not know: every argument is readable. */
+    data = build_request(odd_args, &len);
+    req = frame_in_pieces(&p, in, data, len);
+    CHECK(req != NULL);
+    if (req != NULL) {
+        CHECK(request_argv_open(&a, req, in) == 0);
+        CHECK(a.argv[2].ptr != NULL && a.argv[2].len == 200000 && all_v(a.argv[2]));
+        request_argv_close(&a);
+        evbuffer_drain(in, req->raw_len);
+        request_free(req);
+    }
+    free(data);
+    reqparse_free(&p);
+    evbuffer_free(in);
+}
+
 UNIT_MAIN("reqparse",
           {"resp split at every byte", test_resp_every_split},
           {"binary arguments", test_binary_args},
@@ -316,8 +497,11 @@ UNIT_MAIN("reqparse",
           {"empty commands skipped", test_empty_commands_skipped},
           {"protocol errors", test_protocol_errors},
           {"limits", test_limits},
-          {"large bulk fed whole", test_large_bulk_held_then_whole},
+          {"large bulk framed once whole", test_large_bulk_held_then_whole},
           {"inline: 2001 arguments", test_inline_many_args},
           {"inline: 30000 arguments in 60 KB", test_inline_30000_args},
           {"inline: at most len / 2 + 1 arguments", test_inline_split_bound},
-          {"inline: unbalanced quotes after 2001 arguments", test_inline_many_args_unbalanced})
+          {"inline: unbalanced quotes after 2001 arguments", test_inline_many_args_unbalanced},
+          {"too big mbulk count line", test_too_big_count_line},
+          {"one chain per byte", test_one_chain_per_byte},
+          {"argv of a large request", test_argv_large_request})
