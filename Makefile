@@ -102,8 +102,6 @@ FUZZ_CFLAGS   = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -O1 -fno-omit-frame-poin
 FUZZ_LIB_OBJS = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(filter-out proxy/main.c,$(SRCS))) \
                 $(FUZZ_BUILD)/obj/gen/lua_scripts.o
 FUZZ_ALL      = fuzz_reqparse fuzz_respframe fuzz_config fuzz_rules
-# fuzz_respscan is built and run on demand (FUZZ_TARGETS=fuzz_respscan):
-# respscan takes a lone CR for a line end where hiredis wants CRLF.
 FUZZ_TARGETS ?= $(FUZZ_ALL)
 
 .PHONY: fuzz fuzz-deps fuzz-bins
