@@ -20,7 +20,6 @@ import threading
 import time
 
 import pytest
-import redis
 
 from conftest import DIRECT
 from helpers import SLOW, Err, RawConn, Simple, encode_command, wait_until
@@ -57,9 +56,12 @@ def one_reply(port, *cmd, timeout):
     """Send CMD on a fresh connection; returns (reply, seconds), reply being
     "<timeout>" or "<eof>" when none came."""
     t0 = time.monotonic()
-    with RawConn(port, timeout=timeout) as c:
-        c.send_command(*cmd)
-        got = replies_or_timeout(c, 1, timeout)[0]
+    try:
+        with RawConn(port, timeout=timeout) as c:
+            c.send_command(*cmd)
+            got = replies_or_timeout(c, 1, timeout)[0]
+    except OSError as e:
+        got = f"<{e!r}>"
     return got, time.monotonic() - t0
 
 
@@ -72,10 +74,18 @@ def assert_quiet(conn, seconds=0.3):
 
 def assert_serves(s, timeout=5 * SLOW):
     """sluice's process runs and a new client gets PONG."""
-    assert s.running or DIRECT, (f"sluice is not running (exit status {s.proc and s.proc.poll()})\n"
-                       f"log tail:\n{s.log_path.read_text(errors='replace')[-3000:]}")
     got, _ = one_reply(s.port, "PING", timeout=timeout)
-    assert got == Simple("PONG"), f"PING through sluice: {got!r}"
+    running = s.running or DIRECT
+    assert running and got == Simple("PONG"), (
+        f"sluice running: {running} (exit status {s.proc and s.proc.poll()}), "
+        f"PING through it: {got!r}\nlog:\n{log_excerpt(s)}")
+
+
+def log_excerpt(s, size=3000):
+    """The start of a sanitizer report in S's log, else the log's tail."""
+    text = s.log_path.read_text(errors="replace")
+    at = text.find("==ERROR")
+    return text[at:at + size] if at >= 0 else text[-size:]
 
 
 def pipeline(*cmds):
@@ -134,7 +144,8 @@ def kill_scripts_direct(srv):
 
 
 # --------------------------------------------------------------------------
-# 1. no crash: CLIENT REPLY SKIP/OFF, then LOCK, then hang up at once
+# 1. no crash: a request without a reply (CLIENT REPLY SKIP/OFF, pub/sub),
+# then LOCK, then hang up at once
 
 
 NOREPLY_FIRST = {
@@ -158,9 +169,9 @@ def test_noreply_then_lock_then_close_does_not_crash(mode, redis_factory, sluice
             time.sleep(0.05)
     time.sleep(0.3)
     assert_serves(s)
-    # The lock taken for a client that never saw its token stays at most its TTL.
+    # A lock taken for a client that never saw its token still expires.
     d = srv.client()
-    assert all(d.pttl(f"k{i}") <= 1000 for i in range(20))
+    assert all(-2 <= d.pttl(f"k{i}") <= 1000 and d.pttl(f"k{i}") != -1 for i in range(20))
     d.close()
     s.check_stop()   # sanitizer report or bad exit status fails here
 
@@ -413,11 +424,13 @@ def test_private_connections_freed_when_redis_restarts(redis_factory, sluice_fac
         srv.start()
         wait_until(lambda: one_reply(s.port, "PING", timeout=1)[0] == Simple("PONG"),
                    5 * SLOW, msg="PING through sluice after Redis restarted")
-        assert int(s.info()["backend_private_connections"]) == 0
+        private = int(s.info()["backend_private_connections"])
     finally:
         for c in conns:
             c.close()
-    s.check_stop()   # LeakSanitizer reports here on the sanitizer build
+    problems = s.stop()   # LeakSanitizer reports here on the sanitizer build
+    assert private == 0 and not problems, \
+        f"private connections after the restart: {private}; {problems}\n{log_excerpt(s)}"
 
 
 # --------------------------------------------------------------------------
@@ -509,7 +522,8 @@ def test_client_kill_and_pause_refused(case, redis_factory, sluice_factory):
     d = srv.client(single_connection_client=True)
     d.mset({f"k:{i}": f"v:{i}" for i in range(1000)})
     assert one_reply(s.port, "PING", timeout=5)[0] == Simple("PONG")   # the pool is up
-    pool = _sluice_pool_ids(srv, d.client_id())
+    own_id = d.client_id()
+    pool = _sluice_pool_ids(srv, own_id)
     assert pool, "no connection from sluice in Redis's CLIENT LIST"
     cmds = [cmd]
     if case == "kill-id-pool":
@@ -528,7 +542,8 @@ def test_client_kill_and_pause_refused(case, redis_factory, sluice_factory):
                 f"{' '.join(cmd)}: {reply!r}"
         bad = [(i, g) for i, g in enumerate(got_b) if g != f"v:{i}".encode()]
         assert not bad, f"in-flight GETs: {len(bad)} wrong replies, first: {bad[:3]}"
-        assert set(_sluice_pool_ids(srv, d.client_id())) >= set(pool), "sluice's pool connection was replaced"
+        assert set(_sluice_pool_ids(srv, own_id)) >= set(pool), \
+            "a pool connection of sluice was killed"
     finally:
         try:
             with srv.raw(timeout=2) as c:   # undo a PAUSE that got through
