@@ -1,0 +1,684 @@
+"""Hostile and careless clients against the shared backend connections.
+
+sluice sends many clients' commands over a few shared connections to Redis
+and pairs the replies with the requests by their order. One client must not
+be able to crash sluice, send its replies to another client, stall everyone
+(by blocking a shared connection, by not reading, by a runaway script),
+reset the shared connection, or leave connections behind. Each test here
+gives every socket a timeout and every thread a join deadline, so that a
+misbehaving sluice fails the test instead of hanging it.
+
+Most tests start their own redis-server and sluice (redis_factory,
+sluice_factory): a crash or a desync stays in the test that caused it, and
+the sanitizer check at sluice's stop is blamed on that test.
+"""
+
+import random
+import select
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import DIRECT
+from helpers import SLOW, Err, RawConn, Simple, encode_command, wait_until
+
+BIG = b"v" * 100_000
+
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def start_pair(redis_factory, sluice_factory, *redis_args, **cfg):
+    srv = redis_factory(*redis_args)
+    return srv, sluice_factory(srv.port, **cfg)
+
+
+def replies_or_timeout(conn, n, timeout):
+    """Up to N parsed replies from CONN within TIMEOUT; a missing reply is
+    the string "<timeout>" or "<eof>", so a desync shows in the comparison
+    instead of as an exception."""
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(out) < n:
+            out.append(conn.read_reply(timeout=max(0.01, deadline - time.monotonic())))
+    except (socket.timeout, TimeoutError):
+        out += ["<timeout>"] * (n - len(out))
+    except (EOFError, ConnectionError):
+        out += ["<eof>"] * (n - len(out))
+    return out
+
+
+def one_reply(port, *cmd, timeout):
+    """Send CMD on a fresh connection; returns (reply, seconds), reply being
+    "<timeout>" or "<eof>" when none came."""
+    t0 = time.monotonic()
+    try:
+        with RawConn(port, timeout=timeout) as c:
+            c.send_command(*cmd)
+            got = replies_or_timeout(c, 1, timeout)[0]
+    except OSError as e:
+        got = f"<{e!r}>"
+    return got, time.monotonic() - t0
+
+
+def assert_quiet(conn, seconds=0.3):
+    """No more bytes arrive on CONN for SECONDS (a reply that should have
+    been swallowed, or a stray one, would)."""
+    data, closed = conn.read_all_until_eof(seconds)
+    assert data == b"" and not closed, f"unexpected bytes {data[:200]!r} (closed={closed})"
+
+
+def assert_serves(s, timeout=5 * SLOW):
+    """sluice's process runs and a new client gets PONG."""
+    got, _ = one_reply(s.port, "PING", timeout=timeout)
+    running = s.running or DIRECT
+    assert running and got == Simple("PONG"), (
+        f"sluice running: {running} (exit status {s.proc and s.proc.poll()}), "
+        f"PING through it: {got!r}\nlog:\n{log_excerpt(s)}")
+
+
+def log_excerpt(s, size=3000):
+    """The start of a sanitizer report in S's log, else the log's tail."""
+    text = s.log_path.read_text(errors="replace")
+    at = text.find("==ERROR")
+    return text[at:at + size] if at >= 0 else text[-size:]
+
+
+def pipeline(*cmds):
+    return b"".join(encode_command(*c) for c in cmds)
+
+
+def assert_no_crosstalk(s, n=200, timeout=10 * SLOW):
+    """Clients A and B pipeline N SET/GET pairs each, interleaved; every
+    reply must be the one of its own client's request."""
+    with s.raw(timeout) as a, s.raw(timeout) as b:
+        for i in range(n):
+            a.send(pipeline(("SET", f"a:{i}", f"va:{i}"), ("GET", f"a:{i}")))
+            b.send(pipeline(("SET", f"b:{i}", f"vb:{i}"), ("GET", f"b:{i}")))
+        for name, conn in (("a", a), ("b", b)):
+            got = replies_or_timeout(conn, 2 * n, timeout)
+            want = []
+            for i in range(n):
+                want += [Simple("OK"), f"v{name}:{i}".encode()]
+            bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if g != w]
+            assert not bad, f"client {name}: {len(bad)} wrong replies, first: {bad[:3]}"
+            assert_quiet(conn, 0.2)
+
+
+def redis_clients(srv):
+    """CLIENT LIST of SRV, asked directly (not through sluice)."""
+    d = srv.client(socket_timeout=5)
+    try:
+        return d.client_list()
+    finally:
+        d.close()
+
+
+def commandstat_calls(srv, name):
+    d = srv.client(socket_timeout=5)
+    try:
+        stats = d.info("commandstats")
+    finally:
+        d.close()
+    return stats.get(f"cmdstat_{name}", {}).get("calls", 0)
+
+
+def connected_clients(s):
+    """sluice's connected_clients, not counting the connection asking."""
+    return int(s.info()["connected_clients"]) - 1
+
+
+def kill_scripts_direct(srv):
+    """End any running script or function on SRV so that teardown cannot
+    hang behind it; errors (NOTBUSY, server gone) are fine."""
+    for cmd in (("SCRIPT", "KILL"), ("FUNCTION", "KILL")):
+        try:
+            with srv.raw(timeout=2) as c:
+                c.call(*cmd)
+        except (OSError, EOFError):
+            pass
+
+
+# --------------------------------------------------------------------------
+# 1. no crash: a request without a reply (CLIENT REPLY SKIP/OFF, pub/sub),
+# then LOCK, then hang up at once
+
+
+NOREPLY_FIRST = {
+    "reply-skip": ("CLIENT", "REPLY", "SKIP"),
+    "reply-off": ("CLIENT", "REPLY", "OFF"),
+    # found by the storm below: in pub/sub mode replies are not paired either
+    "subscribe": ("SUBSCRIBE", "ch"),
+}
+
+
+@pytest.mark.parametrize("mode", list(NOREPLY_FIRST))
+def test_noreply_then_lock_then_close_does_not_crash(mode, redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    for i in range(20):
+        if not s.running:
+            break
+        c = s.raw()
+        c.send(pipeline(NOREPLY_FIRST[mode], ("LOCK", f"k{i}", "1000")))
+        c.close()
+        if i % 5 == 4:
+            time.sleep(0.05)
+    time.sleep(0.3)
+    assert_serves(s)
+    # A lock taken for a client that never saw its token still expires.
+    d = srv.client()
+    assert all(-2 <= d.pttl(f"k{i}") <= 1000 and d.pttl(f"k{i}") != -1 for i in range(20))
+    d.close()
+    s.check_stop()   # sanitizer report or bad exit status fails here
+
+
+# --------------------------------------------------------------------------
+# 2. replies never go to the wrong client
+
+
+@pytest.mark.parametrize("cmd", [("REPLCONF", "ACK", "0"), ("SYNC",), ("PSYNC", "?", "-1")],
+                         ids=["replconf", "sync", "psync"])
+def test_replication_commands_refused(cmd, redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    name = cmd[0].lower()
+    with s.raw(timeout=3 * SLOW) as c:
+        c.send_command(*cmd)
+        got = replies_or_timeout(c, 1, 3 * SLOW)[0]
+    assert isinstance(got, Err) and got.startswith(f"ERR sluice does not forward '{name}'"), \
+        f"{' '.join(cmd)}: {got!r}"
+    assert commandstat_calls(srv, name) == 0, f"{name} reached Redis"
+    assert_no_crosstalk(s)
+
+
+def _client_reply_case(srv, s, script, want):
+    """Run SCRIPT (pipelined) on one client while another pipelines GETs
+    of its own keys around it; the first gets exactly WANT, the other its
+    own values."""
+    d = srv.client()
+    d.mset({f"b:{i}": f"vb:{i}" for i in range(400)})
+    d.close()
+    with s.raw(5 * SLOW) as c, s.raw(5 * SLOW) as b:
+        b.send(pipeline(*[("GET", f"b:{i}") for i in range(200)]))
+        c.send(pipeline(*script))
+        b.send(pipeline(*[("GET", f"b:{i}") for i in range(200, 400)]))
+        got = replies_or_timeout(c, len(want), 5 * SLOW)
+        assert got == want
+        assert_quiet(c)
+        got_b = replies_or_timeout(b, 400, 5 * SLOW)
+        bad = [(i, g) for i, g in enumerate(got_b) if g != f"vb:{i}".encode()]
+        assert not bad, f"other client: {len(bad)} wrong replies, first: {bad[:3]}"
+        assert_quiet(b)
+
+
+def test_client_reply_off_on_swallows_only_its_replies(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    _client_reply_case(srv, s, [("CLIENT", "REPLY", "OFF"), ("SET", "x", "1"),
+                                ("CLIENT", "REPLY", "ON"), ("GET", "x")],
+                       [Simple("OK"), b"1"])
+    assert_no_crosstalk(s)
+
+
+def test_client_reply_skip_swallows_one_reply(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    _client_reply_case(srv, s, [("CLIENT", "REPLY", "SKIP"), ("SET", "y", "2"), ("GET", "y")],
+                       [b"2"])
+    assert_no_crosstalk(s)
+
+
+def test_client_reply_needs_no_private_connection(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    with s.raw() as c:
+        c.send(pipeline(("CLIENT", "REPLY", "OFF"), ("SET", "x", "1"), ("CLIENT", "REPLY", "ON")))
+        assert c.read_reply() == Simple("OK")
+        assert c.call("GET", "x") == b"1"
+        assert s.info()["backend_private_connections"] == "0"
+    assert s.info()["backend_private_connections"] == "0"
+
+
+# --------------------------------------------------------------------------
+# 3. a blocking XREAD/XREADGROUP with keys or names that look like options
+
+
+XREAD_CASES = {
+    # consumer named "streams": the BLOCK comes after it
+    "xreadgroup-consumer-streams": ("s", "g", ("XREADGROUP", "GROUP", "g", "streams", "BLOCK",
+                                               "0", "STREAMS", "s", ">")),
+    # group named "streams"
+    "xreadgroup-group-streams": ("s", "streams", ("XREADGROUP", "GROUP", "streams", "c",
+                                                  "BLOCK", "0", "STREAMS", "s", ">")),
+    # consumer named "block" in a group named "streams"
+    "xreadgroup-streams-block": ("s", "streams", ("XREADGROUP", "GROUP", "streams", "block",
+                                                  "COUNT", "1", "BLOCK", "0", "STREAMS", "s", ">")),
+    # a stream key named "streams" / "block"
+    "xread-key-streams": ("streams", None, ("XREAD", "COUNT", "1", "BLOCK", "0", "STREAMS",
+                                            "streams", "$")),
+    "xread-key-block": ("block", None, ("XREAD", "BLOCK", "0", "STREAMS", "block", "$")),
+}
+
+
+@pytest.mark.parametrize("case", list(XREAD_CASES))
+def test_blocking_stream_read_does_not_block_others(case, redis_factory, sluice_factory):
+    key, group, cmd = XREAD_CASES[case]
+    srv, s = start_pair(redis_factory, sluice_factory)
+    d = srv.client()
+    try:
+        if group is not None:
+            d.xgroup_create(key, group, "$", mkstream=True)
+        d.set("x", "42")
+        with s.raw(timeout=10 * SLOW) as blocked:
+            blocked.send_command(*cmd)
+            time.sleep(0.3)
+            got, secs = one_reply(s.port, "GET", "x", timeout=1 * SLOW)
+            assert got == b"42", f"GET x while {' '.join(cmd)} blocks: {got!r} after {secs:.2f} s"
+            entry_id = d.xadd(key, {"f": "v"})
+            reply = replies_or_timeout(blocked, 1, 5 * SLOW)[0]
+            assert reply == [[key.encode(), [[entry_id, [b"f", b"v"]]]]], reply
+    finally:
+        d.close()
+
+
+# --------------------------------------------------------------------------
+# 5. a client that does not read its replies
+
+
+class SlowReader:
+    """A client that pipelines COUNT `GET big` and never reads. A thread
+    writes with a send timeout and stops when the write stalls."""
+
+    def __init__(self, port, count):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        self.sock.settimeout(5)
+        self.sock.connect(("127.0.0.1", port))
+        self.sock.settimeout(1)
+        self.count = count
+        self.stop = threading.Event()
+        self.sent = 0
+        self.stalled = False
+        self.thread = threading.Thread(target=self._write, daemon=True)
+        self.thread.start()
+
+    def _write(self):
+        chunk = encode_command("GET", "big") * 100
+        while self.sent < self.count and not self.stop.is_set():
+            try:
+                self.sock.sendall(chunk)
+            except socket.timeout:
+                self.stalled = True
+                return
+            except OSError:
+                return
+            self.sent += 100
+
+    def close(self):
+        self.stop.set()
+        self.thread.join(5)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        assert not self.thread.is_alive(), "slow-reader thread did not end"
+
+
+def test_slow_reader_does_not_stall_others(redis_factory, sluice_factory):
+    # The hard limit only keeps a broken sluice from eating the machine's
+    # memory: the test asks for far less than it.
+    srv, s = start_pair(redis_factory, sluice_factory,
+                        "--client-output-buffer-limit", "normal 512mb 512mb 0")
+    d = srv.client()
+    d.set("big", BIG)
+    d.set("small", "s")
+    slow = SlowReader(s.port, 20_000)
+    probes, omem = [], []
+    try:
+        time.sleep(0.3)
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            probes.append(one_reply(s.port, "GET", "small", timeout=1 * SLOW))
+            omem.append(max(int(c["omem"]) for c in redis_clients(srv)))
+            time.sleep(0.2)
+    finally:
+        slow.close()
+    d.close()
+    slow_probes = [(g, round(t, 2)) for g, t in probes if g != b"s" or t >= 1 * SLOW]
+    assert not slow_probes and max(omem) < 64 * 1024 * 1024, \
+        (f"GET small while a client does not read: {len(slow_probes)} of {len(probes)} "
+         f"slow or wrong {slow_probes[:5]}; Redis's largest output buffer {max(omem)} bytes")
+    assert_serves(s)
+
+
+def test_inflight_limit_throttles_never_drops(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory, client_max_inflight=4)
+    with s.raw(timeout=10 * SLOW) as c:
+        c.send(pipeline(*[("INCR", "n")] * 1000))
+        got = replies_or_timeout(c, 1000, 10 * SLOW)
+        assert got == list(range(1, 1001))
+        assert_quiet(c)
+
+
+# --------------------------------------------------------------------------
+# 6. clients that go away are freed
+
+
+def _blpop_waiting(srv):
+    return [c for c in redis_clients(srv) if c.get("cmd") == "blpop"]
+
+
+def _wait_freed(s, srv, base):
+    wait_until(lambda: connected_clients(s) == base, 3 * SLOW,
+               msg=f"sluice's connected_clients back to {base}")
+    wait_until(lambda: not _blpop_waiting(srv), 3 * SLOW,
+               msg="Redis to show no connection blocked in BLPOP")
+
+
+@pytest.mark.parametrize("how", ["protocol-error-then-close", "close"])
+def test_client_gone_while_blocked_is_freed(how, redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    base = connected_clients(s)
+    c = s.raw()
+    c.send_command("BLPOP", "k", "0")
+    wait_until(lambda: _blpop_waiting(srv), 3 * SLOW, msg="BLPOP to reach Redis")
+    if how == "protocol-error-then-close":
+        c.send(b"*1\r\n$x\r\n")
+        time.sleep(0.2)
+    c.close()
+    _wait_freed(s, srv, base)
+    assert_serves(s)
+
+
+def test_client_gone_while_paused_by_limit_is_freed(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory,
+                        "--client-output-buffer-limit", "normal 512mb 512mb 0")
+    srv.client().set("big", BIG)
+    base = connected_clients(s)
+    slow = SlowReader(s.port, 2_000)
+    time.sleep(1.0)
+    slow.close()
+    _wait_freed(s, srv, base)
+    assert_serves(s)
+
+
+# --------------------------------------------------------------------------
+# 9. private connections of clients closed when Redis restarts
+
+
+def test_private_connections_freed_when_redis_restarts(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    conns = [s.raw() for _ in range(100)]
+    try:
+        for c in conns:
+            c.send_command("SELECT", "0")
+        for c in conns:
+            assert c.read_reply() == Simple("OK")
+        assert int(s.info()["backend_private_connections"]) == 100
+        srv.stop()
+        deadline = time.monotonic() + 5 * SLOW
+        still_open = [c for c in conns
+                      if not c.is_closed_by_peer(max(0.01, deadline - time.monotonic()))]
+        assert not still_open, f"{len(still_open)} clients not closed after Redis stopped"
+        srv.start()
+        wait_until(lambda: one_reply(s.port, "PING", timeout=1)[0] == Simple("PONG"),
+                   5 * SLOW, msg="PING through sluice after Redis restarted")
+        private = int(s.info()["backend_private_connections"])
+    finally:
+        for c in conns:
+            c.close()
+    problems = s.stop()   # LeakSanitizer reports here on the sanitizer build
+    assert private == 0 and not problems, \
+        f"private connections after the restart: {private}; {problems}\n{log_excerpt(s)}"
+
+
+# --------------------------------------------------------------------------
+# 11. a runaway script can be killed (and Redis shut down) through sluice
+
+
+SPIN_FUNCTION = "#!lua name=spin\nredis.register_function('spin', function() while true do end end)"
+
+
+@pytest.mark.parametrize("kind", ["script", "function"])
+def test_runaway_script_can_be_killed(kind, redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory, "--busy-reply-threshold", "100")
+    if kind == "script":
+        run, kill = ("EVAL", "while true do end", "0"), ("SCRIPT", "KILL")
+    else:
+        srv.client().execute_command("FUNCTION", "LOAD", SPIN_FUNCTION)
+        run, kill = ("FCALL", "spin", "0"), ("FUNCTION", "KILL")
+    a = s.raw(timeout=10 * SLOW)
+    try:
+        a.send_command(*run)
+        time.sleep(0.5)
+        got, secs = one_reply(s.port, *kill, timeout=2)
+        assert got == Simple("OK"), f"{' '.join(kill)} through sluice: {got!r} after {secs:.2f} s"
+        ra = replies_or_timeout(a, 1, 5 * SLOW)[0]
+        assert isinstance(ra, Err) and "Script killed" in ra, ra
+        assert_serves(s)
+    finally:
+        kill_scripts_direct(srv)
+        a.close()
+
+
+def test_shutdown_while_script_runs(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory, "--busy-reply-threshold", "100")
+    a = s.raw(timeout=10 * SLOW)
+    try:
+        a.send_command("EVAL", "while true do end", "0")
+        time.sleep(0.5)
+        with s.raw(timeout=3) as b:
+            b.send_command("SHUTDOWN", "NOSAVE")
+            try:
+                srv.proc.wait(timeout=3)
+            except Exception:  # noqa: BLE001 - reported below
+                pass
+            assert srv.proc.poll() is not None, "Redis still runs 3 s after SHUTDOWN NOSAVE"
+    finally:
+        kill_scripts_direct(srv)
+        a.close()
+    assert s.running or DIRECT
+
+
+# --------------------------------------------------------------------------
+# 12. inline command with many arguments
+
+
+def test_inline_command_with_2000_arguments(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    line = "RPUSH l " + " ".join(f"a{i}" for i in range(1, 2001)) + "\r\n"
+    with s.raw() as c:
+        c.send(line.encode())
+        assert replies_or_timeout(c, 1, 5 * SLOW) == [2000]
+    d = srv.client()
+    assert d.llen("l") == 2000 and d.lindex("l", -1) == b"a2000"
+    d.close()
+
+
+# --------------------------------------------------------------------------
+# 13. nobody resets the shared connection for everybody
+
+
+def _sluice_pool_ids(srv, *exclude):
+    return [int(c["id"]) for c in redis_clients(srv)
+            if int(c["id"]) not in exclude and c.get("cmd") != "client|list"]
+
+
+REFUSED_CLIENT_CMDS = {
+    "kill-id-pool": ("client|kill", None),
+    "kill-type-normal": ("client|kill", ("CLIENT", "KILL", "TYPE", "normal")),
+    "kill-laddr-pool": ("client|kill", None),
+    "pause": ("client|pause", ("CLIENT", "PAUSE", "1000")),
+    "unpause": ("client|unpause", ("CLIENT", "UNPAUSE")),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED_CLIENT_CMDS))
+def test_client_kill_and_pause_refused(case, redis_factory, sluice_factory):
+    name, cmd = REFUSED_CLIENT_CMDS[case]
+    # Two pool connections: a kill sent on one may hit the other.
+    srv, s = start_pair(redis_factory, sluice_factory, backend_connections=2)
+    d = srv.client(single_connection_client=True)
+    d.mset({f"k:{i}": f"v:{i}" for i in range(1000)})
+    assert one_reply(s.port, "PING", timeout=5)[0] == Simple("PONG")   # the pool is up
+    own_id = d.client_id()
+    pool = _sluice_pool_ids(srv, own_id)
+    assert pool, "no connection from sluice in Redis's CLIENT LIST"
+    cmds = [cmd]
+    if case == "kill-id-pool":
+        cmds = [("CLIENT", "KILL", "ID", str(i)) for i in pool]
+    elif case == "kill-laddr-pool":
+        cmds = [("CLIENT", "KILL", c["addr"]) for c in redis_clients(srv) if int(c["id"]) in pool]
+    try:
+        with s.raw(timeout=10 * SLOW) as b, s.raw(timeout=5 * SLOW) as a:
+            b.send(pipeline(*[("GET", f"k:{i}") for i in range(1000)]))
+            a.send(pipeline(*cmds))
+            got = replies_or_timeout(a, len(cmds), 5 * SLOW)
+            got_b = replies_or_timeout(b, 1000, 10 * SLOW)
+        for cmd, reply in zip(cmds, got):
+            assert isinstance(reply, Err) and \
+                reply.startswith(f"ERR sluice does not forward '{name}'"), \
+                f"{' '.join(cmd)}: {reply!r}"
+        bad = [(i, g) for i, g in enumerate(got_b) if g != f"v:{i}".encode()]
+        assert not bad, f"in-flight GETs: {len(bad)} wrong replies, first: {bad[:3]}"
+        assert set(_sluice_pool_ids(srv, own_id)) >= set(pool), \
+            "a pool connection of sluice was killed"
+    finally:
+        try:
+            with srv.raw(timeout=2) as c:   # undo a PAUSE that got through
+                c.call("CLIENT", "UNPAUSE")
+        except (OSError, EOFError):
+            pass
+        d.close()
+
+
+def test_client_kill_of_unrelated_connection_allowed(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    with srv.raw() as victim:
+        victim_id = victim.call("CLIENT", "ID")
+        with s.raw() as a:
+            assert a.call("CLIENT", "KILL", "ID", str(victim_id)) == 1
+        assert victim.is_closed_by_peer(2)
+    assert_serves(s)
+
+
+# --------------------------------------------------------------------------
+# storm of malformed input
+
+
+PRINTABLE = bytes(33 + i % 94 for i in range(256))
+
+
+def _garbage_line(rng, n):
+    return rng.randbytes(n).translate(PRINTABLE)
+
+
+def _valid_command(rng):
+    k = f"storm:{rng.randrange(20)}"
+    return encode_command(*rng.choice([
+        ("SET", k, "v" * rng.randrange(1, 300)), ("GET", k), ("INCR", f"{k}:n"),
+        ("PING",), ("LPUSH", f"{k}:l", "x"), ("SELECT", "0"), ("MULTI",), ("EXEC",),
+        ("BLPOP", f"{k}:l", "0.01"), ("SUBSCRIBE", "storm"), ("LOCK", k, "500"),
+        ("HSET", f"{k}:h", "f", "v"), ("DEL", k),
+    ]))
+
+
+def storm_message(rng):
+    """One message of the storm: mostly malformed, some valid."""
+    valid = _valid_command(rng)
+    choice = rng.randrange(16)
+    if choice == 0:
+        return rng.randbytes(rng.randrange(1, 200))
+    if choice == 1:
+        return valid[:rng.randrange(1, len(valid))]              # truncated RESP
+    if choice == 2:
+        return rng.choice([b"*99999999999\r\n", b"*1\r\n$99999999999\r\n",
+                           b"*2147483648\r\n", b"*1\r\n$2147483648\r\n",
+                           b"*-99999999999\r\n", b"*1\r\n$-99999999999\r\n"])
+    if choice == 3:
+        return rng.choice([b"*2\r\n$-5\r\n", b"*1\r\n$-1\r\n", b"*-5\r\n", b"$-5\r\n",
+                           b"*1\r\n$x\r\n", b"*x\r\n", b"*1\r\n:5\r\n", b"*1\r\n$3\r\nPINGX\r\n",
+                           b"*0\r\n", b"*1\r\n$0\r\n\r\n", b"*3\r\n$3\r\nSET\r\n"])
+    if choice == 4:
+        return b"\x00" * rng.randrange(1, 100) + rng.choice([b"", b"\r\n", b"\n"])
+    if choice == 5:
+        return rng.choice([b'SET "abc 1\r\n', b"GET 'x\r\n", b'SET a "b\\"\r\n',
+                           b"SET 'a'b c\r\n", b'"\r\n', b"PING \"\\x4\"\r\n"])
+    if choice == 6:
+        return _garbage_line(rng, 100_000) + rng.choice([b"", b"\r\n"])
+    if choice == 7:
+        return rng.choice([b"\r\n", b"\n", b"   \r\n", b"PING\n", b"*1\r\n$4\r\nPING"])
+    return valid
+
+
+def _drain(sock, wait=0.002):
+    """Read what arrives within WAIT seconds (the answer to what was just
+    sent, so that the next message meets the state it left). False once
+    the peer closed."""
+    while select.select([sock], [], [], wait)[0]:
+        if sock.recv(1 << 16) == b"":
+            return False
+        wait = 0
+    return True
+
+
+def _storm_worker(port, seed, connections, messages, deadline, errors, counts):
+    """CONNECTIONS times, send MESSAGES storm messages, on a new connection
+    whenever sluice closed the last one. Counts messages and connections
+    in COUNTS; a failed connect ends the worker with an entry in ERRORS."""
+    rng = random.Random(seed)
+    for _ in range(connections):
+        sent = 0
+        while sent < messages and time.monotonic() < deadline:
+            try:
+                sock = socket.create_connection(("127.0.0.1", port), timeout=2)
+            except OSError as e:
+                errors.append(f"connect: {e!r}")
+                return
+            counts["connections"] += 1
+            try:
+                sock.settimeout(2)
+                while sent < messages and time.monotonic() < deadline:
+                    msg = storm_message(rng)
+                    sent += 1
+                    counts["messages"] += 1
+                    if rng.random() < 0.03:   # hang up in the middle of a message
+                        sock.sendall(msg[:rng.randrange(0, len(msg) + 1)])
+                        break
+                    sock.sendall(msg)
+                    if not _drain(sock):
+                        break   # sluice closed it (protocol error)
+            except (OSError, socket.timeout):
+                pass   # reset by sluice after an error, or a stalled write
+            finally:
+                sock.close()
+
+
+def test_malformed_input_storm(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    deadline = time.monotonic() + 10
+    errors = []
+    counts = {"messages": 0, "connections": 0}
+    threads = [threading.Thread(target=_storm_worker,
+                                args=(s.port, 1000 + i, 5, 200, deadline, errors, counts),
+                                daemon=True)
+               for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.1, deadline + 5 - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "storm threads did not end"
+    assert_serves(s)
+    assert not errors, errors[:5]
+    print(f"storm: {counts}")
+    # The storm did happen (10 s is enough for all of it with room to spare).
+    assert counts["messages"] >= 2000, counts
+    c = s.client(socket_timeout=5 * SLOW)
+    try:
+        assert c.set("after-storm", "ok") is True
+        assert c.get("after-storm") == b"ok"
+    finally:
+        c.close()
+    assert_serves(s)
+    s.check_stop()
