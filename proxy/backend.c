@@ -745,8 +745,9 @@ void backend_write_info(struct evbuffer *out)
         return;
     for (int i = 0; i < node->pool_size; i++) {
         struct backend_conn *conn = node->pool[i];
-        evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d\r\n", i, node->name,
-                            backend_state_names[conn->state], conn->inflight_count);
+        evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d,redis_id=%lld,laddr=%s\r\n",
+                            i, node->name, backend_state_names[conn->state], conn->inflight_count,
+                            conn->redis_id, conn->local_addr);
     }
     evbuffer_add_printf(out, "backend_private_connections:%d\r\n", node->private_count);
 }
