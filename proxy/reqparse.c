@@ -184,11 +184,10 @@ static int reqparse_count(struct reqparse *p, struct evbuffer *in, const struct 
         return reqparse_fail(p, "Protocol error: too big mbulk count string%c", '\0');
     if (len < 0 || (size_t)len + 2 > evbuffer_get_length(in))
         return REQPARSE_MORE;
-    if (len > REQPARSE_LEN_LINE || !reqparse_ll(line + 1, (size_t)len - 1, &n) || n < -1 ||
-        n > INT_MAX ||
-        n > p->limits->max_multibulk_len)
+    if (len > REQPARSE_LEN_LINE || !reqparse_ll(line + 1, (size_t)len - 1, &n) ||
+        n > INT_MAX || n > p->limits->max_multibulk_len)
         return reqparse_fail(p, "Protocol error: invalid multibulk length%c", '\0');
-    if (n <= 0) {
+    if (n <= 0) {   /* *0, *-1, *-10...: Redis skips any count up to 0 silently */
         evbuffer_drain(in, (size_t)len + 2);
         return REQPARSE_SKIP;
     }

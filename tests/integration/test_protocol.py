@@ -30,7 +30,7 @@ INLINE_CASES = {
     "wrong_arity_inline": b"SET onlykey\r\n",
     "unknown_inline": b"NOSUCH a b\r\n",
     "mixed_inline_multibulk": b"SET m 1\r\n*2\r\n$3\r\nGET\r\n$1\r\nm\r\nINCR m\r\n",
-    "empty_multibulk_ignored": b"*0\r\n*-1\r\nPING\r\n",
+    "empty_multibulk_ignored": b"*0\r\n*-1\r\n*-10\r\n*-2147483649\r\nPING\r\n",
     "quoted_command_name": b'"PING"\r\n',
 }
 
