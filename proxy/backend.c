@@ -248,20 +248,22 @@ void backend_reauth(struct backend_conn *conn)
     evbuffer_free(buf);
 }
 
-/* A new connection first authenticates (when configured), learns its
- * Redis client id and loads sluice's scripts, so EVALSHA rarely meets
- * NOSCRIPT. A one-shot connection only authenticates: it must get past a
- * busy script, where Redis refuses everything but a few commands. */
+/* A new connection first authenticates (when configured). A shared one
+ * also learns its Redis client id (CLIENT KILL must not reach it) and
+ * loads sluice's scripts, so EVALSHA rarely meets NOSCRIPT (the script
+ * cache is Redis's, not the connection's). A private or one-shot one does
+ * nothing more: its client's first command should not wait behind
+ * sluice's (a blocking XREADGROUP overtaken by another client's DEL), be
+ * seen first by MONITOR, or meet -BUSY while a script runs. */
 static void backend_send_prelude(struct backend_conn *conn)
 {
     static const char client_id[] = "*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n";
-    struct evbuffer *buf = evbuffer_new();
+    struct evbuffer *buf;
 
     backend_reauth(conn);
-    if (conn->oneshot) {
-        evbuffer_free(buf);
+    if (conn->oneshot || conn->owner != NULL)
         return;
-    }
+    buf = evbuffer_new();
     evbuffer_add(buf, client_id, sizeof(client_id) - 1);
     backend_send_internal(conn, buf, backend_client_id_reply, conn, NULL);
     for (int i = 0; i < scripts_count(); i++) {

@@ -252,3 +252,18 @@ def test_script_long_status_reply_keeps_shared_connection(sluice, r):
     info = sluice.info()
     assert info.get("backend_0", "").find("state=up") >= 0
     assert "connection lost" not in sluice.log_path.read_text()
+
+
+def test_private_connection_setup_invisible(sluice, r):
+    """A session's private connection is opened with nothing of sluice's
+    own on it (only AUTH when configured): MONITOR sees the client's MULTI
+    first, as it would from Redis."""
+    with sluice.raw() as mon:
+        mon.send(b"MONITOR\r\n")
+        assert mon.read_reply() == "OK"
+        with sluice.raw() as c:
+            c.send(b"MULTI\r\nSET a 1\r\nEXEC\r\n")
+            assert [c.read_reply() for _ in range(3)] == ["OK", "QUEUED", ["OK"]]
+        lines = [mon.read_reply() for _ in range(3)]
+    assert '"MULTI"' in lines[0], lines
+    assert not any("SCRIPT" in l or '"CLIENT"' in l for l in lines), lines
