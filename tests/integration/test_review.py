@@ -1,0 +1,118 @@
+"""Adversarial review of the shared-connection core: lifetimes of clients,
+requests and backend connections across callbacks, and placement paths
+that lost a reply or a connection. Each test names the scenario it pins."""
+
+import time
+
+from helpers import SLOW, RawConn, wait_until
+
+
+def _redis_client_id(backend, cmd):
+    """The Redis client id of the connection whose last command is CMD."""
+    direct = backend.client()
+    try:
+        for entry in direct.client_list():
+            if entry.get("cmd") == cmd:
+                return int(entry["id"])
+    finally:
+        direct.close()
+    return None
+
+
+def test_private_conn_lost_while_client_finishes(redis_factory, sluice_factory):
+    """A client with a private connection, CLIENT REPLY OFF and QUIT sent
+    while its BLPOP waits: when that connection is killed, the failed BLPOP
+    is its last reply, so the client closes inside the failure callback and
+    releases the very connection being failed. sluice must not touch the
+    freed connection or client (ASan build: heap-use-after-free)."""
+    backend = redis_factory()
+    s = sluice_factory(backend.port)
+    with s.raw() as c:
+        assert c.call(b"SELECT", b"0") == "OK"
+        c.send_command(b"CLIENT", b"REPLY", b"OFF")
+        c.send_command(b"BLPOP", b"review:nothing", b"0")
+        wait_until(lambda: _redis_client_id(backend, "blpop") is not None, 5 * SLOW,
+                   msg="BLPOP reached Redis")
+        c.send_command(b"QUIT")
+        time.sleep(0.2)
+        direct = backend.client()
+        direct.execute_command("CLIENT", "KILL", "ID", _redis_client_id(backend, "blpop"))
+        direct.close()
+        assert c.is_closed_by_peer(5 * SLOW)
+    # sluice is still there and serves others
+    with s.raw() as c2:
+        assert c2.call(b"PING") == "PONG"
+    assert s.running
+
+
+def test_script_kill_while_subscribed_frees_its_connection(redis_factory, sluice_factory):
+    """SCRIPT KILL from a subscribed client: its reply streams unpaired, so
+    nothing waits on a one-shot connection for it. Each one used to leave a
+    one-shot connection open for good, counted against
+    backend_max_connections, until no client could get a private one."""
+    backend = redis_factory()
+    s = sluice_factory(backend.port, backend_max_connections=3)
+    with s.raw() as sub:
+        sub.send_command(b"SUBSCRIBE", b"review:ch")
+        assert sub.read_reply()[0] == b"subscribe"
+        for _ in range(4):
+            sub.send_command(b"SCRIPT", b"KILL")
+            # Redis answers it in the subscribed context (an error), as it
+            # would to a direct subscriber
+            reply = sub.read_reply(timeout=5 * SLOW)
+            assert isinstance(reply, str) and reply.startswith("ERR"), reply
+        info = s.info()
+        assert int(info["backend_private_connections"]) == 1, info
+    wait_until(lambda: int(s.info()["backend_private_connections"]) == 0, 5 * SLOW,
+               msg="private connections released")
+    with s.raw() as c:
+        assert c.call(b"SELECT", b"1") == "OK"
+
+
+def test_unlearnable_command_does_not_stall_pipeline(redis_factory, sluice_factory):
+    """An unknown command that cannot be learned (backend down) is refused
+    at once; the commands pipelined behind it in the same packet must still
+    be answered, not left in the input buffer until the client sends more."""
+    backend = redis_factory()
+    s = sluice_factory(backend.port)
+    backend.stop()
+    with s.raw() as c:
+        c.send(b"*1\r\n$14\r\nREVIEWUNKNOWN1\r\n*1\r\n$4\r\nPING\r\n")
+        first = c.read_reply(timeout=5 * SLOW)
+        second = c.read_reply(timeout=3 * SLOW)
+        assert isinstance(first, str) and "backend" in first, first
+        assert isinstance(second, str) and "backend" in second, second
+
+
+def test_blocked_client_input_is_bounded(redis_factory, sluice_factory):
+    """A client held while its unknown command is learned (Redis busy) keeps
+    being read: what it sends meanwhile must stay within
+    client_query_buffer_limit, as Redis bounds a blocked client's query
+    buffer, instead of growing without bound."""
+    backend = redis_factory()
+    s = sluice_factory(backend.port, client_query_buffer_limit="1mb")
+    busy = RawConn(backend.port)
+    busy.send_command(b"EVAL", b"local s = tonumber(redis.call('TIME')[1]) "
+                      b"while tonumber(redis.call('TIME')[1]) - s < 3 do end", b"0")
+    time.sleep(0.1)
+    with s.raw() as c:
+        c.send_command(b"REVIEWUNKNOWN2")
+        chunk = b"*1\r\n$4\r\nPING\r\n" * 4096
+        limit = 32 * 1024 * 1024
+        sent = 0
+        closed = False
+        c.sock.setblocking(False)
+        deadline = time.monotonic() + 2.5
+        while time.monotonic() < deadline and sent < limit:
+            try:
+                sent += c.sock.send(chunk)
+            except BlockingIOError:
+                time.sleep(0.01)
+            except OSError:
+                closed = True
+                break
+        # kernel buffers take a few MB; sluice itself must take at most
+        # about client_query_buffer_limit more
+        assert closed or sent < 16 * 1024 * 1024, \
+            f"sluice took {sent} bytes from a held client"
+    busy.close()
