@@ -412,8 +412,18 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
         log_debug("backend %s connection down: %s", conn->node->name, why);
     conn->state = BACKEND_DOWN;
     backend_conn_reset_io(conn);
+    /* Failing a request may close its client, which releases its private
+     * connection, CONN itself: CONN stays allocated until this is done. */
+    conn->busy++;
     backend_fail_inflight(conn, conn->error);
     backend_wake_waiters(conn);
+    conn->busy--;
+    if (conn->released) {   /* its owner went meanwhile: nobody to tell */
+        if (!conn->busy)
+            backend_conn_free(conn);
+        return;
+    }
+    owner = conn->owner;
     if (owner != NULL || conn->oneshot) {
         backend_conn_release(conn);
         if (owner != NULL)
