@@ -167,3 +167,74 @@ def test_quit_while_subscribed_keeps_earlier_replies(redis_factory, sluice_facto
 def _enc(*args):
     from helpers import encode_command
     return encode_command(*args)
+
+
+BUSY_EVAL = (b"EVAL", b"local s = tonumber(redis.call('TIME')[1]) "
+             b"while tonumber(redis.call('TIME')[1]) - s < 20 do end return 1", b"0")
+
+
+@pytest.mark.parametrize("password", [None, "review-pw"])
+def test_script_kill_gets_past_busy_script(redis_factory, sluice_factory, password):
+    """SCRIPT KILL goes on a one-shot connection (authenticated first when
+    sluice has backend credentials), not behind the busy script on the
+    shared one; the one-shot connection is freed after its reply."""
+    backend = redis_factory()
+    if password:
+        direct = backend.client()
+        direct.config_set("requirepass", password)
+        direct.close()
+    extra = {"backend_password": password} if password else {}
+    s = sluice_factory(backend.port, **extra)
+    with s.raw() as a, s.raw() as b:
+        a.send_command(*BUSY_EVAL)
+        time.sleep(0.3)
+        assert b.call(b"SCRIPT", b"KILL", timeout=5 * SLOW) == "OK"
+        reply = a.read_reply(timeout=5 * SLOW)
+        assert isinstance(reply, str) and "killed" in reply.lower(), reply
+        assert b.call(b"PING") == "PONG"
+    wait_until(lambda: int(s.info()["backend_private_connections"]) == 0, 5 * SLOW,
+               msg="one-shot connection freed")
+
+
+def test_script_kill_inside_multi_is_queued(redis_factory, sluice_factory):
+    """Inside MULTI, SCRIPT KILL is queued on the transaction's connection
+    like any command (Redis: +QUEUED, its result in EXEC's array)."""
+    backend = redis_factory()
+    s = sluice_factory(backend.port)
+    with s.raw() as c:
+        assert c.call(b"MULTI") == "OK"
+        assert c.call(b"SCRIPT", b"KILL") == "QUEUED"
+        result = c.call(b"EXEC")
+        assert isinstance(result, list) and len(result) == 1
+        assert result[0].startswith("NOTBUSY"), result
+
+
+def test_client_kill_cannot_reach_sluice_connections(redis_factory, sluice_factory):
+    """Every CLIENT KILL form that could match one of sluice's own backend
+    connections is refused: old form, ID, ADDR (also behind a harmless
+    filter of the same kind), LADDR, TYPE, USER, any case."""
+    backend = redis_factory()
+    s = sluice_factory(backend.port)
+    direct = backend.client()
+    with s.raw() as c:
+        assert c.call(b"SELECT", b"0") == "OK"   # a private connection too
+        # all but this client and redis_factory's readiness PING
+        mine = [e for e in direct.client_list() if e["cmd"] not in ("client|list", "ping")]
+        assert len(mine) >= 2, mine
+        laddr = mine[0]["laddr"].encode()
+        forms = []
+        for e in mine:
+            cid, addr = e["id"].encode(), e["addr"].encode()
+            forms += [[b"KILL", addr], [b"kill", addr], [b"KILL", b"ID", cid],
+                      [b"KILL", b"id", cid, b"SKIPME", b"no"], [b"KILL", b"ADDR", addr],
+                      [b"KILL", b"ID", b"999999", b"ID", cid],
+                      [b"KILL", b"ADDR", b"10.0.0.1:1", b"ADDR", addr]]
+        forms += [[b"KILL", b"LADDR", laddr], [b"KILL", b"TYPE", b"normal"],
+                  [b"KILL", b"USER", b"default"], [b"KILL", b"SKIPME", b"yes"]]
+        for f in forms:
+            reply = c.call(b"CLIENT", *f)
+            assert isinstance(reply, str) and "does not forward" in reply, (f, reply)
+        after = {e["id"] for e in direct.client_list()}
+        assert {e["id"] for e in mine} <= after
+        assert c.call(b"PING") == "PONG"
+    direct.close()
