@@ -238,3 +238,26 @@ def test_client_kill_cannot_reach_sluice_connections(redis_factory, sluice_facto
         assert {e["id"] for e in mine} <= after
         assert c.call(b"PING") == "PONG"
     direct.close()
+
+
+def test_client_kill_addr_ipv6_backend(redis_factory, sluice_factory):
+    """Over IPv6 Redis writes a client's address as [ip]:port (CLIENT
+    LIST's addr): CLIENT KILL ADDR in that form must not reach sluice's
+    own connection either."""
+    backend = redis_factory("--bind", "127.0.0.1", "::1")
+    s = sluice_factory(backend.port, start=False)
+    text = s.config_path.read_text().replace(f"backend = 127.0.0.1:{backend.port}",
+                                             f"backend = [::1]:{backend.port}")
+    s.config_path.write_text(text)
+    s.start()
+    direct = backend.client()
+    with s.raw() as c:
+        assert c.call(b"PING") == "PONG"
+        mine = [e for e in direct.client_list() if e["addr"].startswith("[")]
+        assert mine, direct.client_list()
+        for e in mine:
+            for f in ([b"KILL", e["addr"].encode()], [b"KILL", b"ADDR", e["addr"].encode()]):
+                reply = c.call(b"CLIENT", *f)
+                assert isinstance(reply, str) and "does not forward" in reply, (f, reply)
+        assert c.call(b"PING") == "PONG"
+    direct.close()
