@@ -439,8 +439,8 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
                                                                       : conn->backoff_ms * 2;
 }
 
-/* Remember the address Redis sees for CONN ("ip:port", as CLIENT LIST's
- * addr shows it). */
+/* Remember the address Redis sees for CONN ("ip:port" or "[ip6]:port", as
+ * CLIENT LIST's addr shows it). */
 static void backend_note_local_addr(struct backend_conn *conn, int fd)
 {
     struct sockaddr_storage ss;
@@ -460,7 +460,9 @@ static void backend_note_local_addr(struct backend_conn *conn, int fd)
         inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
         port = ntohs(sin6->sin6_port);
     }
-    snprintf(conn->local_addr, sizeof(conn->local_addr), "%s:%d", ip, port);
+    /* Redis brackets an IPv6 address, as CLIENT KILL ADDR must name it. */
+    snprintf(conn->local_addr, sizeof(conn->local_addr),
+             ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
 }
 
 static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
