@@ -414,8 +414,18 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
         log_debug("backend %s connection down: %s", conn->node->name, why);
     conn->state = BACKEND_DOWN;
     backend_conn_reset_io(conn);
+    /* Failing a request may close its client, which releases its private
+     * connection, CONN itself: CONN stays allocated until this is done. */
+    conn->busy++;
     backend_fail_inflight(conn, conn->error);
     backend_wake_waiters(conn);
+    conn->busy--;
+    if (conn->released) {   /* its owner went meanwhile: nobody to tell */
+        if (!conn->busy)
+            backend_conn_free(conn);
+        return;
+    }
+    owner = conn->owner;
     if (owner != NULL || conn->oneshot) {
         backend_conn_release(conn);
         if (owner != NULL)
@@ -431,8 +441,8 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
                                                                       : conn->backoff_ms * 2;
 }
 
-/* Remember the address Redis sees for CONN ("ip:port", as CLIENT LIST's
- * addr shows it). */
+/* Remember the address Redis sees for CONN ("ip:port" or "[ip6]:port", as
+ * CLIENT LIST's addr shows it). */
 static void backend_note_local_addr(struct backend_conn *conn, int fd)
 {
     struct sockaddr_storage ss;
@@ -452,7 +462,9 @@ static void backend_note_local_addr(struct backend_conn *conn, int fd)
         inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
         port = ntohs(sin6->sin6_port);
     }
-    snprintf(conn->local_addr, sizeof(conn->local_addr), "%s:%d", ip, port);
+    /* Redis brackets an IPv6 address, as CLIENT KILL ADDR must name it. */
+    snprintf(conn->local_addr, sizeof(conn->local_addr),
+             ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
 }
 
 static void backend_event_cb(struct bufferevent *bev, short what, void *arg)

@@ -650,7 +650,10 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
  * backend_max_connections are open already. */
 static struct backend_conn *client_route(struct client *c, struct request *req)
 {
-    if (req->place == PLACE_CONTROL && !(c->flags & CLIENT_IN_MULTI))
+    /* In a transaction it is queued like any other command; in pub/sub its
+     * reply streams unpaired on the client's own connection, so nothing
+     * would wait for it on (and free) a one-shot connection. */
+    if (req->place == PLACE_CONTROL && !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)))
         return NULL;
     if (c->private_conn == NULL && req->place == PLACE_PRIVATE) {
         c->private_conn = backend_private_conn(backend_default_node(), c);
@@ -795,7 +798,13 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
     if (src != NULL)
         request_take_raw(req, src);
     learn_request(c, req, name, len);
-    return -1;
+    /* Refused at once when it cannot be asked (client_release_held ran
+     * inside this loop, so its own client_process_input did nothing): the
+     * loop goes on with what follows. */
+    return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED | CLIENT_OVER_LIMIT)) || c->stalled != NULL ||
+                   c->closing
+               ? -1
+               : 0;
 }
 
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
@@ -1006,6 +1015,18 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
     }
 }
 
+/* A client that is held (learning, a rule's delay) or whose request
+ * waits is still read, but nothing is framed: like Redis, whatever its
+ * state, it may not buffer more than client_query_buffer_limit. */
+static void client_check_query_limit(struct client *c)
+{
+    if (evbuffer_get_length(c->input) <= (size_t)client_cfg->client_query_buffer_limit ||
+        (c->flags & CLIENT_CLOSE_AFTER_REPLY) || c->closing)
+        return;
+    STAT_INC(query_limit_disconnects);
+    client_protocol_error(c, "Protocol error: client_query_buffer_limit exceeded");
+}
+
 /* C's socket is readable: read what is there, then frame and handle it.
  * End of file and errors: client_read_ended. */
 static void client_read_cb(evutil_socket_t fd, short what, void *arg)
@@ -1025,6 +1046,7 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
     c->last_active_ms = server_pass_now_us() / 1000;
     client_enter(c);
     client_process_input(c);
+    client_check_query_limit(c);
     client_leave(c);
 }
 
