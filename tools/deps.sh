@@ -1,9 +1,11 @@
 #!/bin/sh
-# Install the Debian packages sluice needs to build, run, test and bench,
-# when any is missing. As root it runs apt-get; otherwise it prints the line.
+# deps.sh [PACKAGE...] - install the Debian packages sluice needs to build,
+# run, test and bench (or the ones named), when any is missing. As root it
+# runs apt-get; otherwise it prints the line.
 set -e
 PKGS="gcc make pkg-config libevent-dev libhiredis-dev libinih-dev libssl-dev
 redis-server redis-tools python3-redis python3-pytest nutcracker"
+[ $# -eq 0 ] || PKGS="$*"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
