@@ -5,6 +5,10 @@
 # median of the per-round ratios new/old. For checking that a change costs
 # no throughput (e.g. "no row drops by more than 3%"); prints, asserts
 # nothing. Everything on free loopback ports, cleaned up on exit.
+# AB_PIN=1 places the processes as make bench's rules section does: Redis
+# on core 0, both sluices and redis-benchmark on core 1 (three busy
+# processes left to the scheduler move -P 16 rows by 10-30%).
+# AB_ROWS="get:50:16 set:50:16" picks rows (default: all eight).
 set -eu
 old=$(readlink -f "$1")
 new=$(readlink -f "$2")
@@ -30,7 +34,13 @@ wait_port() {
     done
 }
 rport=$(free_port)
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
+pin0=""
+pin1=""
+if [ "${AB_PIN:-0}" = 1 ] && [ "$(nproc)" -ge 2 ]; then
+    pin0="taskset -c 0"
+    pin1="taskset -c 1"
+fi
+$pin0 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no \
     --daemonize no >"$tmp/redis.log" 2>&1 &
 pids="$pids $!"
 wait_port "$rport"
@@ -38,7 +48,7 @@ start() {   # start NAME BINARY: prints its port
     port=$(free_port)
     printf '[proxy]\nlisten = 127.0.0.1:%s\nbackend = 127.0.0.1:%s\nlog_level = warning\n' \
         "$port" "$rport" >"$tmp/$1.conf"
-    "$2" -c "$tmp/$1.conf" >"$tmp/$1.log" 2>&1 &
+    $pin1 "$2" -c "$tmp/$1.conf" >"$tmp/$1.log" 2>&1 &
     echo "$port $!"
 }
 set -- $(start old "$old"); oport=$1; pids="$pids $2"
@@ -48,14 +58,15 @@ wait_port "$nport"
 
 rps() {     # rps PORT TEST CLIENTS PIPELINE: requests per second
     n=$(( $3 * $4 * 2000 )); [ $n -ge 100000 ] || n=100000; [ $n -le 1000000 ] || n=1000000
-    redis-benchmark -p "$1" -t "$2" -c "$3" -P "$4" -n "$n" -q 2>/dev/null |
+    $pin1 redis-benchmark -p "$1" -t "$2" -c "$3" -P "$4" -n "$n" -q 2>/dev/null |
         awk -F'[: ]+' '/requests per second/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/) { print $i; exit } }'
 }
 printf 'sluice A/B, %s rounds: old %s, new %s\n' "$rounds" "$old" "$new"
 printf '%-4s %3s %3s %12s %12s %8s\n' cmd -c -P old new new/old
-for t in get set; do
-    for c in 1 50; do
-        for p in 1 16; do
+rows=${AB_ROWS:-get:1:1 get:1:16 get:50:1 get:50:16 set:1:1 set:1:16 set:50:1 set:50:16}
+for row in $rows; do
+    t=${row%%:*}; rest=${row#*:}; c=${rest%%:*}; p=${rest#*:}
+    {
             : >"$tmp/ratios"
             : >"$tmp/olds"
             : >"$tmp/news"
@@ -73,6 +84,5 @@ for t in get set; do
             med() { sort -n "$1" | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : 0) }'; }
             printf '%-4s %3s %3s %12.0f %12.0f %8.3f\n' $t $c $p "$(med "$tmp/olds")" \
                 "$(med "$tmp/news")" "$(med "$tmp/ratios")"
-        done
-    done
+    }
 done
