@@ -203,3 +203,30 @@ def _proxy_info_text(s):
         v = c.call("PROXY", "INFO")
     assert isinstance(v, bytes), v
     return v.decode()
+
+
+def test_reconnect_attempts_log_one_line_each(redis_factory, sluice_factory):
+    """While Redis is down, each reconnect attempt is one log line naming
+    the cause; sluice's own set-up requests failing with the connection are
+    not reported as refused by Redis."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, log_level="info")
+    with s.raw() as c:
+        assert c.call(b"SET", b"k", b"v") == "OK"
+    srv.stop()
+    time.sleep(1.5 * SLOW)
+    text = s.log_path.read_text()
+    attempts = [l for l in text.splitlines() if "cannot connect" in l]
+    assert attempts and all("Connection refused" in l for l in attempts), text[-2000:]
+    assert "refused sluice's own request" not in text, text[-2000:]
+    srv.start()
+    deadline = time.monotonic() + 5 * SLOW
+    while True:
+        try:
+            with s.raw() as c:
+                if c.call(b"GET", b"k") is None:
+                    break
+        except (OSError, EOFError):
+            pass
+        assert time.monotonic() < deadline, "sluice did not reconnect"
+        time.sleep(0.1)
