@@ -1,10 +1,12 @@
 /* inifile.c - owns line counting around inih: inih hands its handler no line
- * number, so we feed it lines ourselves and count them. */
+ * number, so we feed it lines ourselves and count them; and what inih does
+ * not report at all (empty sections, continuation lines), for the loaders. */
 #include "inifile.h"
 
 #include <errno.h>
 #include <ini.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct inifile_state {
@@ -63,4 +65,89 @@ int inifile_parse(const char *path, inifile_handler *handler, void *ctx, struct 
     if (rc > 0)
         errlist_add(errs, path, rc, "syntax error: expected [section] or key = value");
     return 0;
+}
+
+static void inifile_mark_continued(struct inifile_layout *l, int lineno)
+{
+    if (lineno >= l->continued_size) {
+        int size = lineno * 2 + 16;
+        unsigned char *grown = realloc(l->continued, (size_t)size);
+
+        if (grown == NULL)
+            return;
+        memset(grown + l->continued_size, 0, (size_t)(size - l->continued_size));
+        l->continued = grown;
+        l->continued_size = size;
+    }
+    l->continued[lineno] = 1;
+}
+
+/* Record the header between START ('[') and END (']') on line LINENO. */
+static void inifile_add_header(struct inifile_layout *l, int lineno, const char *start,
+                               const char *end)
+{
+    struct inifile_header *grown;
+
+    start += 1 + strspn(start + 1, " \t");
+    while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    grown = realloc(l->headers, sizeof(*grown) * (size_t)(l->header_count + 1));
+    if (grown == NULL)
+        return;
+    l->headers = grown;
+    l->headers[l->header_count].line = lineno;
+    l->headers[l->header_count].section = strndup(start, (size_t)(end - start));
+    l->header_count++;
+}
+
+/* Lines are read in the same INI_MAX_LINE chunks as inih (and as
+ * inifile_parse counts them), so line numbers agree. */
+void inifile_scan_layout(const char *path, struct inifile_layout *out)
+{
+    char line[INI_MAX_LINE];
+    FILE *f = fopen(path, "r");
+    int lineno = 0, after_key = 0;
+
+    memset(out, 0, sizeof(*out));
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        char *start = line, *end;
+
+        if (++lineno == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
+            start += 3;     /* a UTF-8 BOM, which inih skips too */
+        start += strspn(start, " \t\r\n");
+        if (*start == '\0' || *start == ';' || *start == '#')
+            continue;
+        if (after_key && start > line) {
+            inifile_mark_continued(out, lineno);
+            continue;
+        }
+        if (*start != '[') {
+            after_key = 1;
+            continue;
+        }
+        for (end = start + 1; *end != '\0' && *end != ']'; end++) {
+            if (*end == ';' && (end[-1] == ' ' || end[-1] == '\t'))
+                break;
+        }
+        if (*end != ']')
+            continue;
+        after_key = 0;
+        inifile_add_header(out, lineno, start, end);
+    }
+    if (f != NULL)
+        fclose(f);
+}
+
+int inifile_is_continued(const struct inifile_layout *layout, int line)
+{
+    return line < layout->continued_size && layout->continued[line];
+}
+
+void inifile_layout_free(struct inifile_layout *layout)
+{
+    for (int i = 0; i < layout->header_count; i++)
+        free(layout->headers[i].section);
+    free(layout->headers);
+    free(layout->continued);
+    memset(layout, 0, sizeof(*layout));
 }

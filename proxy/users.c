@@ -426,24 +426,14 @@ static int users_set_commands(struct user *u, const char *value, char *err, size
 
 /* ---- the file -------------------------------------------------------- */
 
-/* A "[...]" line of the file, found by users_scan_lines. */
-struct users_header {
-    int line;
-    char *section;          /* between the brackets, blanks trimmed */
-};
-
 struct users_parse {
     struct user_set *set;
     const char *path;
     struct errlist *errs;
-    struct users_header *headers;
-    int header_count;
+    struct inifile_layout layout;   /* headers and continuation lines (inifile.h) */
     int next_header;                /* headers before this one have been started */
     struct user *cur;               /* user being read; NULL in a bad section */
     int seen_line[KEY_COUNT];       /* line where each key was last set, 0 = not yet */
-    unsigned char *continued;       /* continued[line]: an indented line going on with
-                                     * the key above (inih's multi-line values) */
-    int continued_size;
     const struct users_key *last_key;  /* the key set just before, if it went well */
 };
 
@@ -466,79 +456,6 @@ static void users_free_user(struct user *u)
     users_free_globs(&u->keys);
     users_free_globs(&u->channels);
     free(u);
-}
-
-static void users_mark_continued(struct users_parse *p, int lineno)
-{
-    if (lineno >= p->continued_size) {
-        int size = lineno * 2 + 16;
-        unsigned char *grown = realloc(p->continued, (size_t)size);
-
-        if (grown == NULL)
-            return;
-        memset(grown + p->continued_size, 0, (size_t)(size - p->continued_size));
-        p->continued = grown;
-        p->continued_size = size;
-    }
-    p->continued[lineno] = 1;
-}
-
-static void users_add_header(struct users_parse *p, int lineno, const char *start,
-                             const char *end)
-{
-    struct users_header *grown;
-
-    start += 1 + strspn(start + 1, " \t");
-    while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
-        end--;
-    grown = realloc(p->headers, sizeof(*grown) * (size_t)(p->header_count + 1));
-    if (grown == NULL)
-        return;
-    p->headers = grown;
-    p->headers[p->header_count].line = lineno;
-    p->headers[p->header_count].section = strndup(start, (size_t)(end - start));
-    p->header_count++;
-}
-
-/* Section headers and continuation lines, found the way inih finds them:
- * inih calls its handler only for keys, so a section without keys would go
- * unseen and two sections of the same name in a row would merge; and it
- * hands a continuation line over as the same key again. Lines are read in
- * the same INI_MAX_LINE chunks as inifile, so line numbers agree. A "["
- * line without "]" is left to inih's syntax error. */
-static void users_scan_lines(struct users_parse *p)
-{
-    char line[INI_MAX_LINE];
-    FILE *f = fopen(p->path, "r");
-    int lineno = 0, after_key = 0;
-
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        char *start = line, *end;
-
-        if (++lineno == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
-            start += 3;     /* a UTF-8 BOM, which inih skips too */
-        start += strspn(start, " \t\r\n");
-        if (*start == '\0' || *start == ';' || *start == '#')
-            continue;
-        if (after_key && start > line) {
-            users_mark_continued(p, lineno);
-            continue;
-        }
-        if (*start != '[') {
-            after_key = 1;
-            continue;
-        }
-        for (end = start + 1; *end != '\0' && *end != ']'; end++) {
-            if (*end == ';' && (end[-1] == ' ' || end[-1] == '\t'))
-                break;
-        }
-        if (*end != ']')
-            continue;
-        after_key = 0;
-        users_add_header(p, lineno, start, end);
-    }
-    if (f != NULL)
-        fclose(f);
 }
 
 /* The NAME of "user NAME" (one word), or NULL when SECTION is not that. */
@@ -598,7 +515,7 @@ static void users_finish(struct users_parse *p)
                     u->name);
 }
 
-static void users_start(struct users_parse *p, const struct users_header *h)
+static void users_start(struct users_parse *p, const struct inifile_header *h)
 {
     const char *name = users_section_name(h->section);
 
@@ -624,9 +541,10 @@ static void users_start(struct users_parse *p, const struct users_header *h)
 /* Finish the current section and start every header before LINE. */
 static void users_advance_to(struct users_parse *p, int line)
 {
-    while (p->next_header < p->header_count && p->headers[p->next_header].line < line) {
+    while (p->next_header < p->layout.header_count &&
+           p->layout.headers[p->next_header].line < line) {
         users_finish(p);
-        users_start(p, &p->headers[p->next_header++]);
+        users_start(p, &p->layout.headers[p->next_header++]);
     }
 }
 
@@ -649,7 +567,7 @@ static void users_on_key(void *ctx, const char *section, const char *name, const
     struct users_parse *p = ctx;
     const struct users_key *key = NULL;
 
-    (void)section;  /* sections come from users_scan_lines */
+    (void)section;  /* sections come from inifile_scan_layout */
     if (name == NULL)
         return;
     users_advance_to(p, line);
@@ -659,7 +577,7 @@ static void users_on_key(void *ctx, const char *section, const char *name, const
     }
     if (p->cur == NULL)
         return;     /* a bad section: said so at its header */
-    if (line < p->continued_size && p->continued[line]) {
+    if (inifile_is_continued(&p->layout, line)) {
         /* More items for the list key above: commands go on left to right. */
         if (p->last_key != NULL && !p->last_key->list) {
             errlist_add(errs, file, line, "%s takes one value; only commands, keys and "
@@ -698,15 +616,12 @@ struct user_set *users_load(const char *path, struct errlist *errs)
         errlist_add(errs, path, 0, "out of memory");
         return NULL;
     }
-    users_scan_lines(&p);
+    inifile_scan_layout(path, &p.layout);
     if (inifile_parse(path, users_on_key, &p, errs) == 0) {
         users_advance_to(&p, INT_MAX);
         users_finish(&p);
     }
-    for (int i = 0; i < p.header_count; i++)
-        free(p.headers[i].section);
-    free(p.headers);
-    free(p.continued);
+    inifile_layout_free(&p.layout);
     if (errs->count != before) {
         users_free(p.set);
         return NULL;

@@ -104,25 +104,15 @@ static const struct rules_key rules_keys[KEY_COUNT] = {
 };
 #undef F
 
-/* A "[...]" line of the file, found by rules_scan_lines. */
-struct rules_header {
-    int line;
-    char *section;          /* between the brackets, blanks trimmed */
-};
-
 struct rules_parse {
     struct rule_set *rs;
     const char *path;
     struct errlist *errs;
-    struct rules_header *headers;
-    int header_count;
+    struct inifile_layout layout;   /* headers and continuation lines (inifile.h) */
     int next_header;                /* headers before this one have been started */
     struct rule_full *cur;          /* rule being read; NULL in a bad section */
     int cur_line;                   /* its header's line */
     int seen_line[KEY_COUNT];       /* line where each key was set, 0 = not yet */
-    unsigned char *continued;       /* continued[line]: an indented line going on with
-                                     * the key above (inih's multi-line values) */
-    int continued_size;
     const struct rules_key *last_key;  /* the key set just before, if it went well */
     char *last_value;               /* its whole value so far */
 };
@@ -431,73 +421,6 @@ static void rules_free_rule(struct rule_full *r)
     free(r);
 }
 
-static void rules_mark_continued(struct rules_parse *p, int lineno)
-{
-    if (lineno >= p->continued_size) {
-        int size = lineno * 2 + 16;
-        unsigned char *grown = realloc(p->continued, (size_t)size);
-
-        if (grown == NULL)
-            return;
-        memset(grown + p->continued_size, 0, (size_t)(size - p->continued_size));
-        p->continued = grown;
-        p->continued_size = size;
-    }
-    p->continued[lineno] = 1;
-}
-
-/* Section headers and continuation lines, found the way inih finds them.
- * inih calls its handler only for keys, so a section without keys would
- * go unseen, and two sections of the same name in a row would merge into
- * one; and it hands a continuation line over as the same key again, which
- * we must tell from a duplicate key. We read the lines in the same
- * INI_MAX_LINE chunks as inih (and inifile's count), so line numbers
- * agree. A "[" line without "]" is left to inih's syntax error. */
-static void rules_scan_lines(struct rules_parse *p)
-{
-    char line[INI_MAX_LINE];
-    FILE *f = fopen(p->path, "r");
-    int lineno = 0, after_key = 0;
-
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        char *start = line, *end;
-        struct rules_header *grown;
-
-        if (++lineno == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
-            start += 3;     /* a UTF-8 BOM, which inih skips too */
-        start += strspn(start, " \t\r\n");
-        if (*start == '\0' || *start == ';' || *start == '#')
-            continue;
-        if (after_key && start > line) {
-            rules_mark_continued(p, lineno);
-            continue;
-        }
-        if (*start != '[') {
-            after_key = 1;
-            continue;
-        }
-        for (end = start + 1; *end != '\0' && *end != ']'; end++) {
-            if (*end == ';' && (end[-1] == ' ' || end[-1] == '\t'))
-                break;
-        }
-        if (*end != ']')
-            continue;
-        after_key = 0;
-        start += 1 + strspn(start + 1, " \t");
-        while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
-            end--;
-        grown = realloc(p->headers, sizeof(*grown) * (size_t)(p->header_count + 1));
-        if (grown == NULL)
-            break;
-        p->headers = grown;
-        p->headers[p->header_count].line = lineno;
-        p->headers[p->header_count].section = strndup(start, (size_t)(end - start));
-        p->header_count++;
-    }
-    if (f != NULL)
-        fclose(f);
-}
-
 /* The NAME of "limit NAME", or NULL when SECTION is something else. */
 static const char *rules_section_name(const char *section)
 {
@@ -569,7 +492,7 @@ static void rules_finish(struct rules_parse *p)
         r->pub.burst = r->pub.rate_per_s > 1 ? r->pub.rate_per_s : 1;
 }
 
-static void rules_start(struct rules_parse *p, const struct rules_header *h)
+static void rules_start(struct rules_parse *p, const struct inifile_header *h)
 {
     const char *name = rules_section_name(h->section);
     const struct rule_full *first;
@@ -597,9 +520,10 @@ static void rules_start(struct rules_parse *p, const struct rules_header *h)
 /* Finish the current section and start every header before LINE. */
 static void rules_advance_to(struct rules_parse *p, int line)
 {
-    while (p->next_header < p->header_count && p->headers[p->next_header].line < line) {
+    while (p->next_header < p->layout.header_count &&
+           p->layout.headers[p->next_header].line < line) {
         rules_finish(p);
-        rules_start(p, &p->headers[p->next_header++]);
+        rules_start(p, &p->layout.headers[p->next_header++]);
     }
 }
 
@@ -658,7 +582,7 @@ static void rules_on_key(void *ctx, const char *section, const char *name, const
     const struct rules_key *key = NULL;
     char err[256];
 
-    (void)section;  /* sections come from rules_scan_headers */
+    (void)section;  /* sections come from inifile_scan_layout */
     if (name == NULL)
         return;
     rules_advance_to(p, line);
@@ -668,7 +592,7 @@ static void rules_on_key(void *ctx, const char *section, const char *name, const
     }
     if (p->cur == NULL)
         return;     /* a bad section: said so at its header */
-    if (line < p->continued_size && p->continued[line]) {
+    if (inifile_is_continued(&p->layout, line)) {
         rules_continue(p, value, file, line);
         return;
     }
@@ -708,15 +632,12 @@ struct rule_set *rules_load(const char *path, struct errlist *errs)
         errlist_add(errs, path, 0, "out of memory");
         return NULL;
     }
-    rules_scan_lines(&p);
+    inifile_scan_layout(path, &p.layout);
     if (inifile_parse(path, rules_on_key, &p, errs) == 0) {
         rules_advance_to(&p, INT_MAX);
         rules_finish(&p);
     }
-    for (int i = 0; i < p.header_count; i++)
-        free(p.headers[i].section);
-    free(p.headers);
-    free(p.continued);
+    inifile_layout_free(&p.layout);
     free(p.last_value);
     if (errs->count != before) {
         rules_free(p.rs);
