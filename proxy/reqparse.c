@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "request.h"
+#include "value.h"
 
 #define REQPARSE_MAX_INLINE (64 * 1024)
 /* A bulk length line holds at most this many bytes after the '$': no valid
@@ -232,17 +233,6 @@ static int reqparse_resp(struct reqparse *p, struct evbuffer *in, struct request
     return reqparse_args(p, in, &h, out);
 }
 
-static int reqparse_hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* One quoted argument starting at line[*i] (the quote). Appends the
  * unescaped bytes to OUT at *o. Returns 0, or -1 on unbalanced quotes. */
 static int reqparse_split_quoted(const char *line, size_t len, size_t *i, char *out, size_t *o)
@@ -260,9 +250,9 @@ static int reqparse_split_quoted(const char *line, size_t len, size_t *i, char *
         if (c == '\\' && quote == '"' && *i + 1 < len) {
             char e = line[++(*i)];
             const char *m;
-            if (e == 'x' && *i + 2 < len && reqparse_hex(line[*i + 1]) >= 0 &&
-                reqparse_hex(line[*i + 2]) >= 0) {
-                out[(*o)++] = (char)(reqparse_hex(line[*i + 1]) * 16 + reqparse_hex(line[*i + 2]));
+            if (e == 'x' && *i + 2 < len && value_hex_digit(line[*i + 1]) >= 0 &&
+                value_hex_digit(line[*i + 2]) >= 0) {
+                out[(*o)++] = (char)(value_hex_digit(line[*i + 1]) * 16 + value_hex_digit(line[*i + 2]));
                 *i += 2;
                 continue;
             }

@@ -16,6 +16,7 @@
 
 #include "glob.h"
 #include "inifile.h"
+#include "value.h"
 
 #define USERS_DIGEST_LEN 32             /* SHA-256 */
 #define USERS_SHA256_PREFIX "sha256:"
@@ -132,17 +133,6 @@ static void users_sha256(const char *data, size_t len, unsigned char *out)
         memset(out, 0, USERS_DIGEST_LEN);   /* never matches a real password's hash */
 }
 
-static int users_hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* "sha256:<64 hex>" is a digest as is (Redis ACL's "#<hash>"); anything
  * else is a plain password, hashed here and not kept. */
 static int users_set_password(struct user *u, const char *value, char *err, size_t errlen)
@@ -162,7 +152,7 @@ static int users_set_password(struct user *u, const char *value, char *err, size
             return -1;
         }
         for (int i = 0; i < USERS_DIGEST_LEN; i++) {
-            int hi = users_hex_value(hex[2 * i]), lo = users_hex_value(hex[2 * i + 1]);
+            int hi = value_hex_digit(hex[2 * i]), lo = value_hex_digit(hex[2 * i + 1]);
             if (hi < 0 || lo < 0) {
                 snprintf(err, errlen, "sha256: needs exactly 64 hex digits");
                 return -1;

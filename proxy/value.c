@@ -124,3 +124,14 @@ int value_hostport(const char *text, char *host, size_t hostlen, int *port,
     *port = (int)p;
     return 0;
 }
+
+int value_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}

@@ -6,6 +6,9 @@
 
 #include <stddef.h>
 
+/* The value of the hexadecimal digit C (either case), or -1. */
+int value_hex_digit(char c);
+
 int value_int(const char *text, long long min, long long max, long long *out,
               char *err, size_t errlen);
 /* Bytes with an optional k/kb/m/mb/g/gb suffix (powers of 1024). */
