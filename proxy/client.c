@@ -551,7 +551,8 @@ static enum placement_role client_role(const struct request *req)
     return placement_role(req->cmd);
 }
 
-/* CLIENT REPLY OFF/SKIP: Redis sends no reply, so none is expected. */
+/* CLIENT REPLY OFF/SKIP: mark the requests whose replies sluice drops
+ * (Redis still answers each one, so the pairing never depends on it). */
 static void client_reply_mode(struct client *c, struct request *req, int argc,
                               const struct sv *argv)
 {
