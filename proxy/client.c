@@ -138,6 +138,7 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     c->fd = fd;
     c->id = client_next_id++;
     c->user = strdup("default");
+    c->resp = 2;
     c->last_active_ms = server_now_ms();
     memcpy(&c->addr, addr, addrlen < sizeof(c->addr) ? addrlen : sizeof(c->addr));
     client_format_addr(c);

@@ -60,6 +60,7 @@ struct client {
     char ip_text[INET6_ADDRSTRLEN];     /* "ip", what rules match */
     char *name;                         /* CLIENT SETNAME, NULL when none */
     char *user;                         /* last successful AUTH user, "default" */
+    int resp;                           /* protocol it negotiated with HELLO: 2 or 3 */
     struct lock_client *locks;          /* locks it holds (lock.c owns this) */
     struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
