@@ -12,7 +12,10 @@
  *
  * Every connection of a node is in node->conns, so that sluice knows its
  * own connections' Redis client ids and addresses (CLIENT KILL must not
- * reach them) and can cap how many it opens.
+ * reach them) and can cap how many it opens. Standalone mode has one node;
+ * in cluster mode cluster.c adds a node per primary it learns of
+ * (backend_node_get), and sees error replies first (backend_set_reply_filter)
+ * to follow redirections: requests then keep their bytes until answered.
  */
 #include "backend.h"
 
@@ -83,21 +86,27 @@ struct backend_conn {
 TAILQ_HEAD(backend_conn_list, backend_conn);
 
 struct backend_node {
-    char name[280];                  /* "host:port" as configured */
+    char name[280];                  /* "host:port" as configured or learned */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     struct backend_conn **pool;
     int pool_size;
     int private_count;               /* private and one-shot connections */
     struct backend_conn_list conns;  /* every connection, pool included */
+    TAILQ_ENTRY(backend_node) link;  /* in backend_nodes */
 };
+
+TAILQ_HEAD(backend_node_list, backend_node);
 
 /* Connections with requests this loop pass added: backend_write_now. */
 static struct backend_conn_list backend_write_list = TAILQ_HEAD_INITIALIZER(backend_write_list);
 
 static struct event_base *backend_base;
 static const struct config *backend_cfg;
-static struct backend_node *backend_node_default;
+static struct backend_node_list backend_nodes = TAILQ_HEAD_INITIALIZER(backend_nodes);
+static int backend_cluster_mode;
+/* Cluster mode: sees error replies before they are delivered. */
+static backend_reply_filter_fn *backend_reply_filter;
 
 static void backend_connect(struct backend_conn *conn);
 static void backend_conn_down(struct backend_conn *conn, const char *why);
@@ -144,30 +153,99 @@ static struct backend_conn *backend_conn_new(struct backend_node *node, struct c
     return conn;
 }
 
-int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
+/* A new node for HOSTPORT with its pool connecting, at the end of the
+ * node list. NULL with ERR set when it cannot be resolved (or OOM). */
+static struct backend_node *backend_node_new(const char *hostport, char *err, size_t errlen)
 {
     struct backend_node *node = calloc(1, sizeof(*node));
 
-    backend_base = base;
-    backend_cfg = cfg;
-    if (node == NULL || backend_resolve(node, cfg->backend, err, errlen) != 0) {
+    if (node == NULL || backend_resolve(node, hostport, err, errlen) != 0) {
         free(node);
-        return -1;
+        return NULL;
     }
     TAILQ_INIT(&node->conns);
-    node->pool_size = (int)cfg->backend_connections;
+    node->pool_size = (int)backend_cfg->backend_connections;
     node->pool = calloc((size_t)node->pool_size, sizeof(*node->pool));
+    TAILQ_INSERT_TAIL(&backend_nodes, node, link);
     for (int i = 0; i < node->pool_size; i++) {
         node->pool[i] = backend_conn_new(node, NULL);
         backend_connect(node->pool[i]);
     }
-    backend_node_default = node;
+    return node;
+}
+
+int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
+{
+    backend_base = base;
+    backend_cfg = cfg;
+    backend_cluster_mode = cfg->cluster_seed_count > 0;
+    if (!backend_cluster_mode)
+        return backend_node_new(cfg->backend, err, errlen) != NULL ? 0 : -1;
+    for (int i = 0; i < cfg->cluster_seed_count; i++) {
+        if (backend_node_new(cfg->cluster_seeds[i], err, errlen) == NULL)
+            return -1;
+    }
     return 0;
 }
 
 struct backend_node *backend_default_node(void)
 {
-    return backend_node_default;
+    struct backend_node *node;
+
+    if (!backend_cluster_mode)
+        return TAILQ_FIRST(&backend_nodes);
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        if (backend_node_up(node))
+            return node;
+    }
+    return TAILQ_FIRST(&backend_nodes);
+}
+
+struct backend_node *backend_node_get(const char *hostport)
+{
+    struct backend_node *node;
+    char err[300];
+
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        if (strcmp(node->name, hostport) == 0)
+            return node;
+    }
+    node = backend_node_new(hostport, err, sizeof(err));
+    if (node == NULL)
+        log_warning("cluster node %s: %s", hostport, err);
+    else
+        log_notice("cluster node %s added", hostport);
+    return node;
+}
+
+struct backend_node *backend_node_next(const struct backend_node *node)
+{
+    return node == NULL ? TAILQ_FIRST(&backend_nodes) : TAILQ_NEXT(node, link);
+}
+
+const char *backend_node_name(const struct backend_node *node)
+{
+    return node->name;
+}
+
+int backend_node_up(const struct backend_node *node)
+{
+    return node->pool[0]->state == BACKEND_UP;
+}
+
+struct backend_node *backend_conn_node(const struct backend_conn *conn)
+{
+    return conn->node;
+}
+
+int backend_conn_is_shared(const struct backend_conn *conn)
+{
+    return conn->owner == NULL && !conn->oneshot;
+}
+
+void backend_set_reply_filter(backend_reply_filter_fn *fn)
+{
+    backend_reply_filter = fn;
 }
 
 struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id)
@@ -561,28 +639,30 @@ void backend_release_private(struct backend_conn *conn)
 
 int backend_owns_client_id(long long id)
 {
-    struct backend_node *node = backend_node_default;
+    struct backend_node *node;
     struct backend_conn *conn;
 
-    if (node == NULL || id <= 0)
+    if (id <= 0)
         return 0;
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (conn->redis_id == id)
-            return 1;
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (conn->redis_id == id)
+                return 1;
+        }
     }
     return 0;
 }
 
 int backend_owns_addr(const char *addr, size_t len)
 {
-    struct backend_node *node = backend_node_default;
+    struct backend_node *node;
     struct backend_conn *conn;
 
-    if (node == NULL)
-        return 0;
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (strlen(conn->local_addr) == len && memcmp(conn->local_addr, addr, len) == 0)
-            return 1;
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (strlen(conn->local_addr) == len && memcmp(conn->local_addr, addr, len) == 0)
+                return 1;
+        }
     }
     return 0;
 }
@@ -611,20 +691,53 @@ void backend_write_now(void)
     }
 }
 
+/* Append a copy of RAW's bytes to OUT, RAW unchanged. */
+static void backend_copy_raw(struct evbuffer *out, struct evbuffer *raw)
+{
+    struct evbuffer_iovec stack[16], *vec = stack;
+    int n = evbuffer_peek(raw, -1, NULL, NULL, 0);
+
+    if (n > 16 && (vec = malloc((size_t)n * sizeof(*vec))) == NULL) {
+        log_warning("out of memory copying a request");
+        return;
+    }
+    n = evbuffer_peek(raw, -1, NULL, vec, n);
+    for (int i = 0; i < n; i++)
+        evbuffer_add(out, vec[i].iov_base, vec[i].iov_len);
+    if (vec != stack)
+        free(vec);
+}
+
+/* Move or copy REQ's bytes (from SRC, or req->raw when SRC is NULL) to
+ * OUT. In cluster mode a paired request keeps them in req->raw, so that a
+ * redirection can send it again. */
+static void backend_stage(struct evbuffer *out, struct request *req, struct evbuffer *src)
+{
+    if (!backend_cluster_mode || (req->flags & REQ_UNPAIRED)) {
+        if (src != NULL)
+            evbuffer_remove_buffer(src, out, req->raw_len);
+        else
+            evbuffer_add_buffer(out, req->raw);
+        return;
+    }
+    if (src != NULL) {
+        if (req->raw == NULL)
+            req->raw = evbuffer_new();
+        evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
+        evbuffer_remove_buffer(src, req->raw, req->raw_len);
+    }
+    backend_copy_raw(out, req->raw);
+}
+
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen)
 {
-    struct evbuffer *out = conn->staged;
-
     if (conn->state == BACKEND_DOWN || conn->bev == NULL) {
         snprintf(err, errlen, "%s", conn->error[0] ? conn->error : "backend unavailable");
         return -1;
     }
     backend_want_write(conn);
-    if (src != NULL)
-        evbuffer_remove_buffer(src, out, req->raw_len);
-    else
-        evbuffer_add_buffer(out, req->raw);
+    backend_stage(conn->staged, req, src);
     if (req->flags & REQ_UNPAIRED) {
         request_free(req);
         return 0;
@@ -694,7 +807,9 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
     TAILQ_REMOVE(&conn->inflight, req, conn_link);
     conn->inflight_count--;
     req->conn = NULL;
-    backend_deliver(req, in, len, type);
+    if (type != REPLY_ERROR || backend_reply_filter == NULL ||
+        !backend_reply_filter(conn, req, in, len))
+        backend_deliver(req, in, len, type);
     if (conn->oneshot && TAILQ_EMPTY(&conn->inflight))
         backend_conn_release(conn);   /* its one request is answered */
 }
@@ -751,30 +866,34 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
         backend_protocol_error(conn);
 }
 
+/* The shared connections are numbered across nodes (backend_0, 1...), in
+ * the order the nodes were added; standalone has only its one node's. */
 void backend_write_info(struct evbuffer *out)
 {
-    struct backend_node *node = backend_node_default;
+    struct backend_node *node;
+    int n = 0, private_count = 0;
 
-    if (node == NULL)
-        return;
-    for (int i = 0; i < node->pool_size; i++) {
-        struct backend_conn *conn = node->pool[i];
-        evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d,redis_id=%lld,laddr=%s\r\n",
-                            i, node->name, backend_state_names[conn->state], conn->inflight_count,
-                            conn->redis_id, conn->local_addr);
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        for (int i = 0; i < node->pool_size; i++) {
+            struct backend_conn *conn = node->pool[i];
+            evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d,redis_id=%lld,"
+                                "laddr=%s\r\n", n++, node->name, backend_state_names[conn->state],
+                                conn->inflight_count, conn->redis_id, conn->local_addr);
+        }
+        private_count += node->private_count;
     }
-    evbuffer_add_printf(out, "backend_private_connections:%d\r\n", node->private_count);
+    evbuffer_add_printf(out, "backend_private_connections:%d\r\n", private_count);
 }
 
 void backend_free_all(void)
 {
-    struct backend_node *node = backend_node_default;
+    struct backend_node *node;
 
-    if (node == NULL)
-        return;
-    while (!TAILQ_EMPTY(&node->conns))
-        backend_conn_free(TAILQ_FIRST(&node->conns));
-    free(node->pool);
-    free(node);
-    backend_node_default = NULL;
+    while ((node = TAILQ_FIRST(&backend_nodes)) != NULL) {
+        while (!TAILQ_EMPTY(&node->conns))
+            backend_conn_free(TAILQ_FIRST(&node->conns));
+        TAILQ_REMOVE(&backend_nodes, node, link);
+        free(node->pool);
+        free(node);
+    }
 }

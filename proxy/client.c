@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cluster.h"
 #include "commands.h"
 #include "config.h"
 #include "local.h"
@@ -176,7 +177,7 @@ static void client_close(struct client *c)
     orphan = c->stalled != NULL && !(c->stalled->flags & REQ_QUEUED) ? c->stalled : NULL;
     while ((req = TAILQ_FIRST(&c->requests)) != NULL) {
         TAILQ_REMOVE(&c->requests, req, client_link);
-        if (req->conn != NULL)
+        if (req->conn != NULL || (req->flags & REQ_DETACHED))
             req->client = NULL;
         else
             request_free(req);
@@ -658,7 +659,7 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
     if (req->place == PLACE_CONTROL && !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)))
         return NULL;
     if (c->private_conn == NULL && req->place == PLACE_PRIVATE) {
-        c->private_conn = backend_private_conn(backend_default_node(), c);
+        c->private_conn = backend_private_conn(router_node_for_request(req, NULL), c);
         if (c->private_conn == NULL)
             return NULL;
         log_debug("client %llu now has a private backend connection", (unsigned long long)c->id);
@@ -668,13 +669,28 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
     return backend_pool_conn(router_node_for_request(req, NULL), c->id);
 }
 
-/* Whether REQ must wait before it can be sent on CONN: replies of one
- * client come back in order only from one connection, and a client
- * entering pub/sub must have every earlier reply written first. */
-static int client_must_wait(const struct client *c, const struct request *req,
-                            const struct backend_conn *conn)
+/* Stands for "the shared connections" in c->inflight_conn: in cluster
+ * mode a client's requests may be out on the shared connections of
+ * several nodes at once (replies wait in c->requests for their turn). */
+static char client_shared_marker;
+#define CLIENT_SHARED_CONNS ((struct backend_conn *)(void *)&client_shared_marker)
+
+/* What c->inflight_conn records for a request sent on CONN. */
+static struct backend_conn *client_conn_class(struct backend_conn *conn)
 {
-    if (c->inflight > 0 && c->inflight_conn != conn)
+    return cluster_enabled() && conn != NULL && backend_conn_is_shared(conn) ? CLIENT_SHARED_CONNS
+                                                                             : conn;
+}
+
+/* Whether REQ must wait before it can be sent on CONN: replies of one
+ * client come back in order only from one connection (in cluster mode:
+ * from the shared connections, whose replies c->requests puts in order),
+ * and a client entering pub/sub must have every earlier reply written
+ * first. */
+static int client_must_wait(const struct client *c, const struct request *req,
+                            struct backend_conn *conn)
+{
+    if (c->inflight > 0 && c->inflight_conn != client_conn_class(conn))
         return 1;
     return (req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH) &&
            !TAILQ_EMPTY(&c->requests);
@@ -721,7 +737,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
         backend_reauth(conn);   /* RESET logs Redis's connection out: never leave it so */
     if (!unpaired) {
         c->inflight++;
-        c->inflight_conn = conn;
+        c->inflight_conn = client_conn_class(conn);
         if (c->inflight >= client_cfg->client_max_inflight)
             client_over_limit(c);
     }
@@ -879,6 +895,42 @@ static void client_refuse_placed(struct client *c, struct request *req, const ch
     client_refuse(c, req, text);
 }
 
+/* Answer REQ (framed, not queued) with LINE, a whole reply without its
+ * CRLF: an error is a refusal (client_refuse), a status goes in order. */
+static void client_answer_line(struct client *c, struct request *req, const char *line)
+{
+    if (line[0] == '-') {
+        client_refuse(c, req, line);
+        return;
+    }
+    client_enqueue(c, req);
+    req->reply = evbuffer_new();
+    evbuffer_add_printf(req->reply, "%s\r\n", line);
+    STAT_INC(total_local);
+    client_complete(c, req);
+    client_check_output_limit(c);
+}
+
+/* Cluster mode: what sluice answers itself before routing (CLUSTER as a
+ * standalone Redis, SELECT, CROSSSLOT, no map yet), and the slot REQ goes
+ * to. Returns 1 when REQ was answered (its bytes drained from SRC). */
+static int client_cluster_check(struct client *c, struct request *req, const struct sv *argv,
+                                struct evbuffer *src, struct placement place)
+{
+    const char *line;
+
+    if (!cluster_enabled() || place.kind == PLACE_LOCAL)
+        return 0;
+    req->slot = cluster_request_slot(req->cmd, req->argc, argv);
+    line = cluster_answer(req->cmd, req->argc, argv, req->slot);
+    if (line == NULL)
+        return 0;
+    if (src != NULL)
+        evbuffer_drain(src, req->raw_len);
+    client_answer_line(c, req, line);
+    return 1;
+}
+
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
@@ -908,7 +960,9 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         stats_count_unknown();
     client_reply_mode(c, req, req->argc, argv);
     place = client_place(req, argv);
-    if (place.kind == PLACE_REFUSED) {
+    if (client_cluster_check(c, req, argv, src, place)) {
+        rc = c->closing ? -1 : 0;
+    } else if (place.kind == PLACE_REFUSED) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse_placed(c, req, place.why);

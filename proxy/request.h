@@ -48,6 +48,8 @@ enum request_flag {
     REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
     REQ_UNPAIRED = 1 << 7,    /* sent on a connection whose replies stream unpaired
                                  (pub/sub, MONITOR): nothing waits for a reply */
+    REQ_DETACHED = 1 << 8,    /* cluster: waits on a timer to be sent again (TRYAGAIN);
+                                 a closing client clears req->client, not frees it */
 };
 
 struct req_arg {
@@ -65,6 +67,8 @@ struct request {
     const struct command *cmd;     /* NULL for commands sluice does not know */
     unsigned flags;                /* enum request_flag */
     int place;                     /* enum placement_kind, decided when framed */
+    int slot;                      /* cluster: its keys' hash slot, or -1 (none) */
+    int redirects;                 /* cluster: redirections followed so far */
     int argc;
     int args_cap;
     struct req_arg *args;          /* args_inline or heap */

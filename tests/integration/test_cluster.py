@@ -1,0 +1,342 @@
+"""Redis Cluster behind sluice: unmodified non-cluster clients (redis-py's
+redis.Redis, redis-cli, raw RESP) through sluice, checked against a
+cluster-aware RedisCluster client talking to the nodes directly.
+
+One cluster (3 primaries + 3 replicas, the session-scoped redis_cluster
+fixture) and one sluice in front of it serve the module; tests that move
+slots put them back, and each test uses keys of its own.
+"""
+
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from cluster_helpers import ClusterRedis
+from conftest import Sluice, _read_log
+from helpers import RawConn, encode_command, Err, SLOW, wait_until
+
+
+_SLOT_TAGS = {}
+
+
+def key_for_slot(slot, prefix="k"):
+    """A key hashing to SLOT: PREFIX{tag}, with a tag found once per slot."""
+    from redis.crc import key_slot
+    if not _SLOT_TAGS:
+        i = 0
+        while len(_SLOT_TAGS) < 16384:
+            _SLOT_TAGS.setdefault(key_slot(str(i).encode()), str(i))
+            i += 1
+    return f"{prefix}{{{_SLOT_TAGS[slot]}}}"
+
+
+def slot_of(key):
+    from redis.crc import key_slot
+    return key_slot(key if isinstance(key, bytes) else key.encode())
+
+
+@pytest.fixture(scope="module")
+def csluice(redis_cluster, module_tmp):
+    s = Sluice(module_tmp / "csluice", None, cluster_seeds=redis_cluster.seeds)
+    try:
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="sluice to load the slot map")
+        yield s
+    finally:
+        problems = s.stop()
+        if problems:
+            pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
+                        pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _csluice_health(request):
+    yield
+    if "csluice" not in request.fixturenames:
+        return
+    s = request.getfixturevalue("csluice")
+    if s.proc is not None and s.proc.poll() is not None:
+        code = s.proc.returncode
+        s.proc = None
+        pytest.fail(f"sluice died during this test (exit status {code})\n"
+                    f"log:\n{_read_log(s.log_path)}", pytrace=False)
+    if s.sanitizer_report() is not None:
+        pytest.fail(f"sanitizer report in sluice log\nlog:\n{_read_log(s.log_path)}",
+                    pytrace=False)
+
+
+def cluster_info(s):
+    """PROXY CLUSTER parsed: 'key:value' lines into a dict, slot ranges and
+    nodes into lists."""
+    with s.raw() as c:
+        text = c.call(b"PROXY", b"CLUSTER")
+    out = {"slots": [], "nodes": []}
+    for line in text.decode().splitlines():
+        if line.startswith("slots:"):
+            out["slots"].append(line[6:])
+        elif line.startswith("node:"):
+            out["nodes"].append(line[5:])
+        elif ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k] = v
+    return out
+
+
+@pytest.fixture
+def sr(csluice):
+    c = csluice.client()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def rc(redis_cluster):
+    c = redis_cluster.cluster_client()
+    yield c
+    c.close()
+
+
+def test_keys_over_all_slots_both_ways(sr, rc):
+    """A key in every one of the 16384 slots, written through sluice, is
+    readable directly from its node, and the other way round."""
+    keys = [key_for_slot(s, "both:") for s in range(0, 16384)]
+    p = sr.pipeline(transaction=False)
+    for i, k in enumerate(keys):
+        p.set(k, f"v{i}")
+    assert all(p.execute())
+    sample = keys[::97] + keys[-3:]
+    for k in sample:
+        assert rc.get(k) == f"v{keys.index(k)}".encode()
+    for k in sample:
+        rc.set(k, b"direct:" + k.encode())
+    p = sr.pipeline(transaction=False)
+    for k in sample:
+        p.get(k)
+    assert p.execute() == [b"direct:" + k.encode() for k in sample]
+    p = sr.pipeline(transaction=False)
+    for k in keys:
+        p.delete(k)
+    assert p.execute() == [1] * len(keys)
+
+
+def test_binary_safe_keys_and_values(sr, rc):
+    cases = [(b"bin:\x00key", b""), (b"bin:\xff\x00\r\n", b"\x00\x00"),
+             (b"bin:{\x00}a", b"v\r\nv"), (b"", b"empty key"), (b"bin:big", b"\x00x" * 100000)]
+    for k, v in cases:
+        assert sr.set(k, v) is True
+        assert rc.get(k) == v
+        assert sr.get(k) == v
+        assert sr.strlen(k) == len(v)
+    for k, _ in cases:
+        assert sr.delete(k) == 1
+
+
+def test_pipeline_of_10000_spanning_all_slots_in_order(csluice, rc):
+    """10,000 commands over keys of every primary, one connection, sent at
+    once: every reply comes back in request order."""
+    keys = [f"pipe:{i}" for i in range(5000)]
+    data = b"".join(encode_command("SET", k, f"val-{k}") + encode_command("GET", k)
+                    for k in keys)
+    with csluice.raw(timeout=30 * SLOW) as c:
+        c.send(data)
+        replies = [c.read_reply() for _ in range(10000)]
+    for i, k in enumerate(keys):
+        assert replies[2 * i] == "OK"
+        assert replies[2 * i + 1] == f"val-{k}".encode(), (i, k, replies[2 * i + 1])
+    assert rc.get(keys[1234]) == f"val-{keys[1234]}".encode()
+    with csluice.raw() as c:
+        for k in keys:
+            c.send_command("DEL", k)
+        assert [c.read_reply() for _ in keys] == [1] * len(keys)
+
+
+def test_crossslot_refused_and_nothing_sent(sr, rc):
+    a, b = key_for_slot(1, "cs:"), key_for_slot(9000, "cs:")
+    with pytest.raises(redis.ResponseError, match="^CROSSSLOT Keys in request don't hash "
+                                                  "to the same slot$"):
+        sr.execute_command("MSET", a, "1", b, "2")
+    assert rc.exists(a) == 0 and rc.exists(b) == 0
+    with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
+        sr.execute_command("RENAME", a, b)
+    with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
+        sr.eval("return 1", 2, a, b)
+    # Keys with one hash tag share a slot: fine.
+    assert sr.mset({"{tag}x": "1", "{tag}y": "2"}) is True
+    assert rc.mget("{tag}x", "{tag}y") == [b"1", b"2"]
+    assert sr.eval("return redis.call('get', KEYS[1])", 1, "{tag}y") == b"2"
+    assert sr.delete("{tag}x", "{tag}y") == 2
+    # A request refused with CROSSSLOT leaves the pipeline in order.
+    p = sr.pipeline(transaction=False)
+    p.set("{p}a", 1)
+    p.execute_command("MGET", a, b)
+    p.get("{p}a")
+    res = p.execute(raise_on_error=False)
+    assert res[0] is True and isinstance(res[1], redis.ResponseError) and res[2] == b"1"
+    sr.delete("{p}a")
+
+
+def test_looks_like_a_standalone_redis(sr, csluice):
+    for cmd in (("CLUSTER", "INFO"), ("CLUSTER", "SLOTS"), ("CLUSTER", "NODES"),
+                ("CLUSTER", "SHARDS"), ("READONLY",), ("ASKING",)):
+        with pytest.raises(redis.ResponseError,
+                           match="^This instance has cluster support disabled$"):
+            sr.execute_command(*cmd)
+    assert sr.execute_command("SELECT", "0") is True
+    with pytest.raises(redis.ResponseError, match="^SELECT is not allowed in cluster mode$"):
+        sr.execute_command("SELECT", "1")
+    assert sr.ping() is True
+    out = subprocess.run(["redis-cli", "-p", str(csluice.port), "CLUSTER", "INFO"],
+                         capture_output=True, timeout=10)
+    assert b"cluster support disabled" in out.stdout
+    # redis-cli -c stays a plain client: sluice never redirects.
+    out = subprocess.run(["redis-cli", "-c", "-p", str(csluice.port), "SET", "cli:k", "v"],
+                         capture_output=True, timeout=10)
+    assert out.stdout.strip() == b"OK"
+    out = subprocess.run(["redis-cli", "-p", str(csluice.port), "GET", "cli:k"],
+                         capture_output=True, timeout=10)
+    assert out.stdout.strip() == b"v"
+    sr.delete("cli:k")
+
+
+def test_whole_keyspace_commands_refused_not_half_answered(sr):
+    for cmd in (("KEYS", "*"), ("DBSIZE",), ("SCAN", "0"), ("FLUSHALL",), ("RANDOMKEY",),
+                ("SCRIPT", "LOAD", "return 1")):
+        with pytest.raises(redis.ResponseError, match="in cluster mode yet"):
+            sr.execute_command(*cmd)
+
+
+def test_proxy_cluster_shows_the_map(csluice, redis_cluster):
+    info = cluster_info(csluice)
+    assert info["cluster_enabled"] == "1"
+    assert info["cluster_have_map"] == "1"
+    covered = 0
+    for line in info["slots"]:
+        rng, node = line.split(" ")
+        lo, hi = map(int, rng.split("-"))
+        covered += hi - lo + 1
+        assert node != "(not served)"
+        assert int(node.rsplit(":", 1)[1]) == redis_cluster.slot_owner_port(lo)
+    assert covered == 16384
+    assert any("state=up" in n for n in info["nodes"])
+    assert int(info["refreshes"]) >= 1
+    # PROXY INFO carries the same counters.
+    assert "cluster_moved" in csluice.info()
+
+
+def migrate_slot(cluster, slot, src_port, dst_port, keys=(), finish=True):
+    """Move SLOT from SRC to DST by hand (CLUSTER SETSLOT), migrating KEYS.
+    With FINISH false the slot is left half-migrated (ASK)."""
+    src, dst = cluster.node_by_port(src_port), cluster.node_by_port(dst_port)
+    src_id, dst_id = cluster.node_id(src_port), cluster.node_id(dst_port)
+    with src.client() as s, dst.client() as d:
+        d.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        for k in keys:
+            s.execute_command("MIGRATE", "127.0.0.1", dst_port, k, 0, 5000)
+        if finish:
+            finish_migration(cluster, slot, dst_port)
+
+
+def finish_migration(cluster, slot, dst_port):
+    dst_id = cluster.node_id(dst_port)
+    for p in cluster.primaries() + [dst_port]:
+        with cluster.node_by_port(p).client() as c:
+            c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+
+
+def test_moved_after_migration_is_invisible(csluice, sr, redis_cluster, rc):
+    slot = 777
+    k = key_for_slot(slot, "mv:")
+    assert sr.set(k, "before") is True
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    moved_before = int(cluster_info(csluice)["moved"])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[k])
+    try:
+        # sluice's map still names SRC: the MOVED is followed, not shown.
+        p = sr.pipeline(transaction=False)
+        for i in range(50):
+            p.set(k, f"v{i}")
+            p.get(k)
+        res = p.execute()
+        assert res == [x for i in range(50) for x in (True, f"v{i}".encode())]
+        assert int(cluster_info(csluice)["moved"]) > moved_before
+        wait_until(lambda: any(line.startswith(f"{slot}-") and line.endswith(f":{dst}")
+                               for line in cluster_info(csluice)["slots"]),
+                   5 * SLOW, msg="the map to name the new owner")
+    finally:
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+        redis_cluster.wait_ok()
+    assert sr.get(k) == b"v49"
+    assert sr.delete(k) == 1
+
+
+def test_ask_during_migration_is_invisible(csluice, sr, redis_cluster):
+    slot = 4242
+    moved_key, stay_key = key_for_slot(slot, "ask:a"), key_for_slot(slot, "ask:b")
+    sr.set(moved_key, "m")
+    sr.set(stay_key, "s")
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    ask_before = int(cluster_info(csluice)["ask"])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[moved_key], finish=False)
+    try:
+        assert sr.get(moved_key) == b"m"        # ASK to DST
+        assert sr.get(stay_key) == b"s"         # still on SRC
+        assert sr.set(moved_key, "m2") is True
+        assert sr.get(moved_key) == b"m2"
+        assert int(cluster_info(csluice)["ask"]) > ask_before
+        # The map was not changed by ASK.
+        assert any(line.startswith(f"{slot}-") or (
+            int(line.split("-")[0]) <= slot <= int(line.split(" ")[0].split("-")[1]))
+            and line.endswith(f":{src}") for line in cluster_info(csluice)["slots"])
+    finally:
+        with redis_cluster.node_by_port(src).client() as s:
+            keys = s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            for kk in keys:
+                s.execute_command("MIGRATE", "127.0.0.1", dst, kk, 0, 5000)
+        finish_migration(redis_cluster, slot, dst)
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+        redis_cluster.wait_ok()
+    assert sr.get(moved_key) == b"m2"
+    assert sr.delete(moved_key, stay_key) == 0 or True
+    sr.delete(moved_key)
+    sr.delete(stay_key)
+
+
+def test_start_with_seeds_down_then_cluster_comes_up(tmp_path):
+    """sluice starts with no seed answering, says CLUSTERDOWN clearly, and
+    serves once the cluster is up."""
+    cl = ClusterRedis(tmp_path / "late")
+    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds)
+    try:
+        s.start()
+        c = s.client()
+        with pytest.raises(redis.ResponseError, match="^CLUSTERDOWN sluice has no slot map"):
+            c.get("x")
+        assert cluster_info(s)["cluster_have_map"] == "0"
+        cl.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 15 * SLOW,
+                   msg="sluice to load the map")
+        # A map read while the cluster was forming is refreshed soon.
+        wait_until(lambda: all("(not served)" not in x for x in cluster_info(s)["slots"]),
+                   15 * SLOW, msg="sluice's map to cover every slot")
+        for i in range(200):
+            assert c.set(f"late:{i}", i) is True
+        rcl = cl.cluster_client()
+        assert rcl.get("late:123") == b"123"
+        rcl.close()
+        c.close()
+    finally:
+        problems = s.stop()
+        cl.stop()
+    assert not problems, problems
