@@ -634,6 +634,8 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
         return;
     abort_exec = role == ROLE_EXEC && (c->flags & CLIENT_MULTI_DIRTY);
     c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
+    if (role == ROLE_RESET)
+        c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
     if (!abort_exec)
         return;
     if (*src != NULL)
@@ -647,6 +649,32 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     req->on_reply = client_execabort_reply;
 }
 
+/* Cluster mode: the deferred MULTI goes ahead of the transaction's first
+ * command, on the private connection just made for it. */
+static void client_cluster_start_multi(struct client *c)
+{
+    static const char multi[] = "*1\r\n$5\r\nMULTI\r\n";
+    struct evbuffer *buf;
+
+    if (!(c->flags & CLIENT_MULTI_DEFERRED))
+        return;
+    c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+    buf = evbuffer_new();
+    evbuffer_add(buf, multi, sizeof(multi) - 1);
+    backend_send_internal(c->private_conn, buf, NULL, NULL, NULL);
+    evbuffer_free(buf);
+}
+
+/* Cluster mode: whether REQ, of a client with a private connection, goes
+ * to the shared connections instead: a plain keyed command outside a
+ * transaction or pub/sub whose key another node serves. */
+static int client_cluster_off_session(const struct client *c, const struct request *req)
+{
+    return cluster_enabled() && req->place == PLACE_SHARED && req->slot >= 0 &&
+           !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)) &&
+           router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
+}
+
 /* The backend connection REQ goes to: a shared one, or the client's
  * private one once it has one. NULL for a one-shot connection (made as
  * REQ is sent), and when a private connection is needed but
@@ -658,13 +686,15 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
      * would wait for it on (and free) a one-shot connection. */
     if (req->place == PLACE_CONTROL && !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)))
         return NULL;
-    if (c->private_conn == NULL && req->place == PLACE_PRIVATE) {
+    if (c->private_conn == NULL &&
+        (req->place == PLACE_PRIVATE || (c->flags & CLIENT_MULTI_DEFERRED))) {
         c->private_conn = backend_private_conn(router_node_for_request(req, NULL), c);
         if (c->private_conn == NULL)
             return NULL;
         log_debug("client %llu now has a private backend connection", (unsigned long long)c->id);
+        client_cluster_start_multi(c);
     }
-    if (c->private_conn != NULL)
+    if (c->private_conn != NULL && !client_cluster_off_session(c, req))
         return c->private_conn;
     return backend_pool_conn(router_node_for_request(req, NULL), c->id);
 }
@@ -825,6 +855,42 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
                : 0;
 }
 
+/* Cluster mode: MULTI of a client without a private connection is
+ * answered here and sent later, ahead of the first command, on a private
+ * connection to that command's node. EXEC or DISCARD with nothing queued
+ * is answered here too. REQ is in C's queue. Returns 1 when answered (its
+ * bytes drained from SRC). */
+static int client_cluster_defer_multi(struct client *c, struct request *req, struct evbuffer *src)
+{
+    enum placement_role role = client_role(req);
+    const char *reply;
+
+    if (!cluster_enabled())
+        return 0;
+    if (role == ROLE_MULTI && c->private_conn == NULL) {
+        c->flags |= CLIENT_MULTI_DEFERRED;
+        reply = "+OK\r\n";
+    } else if ((role == ROLE_EXEC || role == ROLE_DISCARD) && (c->flags & CLIENT_MULTI_DEFERRED)) {
+        c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+        if (req->on_reply == client_execabort_reply)   /* a command was refused: see track_multi */
+            reply = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+        else
+            reply = role == ROLE_EXEC ? "*0\r\n" : "+OK\r\n";
+        req->on_reply = NULL;
+    } else {
+        return 0;
+    }
+    if (src != NULL)
+        evbuffer_drain(src, req->raw_len);
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    evbuffer_add(req->reply, reply, strlen(reply));
+    STAT_INC(total_local);
+    client_complete(c, req);
+    client_check_output_limit(c);
+    return 1;
+}
+
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
@@ -866,6 +932,8 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     /* Pub/sub replies stream unpaired: such requests wait in no queue. */
     if (!(req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
+    if (client_cluster_defer_multi(c, req, src))
+        return 0;
     conn = client_route(c, req);
     if (client_must_wait(c, req, conn)) {
         if (src != NULL)
@@ -911,6 +979,25 @@ static void client_answer_line(struct client *c, struct request *req, const char
     client_check_output_limit(c);
 }
 
+/* Cluster mode: a request whose key another node serves than the one
+ * the client's session (private connection) is on cannot join it: in a
+ * transaction it gets CROSSSLOT (and EXEC then aborts), as Redis Cluster
+ * answers; a command needing the session (blocking, WATCH) is refused. */
+static const char *client_cluster_session_answer(const struct client *c,
+                                                 const struct request *req,
+                                                 struct placement place)
+{
+    if (c->private_conn == NULL || req->slot < 0 ||
+        router_node_for_request(req, NULL) == backend_conn_node(c->private_conn))
+        return NULL;
+    if (c->flags & CLIENT_IN_MULTI)
+        return "-CROSSSLOT Keys in request don't hash to the same slot";
+    if (place.kind == PLACE_SHARED)
+        return NULL;   /* goes to the shared connections: client_cluster_off_session */
+    return "-ERR sluice cluster mode: this connection's session is on another node than "
+           "this command's key; use another connection for it";
+}
+
 /* Cluster mode: what sluice answers itself before routing (CLUSTER as a
  * standalone Redis, SELECT, CROSSSLOT, no map yet), and the slot REQ goes
  * to. Returns 1 when REQ was answered (its bytes drained from SRC). */
@@ -923,6 +1010,8 @@ static int client_cluster_check(struct client *c, struct request *req, const str
         return 0;
     req->slot = cluster_request_slot(req->cmd, req->argc, argv);
     line = cluster_answer(req->cmd, req->argc, argv, req->slot);
+    if (line == NULL)
+        line = client_cluster_session_answer(c, req, place);
     if (line == NULL)
         return 0;
     if (src != NULL)

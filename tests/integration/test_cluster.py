@@ -340,3 +340,82 @@ def test_start_with_seeds_down_then_cluster_comes_up(tmp_path):
         problems = s.stop()
         cl.stop()
     assert not problems, problems
+
+
+def keys_per_primary(cluster, prefix):
+    """One key (with a hash tag) per primary, and a second in its slot."""
+    out = []
+    for port in cluster.primaries():
+        slot = next(s for s in range(0, 16384, 50) if cluster.slot_owner_port(s) == port)
+        k = key_for_slot(slot, prefix)
+        out.append((k, k.replace(prefix, prefix + "2", 1)))
+    return out
+
+
+def test_transactions_on_every_primary(csluice, redis_cluster, rc):
+    """MULTI is sent with the transaction's first key, to its node: a
+    transaction works whichever primary serves its keys."""
+    for k1, k2 in keys_per_primary(redis_cluster, "tx:"):
+        assert slot_of(k1) == slot_of(k2)
+        with csluice.client() as c:
+            p = c.pipeline(transaction=True)
+            p.set(k1, "a")
+            p.incr(k2)
+            p.get(k1)
+            assert p.execute() == [True, 1, b"a"]
+        assert rc.get(k2) == b"1"
+        rc.delete(k1, k2)
+
+
+def test_transaction_across_nodes_aborts_whole(csluice, redis_cluster, rc):
+    (a, _), (b, _) = keys_per_primary(redis_cluster, "txx:")[:2]
+    with csluice.raw() as c:
+        assert c.call("MULTI") == "OK"
+        assert c.call("SET", a, "1") == "QUEUED"
+        r = c.call("SET", b, "1")
+        assert isinstance(r, Err) and r.startswith("CROSSSLOT")
+        r = c.call("EXEC")
+        assert isinstance(r, Err) and r.startswith("EXECABORT")
+        assert c.call("GET", a) is None           # nothing applied, client usable
+        assert c.call("SET", b, "after") == "OK"  # other node: shared connection
+    assert rc.exists(a) == 0
+    assert rc.get(b) == b"after"
+    rc.delete(b)
+
+
+def test_empty_transactions_and_multi_state(csluice):
+    with csluice.raw() as c:
+        assert c.call("MULTI") == "OK"
+        assert c.call("EXEC") == []
+        assert c.call("MULTI") == "OK"
+        assert c.call("DISCARD") == "OK"
+        r = c.call("EXEC")
+        assert isinstance(r, Err) and "EXEC without MULTI" in r
+        assert c.call("MULTI") == "OK"
+        r = c.call("KEYS", "*")
+        assert isinstance(r, Err)
+        r = c.call("EXEC")
+        assert isinstance(r, Err) and r.startswith("EXECABORT")
+
+
+def test_session_then_keys_of_other_nodes(csluice, redis_cluster, rc):
+    """A client with a session (BLPOP, WATCH) on one node still reaches
+    keys of the others for plain commands."""
+    pairs = keys_per_primary(redis_cluster, "sess:")
+    (qa, _), (kb, _), (kc, _) = pairs
+    rc.rpush(qa, "job")
+    with csluice.client() as c:
+        assert c.blpop([qa], timeout=1) == (qa.encode(), b"job")
+        assert c.set(kb, "b") is True
+        assert c.set(kc, "c") is True
+        assert c.get(kb) == b"b" and c.get(kc) == b"c"
+        # WATCH on the session's node, then a transaction there.
+        with c.pipeline(transaction=True) as p:
+            p.watch(qa)
+            p.multi()
+            p.rpush(qa, "x")
+            assert p.execute() == [1]
+        with pytest.raises(redis.ResponseError, match="session is on another node"):
+            c.blpop([kb], timeout=1)
+    assert rc.lrange(qa, 0, -1) == [b"x"]
+    rc.delete(qa, kb, kc)
