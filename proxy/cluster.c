@@ -463,8 +463,11 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
         return 1;
     }
     if (kind == REDIRECT_TRYAGAIN) {
+        /* Again from the slot's owner: after an ASK, the target's TRYAGAIN
+         * is for the source to sort out (it asks again when it must). */
         STAT_INC(cluster_tryagain);
-        cluster_retry_later(req, backend_conn_node(conn));
+        node = cluster_node_for_slot(req->slot);
+        cluster_retry_later(req, node != NULL ? node : backend_conn_node(conn));
         return 1;
     }
     cluster_full_target(target, sizeof(target), backend_conn_node(conn));

@@ -157,7 +157,29 @@ class ClusterRedis:
                     maps.add(tuple(sorted((int(s[0]), int(s[1]), int(s[2][1]))
                                           for s in c.execute_command("CLUSTER", "SLOTS"))))
             return len(maps) == 1
-        wait_until(ok, timeout, interval=0.1, msg="cluster_state:ok on every node")
+        try:
+            wait_until(ok, timeout, interval=0.1, msg="cluster_state:ok on every node")
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.describe()}") from None
+
+    def describe(self):
+        """Each running node's cluster_state and slot map, for failures."""
+        lines = []
+        for n in self.nodes:
+            if not n.running:
+                lines.append(f"{n.port}: not running")
+                continue
+            try:
+                with n.client(socket_timeout=2) as c:
+                    info = c.execute_command("CLUSTER", "INFO")
+                    info = info.decode() if isinstance(info, bytes) else info
+                    state = [x for x in info.splitlines() if x.startswith("cluster_state")]
+                    slots = sorted((int(s[0]), int(s[1]), int(s[2][1]))
+                                   for s in c.execute_command("CLUSTER", "SLOTS"))
+                lines.append(f"{n.port}: {state} {slots}")
+            except redis.RedisError as e:
+                lines.append(f"{n.port}: {e!r}")
+        return "\n".join(lines)
 
     def slot_owner_port(self, slot):
         with self.nodes[0].client() as c:

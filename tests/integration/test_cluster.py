@@ -243,10 +243,14 @@ def migrate_slot(cluster, slot, src_port, dst_port, keys=(), finish=True):
 
 
 def finish_migration(cluster, slot, dst_port):
+    """SETSLOT NODE everywhere, importing node first (it takes a new config
+    epoch), then wait until every node agrees: moving the slot again before
+    the epochs have spread can leave the nodes disagreeing for good."""
     dst_id = cluster.node_id(dst_port)
-    for p in cluster.primaries() + [dst_port]:
+    for p in [dst_port] + [p for p in cluster.primaries() if p != dst_port]:
         with cluster.node_by_port(p).client() as c:
             c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    cluster.wait_ok()
 
 
 def test_moved_after_migration_is_invisible(csluice, sr, redis_cluster, rc):
@@ -419,3 +423,40 @@ def test_session_then_keys_of_other_nodes(csluice, redis_cluster, rc):
             c.blpop([kb], timeout=1)
     assert rc.lrange(qa, 0, -1) == [b"x"]
     rc.delete(qa, kb, kc)
+
+
+def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
+    """A multi-key command whose keys are split by a migration gets
+    TRYAGAIN from Redis: sluice retries a bounded number of times, then
+    answers a clear error (never a redirection); once the migration is
+    over the command works. A client that leaves while its request waits
+    for a retry harms nobody."""
+    slot = 9999
+    a, b = key_for_slot(slot, "ta:a"), key_for_slot(slot, "ta:b")
+    sr.set(a, "1")
+    sr.set(b, "2")
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    before = int(cluster_info(csluice)["tryagain"])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[a], finish=False)
+    try:
+        with pytest.raises(redis.ResponseError, match="^TRYAGAIN sluice followed "
+                                                      "cluster_max_redirects"):
+            sr.mget(a, b)
+        assert int(cluster_info(csluice)["tryagain"]) > before
+        for _ in range(20):
+            with csluice.raw() as c:
+                c.send_command("MGET", a, b)
+            # closed at once, its request waiting for a retry
+        assert sr.get(b) == b"2"
+    finally:
+        with redis_cluster.node_by_port(src).client() as s:
+            for kk in s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                s.execute_command("MIGRATE", "127.0.0.1", dst, kk, 0, 5000)
+        finish_migration(redis_cluster, slot, dst)
+    assert sr.mget(a, b) == [b"1", b"2"]
+    with redis_cluster.node_by_port(dst).client() as d:
+        keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+    migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    redis_cluster.wait_ok()
+    assert sr.delete(a, b) == 2
