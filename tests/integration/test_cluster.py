@@ -460,3 +460,40 @@ def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
     migrate_slot(redis_cluster, slot, dst, src, keys=keys)
     redis_cluster.wait_ok()
     assert sr.delete(a, b) == 2
+
+
+def test_locks_on_every_primary(csluice, redis_cluster, rc):
+    """LOCK/UNLOCK/RENEW go to the primary of the lock's slot; the fence
+    counter stays in that slot; a held lock makes others wait."""
+    for k, _ in keys_per_primary(redis_cluster, "lk:"):
+        for name in (k, "plain-" + k.replace("{", "").replace("}", "")):
+            with csluice.client() as a, csluice.client() as b:
+                tok, fence = a.execute_command("LOCK", name, 10000, "OWNER", "a", "FENCE")
+                assert tok == b"a" and fence >= 1
+                assert rc.hgetall(name) == {b"a": b"1"}
+                assert b.execute_command("LOCK", name, 10000) is None
+                assert a.execute_command("RENEW", name, 20000, "OWNER", "a") == b"OK"
+                assert 10000 < rc.pttl(name) <= 20000
+                assert a.execute_command("UNLOCK", name, "OWNER", "a") == 0
+                tok2, fence2 = b.execute_command("LOCK", name, 1000, "FENCE")
+                assert fence2 > fence
+                assert b.execute_command("UNLOCK", name) == 0
+            assert rc.exists(name) == 0
+
+
+def test_lock_follows_moved(csluice, redis_cluster, rc, sr):
+    slot = 12345
+    name = key_for_slot(slot, "lkm:")
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    migrate_slot(redis_cluster, slot, src, dst)
+    try:
+        tok = sr.execute_command("LOCK", name, 10000, "OWNER", "me")
+        assert tok == b"me"
+        assert rc.hgetall(name) == {b"me": b"1"}
+        assert sr.execute_command("UNLOCK", name, "OWNER", "me") == 0
+    finally:
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    assert rc.exists(name) == 0
