@@ -34,6 +34,7 @@
 
 #include "backend.h"
 #include "cluster.h"
+#include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
 #include "local.h"
@@ -934,6 +935,13 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         client_enqueue(c, req);
     if (client_cluster_defer_multi(c, req, src))
         return 0;
+    if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
+        if (cluster_split_run(req, req->argc, argv) != 0)
+            client_reply_error(c, req, "OOM sluice is out of memory");
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        return c->closing || (c->flags & CLIENT_OVER_LIMIT) ? -1 : 0;
+    }
     conn = client_route(c, req);
     if (client_must_wait(c, req, conn)) {
         if (src != NULL)
@@ -987,6 +995,11 @@ static const char *client_cluster_session_answer(const struct client *c,
                                                  const struct request *req,
                                                  struct placement place)
 {
+    if ((c->flags & CLIENT_IN_MULTI) && cluster_split_wants(req->cmd, req->slot))
+        return req->slot == CLUSTER_SLOT_CROSS
+                   ? "-CROSSSLOT Keys in request don't hash to the same slot"
+                   : "-ERR sluice cluster mode runs this command on every primary, "
+                     "which it cannot do inside a transaction";
     if (c->private_conn == NULL || req->slot < 0 ||
         router_node_for_request(req, NULL) == backend_conn_node(c->private_conn))
         return NULL;

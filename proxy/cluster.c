@@ -16,6 +16,7 @@
  * connections for now.
  */
 #include "cluster.h"
+#include "cluster_split.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -31,6 +32,7 @@
 #include "log.h"
 #include "reply.h"
 #include "request.h"
+#include "respwalk.h"
 #include "server.h"
 #include "slot.h"
 #include "stats.h"
@@ -80,100 +82,31 @@ struct backend_node *cluster_node_for_slot(int slot)
     return cluster_owner[slot];
 }
 
+int cluster_node_is_primary(const struct backend_node *node)
+{
+    for (int s = 0; s < SLOT_COUNT; s++) {
+        if (cluster_owner[s] == node)
+            return 1;
+    }
+    return 0;
+}
+
 void cluster_want_refresh(void)
 {
     cluster_refresh_wanted = 1;
 }
 
-/* ---------------------------------------------------------------------
- * Reading a CLUSTER SLOTS reply: a small walker over its bytes, made
- * contiguous. Every length is checked against the end; aggregates are
- * skipped by counting what is still to come, not by recursion. */
-
-struct cluster_walk {
-    const char *p, *end;
-};
-
-/* Read one header line: its type byte in *TYPE and its number in *N
- * (for '*', ':' and '$'). -1 when malformed or cut. */
-static int cluster_walk_line(struct cluster_walk *w, char *type, long long *n)
-{
-    const char *cr = memchr(w->p, '\r', (size_t)(w->end - w->p));
-    char *num_end;
-
-    if (cr == NULL || cr + 1 >= w->end || cr[1] != '\n' || cr == w->p)
-        return -1;
-    *type = w->p[0];
-    *n = 0;
-    if (*type == '*' || *type == ':' || *type == '$') {
-        *n = strtoll(w->p + 1, &num_end, 10);
-        if (num_end != cr)
-            return -1;
-    }
-    w->p = cr + 2;
-    return 0;
-}
-
-static int cluster_walk_int(struct cluster_walk *w, long long *v)
-{
-    char type;
-
-    return cluster_walk_line(w, &type, v) == 0 && type == ':' ? 0 : -1;
-}
-
-static int cluster_walk_array(struct cluster_walk *w, long long *count)
-{
-    char type;
-
-    return cluster_walk_line(w, &type, count) == 0 && type == '*' && *count >= 0 ? 0 : -1;
-}
-
-/* A bulk string: *S points into the reply, LEN bytes. */
-static int cluster_walk_bulk(struct cluster_walk *w, const char **s, size_t *len)
-{
-    char type;
-    long long n;
-
-    if (cluster_walk_line(w, &type, &n) != 0 || type != '$' || n < 0 || n > w->end - w->p - 2)
-        return -1;
-    *s = w->p;
-    *len = (size_t)n;
-    w->p += n + 2;
-    return 0;
-}
-
-/* Skip COUNT values, aggregates included. */
-static int cluster_walk_skip(struct cluster_walk *w, long long count)
-{
-    char type;
-    long long n;
-
-    while (count > 0) {
-        if (cluster_walk_line(w, &type, &n) != 0)
-            return -1;
-        count--;
-        if (type == '*' && n > 0)
-            count += n;
-        else if (type == '$' && n >= 0) {
-            if (n > w->end - w->p - 2)
-                return -1;
-            w->p += n + 2;
-        }
-    }
-    return 0;
-}
-
 /* One node entry [ip, port, id, ...] as "host:port" in OUT; an empty or
  * "?" ip means the node that was asked (ASKED's host). */
-static int cluster_walk_node(struct cluster_walk *w, const char *asked, char *out, size_t size)
+static int respwalk_node(struct respwalk *w, const char *asked, char *out, size_t size)
 {
     long long fields, port;
     const char *ip, *colon;
     size_t ip_len;
 
-    if (cluster_walk_array(w, &fields) != 0 || fields < 2 ||
-        cluster_walk_bulk(w, &ip, &ip_len) != 0 || cluster_walk_int(w, &port) != 0 ||
-        port <= 0 || port > 65535 || ip_len > 255 || cluster_walk_skip(w, fields - 2) != 0)
+    if (respwalk_array(w, &fields) != 0 || fields < 2 ||
+        respwalk_bulk(w, &ip, &ip_len) != 0 || respwalk_int(w, &port) != 0 ||
+        port <= 0 || port > 65535 || ip_len > 255 || respwalk_skip(w, fields - 2) != 0)
         return -1;
     if (ip_len == 0 || (ip_len == 1 && ip[0] == '?')) {
         colon = strrchr(asked, ':');
@@ -191,19 +124,19 @@ static int cluster_walk_node(struct cluster_walk *w, const char *asked, char *ou
 static int cluster_parse_slots(const char *buf, size_t len, const char *asked,
                                struct backend_node **map)
 {
-    struct cluster_walk w = {buf, buf + len};
+    struct respwalk w = {buf, buf + len};
     long long ranges, fields, first, last;
     char name[300];
 
-    if (cluster_walk_array(&w, &ranges) != 0)
+    if (respwalk_array(&w, &ranges) != 0)
         return -1;
     for (long long i = 0; i < ranges; i++) {
         struct backend_node *node;
-        if (cluster_walk_array(&w, &fields) != 0 || fields < 3 ||
-            cluster_walk_int(&w, &first) != 0 || cluster_walk_int(&w, &last) != 0 ||
+        if (respwalk_array(&w, &fields) != 0 || fields < 3 ||
+            respwalk_int(&w, &first) != 0 || respwalk_int(&w, &last) != 0 ||
             first < 0 || last >= SLOT_COUNT || first > last ||
-            cluster_walk_node(&w, asked, name, sizeof(name)) != 0 ||
-            cluster_walk_skip(&w, fields - 3) != 0)
+            respwalk_node(&w, asked, name, sizeof(name)) != 0 ||
+            respwalk_skip(&w, fields - 3) != 0)
             return -1;
         node = backend_node_get(name);
         if (node == NULL)
@@ -517,7 +450,7 @@ int cluster_request_slot(const struct command *cmd, int argc, const struct sv *a
  * keyspace only (or change a part only): refused until sluice runs them on
  * every primary. */
 static const char *const cluster_not_yet[] = {
-    "keys", "scan", "dbsize", "randomkey", "flushall", "flushdb", "wait",
+    "keys", "scan", "randomkey", "flushall", "flushdb", "wait",
     "script|load", "script|exists", "script|flush",
     "function|load", "function|delete", "function|flush", "function|restore",
 };
@@ -548,7 +481,7 @@ const char *cluster_answer(const struct command *cmd, int argc, const struct sv 
             return text;
         }
     }
-    if (slot == CLUSTER_SLOT_CROSS) {
+    if (slot == CLUSTER_SLOT_CROSS && !cluster_split_wants(cmd, slot)) {
         STAT_INC(cluster_crossslot);
         return "-CROSSSLOT Keys in request don't hash to the same slot";
     }

@@ -44,6 +44,9 @@ int cluster_request_slot(const struct command *cmd, int argc, const struct sv *a
 const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv,
                            int slot);
 
+/* Whether the map names NODE the owner of any slot. */
+int cluster_node_is_primary(const struct backend_node *node);
+
 /* Ask for a new slot map soon (rate-limited). */
 void cluster_want_refresh(void);
 

@@ -159,8 +159,10 @@ def test_crossslot_refused_and_nothing_sent(sr, rc):
     a, b = key_for_slot(1, "cs:"), key_for_slot(9000, "cs:")
     with pytest.raises(redis.ResponseError, match="^CROSSSLOT Keys in request don't hash "
                                                   "to the same slot$"):
-        sr.execute_command("MSET", a, "1", b, "2")
+        sr.execute_command("MSETNX", a, "1", b, "2")
     assert rc.exists(a) == 0 and rc.exists(b) == 0
+    with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
+        sr.execute_command("SUNIONSTORE", a, b)
     with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
         sr.execute_command("RENAME", a, b)
     with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
@@ -173,7 +175,7 @@ def test_crossslot_refused_and_nothing_sent(sr, rc):
     # A request refused with CROSSSLOT leaves the pipeline in order.
     p = sr.pipeline(transaction=False)
     p.set("{p}a", 1)
-    p.execute_command("MGET", a, b)
+    p.execute_command("RENAME", a, b)
     p.get("{p}a")
     res = p.execute(raise_on_error=False)
     assert res[0] is True and isinstance(res[1], redis.ResponseError) and res[2] == b"1"
@@ -204,7 +206,7 @@ def test_looks_like_a_standalone_redis(sr, csluice):
 
 
 def test_whole_keyspace_commands_refused_not_half_answered(sr):
-    for cmd in (("KEYS", "*"), ("DBSIZE",), ("SCAN", "0"), ("FLUSHALL",), ("RANDOMKEY",),
+    for cmd in (("KEYS", "*"), ("SCAN", "0"), ("FLUSHALL",), ("RANDOMKEY",),
                 ("SCRIPT", "LOAD", "return 1")):
         with pytest.raises(redis.ResponseError, match="in cluster mode yet"):
             sr.execute_command(*cmd)
@@ -497,3 +499,81 @@ def test_lock_follows_moved(csluice, redis_cluster, rc, sr):
             keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
         migrate_slot(redis_cluster, slot, dst, src, keys=keys)
     assert rc.exists(name) == 0
+
+
+def test_multi_key_commands_split_by_slot(csluice, sr, rc):
+    keys = [f"split:{i}" for i in range(300)]
+    assert len({slot_of(k) for k in keys}) > 100
+    assert sr.mset({k: f"v{i}" for i, k in enumerate(keys)}) is True
+    assert rc.get(keys[17]) == b"v17"
+    got = sr.mget(keys + ["split:missing"])
+    assert got == [f"v{i}".encode() for i in range(300)] + [None]
+    assert sr.exists(*keys, "split:missing", keys[0]) == 301
+    assert sr.touch(*keys[:50]) == 50
+    rc.rpush("split:list", "x")                  # MGET of a non-string: nil
+    assert sr.mget(keys[0], "split:list", keys[1]) == [b"v0", None, b"v1"]
+    assert sr.delete(*keys[:100]) == 100
+    assert sr.unlink(*keys[100:], "split:list") == 201
+    assert rc.exists(*keys) == 0
+    # Binary keys and values, empty values, one pipeline in order.
+    bkeys = [b"sb\x00%d" % i for i in range(20)]
+    p = sr.pipeline(transaction=False)
+    p.mset({k: b"" if i % 2 else b"\x00\r\n" for i, k in enumerate(bkeys)})
+    p.mget(bkeys)
+    p.get(bkeys[3])
+    p.delete(*bkeys)
+    p.mget(bkeys)
+    res = p.execute()
+    assert res[0] is True
+    assert res[1] == [b"" if i % 2 else b"\x00\r\n" for i in range(20)]
+    assert res[2] == b""
+    assert res[3] == 20
+    assert res[4] == [None] * 20
+
+
+def test_dbsize_sums_the_primaries(csluice, sr, rc, redis_cluster):
+    keys = [f"dbs:{i}" for i in range(100)]
+    base = sum(redis_cluster.node_by_port(p).client().dbsize()
+               for p in redis_cluster.primaries())
+    assert sr.dbsize() == base
+    sr.mset({k: 1 for k in keys})
+    assert sr.dbsize() == base + 100
+    sr.delete(*keys)
+    assert sr.dbsize() == base
+
+
+def test_split_through_moved_and_clients_leaving(csluice, sr, rc, redis_cluster):
+    slot = 3333
+    moved = [key_for_slot(slot, f"spm{i}:") for i in range(3)]
+    others = [f"spm-o{i}" for i in range(30)]
+    sr.mset({k: k for k in moved + others})
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    migrate_slot(redis_cluster, slot, src, dst, keys=moved)
+    try:
+        assert sr.mget(moved + others) == [k.encode() for k in moved + others]
+        # Clients sending split commands and leaving at once.
+        for _ in range(30):
+            with csluice.raw() as c:
+                c.send(encode_command("MGET", *(moved + others)) +
+                       encode_command("DEL", "spm-none1", "spm-none2") +
+                       encode_command("DBSIZE"))
+        assert sr.exists(*(moved + others)) == 33
+    finally:
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    assert sr.delete(*(moved + others)) == 33
+
+
+def test_split_commands_in_a_transaction_are_crossslot(csluice):
+    with csluice.raw() as c:
+        assert c.call("MULTI") == "OK"
+        assert c.call("SET", "{tx}a", "1") == "QUEUED"
+        r = c.call("MGET", "{tx}a", "other-key-slot")
+        assert isinstance(r, Err) and r.startswith("CROSSSLOT")
+        r = c.call("DBSIZE")
+        assert isinstance(r, Err) and "inside a transaction" in r
+        r = c.call("EXEC")
+        assert isinstance(r, Err) and r.startswith("EXECABORT")
+        assert c.call("GET", "{tx}a") is None
