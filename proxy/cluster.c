@@ -383,8 +383,11 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
     text[strcspn(text, "\r\n")] = '\0';
     kind = cluster_classify(text, &slot, target, sizeof(target));
-    if (kind == REDIRECT_NONE)
+    if (kind == REDIRECT_NONE) {
+        if (strncmp(text, "-CLUSTERDOWN", 12) == 0)
+            cluster_want_refresh();   /* a failover may be under way */
         return 0;
+    }
     evbuffer_drain(src, len);
     if (++req->redirects > cluster_cfg->cluster_max_redirects) {
         STAT_INC(cluster_redirect_limit);
@@ -546,6 +549,22 @@ void cluster_write_map(struct evbuffer *out)
 /* ---------------------------------------------------------------------
  * Life cycle */
 
+/* Whether a node the map names owner of slots cannot be reached: the
+ * cluster may have promoted a replica meanwhile. */
+static int cluster_owner_down(void)
+{
+    const struct backend_node *last = NULL;
+
+    for (int s = 0; s < SLOT_COUNT; s++) {
+        if (cluster_owner[s] == last || cluster_owner[s] == NULL)
+            continue;
+        last = cluster_owner[s];
+        if (!backend_node_up(last))
+            return 1;
+    }
+    return 0;
+}
+
 static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg)
 {
     uint64_t now = server_now_ms();
@@ -554,6 +573,8 @@ static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     (void)arg;
     cluster_run_retries(now);
+    if (cluster_have_map && cluster_owner_down())
+        cluster_refresh_wanted = 1;
     if (cluster_refresh_due(now))
         cluster_ask_map(now);
 }

@@ -577,3 +577,112 @@ def test_split_commands_in_a_transaction_are_crossslot(csluice):
         r = c.call("EXEC")
         assert isinstance(r, Err) and r.startswith("EXECABORT")
         assert c.call("GET", "{tx}a") is None
+
+
+class Traffic:
+    """A thread writing and reading keys over every primary through
+    sluice with a plain client, recording each error and when it came."""
+
+    def __init__(self, sluice, prefix):
+        import threading
+        self.sluice = sluice
+        self.prefix = prefix
+        self.errors = []
+        self.ops = 0
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        c = self.sluice.client(socket_timeout=5)
+        i = 0
+        while not self.stop_event.is_set():
+            k = f"{self.prefix}:{i % 500}"
+            try:
+                c.set(k, i)
+                got = c.get(k)
+                if got != str(i).encode():
+                    self.errors.append((time.monotonic(), f"GET {k}: {got!r} != {i}"))
+                self.ops += 1
+            except redis.RedisError as e:
+                self.errors.append((time.monotonic(), repr(e)))
+                time.sleep(0.01)
+            i += 1
+        c.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join(30)
+
+
+def replica_of(cluster, primary_port):
+    """The port of a replica of PRIMARY_PORT, once it is attached and in
+    sync (replicas appear in CLUSTER SLOTS a moment after creation)."""
+    def find():
+        with cluster.node_by_port(primary_port).client() as c:
+            for s in c.execute_command("CLUSTER", "SLOTS"):
+                if int(s[2][1]) == primary_port and len(s) > 3:
+                    port = int(s[3][1])
+                    with cluster.node_by_port(port).client() as r:
+                        if r.info("replication").get("master_link_status") == "up":
+                            return port
+        return None
+    return wait_until(find, 30 * SLOW, interval=0.1, msg=f"a replica of {primary_port}")
+
+
+def test_manual_failover_under_traffic_no_errors(csluice, redis_cluster):
+    """CLUSTER FAILOVER on a replica while a client writes and reads keys
+    of every primary through sluice: the client sees no error."""
+    old = redis_cluster.primaries()[0]
+    new = replica_of(redis_cluster, old)
+    with Traffic(csluice, "mfo") as t:
+        wait_until(lambda: t.ops > 200, 10 * SLOW, msg="traffic to start")
+        with redis_cluster.node_by_port(new).client() as c:
+            assert c.execute_command("CLUSTER", "FAILOVER") == b"OK"
+        wait_until(lambda: new in redis_cluster.primaries(), 20 * SLOW,
+                   msg="the replica to take over")
+        redis_cluster.wait_ok()
+        done = t.ops
+        wait_until(lambda: t.ops > done + 300, 10 * SLOW, msg="traffic after the failover")
+    assert t.errors == [], t.errors[:5]
+    assert any(line.endswith(f":{new}") for line in cluster_info(csluice)["slots"])
+
+
+def test_primary_killed_then_served_again(csluice, redis_cluster):
+    """A primary dies under traffic: errors only until the cluster has
+    promoted its replica, then every slot is served again."""
+    victim = redis_cluster.primaries()[-1]
+    heir = replica_of(redis_cluster, victim)
+    node = redis_cluster.node_by_port(victim)
+    try:
+        with Traffic(csluice, "kill") as t:
+            wait_until(lambda: t.ops > 200, 10 * SLOW, msg="traffic to start")
+            killed_at = time.monotonic()
+            node.stop()
+            wait_until(lambda: heir in redis_cluster.primaries(), 30 * SLOW,
+                       msg="the replica to be promoted")
+            redis_cluster.wait_ok()
+            healthy_at = time.monotonic()
+
+            def all_served():
+                with csluice.client() as c:
+                    for s in range(0, 16384, 128):
+                        c.set(key_for_slot(s, "killchk:"), 1)
+                return True
+            wait_until(all_served, 10 * SLOW, interval=0.05, msg="sluice to serve every slot")
+            served_at = time.monotonic()
+            done = t.ops
+            wait_until(lambda: t.ops > done + 300, 10 * SLOW, msg="traffic after recovery")
+        late = [e for e in t.errors if e[0] > served_at]
+        print(f"\nprimary killed: {len(t.errors)} client errors; cluster healthy "
+              f"{healthy_at - killed_at:.2f} s after the kill; sluice served every slot "
+              f"{served_at - healthy_at:.2f} s after that")
+        assert late == [], late[:5]
+    finally:
+        node.start()   # it comes back as a replica of its heir
+        redis_cluster.wait_ok(60)
+    with csluice.client() as c:
+        c.delete(*[key_for_slot(s, "killchk:") for s in range(0, 16384, 128)])
