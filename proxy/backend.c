@@ -368,7 +368,9 @@ static void backend_fail_inflight(struct backend_conn *conn, const char *text)
             continue;
         }
         reply_error(err, "%s", text);
-        backend_deliver(req, err, evbuffer_get_length(err), REPLY_ERROR);
+        if (backend_reply_filter == NULL || !backend_conn_is_shared(conn) ||
+            !backend_reply_filter(conn, req, err, evbuffer_get_length(err), 1))
+            backend_deliver(req, err, evbuffer_get_length(err), REPLY_ERROR);
         evbuffer_drain(err, evbuffer_get_length(err));
     }
     evbuffer_free(err);
@@ -808,7 +810,7 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
     conn->inflight_count--;
     req->conn = NULL;
     if (type != REPLY_ERROR || backend_reply_filter == NULL ||
-        !backend_reply_filter(conn, req, in, len))
+        !backend_reply_filter(conn, req, in, len, 0))
         backend_deliver(req, in, len, type);
     if (conn->oneshot && TAILQ_EMPTY(&conn->inflight))
         backend_conn_release(conn);   /* its one request is answered */

@@ -41,11 +41,12 @@ struct backend_node *backend_conn_node(const struct backend_conn *conn);
 int backend_conn_is_shared(const struct backend_conn *conn);
 
 /* Cluster mode: FN sees every error reply (LEN bytes at the head of SRC)
- * for REQ, just taken off CONN, before it is delivered. It returns 1 when
- * it took the reply (drained SRC and now owns REQ, e.g. to send it again),
- * 0 to have it delivered as usual. */
+ * for REQ, just taken off CONN, before it is delivered; CONN_FAILED is set
+ * when the error is sluice's own because CONN went down (FN must then not
+ * send on CONN). It returns 1 when it took the reply (drained SRC and now
+ * owns REQ, e.g. to send it again), 0 to have it delivered as usual. */
 typedef int backend_reply_filter_fn(struct backend_conn *conn, struct request *req,
-                                    struct evbuffer *src, size_t len);
+                                    struct evbuffer *src, size_t len, int conn_failed);
 void backend_set_reply_filter(backend_reply_filter_fn *fn);
 
 /* The shared connection of NODE that requests of client CLIENT_ID use. */

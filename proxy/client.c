@@ -727,6 +727,29 @@ static int client_must_wait(const struct client *c, const struct request *req,
            !TAILQ_EMPTY(&c->requests);
 }
 
+/* Cluster mode: REQ could not be sent on CONN, a shared connection whose
+ * node is down: cluster.c sends it again once the map names a reachable
+ * owner (within cluster_retry_window). It counts as in flight meanwhile.
+ * Returns 1 when taken (its bytes moved from SRC into req->raw). */
+static int client_cluster_retry(struct client *c, struct request *req, struct backend_conn *conn,
+                                struct evbuffer *src, const char *err)
+{
+    if (!cluster_enabled() || !backend_conn_is_shared(conn))
+        return 0;
+    if (src != NULL && request_take_raw(req, src) != 0)
+        return 0;   /* nothing moved: the caller drains SRC */
+    if (!cluster_take_unsent(req)) {
+        STAT_INC(backend_unavailable_replies);
+        client_fail_send(c, req, err);   /* its bytes are in req->raw: nothing to drain */
+        return 1;
+    }
+    c->inflight++;
+    c->inflight_conn = client_conn_class(conn);
+    if (c->inflight >= client_cfg->client_max_inflight)
+        client_over_limit(c);
+    return 1;
+}
+
 /* Send REQ (already in the client's queue unless it enters or is in
  * pub/sub) on CONN, or on a new one-shot connection when CONN is NULL.
  * SRC holds its bytes, or NULL when REQ owns them. */
@@ -755,6 +778,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
         req->flags |= REQ_UNPAIRED;
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
+        if (!unpaired && client_cluster_retry(c, req, conn, src, err))
+            return;
         STAT_INC(backend_unavailable_replies);
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);

@@ -56,10 +56,11 @@ static int cluster_refresh_wanted;
 static struct backend_node *cluster_last_asked;
 static char cluster_last_error[200];
 
-/* Requests waiting to be sent again (TRYAGAIN), oldest first. */
+/* Requests waiting to be sent again (TRYAGAIN, no reachable node),
+ * oldest first. */
 struct cluster_retry {
     struct request *req;
-    struct backend_node *node;
+    struct backend_node *node;           /* NULL: the slot's owner by then */
     uint64_t due_ms;
     struct cluster_retry *next;
 };
@@ -272,8 +273,40 @@ static void cluster_fail(struct request *req, const char *text)
     evbuffer_free(err);
 }
 
+static void cluster_retry_later(struct request *req, struct backend_node *node);
+
+/* Whether REQ, which found no reachable node, may be tried again: for
+ * cluster_retry_window from its first such failure. */
+static int cluster_may_retry(struct request *req)
+{
+    uint64_t now = server_now_ms();
+
+    if (req->retry_since_ms == 0)
+        req->retry_since_ms = now;
+    return now - req->retry_since_ms < (uint64_t)cluster_cfg->cluster_retry_window_ms;
+}
+
+/* REQ found no reachable node (or a node said CLUSTERDOWN): read the map
+ * again and send REQ once more later, by its slot. Returns 0 when its
+ * window has passed: then nothing was done. */
+static int cluster_retry_unreachable(struct request *req)
+{
+    if (!cluster_may_retry(req))
+        return 0;
+    STAT_INC(cluster_retries);
+    cluster_want_refresh();
+    cluster_retry_later(req, NULL);
+    return 1;
+}
+
+int cluster_take_unsent(struct request *req)
+{
+    return cluster_enabled() && req->raw != NULL && cluster_retry_unreachable(req);
+}
+
 /* Send REQ (its bytes in req->raw) to NODE's shared connection, after
- * ASKING when ASKING is set. On failure REQ gets the error. */
+ * ASKING when ASKING is set. When NODE cannot be reached REQ waits to be
+ * sent again (within its window) or gets the error. */
 static void cluster_resend(struct request *req, struct backend_node *node, int asking)
 {
     static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
@@ -286,7 +319,7 @@ static void cluster_resend(struct request *req, struct backend_node *node, int a
         backend_send_internal(conn, buf, NULL, NULL, NULL);
         evbuffer_free(buf);
     }
-    if (backend_send(conn, req, NULL, err, sizeof(err)) != 0)
+    if (backend_send(conn, req, NULL, err, sizeof(err)) != 0 && !cluster_retry_unreachable(req))
         cluster_fail(req, err);
 }
 
@@ -317,10 +350,11 @@ static void cluster_run_retries(uint64_t now_ms)
         struct request *req = r->req;
         cluster_retries = r->next;
         req->flags &= ~(unsigned)REQ_DETACHED;
+        struct backend_node *node = r->node != NULL ? r->node : cluster_node_for_slot(req->slot);
         if (req->client == NULL && req->on_reply == NULL)
             request_free(req);
         else
-            cluster_resend(req, r->node, 0);
+            cluster_resend(req, node != NULL ? node : backend_default_node(), 0);
         free(r);
     }
 }
@@ -370,7 +404,7 @@ static void cluster_full_target(char *target, size_t size, const struct backend_
 
 /* The backend filter: see cluster.h's contract via backend_reply_filter_fn. */
 static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
-                                struct evbuffer *src, size_t len)
+                                struct evbuffer *src, size_t len, int conn_failed)
 {
     char text[320] = {0}, target[300];
     enum cluster_redirect kind;
@@ -383,11 +417,15 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
     text[strcspn(text, "\r\n")] = '\0';
     kind = cluster_classify(text, &slot, target, sizeof(target));
-    if (kind == REDIRECT_NONE) {
-        if (strncmp(text, "-CLUSTERDOWN", 12) == 0)
-            cluster_want_refresh();   /* a failover may be under way */
-        return 0;
+    if (conn_failed || strncmp(text, "-CLUSTERDOWN", 12) == 0) {
+        /* A failover may be under way: again later, by the new map. */
+        if (!cluster_retry_unreachable(req))
+            return 0;
+        evbuffer_drain(src, len);
+        return 1;
     }
+    if (kind == REDIRECT_NONE)
+        return 0;
     evbuffer_drain(src, len);
     if (++req->redirects > cluster_cfg->cluster_max_redirects) {
         STAT_INC(cluster_redirect_limit);

@@ -14,6 +14,7 @@ struct evbuffer;
 struct config;
 struct command;
 struct backend_node;
+struct request;
 
 #define CLUSTER_SLOT_NONE (-1)   /* the request has no keys */
 #define CLUSTER_SLOT_CROSS (-2)  /* its keys hash to different slots */
@@ -46,6 +47,11 @@ const char *cluster_answer(const struct command *cmd, int argc, const struct sv 
 
 /* Whether the map names NODE the owner of any slot. */
 int cluster_node_is_primary(const struct backend_node *node);
+
+/* REQ (its bytes in req->raw) could not be sent, its node being down:
+ * take it to send again later (cluster_retry_window). Returns 1 when
+ * taken (REQ_DETACHED meanwhile), 0 when the caller answers the error. */
+int cluster_take_unsent(struct request *req);
 
 /* Ask for a new slot map soon (rate-limited). */
 void cluster_want_refresh(void);

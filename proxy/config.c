@@ -93,6 +93,7 @@ static const struct config_key config_keys[] = {
     {"cluster", config_set_cluster, F(cluster_seeds), 0, 0, 0},
     {"cluster_refresh_interval", config_set_int, F(cluster_refresh_interval_ms), 100, 3600000, 0},
     {"cluster_max_redirects", config_set_int, F(cluster_max_redirects), 1, 100, 0},
+    {"cluster_retry_window", config_set_int, F(cluster_retry_window_ms), 0, 60000, 0},
     {"backend_user", config_set_string, F(backend_user), 0, 0, 0},
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0},
     {"rules", config_set_string, F(rules), 0, 0, 0},
@@ -136,6 +137,7 @@ static void config_defaults(struct config *cfg)
     cfg->shutdown_timeout_ms = 5000;
     cfg->cluster_refresh_interval_ms = 5000;
     cfg->cluster_max_redirects = 5;
+    cfg->cluster_retry_window_ms = 3000;
 }
 
 static int config_set_string(struct config *cfg, const struct config_key *key,

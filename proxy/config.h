@@ -17,6 +17,7 @@ struct config {
     int cluster_seed_count;            /* 0: standalone mode */
     long long cluster_refresh_interval_ms; /* slot map refreshed this often */
     long long cluster_max_redirects;   /* MOVED/ASK/TRYAGAIN followed per request */
+    long long cluster_retry_window_ms; /* a request retried this long while its node is down */
     char *backend_user;
     char *backend_password;
     char *rules;                       /* resolved against the config's folder */

@@ -69,6 +69,7 @@ struct request {
     int place;                     /* enum placement_kind, decided when framed */
     int slot;                      /* cluster: its keys' hash slot, or -1 (none) */
     int redirects;                 /* cluster: redirections followed so far */
+    uint64_t retry_since_ms;       /* cluster: first failed for want of a node (0: never) */
     int argc;
     int args_cap;
     struct req_arg *args;          /* args_inline or heap */

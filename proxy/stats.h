@@ -28,6 +28,7 @@ struct evbuffer;
     X(cluster_redirect_limit, "cluster: requests over cluster_max_redirects")\
     X(cluster_refreshes, "cluster: slot maps loaded")                        \
     X(cluster_refresh_failures, "cluster: slot map requests that failed")    \
+    X(cluster_retries, "cluster: requests retried for want of a reachable node")\
     X(cluster_crossslot, "cluster: requests refused with CROSSSLOT")         \
     X(cluster_down_replies, "cluster: requests refused for want of a map")
 

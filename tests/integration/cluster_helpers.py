@@ -181,8 +181,11 @@ class ClusterRedis:
                 lines.append(f"{n.port}: {e!r}")
         return "\n".join(lines)
 
+    def any_running(self):
+        return next(n for n in self.nodes if n.running)
+
     def slot_owner_port(self, slot):
-        with self.nodes[0].client() as c:
+        with self.any_running().client() as c:
             for s in c.execute_command("CLUSTER", "SLOTS"):
                 if int(s[0]) <= slot <= int(s[1]):
                     return int(s[2][1])
@@ -192,7 +195,7 @@ class ClusterRedis:
         return next(n for n in self.nodes if n.port == port)
 
     def primaries(self):
-        with self.nodes[0].client() as c:
+        with self.any_running().client() as c:
             return sorted({int(s[2][1]) for s in c.execute_command("CLUSTER", "SLOTS")})
 
     def node_id(self, port):

@@ -104,6 +104,7 @@ static void test_cluster_seeds(void)
     CHECK_STR(cfg.cluster_seeds[2], "[::1]:7002");
     CHECK(cfg.cluster_max_redirects == 9);
     CHECK(cfg.cluster_refresh_interval_ms == 5000);
+    CHECK(cfg.cluster_retry_window_ms == 3000);
     errlist_free(&errs);
     config_free(&cfg);
     unlink(path);
@@ -126,6 +127,7 @@ static void test_cluster_errors(void)
     expect_error("[proxy]\ncluster = h:1\ncluster = h:2\n", 3, "duplicate key 'cluster'");
     expect_error("[proxy]\ncluster = h:1\ncluster_max_redirects = 0\n", 3, "out of range");
     expect_error("[proxy]\ncluster = h:1\ncluster_refresh_interval = 5\n", 3, "out of range");
+    expect_error("[proxy]\ncluster = h:1\ncluster_retry_window = 60001\n", 3, "out of range");
     expect_error("\n[proxy]\nlisten = 127.0.0.1:7000\n", 2, "(or 'cluster'");
 }
 
