@@ -412,8 +412,8 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     int slot = -1;
 
     if (!backend_conn_is_shared(conn) || req->raw == NULL ||
-        (req->client == NULL && req->on_reply == NULL))
-        return 0;   /* a session's connection, or nobody waits: as it is */
+        (req->client == NULL && req->on_reply == NULL) || req->on_reply == cluster_slots_reply)
+        return 0;   /* a session's connection, nobody waits, or the map's own request */
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
     text[strcspn(text, "\r\n")] = '\0';
     kind = cluster_classify(text, &slot, target, sizeof(target));
