@@ -6,8 +6,10 @@
  *
  *   reply -MOVED s host:port -> map[s] = node, refresh soon, send again there
  *   reply -ASK s host:port   -> ASKING + request on that node, map unchanged
- *   reply -TRYAGAIN          -> sent again to the same node after a short delay
+ *   reply -TRYAGAIN          -> sent again to the slot's owner at the next tick
  *   at most cluster_max_redirects per request, then an error reply
+ *   node down, -CLUSTERDOWN  -> refresh soon; sent again by the map at the
+ *                               next tick, for up to cluster_retry_window
  *
  * The map is replaced whole, from one CLUSTER SLOTS reply, asked of one
  * node at a time (known nodes in turn), every cluster_refresh_interval and
@@ -65,6 +67,7 @@ struct cluster_retry {
     struct cluster_retry *next;
 };
 static struct cluster_retry *cluster_retries;
+static struct cluster_retry **cluster_retries_tail = &cluster_retries;
 
 int cluster_enabled(void)
 {
@@ -325,7 +328,7 @@ static void cluster_resend(struct request *req, struct backend_node *node, int a
 
 static void cluster_retry_later(struct request *req, struct backend_node *node)
 {
-    struct cluster_retry *r = calloc(1, sizeof(*r)), **tail = &cluster_retries;
+    struct cluster_retry *r = calloc(1, sizeof(*r));
 
     if (r == NULL) {
         cluster_fail(req, "OOM sluice is out of memory");
@@ -335,9 +338,8 @@ static void cluster_retry_later(struct request *req, struct backend_node *node)
     r->req = req;
     r->node = node;
     r->due_ms = server_now_ms() + CLUSTER_TRYAGAIN_DELAY_MS;
-    while (*tail != NULL)
-        tail = &(*tail)->next;
-    *tail = r;
+    *cluster_retries_tail = r;
+    cluster_retries_tail = &r->next;
 }
 
 /* Send again the requests whose delay has passed; free those whose
@@ -348,9 +350,11 @@ static void cluster_run_retries(uint64_t now_ms)
 
     while ((r = cluster_retries) != NULL && r->due_ms <= now_ms) {
         struct request *req = r->req;
-        cluster_retries = r->next;
-        req->flags &= ~(unsigned)REQ_DETACHED;
         struct backend_node *node = r->node != NULL ? r->node : cluster_node_for_slot(req->slot);
+        cluster_retries = r->next;
+        if (cluster_retries == NULL)
+            cluster_retries_tail = &cluster_retries;
+        req->flags &= ~(unsigned)REQ_DETACHED;
         if (req->client == NULL && req->on_reply == NULL)
             request_free(req);
         else
@@ -640,6 +644,7 @@ void cluster_free(void)
         request_free(r->req);
         free(r);
     }
+    cluster_retries_tail = &cluster_retries;
     if (cluster_tick != NULL)
         event_free(cluster_tick);
     cluster_tick = NULL;
