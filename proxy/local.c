@@ -17,6 +17,7 @@
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
+#include "tls.h"
 
 typedef void local_handler(struct client *c, int argc, const struct sv *argv,
                            struct evbuffer *out);
@@ -185,6 +186,8 @@ static void local_proxy_info(struct evbuffer *out)
     stats_write_info(text);
     evbuffer_add_printf(text, "\r\n# Backends\r\n");
     backend_write_info(text);
+    evbuffer_add_printf(text, "\r\n# TLS\r\n");
+    tls_write_info(text);
     evbuffer_add_printf(text, "\r\n# Rules\r\nrules_file:%s\r\n",
                         server.cfg.rules != NULL ? server.cfg.rules : "");
     limiter_write_info(text);
@@ -199,18 +202,21 @@ static void local_proxy_rules(struct evbuffer *out)
     limiter_write_rules(out);
 }
 
-/* Re-read the rule file; a bad one changes nothing and its first error
- * (FILE:LINE: message) is the reply. */
+/* Re-read the rule file and the TLS certificates; a bad one changes
+ * nothing (of its own kind) and its first error (FILE:LINE: message) is
+ * the reply. */
 static void local_proxy_reload(struct evbuffer *out)
 {
     struct errlist errs = {0};
-    char first[512];
+    char first[1024];
 
-    if (throttle_reload(&errs) == 0) {
-        reply_status(out, "OK");
-    } else {
+    if (throttle_reload(&errs) != 0) {
         errlist_first(&errs, first, sizeof(first));
         reply_error(out, "rules not reloaded: %s", first);
+    } else if (tls_reload(&server.cfg, first, sizeof(first)) != 0) {
+        reply_error(out, "TLS certificates not reloaded: %s", first);
+    } else {
+        reply_status(out, "OK");
     }
     errlist_free(&errs);
 }
@@ -226,7 +232,7 @@ static const struct {
     {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis)."},
     {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules."},
     {"rules", local_proxy_rules, "    Every rate-limit rule with its counters."},
-    {"reload", local_proxy_reload, "    Read the rule file again (a bad file changes nothing)."},
+    {"reload", local_proxy_reload, "    Read the rule file and TLS certificates again (a bad file changes nothing)."},
     {"help", local_proxy_help, "    Print this help."},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))
