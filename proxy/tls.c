@@ -128,6 +128,7 @@ static SSL_CTX *tls_server_ctx(const struct config *cfg, char *err, size_t errle
         return NULL;
     }
     SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
+    SSL_CTX_set_read_ahead(ctx, 1);   /* one read() a batch of records: see tls_read */
     /* Sessions resumed with a client certificate need an id context. */
     SSL_CTX_set_session_id_context(ctx, session_context, sizeof(session_context) - 1);
     if (tls_load_pair(ctx, "tls_cert_file", cfg->tls_cert_file, "tls_key_file", cfg->tls_key_file,
@@ -303,14 +304,22 @@ int tls_handshake(SSL *ssl, int *want_write)
     return -1;
 }
 
+/* With read-ahead (tls_server_ctx), one read() takes whatever the
+ * socket has into SSL's buffer: records are decrypted from there, and
+ * whatever is left in it (SSL_has_pending) is read here before returning,
+ * since the socket's read event cannot see it. Beyond that, reading goes
+ * on only after a full record (a large value is coming): a small one
+ * means the socket is most likely drained, and asking again would cost a
+ * read() that finds nothing, on every request. */
 long tls_read(SSL *ssl, struct evbuffer *in, size_t max)
 {
     char buf[TLS_WRITE_CHUNK];
     size_t total = 0;
+    int n = 0;
 
     ERR_clear_error();
-    while (total < max || SSL_pending(ssl) > 0) {
-        int n = SSL_read(ssl, buf, sizeof(buf));
+    while (total == 0 || SSL_has_pending(ssl) || (total < max && n == (int)sizeof(buf))) {
+        n = SSL_read(ssl, buf, sizeof(buf));
         if (n <= 0) {
             int code = SSL_get_error(ssl, n);
             if (total > 0)
