@@ -293,6 +293,19 @@ static inline int client_check_drained(struct client *c)
     return (c->flags & CLIENT_OVER_LIMIT) ? client_resume_drained(c) : 0;
 }
 
+/* Turn C's write event on or off (on while output waits for the socket, or
+ * a TLS handshake or read does). */
+static void client_write_event(struct client *c, int on)
+{
+    if (on && !c->write_on) {
+        c->write_on = 1;
+        event_add(c->write_ev, NULL);
+    } else if (!on && c->write_on) {
+        c->write_on = 0;
+        event_del(c->write_ev);
+    }
+}
+
 /* Write C's output now. What the socket does not take waits for its write
  * event, which is on only while there is such a rest. Closes C on a write
  * error, or when it asked to go and everything is written. */
@@ -311,13 +324,7 @@ static void client_write(struct client *c)
         c->tls_write_wants_read = 1;
         rc = -2;
     }
-    if (rc == 0 && !c->write_on) {
-        c->write_on = 1;
-        event_add(c->write_ev, NULL);
-    } else if (rc != 0 && c->write_on) {
-        c->write_on = 0;
-        event_del(c->write_ev);
-    }
+    client_write_event(c, rc == 0);
     if (rc == 1 && client_finished(c)) {
         client_close(c);
         return;
@@ -1094,19 +1101,6 @@ static void client_write_cb(evutil_socket_t fd, short what, void *arg)
             return;
     }
     client_write(c);
-}
-
-/* Turn C's write event on or off (the handshake and TLS reads use it
- * too; client_write keeps it for its own rest of output). */
-static void client_write_event(struct client *c, int on)
-{
-    if (on && !c->write_on) {
-        c->write_on = 1;
-        event_add(c->write_ev, NULL);
-    } else if (!on && c->write_on) {
-        c->write_on = 0;
-        event_del(c->write_ev);
-    }
 }
 
 /* Go on with C's TLS handshake; once done, read what came with it. A
