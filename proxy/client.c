@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "commands.h"
 #include "config.h"
@@ -137,8 +138,8 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->fd = fd;
     c->id = client_next_id++;
-    c->user = strdup("default");
     c->resp = 2;
+    auth_client_start(c);
     c->last_active_ms = server_now_ms();
     memcpy(&c->addr, addr, addrlen < sizeof(c->addr) ? addrlen : sizeof(c->addr));
     client_format_addr(c);
@@ -428,6 +429,17 @@ static void client_refuse(struct client *c, struct request *req, const char *tex
     client_check_output_limit(c);
 }
 
+/* RESET: back to a new connection's name, user, protocol and reply mode
+ * (the "default" user, logged out where that needs a password). */
+static void client_reset_session(struct client *c)
+{
+    free(c->name);
+    c->name = NULL;
+    c->resp = 2;
+    auth_client_start(c);
+    c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
+}
+
 /* Apply what a successful AUTH, HELLO or RESET changed on the session. */
 static void client_apply_session(struct client *c, struct request *req, int type)
 {
@@ -445,13 +457,8 @@ static void client_apply_session(struct client *c, struct request *req, int type
         c->name = req->ok_name;
         req->ok_name = NULL;
     }
-    if (req->flags & REQ_RESET) {
-        free(c->name);
-        c->name = NULL;
-        free(c->user);
-        c->user = strdup("default");
-        c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
-    }
+    if (req->flags & REQ_RESET)
+        client_reset_session(c);
 }
 
 static void client_try_unstall(struct client *c);
@@ -510,10 +517,8 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         backend_set_passthrough(c->private_conn, 0);
         backend_reauth(c->private_conn);   /* RESET logged Redis's connection out */
         reset = 1;
-        free(c->name);
-        c->name = NULL;
-        free(c->user);
-        c->user = strdup("default");
+        client_reset_session(c);
+        throttle_client_changed(c);
     }
     if (c->flags & CLIENT_REPLY_OFF)
         evbuffer_drain(src, len);   /* Redis 7.0 sends no messages under REPLY OFF either */
@@ -888,6 +893,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     struct throttle_decision decision;
     struct placement place;
     struct req_argv views;
+    char denied[400];
     const struct sv *argv;
     int rc;
 
@@ -912,6 +918,13 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse_placed(c, req, place.why);
+        rc = c->closing ? -1 : 0;
+    } else if (c->auth_checks && auth_admit(c, req->cmd, req->argc, argv, denied,
+                                            sizeof(denied)) != 0) {
+        /* Nothing reaches Redis, and no rule takes a token. */
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse(c, req, denied);
         rc = c->closing ? -1 : 0;
     } else switch (throttle_admit(c, req, argv, &decision)) {
     case THROTTLE_PASS:
@@ -1128,6 +1141,20 @@ void client_cron(uint64_t now_ms)
             STAT_INC(idle_timeouts);
             client_close(c);
         }
+    }
+}
+
+void client_users_changed(void)
+{
+    struct client *c, *next;
+
+    for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        if (auth_rebind(c) != 0) {
+            client_close(c);
+            continue;
+        }
+        throttle_client_changed(c);
     }
 }
 

@@ -47,6 +47,7 @@ static const struct config_key config_keys[] = {
     {"backend_user", config_set_string, F(backend_user), 0, 0, 0},
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0},
     {"rules", config_set_string, F(rules), 0, 0, 0},
+    {"users", config_set_string, F(users), 0, 0, 0},
     {"log_level", config_set_log_level, F(log_level), 0, 0, 0},
     {"log_file", config_set_string, F(log_file), 0, 0, 0},
     {"maxclients", config_set_int, F(maxclients), 1, 1000000, 0},
@@ -200,22 +201,23 @@ static void config_on_key(void *ctx, const char *section, const char *name, cons
         errlist_add(errs, file, line, "%s: %s", name, err);
 }
 
-/* A relative rules path is taken from the config file's folder. */
-static void config_resolve_rules(struct config *cfg)
+/* A relative path (of the rule or users file) is taken from the config
+ * file's folder. */
+static void config_resolve_path(const struct config *cfg, char **path)
 {
     char *copy, *dir, *full;
     size_t n;
 
-    if (cfg->rules == NULL || cfg->rules[0] == '/')
+    if (*path == NULL || (*path)[0] == '/')
         return;
     copy = strdup(cfg->path);
     dir = dirname(copy);
-    n = strlen(dir) + strlen(cfg->rules) + 2;
+    n = strlen(dir) + strlen(*path) + 2;
     full = malloc(n);
-    snprintf(full, n, "%s/%s", dir, cfg->rules);
+    snprintf(full, n, "%s/%s", dir, *path);
     free(copy);
-    free(cfg->rules);
-    cfg->rules = full;
+    free(*path);
+    *path = full;
 }
 
 int config_load(const char *path, struct config *cfg, struct errlist *errs)
@@ -233,7 +235,8 @@ int config_load(const char *path, struct config *cfg, struct errlist *errs)
         errlist_add(errs, path, p.section_line, "missing key 'backend' in [proxy]");
     if (cfg->listen_count == 0)
         cfg->listen[cfg->listen_count++] = strdup("127.0.0.1:6380");
-    config_resolve_rules(cfg);
+    config_resolve_path(cfg, &cfg->rules);
+    config_resolve_path(cfg, &cfg->users);
     return errs->count == before ? 0 : -1;
 }
 
@@ -246,6 +249,7 @@ void config_free(struct config *cfg)
     free(cfg->backend_user);
     free(cfg->backend_password);
     free(cfg->rules);
+    free(cfg->users);
     free(cfg->log_file);
     memset(cfg, 0, sizeof(*cfg));
 }

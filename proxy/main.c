@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "client.h"
 #include "commands.h"
@@ -50,6 +51,8 @@ static int main_load_config(const char *path)
 
     if (rc == 0 && server.cfg.rules != NULL)
         rc = limiter_check(server.cfg.rules, &errs);
+    if (rc == 0)
+        rc = auth_check(&server.cfg, &errs);
 
     if (errs.text != NULL)
         fputs(errs.text, stderr);
@@ -126,7 +129,7 @@ static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
         main_begin_shutdown();
     } else if (sig == SIGHUP) {
         struct errlist errs = {0};
-        throttle_reload(&errs);
+        server_reload(&errs);
         errlist_free(&errs);
     }
 }
@@ -166,7 +169,7 @@ static int main_run(void)
     }
     stats_init();
     local_init();
-    if (throttle_init(server.cfg.rules, &errs) != 0) {
+    if (throttle_init(server.cfg.rules, &errs) != 0 || auth_init(&server.cfg, &errs) != 0) {
         log_warning("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
         errlist_free(&errs);
         return 1;
@@ -194,6 +197,7 @@ static int main_run(void)
     learn_free_all();
     backend_free_all();
     throttle_shutdown();
+    auth_shutdown();
     event_free(sigint);
     event_free(sighup);
     event_free(sigterm);
