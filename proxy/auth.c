@@ -286,8 +286,14 @@ static int auth_precheck(const struct command *cmd, int argc, const struct sv *a
         return -1;
     }
     if (cmd->subcommand_count > 0 && argc >= 2) {
+        char upper[32];
+        size_t n = 0;
+        for (; cmd->name[n] != '\0' && n + 1 < sizeof(upper); n++)
+            upper[n] = cmd->name[n] >= 'a' && cmd->name[n] <= 'z' ? (char)(cmd->name[n] - 32)
+                                                                  : cmd->name[n];
+        upper[n] = '\0';
         snprintf(err, errlen, "-ERR unknown subcommand '%.*s'. Try %s HELP.",
-                 argv[1].len > 128 ? 128 : (int)argv[1].len, argv[1].ptr, cmd->name);
+                 argv[1].len > 128 ? 128 : (int)argv[1].len, argv[1].ptr, upper);
         return -1;
     }
     if (cmd->arity >= 0 ? argc != cmd->arity : argc < -cmd->arity) {
@@ -297,6 +303,13 @@ static int auth_precheck(const struct command *cmd, int argc, const struct sv *a
     return 0;
 }
 
+/* PROXY and the lock verbs: sluice's own, in no command table. */
+static int auth_is_sluice_verb(struct sv name)
+{
+    return sv_ieq(name, "proxy") || sv_ieq(name, "lock") || sv_ieq(name, "unlock") ||
+           sv_ieq(name, "renew");
+}
+
 /* A client not logged in where a login is needed: only AUTH, HELLO, QUIT,
  * RESET (flagged no_auth by Redis) and PROXY PING get through. */
 static int auth_admit_anonymous(const struct command *cmd, int argc, const struct sv *argv,
@@ -304,8 +317,7 @@ static int auth_admit_anonymous(const struct command *cmd, int argc, const struc
 {
     if (cmd == NULL && sv_ieq(argv[0], "proxy") && argc == 2 && sv_ieq(argv[1], "ping"))
         return 0;
-    if (cmd == NULL && (sv_ieq(argv[0], "proxy") || sv_ieq(argv[0], "lock") ||
-                        sv_ieq(argv[0], "unlock") || sv_ieq(argv[0], "renew"))) {
+    if (cmd == NULL && auth_is_sluice_verb(argv[0])) {
         snprintf(err, errlen, "%s", USERS_ERR_NOAUTH);
         return -1;
     }
@@ -320,8 +332,7 @@ static int auth_admit_anonymous(const struct command *cmd, int argc, const struc
 /* LOCK, UNLOCK and RENEW name their key first. */
 static int auth_is_lock_verb(const struct command *cmd, int argc, const struct sv *argv)
 {
-    return cmd == NULL && argc >= 2 &&
-           (sv_ieq(argv[0], "lock") || sv_ieq(argv[0], "unlock") || sv_ieq(argv[0], "renew"));
+    return cmd == NULL && argc >= 2 && !sv_ieq(argv[0], "proxy") && auth_is_sluice_verb(argv[0]);
 }
 
 int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
@@ -340,6 +351,11 @@ int auth_admit(struct client *c, const struct command *cmd, int argc, const stru
         return auth_admit_anonymous(cmd, argc, argv, err, errlen);
     }
     if (!users_may_run(u, cmd, argv, argc)) {
+        /* A name neither sluice nor Redis knows is "unknown" before it is
+         * refused, as in Redis; a module's command needs +@all. */
+        if (cmd == NULL && !auth_is_sluice_verb(argv[0]) &&
+            auth_precheck(cmd, argc, argv, err, errlen) != 0)
+            return -1;
         snprintf(err, errlen, USERS_ERR_NOPERM_CMD_FMT,
                  users_denied_name(cmd, argc, argv, name, sizeof(name)));
         return -1;

@@ -95,6 +95,7 @@ static void client_format_addr(struct client *c)
     }
     snprintf(c->addr_text, sizeof(c->addr_text), "%s:%d", ip, port);
     snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
+    c->local_peer = strcmp(ip, "127.0.0.1") == 0 || strcmp(ip, "::1") == 0;
 }
 
 /* Start or stop reading C's socket. While it is not read, client_cron
@@ -884,6 +885,20 @@ static void client_refuse_placed(struct client *c, struct request *req, const ch
     client_refuse(c, req, text);
 }
 
+/* Refuse REQ (DEBUG, MODULE LOAD...) of a client that is not local, with
+ * Redis's reply: Redis would take every client of sluice's for local. */
+static void client_refuse_protected(struct client *c, struct request *req)
+{
+    int debug = req->cmd != NULL && strcmp(req->cmd->name, "debug") == 0;
+    char text[320];
+
+    snprintf(text, sizeof(text), "%s command not allowed. If the %s option is set to \"local\", "
+             "you can run it from a local connection, otherwise you need to set this option in "
+             "the configuration file, and then restart the server.", debug ? "DEBUG" : "MODULE",
+             debug ? "enable-debug-command" : "enable-module-command");
+    client_refuse(c, req, text);
+}
+
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
@@ -918,6 +933,11 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse_placed(c, req, place.why);
+        rc = c->closing ? -1 : 0;
+    } else if ((req->flags & REQ_PROTECTED) && !c->local_peer) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse_protected(c, req);
         rc = c->closing ? -1 : 0;
     } else if (c->auth_checks && auth_admit(c, req->cmd, req->argc, argv, denied,
                                             sizeof(denied)) != 0) {

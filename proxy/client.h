@@ -65,6 +65,8 @@ struct client {
     const struct user *auth_user;       /* its user in the current user set (auth.c) */
     unsigned char authenticated;        /* logged in with AUTH or HELLO AUTH */
     unsigned char auth_checks;          /* its requests must pass auth_admit */
+    unsigned char local_peer;           /* connected from 127.0.0.1 or ::1, as Redis's
+                                           "local" for DEBUG and MODULE */
     struct lock_client *locks;          /* locks it holds (lock.c owns this) */
     struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */

@@ -31,7 +31,7 @@ struct local_command {
 };
 
 static local_handler local_client_setname, local_client_getname, local_client_id,
-    local_client_reply, local_quit, local_hello, local_auth, local_proxy;
+    local_client_reply, local_quit, local_hello, local_auth, local_acl_whoami, local_proxy;
 
 static const struct local_command local_commands[] = {
     {"client|setname", 3, local_client_setname},
@@ -41,6 +41,7 @@ static const struct local_command local_commands[] = {
     {"quit", -1, local_quit},
     {"hello", -1, local_hello},
     {"auth", -2, local_auth},     /* when sluice authenticates clients: auth.c */
+    {"acl|whoami", 2, local_acl_whoami},
     {"proxy", -2, local_proxy},
 };
 #define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))
@@ -184,6 +185,14 @@ static void local_auth(struct client *c, int argc, const struct sv *argv, struct
     reply_status(out, "OK");
 }
 
+static void local_acl_whoami(struct client *c, int argc, const struct sv *argv,
+                             struct evbuffer *out)
+{
+    (void)argc;
+    (void)argv;
+    reply_bulk(out, c->user, strlen(c->user));
+}
+
 /* HELLO's options: AUTH user pass and SETNAME name, as Redis reads them. */
 struct local_hello_args {
     long long version;          /* 0: not given */
@@ -272,7 +281,7 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
     }
     if (auth_required(c)) {
         reply_error(out, "-NOAUTH HELLO must be called with the client already authenticated, "
-                         "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                         "otherwise the HELLO AUTH <user> <pass> option can be used to "
                          "authenticate the client and select the RESP protocol version at the "
                          "same time");
         return;

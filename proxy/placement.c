@@ -38,6 +38,7 @@ static placement_check placement_check_xread, placement_check_xreadgroup,
     placement_check_client_kill, placement_check_hello, placement_check_auth;
 
 #define WHY_REPLICATION "replication needs a direct connection to Redis"
+#define WHY_PROTECTED "only from a local client (127.0.0.1, ::1), as Redis allows it"
 #define WHY_PAUSE "it would stall every client sharing sluice's connections"
 #define WHY_KILL "it could close sluice's own connections; only CLIENT KILL ID or ADDR " \
                  "of another connection goes through"
@@ -53,6 +54,8 @@ static const struct placement_row placement_rows[] = {
     {"hello", PLACE_LOCAL, 0, ROLE_HELLO, placement_check_hello,
      "the protocol, name and user are sluice's; HELLO AUTH goes to Redis when sluice "
      "does not authenticate clients itself"},
+    {"acl|whoami", PLACE_SHARED, 0, ROLE_NONE, placement_check_auth,
+     "the user is sluice's when it authenticates clients itself"},
     {"proxy", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's own command"},
     {"lock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb (EVALSHA of lua/)"},
     {"unlock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
@@ -80,6 +83,13 @@ static const struct placement_row placement_rows[] = {
     {"monitor", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_MONITOR, NULL, "a stream of replies"},
     {"xread", PLACE_SHARED, 0, ROLE_NONE, placement_check_xread, "blocks with BLOCK"},
     {"xreadgroup", PLACE_SHARED, 0, ROLE_NONE, placement_check_xreadgroup, "blocks with BLOCK"},
+    /* Redis's "protected" commands: allowed by enable-debug-command and
+     * enable-module-command only from a local connection, which every
+     * connection of sluice's is; so sluice asks where its client is. */
+    {"debug", PLACE_SHARED, REQ_PROTECTED, ROLE_NONE, NULL, WHY_PROTECTED},
+    {"module|load", PLACE_SHARED, REQ_PROTECTED, ROLE_NONE, NULL, WHY_PROTECTED},
+    {"module|loadex", PLACE_SHARED, REQ_PROTECTED, ROLE_NONE, NULL, WHY_PROTECTED},
+    {"module|unload", PLACE_SHARED, REQ_PROTECTED, ROLE_NONE, NULL, WHY_PROTECTED},
     /* Must reach Redis at once, even while a script keeps it busy. */
     {"script|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy script: cannot wait behind it"},
     {"function|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy function"},
@@ -267,10 +277,11 @@ static struct placement placement_check_hello(int argc, const struct sv *argv)
     return (struct placement){PLACE_LOCAL, 0, NULL};
 }
 
-/* AUTH: sluice's when it authenticates clients itself (auth.c). */
+/* AUTH and ACL WHOAMI: sluice's when it authenticates clients itself
+ * (auth.c); else AUTH's user belongs to the client's own connection. */
 static struct placement placement_check_auth(int argc, const struct sv *argv)
 {
-    (void)argc;
-    (void)argv;
-    return auth_local() ? (struct placement){PLACE_LOCAL, 0, NULL} : placement_private();
+    if (auth_local())
+        return (struct placement){PLACE_LOCAL, 0, NULL};
+    return argc >= 1 && sv_ieq(argv[0], "acl") ? placement_shared() : placement_private();
 }
