@@ -23,6 +23,9 @@
 #   4. Fairness (tools/slowreader.py): one client pipelines 20,000 GETs of a
 #      100 KB value and never reads; another client's GET latency (p50, p99,
 #      max), Redis's peak output buffer for sluice, sluice's memory growth.
+#   5. Authentication: sluice without a users file vs with one, the clients
+#      logged in as a user whose every request is checked (+@all -@dangerous,
+#      keys key:*), placed on cores as section 3; throughput and CPU/request.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
@@ -34,7 +37,7 @@ lockbench=$(readlink -f "$2")
 rounds=${BENCH_ROUNDS:-5}
 rules_rounds=${BENCH_RULES_ROUNDS:-9}
 scale=${BENCH_SCALE:-1}
-sections=${BENCH_SECTIONS:-1 2 3 4}
+sections=${BENCH_SECTIONS:-1 2 3 4 5}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -55,7 +58,7 @@ section() {     # section N: true when section N is to run
     case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac
 }
 section 1 || section 2 || rounds=0
-section 3 || rules_rounds=0
+section 3 || section 5 || rules_rounds=0
 
 free_port() {
     /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -82,7 +85,7 @@ rpid=$!
 pids="$pids $rpid"
 wait_port "$rport"
 
-start_sluice() {   # start_sluice NAME [RULES_FILE]: prints its port
+start_sluice() {   # start_sluice NAME [RULES_FILE [USERS_FILE]]: prints its port
     port=$(free_port)
     {
         echo "[proxy]"
@@ -90,6 +93,7 @@ start_sluice() {   # start_sluice NAME [RULES_FILE]: prints its port
         echo "backend = 127.0.0.1:$rport"
         echo "log_level = warning"
         [ -z "${2:-}" ] || echo "rules = $2"
+        [ -z "${3:-}" ] || echo "users = $3"
     } >"$tmp/$1.conf"
     "$sluice" -c "$tmp/$1.conf" >"$tmp/$1.log" 2>&1 &
     echo "$port $!"
@@ -136,7 +140,13 @@ set -- $(start_sluice rules0); s0=$1; p0=$2; pids="$pids $2"
 set -- $(start_sluice rules100 "$tmp/rules100.ini"); s100=$1; p100=$2; pids="$pids $2"
 set -- $(start_sluice rules1 "$tmp/rules1.ini"); s1=$1; p1=$2; pids="$pids $2"
 
-for p in $sport $nport $s0 $s100 $s1; do wait_port "$p"; done
+# Section 5: the same sluice with a users file; redis-benchmark logs in as
+# "bench", whose every request passes the command and key checks.
+printf '[user bench]\npassword = bench-pw\ncommands = +@all -@dangerous\nkeys = key:*\n' \
+    >"$tmp/users.ini"
+set -- $(start_sluice users "" "$tmp/users.ini"); su=$1; pu=$2; pids="$pids $2"
+
+for p in $sport $nport $s0 $s100 $s1 $su; do wait_port "$p"; done
 
 # ---- running ---------------------------------------------------------------
 results="$tmp/results"
@@ -146,9 +156,11 @@ results="$tmp/results"
 # With PID, also "cpu_LABEL ..." lines: that process's CPU ns per request.
 # $client_cpu (a taskset prefix, or empty) places redis-benchmark.
 client_cpu=""
+bench_login=""   # redis-benchmark's login options, for the users file's sluice
 bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND [PID]
     [ -z "${8:-}" ] || ns0=$(cpu_ns "$8")
-    rps=$($client_cpu redis-benchmark -p "$2" -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
+    # shellcheck disable=SC2086
+    rps=$($client_cpu redis-benchmark -p "$2" $bench_login -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
           2>/dev/null | awk -F'"' 'NR == 2 { print $4 }')
     echo "$1 $3 $4 $5 ${rps:-0} $7" >>"$results"
     if [ -n "${8:-}" ]; then
@@ -243,7 +255,7 @@ done
 pinned=0
 if [ "$rules_rounds" -gt 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
     taskset -apc 0 "$rpid" >/dev/null
-    for p in $p0 $p100 $p1; do taskset -apc 1 "$p" >/dev/null; done
+    for p in $p0 $p100 $p1 $pu; do taskset -apc 1 "$p" >/dev/null; done
     client_cpu="taskset -c 1"
     pinned=1
 fi
@@ -259,8 +271,19 @@ while [ $r -le "$rules_rounds" ]; do
                     rules100) port=$s100; pid=$p100 ;;
                     rules1) port=$s1; pid=$p1 ;;
                 esac
-                bench_one "rules_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
+                section 3 && bench_one "rules_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
             done
+            # Section 5: without a users file (rules0) and with one, back to back.
+            section 5 || continue
+            for target in $(rotate $(( r + p )) none users); do
+                if [ "$target" = users ]; then
+                    bench_login="--user bench -a bench-pw"; port=$su; pid=$pu
+                else
+                    bench_login=""; port=$s0; pid=$p0
+                fi
+                bench_one "auth_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
+            done
+            bench_login=""
         done
     done
     r=$((r + 1))
@@ -394,7 +417,26 @@ if section 4; then
     echo "   targets: another client's GET answered within 1 s; Redis's buffer bounded"
 fi
 
-for f in sluice rules0 rules100 rules1; do
+if section 5; then
+    echo
+    echo "5. Authentication at -c 50 (median of $rules_rounds, placed as section 3): no users"
+    echo "   file vs a users file, redis-benchmark logged in as a user whose requests are"
+    echo "   all checked (+@all -@dangerous, keys key:*)"
+    printf '%-4s %3s %11s %11s %8s %10s %10s %8s\n' cmd -P "no users" users ratio \
+        "ns/req" "ns/req" "cpu"
+    for t in get set; do
+        for p in 1 16; do
+            printf '%-4s %3s %11.0f %11.0f %8s %10.0f %10.0f %8s\n' "$t" "$p" \
+                "$(median auth_none $t 50 $p)" "$(median auth_users $t 50 $p)" \
+                "$(median_ratio auth_users auth_none $t 50 $p)" \
+                "$(median cpu_auth_none $t 50 $p)" "$(median cpu_auth_users $t 50 $p)" \
+                "$(median_ratio cpu_auth_none cpu_auth_users $t 50 $p)"
+        done
+    done
+    echo "   target: ratio >= 0.97 (cpu: CPU without / with, 1.00 = authentication costs nothing)"
+fi
+
+for f in sluice rules0 rules100 rules1 users; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
     fi

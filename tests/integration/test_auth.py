@@ -556,3 +556,19 @@ def test_debug_from_a_remote_client_is_refused(auth_env):
         'configuration file, and then restart the server.')
     assert replies[2].startswith("ERR MODULE command not allowed. If the enable-module-command")
     assert replies[3] == "PONG"
+
+
+def test_a_rule_on_auth_limits_guessing(redis_factory, sluice_factory, tmp_path):
+    """`commands = AUTH` in a rule limits password guessing per address."""
+    srv = redis_factory()
+    users = tmp_path / "users.ini"
+    users.write_text(USERS_INI)
+    rules = tmp_path / "rules.ini"
+    rules.write_text("[limit guessing]\ncommands = AUTH\nrate = 1/h\nburst = 3\nper = ip\n"
+                     "action = reject\n")
+    s = sluice_factory(srv.port, users=str(users), rules=str(rules))
+    with s.raw() as c:
+        got = [c.call("AUTH", "app", f"guess{i}") for i in range(3)]
+        assert all(g.startswith("WRONGPASS") for g in got)
+        assert c.call("AUTH", "app", "apppw").startswith("THROTTLED")   # even the right one
+        assert c.call("GET", "app:1") == Err("NOAUTH Authentication required.")
