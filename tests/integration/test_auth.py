@@ -478,16 +478,22 @@ def test_disabled_default_requires_login(redis_factory, sluice_factory, tmp_path
         assert c.call("AUTH", "default", "x").startswith("WRONGPASS")
 
 
-def test_match_user_rules_see_the_authenticated_user(redis_factory, sluice_factory, tmp_path):
-    """Rules match the user sluice authenticated; a refused command takes
-    no token."""
+def _sluice_with_rule(redis_factory, sluice_factory, tmp_path, rule_text):
+    """A sluice with USERS_INI and a rule file holding RULE_TEXT."""
     srv = redis_factory()
     users = tmp_path / "users.ini"
     users.write_text(USERS_INI)
     rules = tmp_path / "rules.ini"
-    rules.write_text("[limit app-writes]\nmatch_user = app\ncommands = SET\nrate = 1/h\n"
-                     "burst = 2\nper = user\naction = reject\n")
-    s = sluice_factory(srv.port, users=str(users), rules=str(rules))
+    rules.write_text(rule_text)
+    return sluice_factory(srv.port, users=str(users), rules=str(rules))
+
+
+def test_match_user_rules_see_the_authenticated_user(redis_factory, sluice_factory, tmp_path):
+    """Rules match the user sluice authenticated; a refused command takes
+    no token."""
+    s = _sluice_with_rule(redis_factory, sluice_factory, tmp_path,
+                          "[limit app-writes]\nmatch_user = app\ncommands = SET\nrate = 1/h\n"
+                          "burst = 2\nper = user\naction = reject\n")
     with s.raw() as c:
         c.call("AUTH", "app", "apppw")
         for _ in range(5):   # refused by permissions: no tokens taken
@@ -560,13 +566,9 @@ def test_debug_from_a_remote_client_is_refused(auth_env):
 
 def test_a_rule_on_auth_limits_guessing(redis_factory, sluice_factory, tmp_path):
     """`commands = AUTH` in a rule limits password guessing per address."""
-    srv = redis_factory()
-    users = tmp_path / "users.ini"
-    users.write_text(USERS_INI)
-    rules = tmp_path / "rules.ini"
-    rules.write_text("[limit guessing]\ncommands = AUTH\nrate = 1/h\nburst = 3\nper = ip\n"
-                     "action = reject\n")
-    s = sluice_factory(srv.port, users=str(users), rules=str(rules))
+    s = _sluice_with_rule(redis_factory, sluice_factory, tmp_path,
+                          "[limit guessing]\ncommands = AUTH\nrate = 1/h\nburst = 3\nper = ip\n"
+                          "action = reject\n")
     with s.raw() as c:
         got = [c.call("AUTH", "app", f"guess{i}") for i in range(3)]
         assert all(g.startswith("WRONGPASS") for g in got)
