@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "commands.h"
 #include "config.h"
@@ -97,6 +98,7 @@ static void client_format_addr(struct client *c)
     }
     snprintf(c->addr_text, sizeof(c->addr_text), "%s:%d", ip, port);
     snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
+    c->local_peer = strcmp(ip, "127.0.0.1") == 0 || strcmp(ip, "::1") == 0;
 }
 
 /* Start or stop reading C's socket. While it is not read, client_cron
@@ -146,8 +148,8 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int t
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->fd = fd;
     c->id = client_next_id++;
-    c->user = strdup("default");
     c->resp = 2;
+    auth_client_start(c);
     c->last_active_ms = server_now_ms();
     memcpy(&c->addr, addr, addrlen < sizeof(c->addr) ? addrlen : sizeof(c->addr));
     client_format_addr(c);
@@ -451,6 +453,17 @@ static void client_refuse(struct client *c, struct request *req, const char *tex
     client_check_output_limit(c);
 }
 
+/* RESET: back to a new connection's name, user, protocol and reply mode
+ * (the "default" user, logged out where that needs a password). */
+static void client_reset_session(struct client *c)
+{
+    free(c->name);
+    c->name = NULL;
+    c->resp = 2;
+    auth_client_start(c);
+    c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
+}
+
 /* Apply what a successful AUTH, HELLO or RESET changed on the session. */
 static void client_apply_session(struct client *c, struct request *req, int type)
 {
@@ -468,13 +481,8 @@ static void client_apply_session(struct client *c, struct request *req, int type
         c->name = req->ok_name;
         req->ok_name = NULL;
     }
-    if (req->flags & REQ_RESET) {
-        free(c->name);
-        c->name = NULL;
-        free(c->user);
-        c->user = strdup("default");
-        c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
-    }
+    if (req->flags & REQ_RESET)
+        client_reset_session(c);
 }
 
 static void client_try_unstall(struct client *c);
@@ -533,10 +541,8 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         backend_set_passthrough(c->private_conn, 0);
         backend_reauth(c->private_conn);   /* RESET logged Redis's connection out */
         reset = 1;
-        free(c->name);
-        c->name = NULL;
-        free(c->user);
-        c->user = strdup("default");
+        client_reset_session(c);
+        throttle_client_changed(c);
     }
     if (c->flags & CLIENT_REPLY_OFF)
         evbuffer_drain(src, len);   /* Redis 7.0 sends no messages under REPLY OFF either */
@@ -902,6 +908,20 @@ static void client_refuse_placed(struct client *c, struct request *req, const ch
     client_refuse(c, req, text);
 }
 
+/* Refuse REQ (DEBUG, MODULE LOAD...) of a client that is not local, with
+ * Redis's reply: Redis would take every client of sluice's for local. */
+static void client_refuse_protected(struct client *c, struct request *req)
+{
+    int debug = req->cmd != NULL && strcmp(req->cmd->name, "debug") == 0;
+    char text[320];
+
+    snprintf(text, sizeof(text), "%s command not allowed. If the %s option is set to \"local\", "
+             "you can run it from a local connection, otherwise you need to set this option in "
+             "the configuration file, and then restart the server.", debug ? "DEBUG" : "MODULE",
+             debug ? "enable-debug-command" : "enable-module-command");
+    client_refuse(c, req, text);
+}
+
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
@@ -911,6 +931,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     struct throttle_decision decision;
     struct placement place;
     struct req_argv views;
+    char denied[400];
     const struct sv *argv;
     int rc;
 
@@ -935,6 +956,18 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse_placed(c, req, place.why);
+        rc = c->closing ? -1 : 0;
+    } else if ((req->flags & REQ_PROTECTED) && !c->local_peer) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse_protected(c, req);
+        rc = c->closing ? -1 : 0;
+    } else if (c->auth_checks && auth_admit(c, req->cmd, req->argc, argv, denied,
+                                            sizeof(denied)) != 0) {
+        /* Nothing reaches Redis, and no rule takes a token. */
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse(c, req, denied);
         rc = c->closing ? -1 : 0;
     } else switch (throttle_admit(c, req, argv, &decision)) {
     case THROTTLE_PASS:
@@ -1215,6 +1248,20 @@ void client_cron(uint64_t now_ms)
             STAT_INC(idle_timeouts);
             client_close(c);
         }
+    }
+}
+
+void client_users_changed(void)
+{
+    struct client *c, *next;
+
+    for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        if (auth_rebind(c) != 0) {
+            client_close(c);
+            continue;
+        }
+        throttle_client_changed(c);
     }
 }
 

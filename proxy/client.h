@@ -17,6 +17,7 @@ struct config;
 struct lock_client;
 struct limiter_client;
 struct throttle_hold;
+struct user;
 
 enum client_flag {
     CLIENT_CLOSE_AFTER_REPLY = 1 << 0, /* answer what is pending, then close */
@@ -67,6 +68,11 @@ struct client {
     char *name;                         /* CLIENT SETNAME, NULL when none */
     char *user;                         /* last successful AUTH user, "default" */
     int resp;                           /* protocol it negotiated with HELLO: 2 or 3 */
+    const struct user *auth_user;       /* its user in the current user set (auth.c) */
+    unsigned char authenticated;        /* logged in with AUTH or HELLO AUTH */
+    unsigned char auth_checks;          /* its requests must pass auth_admit */
+    unsigned char local_peer;           /* connected from 127.0.0.1 or ::1, as Redis's
+                                           "local" for DEBUG and MODULE */
     struct lock_client *locks;          /* locks it holds (lock.c owns this) */
     struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
@@ -133,6 +139,10 @@ int client_pending_total(void);
 void client_shutdown_all(void);
 /* Free every client at exit. */
 void client_free_all(void);
+
+/* The users file was reloaded: every client takes its user's new entry,
+ * and those whose user is gone are closed (auth_rebind). */
+void client_users_changed(void);
 
 /* Periodic work: idle timeouts. */
 void client_cron(uint64_t now_ms);

@@ -56,6 +56,7 @@ static const struct config_key config_keys[] = {
     {"backend_user", config_set_string, F(backend_user), 0, 0, 0},
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0},
     {"rules", config_set_string, F(rules), 0, 0, 0},
+    {"users", config_set_string, F(users), 0, 0, 0},
     {"log_level", config_set_log_level, F(log_level), 0, 0, 0},
     {"log_file", config_set_string, F(log_file), 0, 0, 0},
     {"maxclients", config_set_int, F(maxclients), 1, 1000000, 0},
@@ -310,33 +311,33 @@ static void config_on_key(void *ctx, const char *section, const char *name, cons
         errlist_add(errs, file, line, "%s: %s", name, err);
 }
 
-/* A relative path (rules, certificates) is taken from the config file's
- * folder. */
-static void config_resolve_path(const struct config *cfg, char **field)
+/* A relative path (of the rule or users file, or a certificate) is taken
+ * from the config file's folder. */
+static void config_resolve_path(const struct config *cfg, char **path)
 {
     char *copy, *dir, *full;
     size_t n;
 
-    if (*field == NULL || (*field)[0] == '/')
+    if (*path == NULL || (*path)[0] == '/')
         return;
     copy = strdup(cfg->path);
     dir = dirname(copy);
-    n = strlen(dir) + strlen(*field) + 2;
+    n = strlen(dir) + strlen(*path) + 2;
     full = malloc(n);
-    snprintf(full, n, "%s/%s", dir, *field);
+    snprintf(full, n, "%s/%s", dir, *path);
     free(copy);
-    free(*field);
-    *field = full;
+    free(*path);
+    *path = full;
 }
 
 static void config_resolve_paths(struct config *cfg)
 {
-    char **fields[] = {&cfg->rules, &cfg->tls_cert_file, &cfg->tls_key_file,
-                       &cfg->tls_ca_cert_file, &cfg->backend_tls_ca_cert_file,
-                       &cfg->backend_tls_cert_file, &cfg->backend_tls_key_file};
+    char **paths[] = {&cfg->rules, &cfg->users, &cfg->tls_cert_file, &cfg->tls_key_file,
+                      &cfg->tls_ca_cert_file, &cfg->backend_tls_ca_cert_file,
+                      &cfg->backend_tls_cert_file, &cfg->backend_tls_key_file};
 
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
-        config_resolve_path(cfg, fields[i]);
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        config_resolve_path(cfg, paths[i]);
 }
 
 int config_key_line(const struct config *cfg, const char *name)
@@ -407,6 +408,7 @@ void config_free(struct config *cfg)
     free(cfg->backend_user);
     free(cfg->backend_password);
     free(cfg->rules);
+    free(cfg->users);
     free(cfg->log_file);
     memset(cfg, 0, sizeof(*cfg));
 }

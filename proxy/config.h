@@ -26,6 +26,7 @@ struct config {
     char *backend_user;
     char *backend_password;
     char *rules;                       /* resolved against the config's folder */
+    char *users;                       /* the users file, resolved likewise; NULL: none */
     int log_level;                     /* enum log_level */
     char *log_file;                    /* NULL: stderr */
     long long maxclients;

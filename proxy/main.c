@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "client.h"
 #include "commands.h"
@@ -51,6 +52,8 @@ static int main_load_config(const char *path)
 
     if (rc == 0 && server.cfg.rules != NULL)
         rc = limiter_check(server.cfg.rules, &errs);
+    if (rc == 0)
+        rc = auth_check(&server.cfg, &errs);
     if (rc == 0)
         rc = tls_check(&server.cfg, &errs);
 
@@ -129,10 +132,8 @@ static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
         main_begin_shutdown();
     } else if (sig == SIGHUP) {
         struct errlist errs = {0};
-        char err[1024];
-        throttle_reload(&errs);
+        server_reload(&errs);
         errlist_free(&errs);
-        tls_reload(&server.cfg, err, sizeof(err));
     }
 }
 
@@ -171,7 +172,7 @@ static int main_run(void)
     }
     stats_init();
     local_init();
-    if (throttle_init(server.cfg.rules, &errs) != 0) {
+    if (throttle_init(server.cfg.rules, &errs) != 0 || auth_init(&server.cfg, &errs) != 0) {
         log_warning("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
         errlist_free(&errs);
         return 1;
@@ -201,6 +202,7 @@ static int main_run(void)
     backend_free_all();
     tls_free();
     throttle_shutdown();
+    auth_shutdown();
     event_free(sigint);
     event_free(sighup);
     event_free(sigterm);

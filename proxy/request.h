@@ -48,6 +48,7 @@ enum request_flag {
     REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
     REQ_UNPAIRED = 1 << 7,    /* sent on a connection whose replies stream unpaired
                                  (pub/sub, MONITOR): nothing waits for a reply */
+    REQ_PROTECTED = 1 << 8,   /* DEBUG, MODULE LOAD...: only from a local client */
 };
 
 struct req_arg {

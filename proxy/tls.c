@@ -217,14 +217,26 @@ int tls_init(const struct config *cfg, char *err, size_t errlen)
     return tls_build(cfg, &tls_current, err, errlen);
 }
 
-int tls_reload(const struct config *cfg, char *err, size_t errlen)
+/* Add ERR, tls_build's message, to ERRS as FILE:LINE: the line of the key
+ * the message starts with (the key that names the bad file). */
+static void tls_add_error(const struct config *cfg, struct errlist *errs, const char *err)
+{
+    char key[64] = "";
+
+    sscanf(err, "%63s", key);
+    errlist_add(errs, cfg->path, config_key_line(cfg, key), "%s", err);
+}
+
+int tls_reload(const struct config *cfg, struct errlist *errs)
 {
     struct tls_contexts fresh;
+    char err[1024];
 
     if (cfg->tls_listen_count == 0 && !cfg->backend_tls)
         return 0;
-    if (tls_build(cfg, &fresh, err, errlen) != 0) {
+    if (tls_build(cfg, &fresh, err, sizeof(err)) != 0) {
         log_warning("TLS certificates not reloaded; the old ones stay: %s", err);
+        tls_add_error(cfg, errs, err);
         return -1;
     }
     /* SSL objects hold a reference to their context: live connections
@@ -238,16 +250,14 @@ int tls_reload(const struct config *cfg, char *err, size_t errlen)
 int tls_check(const struct config *cfg, struct errlist *errs)
 {
     struct tls_contexts built;
-    char err[1024], key[64];
+    char err[1024];
 
-    if (tls_build(cfg, &built, err, sizeof(err)) == 0) {
-        tls_contexts_free(&built);
-        return 0;
+    if (tls_build(cfg, &built, err, sizeof(err)) != 0) {
+        tls_add_error(cfg, errs, err);
+        return -1;
     }
-    /* The message starts with the key that names the bad file. */
-    sscanf(err, "%63s", key);
-    errlist_add(errs, cfg->path, config_key_line(cfg, key), "%s", err);
-    return -1;
+    tls_contexts_free(&built);
+    return 0;
 }
 
 void tls_free(void)

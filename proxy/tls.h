@@ -18,9 +18,10 @@ struct ssl_st;
  * backend side with backend_tls). Returns 0, or -1 with ERR set. */
 int tls_init(const struct config *cfg, char *err, size_t errlen);
 /* Read the certificates and keys again. On any error nothing changes
- * (the old contexts stay) and -1 is returned with ERR set; connections
+ * (the old contexts stay), the error is added to ERRS (FILE:LINE: the
+ * line of the key naming the bad file) and -1 is returned. Connections
  * made before keep the context they started with. */
-int tls_reload(const struct config *cfg, char *err, size_t errlen);
+int tls_reload(const struct config *cfg, struct errlist *errs);
 /* sluice -t: build the contexts once, errors into ERRS as FILE:LINE (the
  * line of the key naming the bad file). Returns 0 when fine. */
 int tls_check(const struct config *cfg, struct errlist *errs);

@@ -35,6 +35,18 @@ void users_free(struct user_set *set);
 
 int users_count(const struct user_set *set);
 
+/* The set that stands in for the backend's credentials when there is no
+ * users file: one user NAME with PASSWORD and every permission. NULL on
+ * OOM. */
+struct user_set *users_backend_set(const char *name, const char *password);
+
+/* The user at INDEX (0 <= INDEX < users_count). */
+const struct user *users_at(const struct user_set *set, int index);
+
+/* 1 when U may run every command on every key and channel: no check is
+ * needed per request. */
+int users_unrestricted(const struct user *u);
+
 /* The user named NAME (LEN bytes, case sensitive, as Redis), or NULL. */
 const struct user *users_find(const struct user_set *set, const char *name, size_t len);
 

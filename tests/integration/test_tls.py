@@ -376,7 +376,8 @@ def test_reload_reads_certificates_and_keeps_old_on_error(sluice_factory, backen
     cert.write_text("garbage\n")
     with s.raw() as c:
         reply = c.call(b"PROXY", b"RELOAD")
-    assert str(reply).startswith("ERR TLS certificates not reloaded: tls_cert_file"), reply
+    assert str(reply).startswith(f"ERR not reloaded: {s.config_path}:"), reply
+    assert f"tls_cert_file {cert}: cannot load the certificate" in str(reply), reply
     # The old context stays: new TLS clients still get in.
     c = tls_client(certs, s.tls_port)
     assert c.ping() is True
@@ -536,3 +537,26 @@ def test_tls_on_both_sides(sluice_factory, tls_redis_factory, certs):
     assert pipe.execute()[-1] == 1000
     bye(c)
     assert s.client().get("both:n") == b"1000"
+
+
+def test_tls_clients_authenticate(sluice_factory, backend, certs, tmp_path):
+    """Users of the users file log in over TLS like over plain TCP; the TLS
+    session gives no permission of its own."""
+    users = tmp_path / "users.ini"
+    users.write_text("[user app]\npassword = app-secret\ncommands = +@all\nkeys = app:*\n")
+    s = start_tls_sluice(sluice_factory, backend, certs, auth="yes", users=str(users))
+    anon = tls_client(certs, s.tls_port, cert="client")
+    with pytest.raises(redis.AuthenticationError):
+        anon.get("app:x")
+    bye(anon)
+    app = tls_client(certs, s.tls_port, cert="client", username="app", password="app-secret")
+    assert app.set("app:x", "1") is True
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        app.get("other:x")
+    bye(app)
+    out = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(s.tls_port), "--tls",
+                          "--cacert", certs.path("ca.crt"), "--cert", certs.path("client.crt"),
+                          "--key", certs.path("client.key"), "--user", "app", "--pass",
+                          "app-secret", "--no-auth-warning", "GET", "app:x"],
+                         capture_output=True, text=True, timeout=20 * SLOW)
+    assert out.stdout.strip() == "1", out
