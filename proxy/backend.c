@@ -38,6 +38,7 @@
 #include "respframe.h"
 #include "scripts.h"
 #include "stats.h"
+#include "tls.h"
 #include "value.h"
 
 #define BACKEND_HIGH_WATER (4 * 1024 * 1024)
@@ -542,9 +543,12 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_EOF) {
         backend_conn_down(conn, "connection closed by server");
     } else if (what & BEV_EVENT_ERROR) {
+        char why[300] = "";
         if (conn->state == BACKEND_CONNECTING)
             STAT_INC(backend_connect_failures);
-        backend_conn_down(conn, strerror(EVUTIL_SOCKET_ERROR()));
+        if (backend_cfg->backend_tls)
+            tls_bev_error(bev, why, sizeof(why));
+        backend_conn_down(conn, why[0] != '\0' ? why : strerror(EVUTIL_SOCKET_ERROR()));
     }
 }
 
@@ -560,7 +564,9 @@ static void backend_connect(struct backend_conn *conn)
 
     backend_conn_reset_io(conn);
     conn->state = BACKEND_CONNECTING;
-    conn->bev = bufferevent_socket_new(backend_base, -1, BEV_OPT_CLOSE_ON_FREE);
+    conn->bev = backend_cfg->backend_tls ? tls_backend_bev(backend_base)
+                                         : bufferevent_socket_new(backend_base, -1,
+                                                                  BEV_OPT_CLOSE_ON_FREE);
     conn->redis_id = 0;
     if (conn->bev == NULL) {
         backend_fail_soon(conn, "out of memory");
@@ -661,8 +667,10 @@ void backend_write_now(void)
         if (conn->bev == NULL)
             continue;
         evbuffer_add_buffer(netio_output(conn->bev, &conn->write_off), conn->staged);
-        /* Still connecting: the bufferevent writes once it is connected. */
-        if (conn->state == BACKEND_UP && netio_write_now(conn->bev, &conn->write_off))
+        /* Still connecting: the bufferevent writes once it is connected.
+         * With TLS, the OpenSSL bufferevent encrypts and writes itself. */
+        if (conn->state == BACKEND_UP && !backend_cfg->backend_tls &&
+            netio_write_now(conn->bev, &conn->write_off))
             backend_wake_waiters(conn);
     }
 }

@@ -47,6 +47,7 @@
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
+#include "tls.h"
 
 /* libevent reads 16 KB a callback by default: large values want more. */
 #define CLIENT_MAX_SINGLE_READ (256 * 1024)
@@ -64,6 +65,8 @@ static void client_read_ended(struct client *c, int eof);
 static void client_process_input(struct client *c);
 static int client_finished(const struct client *c);
 static void client_process_input_loop(struct client *c, struct evbuffer *in);
+static void client_tls_handshake(struct client *c);
+static void client_tls_after_read(struct client *c, long n);
 
 void client_module_init(struct event_base *base, const struct config *cfg)
 {
@@ -116,7 +119,7 @@ static void client_read_off(struct client *c)
     }
 }
 
-void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
+void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int tls)
 {
     static const char full[] = "-ERR max number of clients reached\r\n";
     struct client *c;
@@ -124,17 +127,23 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
 
     if (client_total >= client_cfg->maxclients) {
         STAT_INC(rejected_connections);
-        if (write(fd, full, sizeof(full) - 1) < 0)
+        /* A TLS client could not read a plain error: it is just closed. */
+        if (!tls && write(fd, full, sizeof(full) - 1) < 0)
             log_debug("could not tell a client about maxclients: %s", strerror(errno));
         close(fd);
         return;
     }
     c = calloc(1, sizeof(*c));
-    if (c == NULL || reqparse_init(&c->parser, &client_limits) != 0) {
+    if (c == NULL || reqparse_init(&c->parser, &client_limits) != 0 ||
+        (tls && (c->ssl = tls_accept_new(fd)) == NULL)) {
+        if (c != NULL)
+            reqparse_free(&c->parser);
         free(c);
         close(fd);
         return;
     }
+    c->tls_handshaking = tls;
+    c->tls_deadline_ms = server_now_ms() + (uint64_t)client_cfg->tls_handshake_timeout_ms;
     evutil_make_socket_nonblocking(fd);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->fd = fd;
@@ -201,6 +210,7 @@ static void client_close(struct client *c)
     event_free(c->write_ev);
     evbuffer_free(c->input);
     evbuffer_free(c->output);
+    tls_close(c->ssl);
     close(c->fd);
     free(c->name);
     free(c->user);
@@ -285,25 +295,38 @@ static inline int client_check_drained(struct client *c)
     return (c->flags & CLIENT_OVER_LIMIT) ? client_resume_drained(c) : 0;
 }
 
+/* Turn C's write event on or off (on while output waits for the socket, or
+ * a TLS handshake or read does). */
+static void client_write_event(struct client *c, int on)
+{
+    if (on && !c->write_on) {
+        c->write_on = 1;
+        event_add(c->write_ev, NULL);
+    } else if (!on && c->write_on) {
+        c->write_on = 0;
+        event_del(c->write_ev);
+    }
+}
+
 /* Write C's output now. What the socket does not take waits for its write
  * event, which is on only while there is such a rest. Closes C on a write
  * error, or when it asked to go and everything is written. */
 static void client_write(struct client *c)
 {
-    int rc = netio_write(c->output, c->fd);
+    int rc = netio_write(c->output, c->fd, c->ssl);
 
     if (rc < 0) {
         log_debug("client %llu: write: %s", (unsigned long long)c->id, strerror(errno));
         client_close(c);
         return;
     }
-    if (rc == 0 && !c->write_on) {
-        c->write_on = 1;
-        event_add(c->write_ev, NULL);
-    } else if (rc == 1 && c->write_on) {
-        c->write_on = 0;
-        event_del(c->write_ev);
+    if (rc == 0 && c->ssl != NULL && tls_wants_read(c->ssl)) {
+        /* TLS must read before it can write: the read callback writes
+         * again (a write event now would fire at once, forever). */
+        c->tls_write_wants_read = 1;
+        rc = -2;
     }
+    client_write_event(c, rc == 0);
     if (rc == 1 && client_finished(c)) {
         client_close(c);
         return;
@@ -1067,9 +1090,16 @@ static void client_check_query_limit(struct client *c)
 static void client_read_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
-    long n = netio_read(c->input, fd, CLIENT_MAX_SINGLE_READ);
+    long n;
 
     (void)what;
+    if (c->tls_handshaking) {
+        client_tls_handshake(c);
+        return;
+    }
+    n = netio_read(c->input, fd, c->ssl, CLIENT_MAX_SINGLE_READ);
+    if (c->ssl != NULL)
+        client_tls_after_read(c, n);
     if (n == -2)
         return;
     if (n <= 0) {
@@ -1085,14 +1115,62 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
     client_leave(c);
 }
 
-/* C's socket takes data again after it was full. */
+/* C's socket takes data again after it was full (or TLS waited for it:
+ * the handshake, or a read). */
 static void client_write_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
 
-    (void)fd;
     (void)what;
+    if (c->tls_handshaking) {
+        client_tls_handshake(c);
+        return;
+    }
+    if (c->tls_read_wants_write) {
+        c->tls_read_wants_write = 0;
+        client_enter(c);
+        client_read_cb(fd, EV_READ, c);
+        if (client_leave(c) < 0)
+            return;
+    }
     client_write(c);
+}
+
+/* Go on with C's TLS handshake; once done, read what came with it. A
+ * failed handshake (plaintext sent to a TLS port, a certificate refused)
+ * closes C. */
+static void client_tls_handshake(struct client *c)
+{
+    int want_write = 0;
+    int rc = tls_handshake(c->ssl, &want_write);
+
+    if (rc < 0) {
+        log_debug("client %llu (%s): TLS handshake failed", (unsigned long long)c->id,
+                  c->addr_text);
+        client_close(c);
+        return;
+    }
+    client_write_event(c, rc == 0 && want_write);
+    if (rc == 0)
+        return;
+    c->tls_handshaking = 0;
+    c->last_active_ms = server_now_ms();
+    client_read_cb(c->fd, EV_READ, c);
+}
+
+/* After a TLS read (N as netio_read returned): a read that waits for the
+ * socket to be writable gets the write event; a write that waited for a
+ * read goes again. */
+static void client_tls_after_read(struct client *c, long n)
+{
+    if (n == -2 && tls_wants_write(c->ssl)) {
+        c->tls_read_wants_write = 1;
+        client_write_event(c, 1);
+    }
+    if (c->tls_write_wants_read && n != -2) {
+        c->tls_write_wants_read = 0;
+        client_want_write(c);
+    }
 }
 
 /* Reading C's socket met end of file (EOF set) or an error. */
@@ -1150,6 +1228,15 @@ void client_cron(uint64_t now_ms)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
+        if (c->tls_handshaking && now_ms >= c->tls_deadline_ms) {
+            /* Connected, never finished its handshake: it holds a
+             * descriptor and memory, so it cannot stay. */
+            log_info("client %llu (%s) closed: no TLS handshake within %lld ms",
+                     (unsigned long long)c->id, c->addr_text, client_cfg->tls_handshake_timeout_ms);
+            STAT_INC(tls_handshake_failures);
+            client_close(c);
+            continue;
+        }
         if (client_probe_closed(c) || idle_ms == 0)
             continue;
         /* Like Redis: blocked and subscribed clients are not idle. */

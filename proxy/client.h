@@ -12,6 +12,7 @@
 
 struct backend_conn;
 struct event_base;
+struct ssl_st;
 struct config;
 struct lock_client;
 struct limiter_client;
@@ -43,6 +44,11 @@ struct client {
     int eof_seen;                       /* its socket met end of file */
     int read_on;                        /* read_ev is added */
     int write_on;                       /* write_ev is added: output did not all go */
+    struct ssl_st *ssl;                 /* came in on a tls_listen address; NULL: plain */
+    int tls_handshaking;                /* its TLS handshake is not done: nothing read yet */
+    int tls_read_wants_write;           /* a TLS read waits for the socket to be writable */
+    int tls_write_wants_read;           /* a TLS write waits for the socket to be readable */
+    uint64_t tls_deadline_ms;           /* closed if the handshake is not done by then */
     struct reqparse parser;
     struct request_queue requests;      /* every request not yet answered, in order */
     struct backend_conn *private_conn;  /* own backend connection, once stateful */
@@ -81,8 +87,9 @@ TAILQ_HEAD(client_list, client);
 /* Set up client handling for the whole process. */
 void client_module_init(struct event_base *base, const struct config *cfg);
 
-/* Take over an accepted socket FD. Closes it when it cannot be served. */
-void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen);
+/* Take over an accepted socket FD (speaking TLS when TLS is set: the
+ * handshake comes first). Closes it when it cannot be served. */
+void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int tls);
 
 /* A backend reply for REQ (whose client is set): LEN bytes at the head of
  * SRC, which this moves to the client or keeps with REQ. */

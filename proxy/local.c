@@ -18,6 +18,7 @@
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
+#include "tls.h"
 #include "users.h"
 #include "value.h"
 
@@ -319,6 +320,8 @@ static void local_proxy_info(struct evbuffer *out)
     stats_write_info(text);
     evbuffer_add_printf(text, "\r\n# Backends\r\n");
     backend_write_info(text);
+    evbuffer_add_printf(text, "\r\n# TLS\r\n");
+    tls_write_info(text);
     evbuffer_add_printf(text, "\r\n# Rules\r\nrules_file:%s\r\n",
                         server.cfg.rules != NULL ? server.cfg.rules : "");
     limiter_write_info(text);
@@ -336,12 +339,12 @@ static void local_proxy_rules(struct evbuffer *out)
     limiter_write_rules(out);
 }
 
-/* Re-read the rule and users files; a bad one changes nothing and the
- * first error (FILE:LINE: message) is the reply. */
+/* Re-read the rule and users files and the TLS certificates; a bad one
+ * changes nothing and the first error (FILE:LINE: message) is the reply. */
 static void local_proxy_reload(struct evbuffer *out)
 {
     struct errlist errs = {0};
-    char first[512];
+    char first[1024];
 
     if (server_reload(&errs) == 0) {
         reply_status(out, "OK");
@@ -363,7 +366,7 @@ static const struct {
     {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis)."},
     {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules."},
     {"rules", local_proxy_rules, "    Every rate-limit rule with its counters."},
-    {"reload", local_proxy_reload, "    Read the rule and users files again (a bad file changes nothing)."},
+    {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing)."},
     {"help", local_proxy_help, "    Print this help."},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))

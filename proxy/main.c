@@ -24,6 +24,7 @@
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
+#include "tls.h"
 
 #define MAIN_DEFAULT_CONFIG "conf/sluice.ini"
 #define MAIN_TICK_MS 100
@@ -53,6 +54,8 @@ static int main_load_config(const char *path)
         rc = limiter_check(server.cfg.rules, &errs);
     if (rc == 0)
         rc = auth_check(&server.cfg, &errs);
+    if (rc == 0)
+        rc = tls_check(&server.cfg, &errs);
 
     if (errs.text != NULL)
         fputs(errs.text, stderr);
@@ -157,7 +160,7 @@ static int main_run(void)
     struct errlist errs = {0};
     struct event *sigint, *sigterm, *sighup, *tick;
     struct timeval tick_tv = {0, MAIN_TICK_MS * 1000};
-    char err[256];
+    char err[1024];
 
     signal(SIGPIPE, SIG_IGN);
     main_raise_fd_limit();
@@ -175,7 +178,8 @@ static int main_run(void)
         return 1;
     }
     client_module_init(server.base, &server.cfg);
-    if (backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
+    if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
+        backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
         listener_start(server.base, &server.cfg, err, sizeof(err)) != 0) {
         log_warning("%s", err);
         return 1;
@@ -196,6 +200,7 @@ static int main_run(void)
     client_free_all();
     learn_free_all();
     backend_free_all();
+    tls_free();
     throttle_shutdown();
     auth_shutdown();
     event_free(sigint);

@@ -7,6 +7,7 @@
 #include "auth.h"
 #include "errlist.h"
 #include "throttle.h"
+#include "tls.h"
 
 struct server server;
 
@@ -46,6 +47,8 @@ int server_reload(struct errlist *errs)
     if (throttle_reload(errs) != 0)
         rc = -1;
     if (auth_reload(errs) != 0)
+        rc = -1;
+    if (tls_reload(&server.cfg, errs) != 0)
         rc = -1;
     return rc;
 }
