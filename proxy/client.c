@@ -1031,6 +1031,8 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
     while (c->stalled == NULL &&
            !(c->flags & (CLIENT_PAUSED | CLIENT_BLOCKED | CLIENT_CLOSE_AFTER_REPLY)) &&
            !c->closing) {
+        /* Set before each request: a login changes it only between them. */
+        c->parser.must_login = c->auth_checks && auth_required(c);
         switch (reqparse_next(&c->parser, in, &req)) {
         case REQPARSE_MORE:
             if (evbuffer_get_length(in) > (size_t)client_cfg->client_query_buffer_limit) {

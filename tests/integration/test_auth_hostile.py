@@ -236,7 +236,7 @@ def test_limits_end_with_login(env):
         assert c.call("MSET", *[f"app:{i}" for i in range(12)]) == "OK"
         assert c.call("RESET") == "RESET"
         c.send(b"*11\r\n")
-        assert c.read_reply() == Err("Protocol error: unauthenticated multibulk length")
+        assert c.read_reply() == Err("ERR Protocol error: unauthenticated multibulk length")
 
 
 def test_guessing_user_names_keeps_proxy_info_and_log_bounded(env):
