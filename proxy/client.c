@@ -815,6 +815,22 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
                : 0;
 }
 
+/* A module's command waited to be learned before the gate could judge
+ * its keys (auth.c): judge it now. Returns 1 when REQ was refused (and
+ * answered), 0 when it goes on. */
+static int client_refused_after_learning(struct client *c, struct request *req,
+                                         const struct sv *argv, struct evbuffer *src)
+{
+    char denied[400];
+
+    if (!c->auth_checks || auth_admit(c, req->cmd, req->argc, argv, denied, sizeof(denied)) == 0)
+        return 0;
+    if (src != NULL)
+        evbuffer_drain(src, req->raw_len);
+    client_refuse(c, req, denied);
+    return 1;
+}
+
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
@@ -824,8 +840,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
 {
     struct backend_conn *conn;
 
-    if (req->place == PLACE_LEARN)
+    if (req->place == PLACE_LEARN) {
         client_place(req, argv);   /* released after learning: decide again */
+        if (req->place != PLACE_LEARN && client_refused_after_learning(c, req, argv, src))
+            return c->closing ? -1 : 0;
+    }
     if (req->place == PLACE_LEARN)
         return client_learn(c, req, argv, src);
     if (req->place == PLACE_LOCAL && lock_wants(req, req->argc, argv)) {

@@ -784,6 +784,11 @@ static int users_glob_any(const struct users_globs *globs, const char *s, size_t
     return 0;
 }
 
+int users_all_keys(const struct user *u)
+{
+    return (u->flags & USERS_ALLKEYS) != 0;
+}
+
 int users_may_access_key(const struct user *u, const char *key, size_t len)
 {
     return (u->flags & USERS_ALLKEYS) || users_glob_any(&u->keys, key, len);

@@ -81,6 +81,9 @@ int users_may_run(const struct user *u, const struct command *cmd, const struct 
 int users_may_access_keys(const struct user *u, const struct command *cmd, int argc,
                           const struct sv *argv);
 
+/* 1 when U may use every key. */
+int users_all_keys(const struct user *u);
+
 /* 1 when KEY (LEN bytes) matches one of U's key globs: for keys sluice
  * finds itself (LOCK's name). */
 int users_may_access_key(const struct user *u, const char *key, size_t len);
