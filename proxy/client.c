@@ -948,12 +948,9 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         stats_count_unknown();
     client_reply_mode(c, req, req->argc, argv);
     place = client_place(req, argv);
-    if (place.kind == PLACE_REFUSED) {
-        if (src != NULL)
-            evbuffer_drain(src, req->raw_len);
-        client_refuse_placed(c, req, place.why);
-        rc = c->closing ? -1 : 0;
-    } else if ((req->flags & REQ_PROTECTED) && !c->local_peer) {
+    /* Redis's order: protected commands, then login and permissions;
+     * sluice's own refusals only for those who may run the command. */
+    if ((req->flags & REQ_PROTECTED) && !c->local_peer) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse_protected(c, req);
@@ -964,6 +961,11 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse(c, req, denied);
+        rc = c->closing ? -1 : 0;
+    } else if (place.kind == PLACE_REFUSED) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse_placed(c, req, place.why);
         rc = c->closing ? -1 : 0;
     } else switch (throttle_admit(c, req, argv, &decision)) {
     case THROTTLE_PASS:
