@@ -815,6 +815,24 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
                : 0;
 }
 
+/* In RESP2 pub/sub mode Redis refuses AUTH and HELLO (the client keeps
+ * the user it subscribed as); sluice answers them itself, so it refuses
+ * them here. Until RESET, as sluice counts no subscriptions. Returns 1
+ * when REQ was refused (and answered). */
+static int client_refused_in_pubsub(struct client *c, struct request *req)
+{
+    enum placement_role role = client_role(req);
+    char text[200];
+
+    if (!(c->flags & CLIENT_PASSTHROUGH) || client_is_monitor(c) || c->resp != 2 ||
+        (role != ROLE_AUTH && role != ROLE_HELLO))
+        return 0;
+    snprintf(text, sizeof(text), "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+             "PING / QUIT / RESET are allowed in this context", req->cmd->name);
+    client_refuse(c, req, text);
+    return 1;
+}
+
 /* A module's command waited to be learned before the gate could judge
  * its keys (auth.c): judge it now. Returns 1 when REQ was refused (and
  * answered), 0 when it goes on. */
@@ -855,6 +873,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
             evbuffer_drain(src, original_len);
         return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ||
                        c->stalled != NULL ? -1 : 0;
+    }
+    if (req->place == PLACE_LOCAL && client_refused_in_pubsub(c, req)) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        return c->closing ? -1 : 0;
     }
     if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();
