@@ -248,6 +248,8 @@ int auth_rebind(struct client *c)
     if (c->authenticated && (u == NULL || !users_enabled(u))) {
         log_notice("client %llu (%s) closed: its user '%s' was removed or disabled",
                    (unsigned long long)c->id, c->addr_text, name);
+        c->auth_user = NULL;   /* the old set is freed next: refuse all until closed */
+        c->auth_checks = 1;
         return -1;
     }
     auth_set_user(c, name, c->authenticated);

@@ -1216,11 +1216,15 @@ void client_users_changed(void)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
-        if (auth_rebind(c) != 0) {
+        if (auth_rebind(c) == 0) {
+            throttle_client_changed(c);
+        } else if (c->busy > 0) {
+            /* The client that sent PROXY RELOAD: it gets its reply first. */
+            c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+            client_read_off(c);
+        } else {
             client_close(c);
-            continue;
         }
-        throttle_client_changed(c);
     }
 }
 
