@@ -240,13 +240,24 @@ int auth_login(struct client *c, const struct sv *user, struct sv pass)
     return 0;
 }
 
+/* Whether subscriber C may have lost a channel it listens to when its
+ * user becomes U: Redis closes such clients. sluice does not keep the
+ * channels, so any channel grant taken away closes every subscriber. */
+static int auth_subscriber_lost_channels(const struct client *c, const struct user *u)
+{
+    return (c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR) &&
+           c->auth_user != NULL && u != NULL && users_channels_narrowed(c->auth_user, u);
+}
+
 int auth_rebind(struct client *c)
 {
     const char *name = c->user != NULL ? c->user : USERS_DEFAULT_NAME;
     const struct user *u = users_find(auth_users, name, strlen(name));
 
-    if (c->authenticated && (u == NULL || !users_enabled(u))) {
-        log_notice("client %llu (%s) closed: its user '%s' was removed or disabled",
+    if ((c->authenticated && (u == NULL || !users_enabled(u))) ||
+        auth_subscriber_lost_channels(c, u)) {
+        log_notice("client %llu (%s) closed: its user '%s' was removed or disabled, or "
+                   "lost channels it may be subscribed to",
                    (unsigned long long)c->id, c->addr_text, name);
         c->auth_user = NULL;   /* the old set is freed next: refuse all until closed */
         c->auth_checks = 1;

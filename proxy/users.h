@@ -95,6 +95,10 @@ int users_may_access_key(const struct user *u, const char *key, size_t len);
 int users_may_access_channels(const struct user *u, const struct command *cmd, int argc,
                               const struct sv *argv);
 
+/* 1 when NEW may lack a channel grant OLD had (a glob of OLD's that NEW
+ * does not have, byte for byte, or all channels taken away). */
+int users_channels_narrowed(const struct user *old, const struct user *new_user);
+
 /* CMD's name as Redis writes it in NOPERM replies: lower case, a
  * subcommand as "config|set". */
 const char *users_denied_command_name(const struct command *cmd);

@@ -327,15 +327,20 @@ def test_reload_revoking_a_channel_closes_its_subscribers(reload_env):
     s, users, _ = reload_env
     sub = s.raw()
     other = s.raw()
+    kept = s.raw()
     try:
         assert sub.call("AUTH", "app", "apppw") == "OK"
         assert sub.call("SUBSCRIBE", "news.a") == [b"subscribe", b"news.a", 1]
         assert other.call("AUTH", "app", "apppw") == "OK"
+        assert kept.call("AUTH", "wide", "widepw") == "OK"   # its channels stay
+        assert kept.call("SUBSCRIBE", "news.a") == [b"subscribe", b"news.a", 1]
         users.write_text(USERS_INI.replace("channels = news.*", "channels = sport.*", 1))
         assert _reload(s) == "OK"
         with pytest.raises((EOFError, ConnectionError, OSError)):
             sub.call("PING", timeout=10)
         assert other.call("PING") == "PONG"
+        assert kept.call("PING") == [b"pong", b""]
     finally:
         sub.close()
         other.close()
+        kept.close()
