@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SLUICE_BIN, RedisServer, Sluice, parse_info
-from helpers import Err, RawConn, wait_until
+from helpers import Err, RawConn, encode_command, wait_until
 
 BACKEND_PW = "backend-pw"
 MODULE = Path(SLUICE_BIN).parent / "sluicetest.so"
@@ -344,3 +344,25 @@ def test_reload_revoking_a_channel_closes_its_subscribers(reload_env):
         sub.close()
         other.close()
         kept.close()
+
+
+def test_reload_removing_a_user_mid_pipeline(reload_env):
+    """A removed user's client with thousands of requests in flight is
+    closed; its replies are swallowed and the others go on."""
+    s, users, srv = reload_env
+    busy = s.raw()
+    other = s.raw()
+    try:
+        assert busy.call("AUTH", "tmp", "tmppw") == "OK"
+        assert other.call("AUTH", "app", "apppw") == "OK"
+        busy.send(b"".join(encode_command("SET", f"k{i}", "v" * 100) for i in range(5000)))
+        users.write_text(USERS_INI)
+        assert _reload(s) == "OK"
+        _, closed = busy.read_all_until_eof(timeout=20)
+        assert closed
+        for i in range(50):
+            assert other.call("SET", f"app:{i}", "v") == "OK"
+        assert other.call("GET", "app:49") == b"v"
+    finally:
+        busy.close()
+        other.close()
