@@ -418,6 +418,9 @@ int auth_admit(struct client *c, const struct command *cmd, int argc, const stru
     }
     if (cmd == NULL && !auth_is_sluice_verb(argv[0]))
         return auth_admit_module(u, argc, argv, err, errlen);
+    /* Wrong arity, unknown subcommand: Redis says so before its ACL check. */
+    if (cmd != NULL && auth_precheck(cmd, argc, argv, err, errlen) != 0)
+        return -1;
     if (!users_may_run(u, cmd, argv, argc)) {
         snprintf(err, errlen, USERS_ERR_NOPERM_CMD_FMT,
                  users_denied_name(cmd, argc, argv, name, sizeof(name)));

@@ -156,6 +156,17 @@ def test_scripts_cannot_reach_keys_or_commands_the_user_lacks(env):
 # session states
 
 
+def test_wrong_arity_before_permissions_as_redis(env):
+    """Redis answers a wrong number of arguments or an unknown subcommand
+    before it looks at the user's keys and commands."""
+    _same_as_redis(env, [
+        ("AUTH", "app", "apppw"), ("GETSET", "other"), ("SMOVE", "other", "x"),
+        ("SPUBLISH", "other"), ("ZADD", "other", "1"), ("FLUSHALL", "x", "y"),
+        ("CONFIG", "NOSUCH"), ("CLIENT",), ("GET", "app:1", "x"),
+        ("AUTH", "secret"), ("GET",), ("HMGET", "x"), ("OBJECT", "NOSUCH", "x"),
+    ])
+
+
 def test_auth_while_subscribed_is_refused_as_redis(env):
     """In RESP2 pub/sub mode Redis refuses AUTH: the client keeps the user it
     subscribed with."""
