@@ -401,8 +401,9 @@ static int auth_admit_module(const struct user *u, int argc, const struct sv *ar
     return 0;
 }
 
-int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
-               char *err, size_t errlen)
+/* auth_admit's decision, with the refusal in ERR. */
+static int auth_decide(struct client *c, const struct command *cmd, int argc,
+                       const struct sv *argv, char *err, size_t errlen)
 {
     const struct user *u = c->auth_user;
     char name[128];
@@ -436,6 +437,23 @@ int auth_admit(struct client *c, const struct command *cmd, int argc, const stru
         return -1;
     }
     return 0;
+}
+
+int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
+               char *err, size_t errlen)
+{
+    char why[400];
+
+    if (auth_decide(c, cmd, argc, argv, err, errlen) == 0)
+        return 0;
+    /* Redis answers a refused EXEC with EXECABORT and the reason (its
+     * code dropped when that is ERR). */
+    if (cmd != NULL && strcmp(cmd->name, "exec") == 0) {
+        snprintf(why, sizeof(why), "%s",
+                 strncmp(err, "-ERR ", 5) == 0 ? err + 5 : err[0] == '-' ? err + 1 : err);
+        snprintf(err, errlen, "-EXECABORT Transaction discarded because of: %s", why);
+    }
+    return -1;
 }
 
 void auth_write_info(struct evbuffer *out)

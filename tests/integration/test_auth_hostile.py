@@ -167,6 +167,10 @@ def test_wrong_arity_before_permissions_as_redis(env):
     ])
 
 
+def test_refused_exec_is_execabort_as_redis(env):
+    _same_as_redis(env, [("EXEC",), ("AUTH", "secret"), ("EXEC",), ("EXEC", "x")])
+
+
 def test_auth_while_subscribed_is_refused_as_redis(env):
     """In RESP2 pub/sub mode Redis refuses AUTH: the client keeps the user it
     subscribed with."""
