@@ -240,14 +240,27 @@ int auth_login(struct client *c, const struct sv *user, struct sv pass)
     return 0;
 }
 
+/* Whether subscriber C may have lost a channel it listens to when its
+ * user becomes U: Redis closes such clients. sluice does not keep the
+ * channels, so any channel grant taken away closes every subscriber. */
+static int auth_subscriber_lost_channels(const struct client *c, const struct user *u)
+{
+    return (c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR) &&
+           c->auth_user != NULL && u != NULL && users_channels_narrowed(c->auth_user, u);
+}
+
 int auth_rebind(struct client *c)
 {
     const char *name = c->user != NULL ? c->user : USERS_DEFAULT_NAME;
     const struct user *u = users_find(auth_users, name, strlen(name));
 
-    if (c->authenticated && (u == NULL || !users_enabled(u))) {
-        log_notice("client %llu (%s) closed: its user '%s' was removed or disabled",
+    if ((c->authenticated && (u == NULL || !users_enabled(u))) ||
+        auth_subscriber_lost_channels(c, u)) {
+        log_notice("client %llu (%s) closed: its user '%s' was removed or disabled, or "
+                   "lost channels it may be subscribed to",
                    (unsigned long long)c->id, c->addr_text, name);
+        c->auth_user = NULL;   /* the old set is freed next: refuse all until closed */
+        c->auth_checks = 1;
         return -1;
     }
     auth_set_user(c, name, c->authenticated);
@@ -335,8 +348,62 @@ static int auth_is_lock_verb(const struct command *cmd, int argc, const struct s
     return cmd == NULL && argc >= 2 && !sv_ieq(argv[0], "proxy") && auth_is_sluice_verb(argv[0]);
 }
 
-int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
-               char *err, size_t errlen)
+/* Whether sluice will ask Redis about NAME (learn.c) before running it:
+ * a name it has not learned yet, which a module could have. */
+static int auth_will_learn(struct sv name)
+{
+    return name.len <= LEARN_MAX_NAME && memchr(name.ptr, '\0', name.len) == NULL &&
+           learn_lookup(name.ptr, name.len) == NULL;
+}
+
+/* Every key of a module's command LC (its legacy positions, as COMMAND
+ * INFO gives them) matches U's globs. A command whose keys only the module
+ * can find (movablekeys) needs every key. */
+static int auth_learned_keys_ok(const struct user *u, const struct learned_command *lc, int argc,
+                                const struct sv *argv)
+{
+    int last = lc->last_key < 0 ? argc + lc->last_key : lc->last_key;
+    int step = lc->key_step > 0 ? lc->key_step : 1;
+
+    if (users_all_keys(u))
+        return 1;
+    if (lc->flags & CMD_MOVABLEKEYS)
+        return 0;
+    for (int i = lc->first_key; i > 0 && i <= last && i < argc; i += step) {
+        if (!users_may_access_key(u, argv[i].ptr, argv[i].len))
+            return 0;
+    }
+    return 1;
+}
+
+/* A logged-in user's request for a command sluice does not know: a
+ * module's, judged once learned (client.c asks again after learning). */
+static int auth_admit_module(const struct user *u, int argc, const struct sv *argv, char *err,
+                             size_t errlen)
+{
+    const struct learned_command *lc;
+    char name[128];
+
+    if (auth_will_learn(argv[0]))
+        return 0;
+    if (!users_may_run(u, NULL, argv, argc)) {
+        if (auth_precheck(NULL, argc, argv, err, errlen) != 0)
+            return -1;   /* Redis does not know it either */
+        snprintf(err, errlen, USERS_ERR_NOPERM_CMD_FMT,
+                 users_denied_name(NULL, argc, argv, name, sizeof(name)));
+        return -1;
+    }
+    lc = learn_lookup(argv[0].ptr, argv[0].len);
+    if (lc != NULL && lc->known && !auth_learned_keys_ok(u, lc, argc, argv)) {
+        snprintf(err, errlen, "%s", USERS_ERR_NOPERM_KEYS);
+        return -1;
+    }
+    return 0;
+}
+
+/* auth_admit's decision, with the refusal in ERR. */
+static int auth_decide(struct client *c, const struct command *cmd, int argc,
+                       const struct sv *argv, char *err, size_t errlen)
 {
     const struct user *u = c->auth_user;
     char name[128];
@@ -350,12 +417,12 @@ int auth_admit(struct client *c, const struct command *cmd, int argc, const stru
          * asks such a client to authenticate again. */
         return auth_admit_anonymous(cmd, argc, argv, err, errlen);
     }
+    if (cmd == NULL && !auth_is_sluice_verb(argv[0]))
+        return auth_admit_module(u, argc, argv, err, errlen);
+    /* Wrong arity, unknown subcommand: Redis says so before its ACL check. */
+    if (cmd != NULL && auth_precheck(cmd, argc, argv, err, errlen) != 0)
+        return -1;
     if (!users_may_run(u, cmd, argv, argc)) {
-        /* A name neither sluice nor Redis knows is "unknown" before it is
-         * refused, as in Redis; a module's command needs +@all. */
-        if (cmd == NULL && !auth_is_sluice_verb(argv[0]) &&
-            auth_precheck(cmd, argc, argv, err, errlen) != 0)
-            return -1;
         snprintf(err, errlen, USERS_ERR_NOPERM_CMD_FMT,
                  users_denied_name(cmd, argc, argv, name, sizeof(name)));
         return -1;
@@ -370,6 +437,23 @@ int auth_admit(struct client *c, const struct command *cmd, int argc, const stru
         return -1;
     }
     return 0;
+}
+
+int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
+               char *err, size_t errlen)
+{
+    char why[400];
+
+    if (auth_decide(c, cmd, argc, argv, err, errlen) == 0)
+        return 0;
+    /* Redis answers a refused EXEC with EXECABORT and the reason (its
+     * code dropped when that is ERR). */
+    if (cmd != NULL && strcmp(cmd->name, "exec") == 0) {
+        snprintf(why, sizeof(why), "%s",
+                 strncmp(err, "-ERR ", 5) == 0 ? err + 5 : err[0] == '-' ? err + 1 : err);
+        snprintf(err, errlen, "-EXECABORT Transaction discarded because of: %s", why);
+    }
+    return -1;
 }
 
 void auth_write_info(struct evbuffer *out)

@@ -57,7 +57,8 @@ int auth_admit(struct client *c, const struct command *cmd, int argc, const stru
                char *err, size_t errlen);
 
 /* The users file was reloaded: point C at its user's new entry. Returns
- * -1 when C must be closed (its user is gone or disabled). */
+ * -1 when C must be closed (its user is gone or disabled): C then has no
+ * user and every request of its is refused until it is. */
 int auth_rebind(struct client *c);
 
 /* "auth_*" lines for PROXY INFO: failures per user. */

@@ -838,6 +838,40 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
                : 0;
 }
 
+/* In RESP2 pub/sub mode Redis refuses AUTH and HELLO (the client keeps
+ * the user it subscribed as); sluice answers them itself, so it refuses
+ * them here. Until RESET, as sluice counts no subscriptions. Returns 1
+ * when REQ was refused (and answered). */
+static int client_refused_in_pubsub(struct client *c, struct request *req)
+{
+    enum placement_role role = client_role(req);
+    char text[200];
+
+    if (!(c->flags & CLIENT_PASSTHROUGH) || client_is_monitor(c) || c->resp != 2 ||
+        (role != ROLE_AUTH && role != ROLE_HELLO))
+        return 0;
+    snprintf(text, sizeof(text), "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+             "PING / QUIT / RESET are allowed in this context", req->cmd->name);
+    client_refuse(c, req, text);
+    return 1;
+}
+
+/* A module's command waited to be learned before the gate could judge
+ * its keys (auth.c): judge it now. Returns 1 when REQ was refused (and
+ * answered), 0 when it goes on. */
+static int client_refused_after_learning(struct client *c, struct request *req,
+                                         const struct sv *argv, struct evbuffer *src)
+{
+    char denied[400];
+
+    if (!c->auth_checks || auth_admit(c, req->cmd, req->argc, argv, denied, sizeof(denied)) == 0)
+        return 0;
+    if (src != NULL)
+        evbuffer_drain(src, req->raw_len);
+    client_refuse(c, req, denied);
+    return 1;
+}
+
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
@@ -847,8 +881,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
 {
     struct backend_conn *conn;
 
-    if (req->place == PLACE_LEARN)
+    if (req->place == PLACE_LEARN) {
         client_place(req, argv);   /* released after learning: decide again */
+        if (req->place != PLACE_LEARN && client_refused_after_learning(c, req, argv, src))
+            return c->closing ? -1 : 0;
+    }
     if (req->place == PLACE_LEARN)
         return client_learn(c, req, argv, src);
     if (req->place == PLACE_LOCAL && lock_wants(req, req->argc, argv)) {
@@ -859,6 +896,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
             evbuffer_drain(src, original_len);
         return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ||
                        c->stalled != NULL ? -1 : 0;
+    }
+    if (req->place == PLACE_LOCAL && client_refused_in_pubsub(c, req)) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        return c->closing ? -1 : 0;
     }
     if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();
@@ -952,12 +994,9 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         stats_count_unknown();
     client_reply_mode(c, req, req->argc, argv);
     place = client_place(req, argv);
-    if (place.kind == PLACE_REFUSED) {
-        if (src != NULL)
-            evbuffer_drain(src, req->raw_len);
-        client_refuse_placed(c, req, place.why);
-        rc = c->closing ? -1 : 0;
-    } else if ((req->flags & REQ_PROTECTED) && !c->local_peer) {
+    /* Redis's order: protected commands, then login and permissions;
+     * sluice's own refusals only for those who may run the command. */
+    if ((req->flags & REQ_PROTECTED) && !c->local_peer) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse_protected(c, req);
@@ -968,6 +1007,11 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse(c, req, denied);
+        rc = c->closing ? -1 : 0;
+    } else if (place.kind == PLACE_REFUSED) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse_placed(c, req, place.why);
         rc = c->closing ? -1 : 0;
     } else switch (throttle_admit(c, req, argv, &decision)) {
     case THROTTLE_PASS:
@@ -1054,6 +1098,8 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
     while (c->stalled == NULL &&
            !(c->flags & (CLIENT_PAUSED | CLIENT_BLOCKED | CLIENT_CLOSE_AFTER_REPLY)) &&
            !c->closing) {
+        /* Set before each request: a login changes it only between them. */
+        c->parser.must_login = c->auth_checks && auth_required(c);
         switch (reqparse_next(&c->parser, in, &req)) {
         case REQPARSE_MORE:
             if (evbuffer_get_length(in) > (size_t)client_cfg->client_query_buffer_limit) {
@@ -1257,11 +1303,15 @@ void client_users_changed(void)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
-        if (auth_rebind(c) != 0) {
+        if (auth_rebind(c) == 0) {
+            throttle_client_changed(c);
+        } else if (c->busy > 0) {
+            /* The client that sent PROXY RELOAD: it gets its reply first. */
+            c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+            client_read_off(c);
+        } else {
             client_close(c);
-            continue;
         }
-        throttle_client_changed(c);
     }
 }
 

@@ -194,15 +194,18 @@ static void local_acl_whoami(struct client *c, int argc, const struct sv *argv,
     reply_bulk(out, c->user, strlen(c->user));
 }
 
-/* HELLO's options: AUTH user pass and SETNAME name, as Redis reads them. */
+/* HELLO's options: SETNAME name, and whether an AUTH option logged in. */
 struct local_hello_args {
     long long version;          /* 0: not given */
-    const struct sv *user, *pass, *name;
+    const struct sv *name;
+    int logged_in;
 };
 
-/* Parse HELLO's arguments into A. Returns 0, or -1 with the error in OUT. */
-static int local_hello_parse(int argc, const struct sv *argv, struct local_hello_args *a,
-                             struct evbuffer *out)
+/* Parse HELLO's arguments into A, logging C in at each AUTH option as
+ * Redis 7.0 does (so a later bad option leaves C logged in). Returns 0,
+ * or -1 with the error in OUT. */
+static int local_hello_parse(struct client *c, int argc, const struct sv *argv,
+                             struct local_hello_args *a, struct evbuffer *out)
 {
     int next = 1;
 
@@ -221,8 +224,12 @@ static int local_hello_parse(int argc, const struct sv *argv, struct local_hello
     for (int i = next; i < argc; i++) {
         int more = argc - 1 - i;
         if (sv_ieq(argv[i], "auth") && more >= 2) {
-            a->user = &argv[i + 1];
-            a->pass = &argv[i + 2];
+            /* HELLO 3 is refused below, without logging in. */
+            if (a->version != 3 && auth_login(c, &argv[i + 1], argv[i + 2]) != 0) {
+                reply_error(out, "%s", USERS_ERR_WRONGPASS);
+                return -1;
+            }
+            a->logged_in = a->version != 3;
             i += 2;
         } else if (sv_ieq(argv[i], "setname") && more >= 1) {
             a->name = &argv[i + 1];
@@ -269,15 +276,14 @@ static void local_hello_reply(struct client *c, struct evbuffer *out)
 static void local_hello(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
     struct local_hello_args a;
+    int parsed = local_hello_parse(c, argc, argv, &a, out);
 
-    if (local_hello_parse(argc, argv, &a, out) != 0)
+    if (a.logged_in)
+        throttle_client_changed(c);   /* rules see the new user, whatever follows */
+    if (parsed != 0)
         return;
     if (a.version == 3) {   /* RESP3 is not served yet */
         reply_error(out, "-NOPROTO sorry, this protocol version is not supported");
-        return;
-    }
-    if (a.user != NULL && auth_login(c, a.user, *a.pass) != 0) {
-        reply_error(out, "%s", USERS_ERR_WRONGPASS);
         return;
     }
     if (auth_required(c)) {
@@ -295,7 +301,7 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
         free(c->name);
         c->name = a.name->len > 0 ? strndup(a.name->ptr, a.name->len) : NULL;
     }
-    if (a.user != NULL || a.name != NULL)
+    if (a.name != NULL)
         throttle_client_changed(c);
     if (a.version != 0)
         c->resp = (int)a.version;

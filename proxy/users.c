@@ -784,6 +784,11 @@ static int users_glob_any(const struct users_globs *globs, const char *s, size_t
     return 0;
 }
 
+int users_all_keys(const struct user *u)
+{
+    return (u->flags & USERS_ALLKEYS) != 0;
+}
+
 int users_may_access_key(const struct user *u, const char *key, size_t len)
 {
     return (u->flags & USERS_ALLKEYS) || users_glob_any(&u->keys, key, len);
@@ -864,6 +869,19 @@ int users_may_access_channels(const struct user *u, const struct command *cmd, i
             return 0;
     }
     return 1;
+}
+
+int users_channels_narrowed(const struct user *old, const struct user *new_user)
+{
+    if (new_user->flags & USERS_ALLCHANNELS)
+        return 0;
+    if (old->flags & USERS_ALLCHANNELS)
+        return 1;
+    for (int i = 0; i < old->channels.count; i++) {
+        if (!users_channel_ok(&new_user->channels, old->channels.items[i], 1))
+            return 1;
+    }
+    return 0;
 }
 
 const char *users_denied_command_name(const struct command *cmd)

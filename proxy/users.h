@@ -81,6 +81,9 @@ int users_may_run(const struct user *u, const struct command *cmd, const struct 
 int users_may_access_keys(const struct user *u, const struct command *cmd, int argc,
                           const struct sv *argv);
 
+/* 1 when U may use every key. */
+int users_all_keys(const struct user *u);
+
 /* 1 when KEY (LEN bytes) matches one of U's key globs: for keys sluice
  * finds itself (LOCK's name). */
 int users_may_access_key(const struct user *u, const char *key, size_t len);
@@ -91,6 +94,10 @@ int users_may_access_key(const struct user *u, const char *key, size_t len);
  * rule). Other commands (the UNSUBSCRIBE family included) pass. */
 int users_may_access_channels(const struct user *u, const struct command *cmd, int argc,
                               const struct sv *argv);
+
+/* 1 when NEW may lack a channel grant OLD had (a glob of OLD's that NEW
+ * does not have, byte for byte, or all channels taken away). */
+int users_channels_narrowed(const struct user *old, const struct user *new_user);
 
 /* CMD's name as Redis writes it in NOPERM replies: lower case, a
  * subcommand as "config|set". */
