@@ -48,7 +48,8 @@ enum request_flag {
     REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
     REQ_UNPAIRED = 1 << 7,    /* sent on a connection whose replies stream unpaired
                                  (pub/sub, MONITOR): nothing waits for a reply */
-    REQ_DETACHED = 1 << 8,    /* cluster: waits on a timer to be sent again (TRYAGAIN);
+    REQ_PROTECTED = 1 << 8,   /* DEBUG, MODULE LOAD...: only from a local client */
+    REQ_DETACHED = 1 << 9,    /* cluster: waits to be sent again (TRYAGAIN, node down) or for its parts;
                                  a closing client clears req->client, not frees it */
 };
 

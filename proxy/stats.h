@@ -22,6 +22,7 @@ struct evbuffer;
     X(query_limit_disconnects, "clients over client_query_buffer_limit")     \
     X(idle_timeouts, "clients closed for idleness")                          \
     X(swallowed_replies, "replies for clients that had gone")                \
+    X(tls_handshake_failures, "client TLS handshakes failed or timed out")   \
     X(cluster_moved, "cluster: MOVED replies followed")                      \
     X(cluster_ask, "cluster: ASK replies followed")                          \
     X(cluster_tryagain, "cluster: TRYAGAIN replies retried")                 \

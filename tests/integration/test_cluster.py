@@ -192,6 +192,9 @@ def test_looks_like_a_standalone_redis(sr, csluice):
     with pytest.raises(redis.ResponseError, match="^SELECT is not allowed in cluster mode$"):
         sr.execute_command("SELECT", "1")
     assert sr.ping() is True
+    hello = sr.execute_command("HELLO", "2")
+    fields = dict(zip(hello[::2], hello[1::2]))
+    assert fields[b"mode"] == b"standalone", fields
     out = subprocess.run(["redis-cli", "-p", str(csluice.port), "CLUSTER", "INFO"],
                          capture_output=True, timeout=10)
     assert b"cluster support disabled" in out.stdout
