@@ -1,8 +1,10 @@
 /* cluster_split.c - owns commands that cluster mode runs in parts: a
  * multi-key command whose keys hash to several slots (MGET, MSET, DEL,
- * UNLINK, EXISTS, TOUCH) becomes one command per slot, and DBSIZE one per
- * primary; the parts go out at once and their replies are merged into the
- * one reply the client gets, in its request order.
+ * UNLINK, EXISTS, TOUCH) becomes one command per slot, and a whole-keyspace
+ * command (DBSIZE, KEYS, RANDOMKEY, FLUSHALL, FLUSHDB, SCRIPT LOAD/EXISTS/
+ * FLUSH, FUNCTION LOAD/DELETE/FLUSH) is sent as it is to every primary; the
+ * parts go out at once and their replies are merged into the one reply the
+ * client gets, in its request order.
  *
  *   client req (parent, in the client's queue, REQ_DETACHED)
  *      |-- part: MGET k1 k4   (slot 12)  --> node A  --\
@@ -34,10 +36,15 @@
 enum split_merge {
     MERGE_ARRAY,   /* MGET: one element per key, in key order */
     MERGE_SUM,     /* DEL, UNLINK, EXISTS, TOUCH, DBSIZE: integers added */
-    MERGE_OK,      /* MSET: +OK when every part said so */
+    MERGE_OK,      /* MSET, FLUSHALL...: +OK when every part said so */
+    MERGE_CONCAT,  /* KEYS: every part's elements, one array */
+    MERGE_AND,     /* SCRIPT EXISTS: 1 where every part says 1 */
+    MERGE_SAME,    /* SCRIPT LOAD, FUNCTION LOAD: one part's reply (all agree) */
+    MERGE_ANY,     /* RANDOMKEY: a part's non-nil reply, else nil */
 };
 
-/* Commands split by slot: name, merge, arguments per key (MSET: 2). */
+/* Commands run in parts: name, merge, arguments per key (0: the whole
+ * command to every primary). */
 static const struct split_command {
     const char *name;
     enum split_merge merge;
@@ -45,17 +52,24 @@ static const struct split_command {
 } split_commands[] = {
     {"mget", MERGE_ARRAY, 1}, {"mset", MERGE_OK, 2}, {"del", MERGE_SUM, 1},
     {"unlink", MERGE_SUM, 1}, {"exists", MERGE_SUM, 1}, {"touch", MERGE_SUM, 1},
-    {"dbsize", MERGE_SUM, 0},
+    {"dbsize", MERGE_SUM, 0}, {"keys", MERGE_CONCAT, 0}, {"randomkey", MERGE_ANY, 0},
+    {"flushall", MERGE_OK, 0}, {"flushdb", MERGE_OK, 0},
+    {"script|load", MERGE_SAME, 0}, {"script|exists", MERGE_AND, 0},
+    {"script|flush", MERGE_OK, 0}, {"function|load", MERGE_SAME, 0},
+    {"function|delete", MERGE_OK, 0}, {"function|flush", MERGE_OK, 0},
 };
 
 struct split {
     struct request *parent;
     enum split_merge merge;
     int pending;                 /* parts not yet answered */
-    int parts;                   /* parts not yet freed */
-    long long sum;
-    int nkeys;
+    int parts;                   /* parts not yet freed, plus the maker's hold */
+    long long sum;               /* MERGE_SUM */
+    int nkeys;                   /* MERGE_ARRAY: keys; MERGE_AND: scripts asked */
     struct evbuffer **elems;     /* MERGE_ARRAY: each key's reply element */
+    long long *all_ones;         /* MERGE_AND: per script, 1 while every part said 1 */
+    long long concat_count;      /* MERGE_CONCAT: elements in concat */
+    struct evbuffer *concat;     /* MERGE_CONCAT: elements; SAME/ANY: the reply kept */
     struct evbuffer *error;      /* the first error reply of a part */
 };
 
@@ -93,9 +107,39 @@ static void split_free(struct split *s)
             evbuffer_free(s->elems[i]);
     }
     free(s->elems);
+    free(s->all_ones);
+    if (s->concat != NULL)
+        evbuffer_free(s->concat);
     if (s->error != NULL)
         evbuffer_free(s->error);
     free(s);
+}
+
+/* Write the merged reply of S to OUT. */
+static void split_write_reply(struct split *s, struct evbuffer *out)
+{
+    if (s->error != NULL) {
+        evbuffer_add_buffer(out, s->error);
+    } else if (s->merge == MERGE_SUM) {
+        evbuffer_add_printf(out, ":%lld\r\n", s->sum);
+    } else if (s->merge == MERGE_OK) {
+        evbuffer_add(out, "+OK\r\n", 5);
+    } else if (s->merge == MERGE_ARRAY) {
+        evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
+        for (int i = 0; i < s->nkeys; i++)
+            evbuffer_add_buffer(out, s->elems[i]);
+    } else if (s->merge == MERGE_AND) {
+        evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
+        for (int i = 0; i < s->nkeys; i++)
+            evbuffer_add_printf(out, ":%lld\r\n", s->all_ones[i]);
+    } else if (s->merge == MERGE_CONCAT) {
+        evbuffer_add_printf(out, "*%lld\r\n", s->concat_count);
+        evbuffer_add_buffer(out, s->concat);
+    } else if (evbuffer_get_length(s->concat) > 0) {
+        evbuffer_add_buffer(out, s->concat);   /* SAME, ANY */
+    } else {
+        evbuffer_add(out, "$-1\r\n", 5);       /* ANY with no key anywhere */
+    }
 }
 
 /* Every part has answered: the merged reply goes to the parent's client
@@ -104,7 +148,6 @@ static void split_answer(struct split *s)
 {
     struct request *parent = s->parent;
     struct client *c = parent->client;
-    struct evbuffer *out;
 
     s->parent = NULL;
     parent->flags &= ~(unsigned)REQ_DETACHED;
@@ -112,18 +155,7 @@ static void split_answer(struct split *s)
         request_free(parent);
         return;
     }
-    out = client_reply_buffer(c, parent);
-    if (s->error != NULL) {
-        evbuffer_add_buffer(out, s->error);
-    } else if (s->merge == MERGE_SUM) {
-        evbuffer_add_printf(out, ":%lld\r\n", s->sum);
-    } else if (s->merge == MERGE_OK) {
-        evbuffer_add(out, "+OK\r\n", 5);
-    } else {
-        evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
-        for (int i = 0; i < s->nkeys; i++)
-            evbuffer_add_buffer(out, s->elems[i]);
-    }
+    split_write_reply(s, client_reply_buffer(c, parent));
     client_answer(c, parent);
 }
 
@@ -135,21 +167,59 @@ static void split_part_error(struct split *s, const char *text, size_t len)
     evbuffer_add(s->error, text, len);
 }
 
-/* Take PART's array reply (LEN bytes at BUF): element i is key i's. */
-static int split_take_elements(struct split_part *part, const char *buf, size_t len)
+/* Take PART's array reply (LEN bytes at BUF) into S: MGET's element i is
+ * key i's; KEYS' elements are appended; SCRIPT EXISTS' are ANDed. */
+static int split_take_array(struct split *s, struct split_part *part, const char *buf,
+                            size_t len)
 {
     struct respwalk w = {buf, buf + len};
-    long long n;
+    long long n, v;
 
-    if (respwalk_array(&w, &n) != 0 || n != part->count)
+    if (respwalk_array(&w, &n) != 0)
         return -1;
-    for (int i = 0; i < part->count; i++) {
+    if (s->merge == MERGE_CONCAT) {
+        s->concat_count += n;
+        evbuffer_add(s->concat, w.p, (size_t)(w.end - w.p));
+        return 0;
+    }
+    if (n != (s->merge == MERGE_AND ? s->nkeys : part->count))
+        return -1;
+    for (int i = 0; i < n; i++) {
         const char *start = w.p;
+        if (s->merge == MERGE_AND) {
+            if (respwalk_int(&w, &v) != 0)
+                return -1;
+            s->all_ones[i] = s->all_ones[i] && v == 1;
+            continue;
+        }
         if (respwalk_skip(&w, 1) != 0)
             return -1;
-        evbuffer_add(part->split->elems[part->key_index[i]], start, (size_t)(w.p - start));
+        evbuffer_add(s->elems[part->key_index[i]], start, (size_t)(w.p - start));
     }
     return 0;
+}
+
+/* Merge one part's reply (not an error), LEN bytes at BUF of TYPE, into
+ * S. -1 when it is not what the command answers. */
+static int split_take(struct split *s, struct split_part *part, const char *buf, size_t len,
+                      int type)
+{
+    switch (s->merge) {
+    case MERGE_SUM:
+        if (type != REPLY_INTEGER)
+            return -1;
+        s->sum += strtoll(buf + 1, NULL, 10);
+        return 0;
+    case MERGE_OK:
+        return type == REPLY_STATUS ? 0 : -1;
+    case MERGE_SAME:
+    case MERGE_ANY:
+        if (evbuffer_get_length(s->concat) == 0 && type != REPLY_NIL)
+            evbuffer_add(s->concat, buf, len);
+        return 0;
+    default:
+        return type == REPLY_ARRAY ? split_take_array(s, part, buf, len) : -1;
+    }
 }
 
 static void split_part_reply(struct request *req, struct evbuffer *src, size_t len, int type)
@@ -159,20 +229,26 @@ static void split_part_reply(struct request *req, struct evbuffer *src, size_t l
     const char *buf = (const char *)evbuffer_pullup(src, (ssize_t)len);
     static const char bad[] = "-ERR sluice could not merge a cluster node's reply\r\n";
 
-    if (buf == NULL || type == REPLY_ERROR) {
+    if (buf == NULL || type == REPLY_ERROR)
         split_part_error(s, buf != NULL ? buf : bad, buf != NULL ? len : sizeof(bad) - 1);
-    } else if (s->merge == MERGE_SUM && type == REPLY_INTEGER) {
-        s->sum += strtoll(buf + 1, NULL, 10);
-    } else if (s->merge == MERGE_OK && type == REPLY_STATUS) {
-        /* +OK */
-    } else if (s->merge != MERGE_ARRAY || type != REPLY_ARRAY ||
-               split_take_elements(part, buf, len) != 0) {
+    else if (split_take(s, part, buf, len, type) != 0)
         split_part_error(s, bad, sizeof(bad) - 1);
-    }
     evbuffer_drain(src, len);
     if (--s->pending == 0 && s->parent != NULL)
         split_answer(s);
     request_free(req);
+}
+
+/* Drop one hold on S (a part freed, or the maker's): the last frees it. */
+static void split_unhold(struct split *s)
+{
+    if (--s->parts > 0)
+        return;
+    if (s->parent != NULL && s->parent->client == NULL)
+        request_free(s->parent);   /* never answered (exit), and nobody waits */
+    else if (s->parent != NULL)
+        s->parent->flags &= ~(unsigned)REQ_DETACHED;
+    split_free(s);
 }
 
 static void split_part_free(struct request *req)
@@ -183,45 +259,32 @@ static void split_part_free(struct request *req)
     free(part->key_index);
     free(part);
     req->ctx = NULL;
-    if (--s->parts > 0)
-        return;
-    if (s->parent != NULL && s->parent->client == NULL)
-        request_free(s->parent);   /* never answered (exit), and nobody waits */
-    else if (s->parent != NULL)
-        s->parent->flags &= ~(unsigned)REQ_DETACHED;
-    split_free(s);
+    split_unhold(s);
 }
 
 /* ---------------------------------------------------------------------
  * Splitting */
 
-/* Send PART, the command NAME with the arguments of its keys (ARGV at
- * KEYS[key_index[i]], STEP arguments each), to NODE on the shared
- * connection of CLIENT_ID. A part that cannot be sent is answered with
- * the error at once. */
-static void split_send(struct split_part *part, struct backend_node *node,
-                       unsigned long long client_id, const char *name, int step,
-                       const struct sv *argv, const int *keys)
+static void split_add_arg(struct evbuffer *buf, const struct sv *v)
 {
-    struct evbuffer *buf = evbuffer_new();
-    struct backend_conn *conn = backend_pool_conn(node, client_id);
-    struct split *s = part->split;
-    size_t name_len = strlen(name);
+    evbuffer_add_printf(buf, "$%zu\r\n", v->len);
+    evbuffer_add(buf, v->ptr, v->len);
+    evbuffer_add(buf, "\r\n", 2);
+}
 
-    evbuffer_add_printf(buf, "*%d\r\n$%zu\r\n%s\r\n", 1 + part->count * step, name_len, name);
-    for (int i = 0; i < part->count; i++) {
-        for (int a = 0; a < step; a++) {
-            const struct sv *v = &argv[keys[part->key_index[i]] + a];
-            evbuffer_add_printf(buf, "$%zu\r\n", v->len);
-            evbuffer_add(buf, v->ptr, v->len);
-            evbuffer_add(buf, "\r\n", 2);
-        }
-    }
+/* Send PART, whose bytes are in BUF (freed here), to NODE on the shared
+ * connection of CLIENT_ID. A part that cannot be sent makes the error. */
+static void split_send(struct split_part *part, struct backend_node *node,
+                       unsigned long long client_id, struct evbuffer *buf)
+{
+    struct split *s = part->split;
+
     s->parts++;
     s->pending++;
-    if (backend_send_internal(conn, buf, split_part_reply, part, split_part_free) != 0) {
+    if (backend_send_internal(backend_pool_conn(node, client_id), buf, split_part_reply, part,
+                              split_part_free) != 0) {
         static const char down[] = "-ERR backend unavailable: a cluster node is down\r\n";
-        /* ctx_free ran: PART is gone; S lives on (the caller holds it). */
+        /* ctx_free ran: PART is gone; S lives on (the maker holds it). */
         s->pending--;
         split_part_error(s, down, sizeof(down) - 1);
     }
@@ -243,90 +306,147 @@ static struct split_part *split_part_new(struct split *s, int max)
     return part;
 }
 
+/* Key positions ordered by slot, then by position (qsort). */
+struct split_key {
+    int slot;
+    int index;
+};
+
+static int split_key_cmp(const void *a, const void *b)
+{
+    const struct split_key *x = a, *y = b;
+
+    if (x->slot != y->slot)
+        return x->slot < y->slot ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* The part for the run of ORDER[from..to) (one slot): the command NAME
+ * with STEP arguments for each of its keys. */
+static void split_send_slot(struct split *s, unsigned long long client_id,
+                            const struct split_command *sc, const struct sv *argv,
+                            const int *keys, const struct split_key *order, int from, int to)
+{
+    struct split_part *part = split_part_new(s, to - from);
+    struct evbuffer *buf = evbuffer_new();
+    const struct sv name = {sc->name, strlen(sc->name)};
+    const struct sv *first = &argv[keys[order[from].index]];
+
+    if (part == NULL || buf == NULL) {
+        split_part_error(s, "-OOM sluice is out of memory\r\n", 30);
+        free(part != NULL ? part->key_index : NULL);
+        free(part);
+        if (buf != NULL)
+            evbuffer_free(buf);
+        return;
+    }
+    evbuffer_add_printf(buf, "*%d\r\n", 1 + (to - from) * sc->step);
+    split_add_arg(buf, &name);
+    for (int i = from; i < to; i++) {
+        part->key_index[part->count++] = order[i].index;
+        for (int a = 0; a < sc->step; a++)
+            split_add_arg(buf, &argv[keys[order[i].index] + a]);
+    }
+    split_send(part, router_node_for_key(first->ptr, first->len), client_id, buf);
+}
+
 /* One part per slot among the keys KEYS (NKEYS of them) of ARGV. */
 static int split_by_slot(struct split *s, unsigned long long client_id,
                          const struct split_command *sc, const struct sv *argv,
                          const int *keys, int nkeys)
 {
-    char *done = calloc((size_t)nkeys, 1);
+    struct split_key *order = malloc((size_t)nkeys * sizeof(*order));
+    int from = 0;
 
-    if (done == NULL)
+    if (order == NULL)
         return -1;
     for (int i = 0; i < nkeys; i++) {
-        struct split_part *part;
-        int slot;
-        if (done[i])
-            continue;
-        part = split_part_new(s, nkeys - i);
-        if (part == NULL) {
-            free(done);
-            return -1;
-        }
-        slot = slot_for_key(argv[keys[i]].ptr, argv[keys[i]].len);
-        for (int j = i; j < nkeys; j++) {
-            if (!done[j] && slot_for_key(argv[keys[j]].ptr, argv[keys[j]].len) == slot) {
-                done[j] = 1;
-                part->key_index[part->count++] = j;
-            }
-        }
-        split_send(part, router_node_for_key(argv[keys[i]].ptr, argv[keys[i]].len), client_id,
-                   sc->name, sc->step, argv, keys);
+        order[i].slot = slot_for_key(argv[keys[i]].ptr, argv[keys[i]].len);
+        order[i].index = i;
     }
-    free(done);
+    qsort(order, (size_t)nkeys, sizeof(*order), split_key_cmp);
+    for (int i = 1; i <= nkeys; i++) {
+        if (i == nkeys || order[i].slot != order[from].slot) {
+            split_send_slot(s, client_id, sc, argv, keys, order, from, i);
+            from = i;
+        }
+    }
+    free(order);
     return 0;
 }
 
-/* One part per primary of the map (DBSIZE). */
-static void split_by_primary(struct split *s, unsigned long long client_id,
-                             const struct split_command *sc)
+/* The whole request, ARGC arguments ARGV, to every primary of the map. */
+static void split_by_primary(struct split *s, unsigned long long client_id, int argc,
+                             const struct sv *argv)
 {
     struct backend_node *node = NULL;
 
     while ((node = backend_node_next(node)) != NULL) {
         struct split_part *part;
+        struct evbuffer *buf;
         if (!cluster_node_is_primary(node) || (part = split_part_new(s, 0)) == NULL)
             continue;
-        split_send(part, node, client_id, sc->name, 0, NULL, NULL);
+        buf = evbuffer_new();
+        evbuffer_add_printf(buf, "*%d\r\n", argc);
+        for (int i = 0; i < argc; i++)
+            split_add_arg(buf, &argv[i]);
+        split_send(part, node, client_id, buf);
     }
 }
 
-/* Drop the hold cluster_split_run took; answer when every part already has. */
+/* Drop the maker's hold; answer when every part already has. */
 static void split_release(struct split *s)
 {
     if (s->pending == 0 && s->parent != NULL)
         split_answer(s);
-    if (--s->parts == 0) {
-        if (s->parent != NULL)
-            s->parent->flags &= ~(unsigned)REQ_DETACHED;
-        split_free(s);
+    split_unhold(s);
+}
+
+/* Make what MERGE needs beyond the split itself. -1 on OOM. */
+static int split_prepare(struct split *s, int argc)
+{
+    if (s->merge == MERGE_ARRAY) {
+        s->elems = calloc((size_t)(s->nkeys > 0 ? s->nkeys : 1), sizeof(*s->elems));
+        if (s->elems == NULL)
+            return -1;
+        for (int i = 0; i < s->nkeys; i++) {
+            if ((s->elems[i] = evbuffer_new()) == NULL)
+                return -1;
+        }
+    } else if (s->merge == MERGE_AND) {
+        s->nkeys = argc > 2 ? argc - 2 : 0;   /* SCRIPT EXISTS sha1 [sha1 ...] */
+        s->all_ones = malloc((size_t)(s->nkeys > 0 ? s->nkeys : 1) * sizeof(*s->all_ones));
+        if (s->all_ones == NULL)
+            return -1;
+        for (int i = 0; i < s->nkeys; i++)
+            s->all_ones[i] = 1;
+    } else if (s->merge == MERGE_CONCAT || s->merge == MERGE_SAME || s->merge == MERGE_ANY) {
+        if ((s->concat = evbuffer_new()) == NULL)
+            return -1;
     }
+    return 0;
 }
 
 int cluster_split_run(struct request *req, int argc, const struct sv *argv)
 {
     const struct split_command *sc = split_find(req->cmd);
     struct split *s;
-    int *keys = NULL, nkeys = 0, rc = 0;
+    int *keys = NULL, ok;
 
     if (sc == NULL || (s = calloc(1, sizeof(*s))) == NULL)
         return -1;
     if (sc->step > 0 && (keys = malloc((size_t)argc * sizeof(int))) != NULL)
-        nkeys = commands_keys(req->cmd, argc, argv, keys, argc);
+        s->nkeys = commands_keys(req->cmd, argc, argv, keys, argc);
     s->parent = req;
     s->merge = sc->merge;
-    s->nkeys = nkeys;
-    s->parts = 1;   /* held while the parts are made: none may free S meanwhile */
+    s->parts = 1;   /* the maker's hold: no part may free S meanwhile */
     req->flags |= REQ_DETACHED;
-    if (s->merge == MERGE_ARRAY) {
-        s->elems = calloc((size_t)(nkeys > 0 ? nkeys : 1), sizeof(*s->elems));
-        for (int i = 0; s->elems != NULL && i < nkeys; i++)
-            if ((s->elems[i] = evbuffer_new()) == NULL)
-                rc = -1;
-    }
-    if (sc->step == 0)
-        split_by_primary(s, req->client->id, sc);
-    else if (keys == NULL || (s->merge == MERGE_ARRAY && s->elems == NULL) || rc != 0 ||
-             split_by_slot(s, req->client->id, sc, argv, keys, nkeys) != 0)
+    ok = split_prepare(s, argc) == 0 && (sc->step == 0 || keys != NULL);
+    if (ok && sc->step == 0)
+        split_by_primary(s, req->client->id, argc, argv);
+    else if (ok)
+        ok = split_by_slot(s, req->client->id, sc, argv, keys, s->nkeys) == 0;
+    if (!ok)
         split_part_error(s, "-OOM sluice is out of memory\r\n", 30);
     free(keys);
     split_release(s);

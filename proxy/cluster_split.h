@@ -1,6 +1,7 @@
 /* cluster_split.h - cluster mode: commands run in parts, one per slot
- * (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over several slots) or per
- * primary (DBSIZE), their replies merged into one. */
+ * (MGET, MSET, DEL, UNLINK, EXISTS, TOUCH over several slots) or one per
+ * primary (DBSIZE, KEYS, RANDOMKEY, FLUSHALL, FLUSHDB, SCRIPT LOAD/EXISTS/
+ * FLUSH, FUNCTION LOAD/DELETE/FLUSH), their replies merged into one. */
 #ifndef SLUICE_CLUSTER_SPLIT_H
 #define SLUICE_CLUSTER_SPLIT_H
 

@@ -209,10 +209,39 @@ def test_looks_like_a_standalone_redis(sr, csluice):
 
 
 def test_whole_keyspace_commands_refused_not_half_answered(sr):
-    for cmd in (("KEYS", "*"), ("SCAN", "0"), ("FLUSHALL",), ("RANDOMKEY",),
-                ("SCRIPT", "LOAD", "return 1")):
+    for cmd in (("SCAN", "0"), ("WAIT", "0", "0")):
         with pytest.raises(redis.ResponseError, match="in cluster mode yet"):
             sr.execute_command(*cmd)
+
+
+def test_whole_keyspace_commands_on_every_primary(csluice, sr, redis_cluster, rc):
+    """KEYS merges, RANDOMKEY finds keys wherever they are, SCRIPT LOAD and
+    FLUSH reach every primary (EVALSHA then works on every key's node),
+    SCRIPT EXISTS is 1 only where every primary has the script."""
+    keys = [f"wk:{i}" for i in range(60)]
+    sr.mset({k: 1 for k in keys})
+    assert sorted(sr.keys("wk:*")) == sorted(k.encode() for k in keys)
+    assert sr.randomkey() is not None
+    sha = sr.script_load("return 'loaded'")
+    for k in keys[:20]:
+        assert sr.evalsha(sha, 1, k) == b"loaded"
+    assert sr.script_exists(sha, "0" * 40) == [True, False]
+    # Loaded on one primary only: not there "everywhere".
+    one = redis_cluster.primaries()[0]
+    with redis_cluster.node_by_port(one).client() as c:
+        sha2 = c.script_load("return 'one'")
+    assert sr.script_exists(sha2) == [False]
+    assert sr.script_flush() is True
+    assert sr.script_exists(sha) == [False]
+    sr.delete(*keys)
+    assert sr.keys("wk:*") == []
+    # FLUSHALL empties every primary (the test's own keys only remain gone).
+    sr.mset({k: 1 for k in keys})
+    assert sr.dbsize() >= 60
+    assert sr.flushall() is True
+    assert sr.dbsize() == 0
+    assert sr.randomkey() is None
+    assert rc.exists(*keys) == 0
 
 
 def test_proxy_cluster_shows_the_map(csluice, redis_cluster):
