@@ -494,7 +494,7 @@ int cluster_request_slot(const struct command *cmd, int argc, const struct sv *a
 /* Keyless commands that, sent to one node, would answer for a part of the
  * keyspace only: refused until sluice runs them across the primaries
  * (cluster_split.c runs the others that are). */
-static const char *const cluster_not_yet[] = {"scan", "wait", "function|restore"};
+static const char *const cluster_not_yet[] = {"wait", "function|restore"};
 
 static int cluster_is_cluster_command(const struct command *cmd)
 {

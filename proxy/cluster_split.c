@@ -41,7 +41,13 @@ enum split_merge {
     MERGE_AND,     /* SCRIPT EXISTS: 1 where every part says 1 */
     MERGE_SAME,    /* SCRIPT LOAD, FUNCTION LOAD: one part's reply (all agree) */
     MERGE_ANY,     /* RANDOMKEY: a part's non-nil reply, else nil */
+    MERGE_SCAN,    /* SCAN: one node's page, its cursor made sluice's */
 };
+
+/* SCAN's cursor for the client: the node's cursor shifted left, the
+ * node's place among the primaries (sorted by name) in the low bits. */
+#define SPLIT_SCAN_NODE_BITS 10
+#define SPLIT_SCAN_MAX_NODES (1 << SPLIT_SCAN_NODE_BITS)
 
 /* Commands run in parts: name, merge, arguments per key (0: the whole
  * command to every primary). */
@@ -57,6 +63,7 @@ static const struct split_command {
     {"script|load", MERGE_SAME, 0}, {"script|exists", MERGE_AND, 0},
     {"script|flush", MERGE_OK, 0}, {"function|load", MERGE_SAME, 0},
     {"function|delete", MERGE_OK, 0}, {"function|flush", MERGE_OK, 0},
+    {"scan", MERGE_SCAN, 0},
 };
 
 struct split {
@@ -71,6 +78,8 @@ struct split {
     long long concat_count;      /* MERGE_CONCAT: elements in concat */
     struct evbuffer *concat;     /* MERGE_CONCAT: elements; SAME/ANY: the reply kept */
     struct evbuffer *error;      /* the first error reply of a part */
+    int scan_node;               /* MERGE_SCAN: the node's place, and how many */
+    int scan_nodes;
 };
 
 struct split_part {
@@ -134,6 +143,11 @@ static void split_write_reply(struct split *s, struct evbuffer *out)
             evbuffer_add_printf(out, ":%lld\r\n", s->all_ones[i]);
     } else if (s->merge == MERGE_CONCAT) {
         evbuffer_add_printf(out, "*%lld\r\n", s->concat_count);
+        evbuffer_add_buffer(out, s->concat);
+    } else if (s->merge == MERGE_SCAN) {
+        char cursor[32];
+        int n = snprintf(cursor, sizeof(cursor), "%llu", (unsigned long long)s->sum);
+        evbuffer_add_printf(out, "*2\r\n$%d\r\n%s\r\n", n, cursor);
         evbuffer_add_buffer(out, s->concat);
     } else if (evbuffer_get_length(s->concat) > 0) {
         evbuffer_add_buffer(out, s->concat);   /* SAME, ANY */
@@ -199,6 +213,36 @@ static int split_take_array(struct split *s, struct split_part *part, const char
     return 0;
 }
 
+/* SCAN's page [cursor, [keys...]] from node number s->scan_node: the
+ * keys as they are, the cursor made sluice's (the next node's start when
+ * this node is done, 0 after the last). */
+static int split_take_scan(struct split *s, const char *buf, size_t len)
+{
+    struct respwalk w = {buf, buf + len};
+    unsigned long long next;
+    long long n;
+    const char *text;
+    size_t text_len;
+    char digits[24];
+
+    if (respwalk_array(&w, &n) != 0 || n != 2 || respwalk_bulk(&w, &text, &text_len) != 0 ||
+        text_len == 0 || text_len >= sizeof(digits))
+        return -1;
+    memcpy(digits, text, text_len);
+    digits[text_len] = '\0';
+    next = strtoull(digits, NULL, 10);
+    if (next >> (64 - SPLIT_SCAN_NODE_BITS) != 0)
+        return -1;   /* a cursor too large to carry the node as well */
+    if (next != 0)
+        s->sum = (long long)((next << SPLIT_SCAN_NODE_BITS) | (unsigned)s->scan_node);
+    else if (s->scan_node + 1 < s->scan_nodes)
+        s->sum = s->scan_node + 1;
+    else
+        s->sum = 0;
+    evbuffer_add(s->concat, w.p, (size_t)(w.end - w.p));
+    return 0;
+}
+
 /* Merge one part's reply (not an error), LEN bytes at BUF of TYPE, into
  * S. -1 when it is not what the command answers. */
 static int split_take(struct split *s, struct split_part *part, const char *buf, size_t len,
@@ -212,6 +256,8 @@ static int split_take(struct split *s, struct split_part *part, const char *buf,
         return 0;
     case MERGE_OK:
         return type == REPLY_STATUS ? 0 : -1;
+    case MERGE_SCAN:
+        return type == REPLY_ARRAY ? split_take_scan(s, buf, len) : -1;
     case MERGE_SAME:
     case MERGE_ANY:
         if (evbuffer_get_length(s->concat) == 0 && type != REPLY_NIL)
@@ -394,6 +440,58 @@ static void split_by_primary(struct split *s, unsigned long long client_id, int 
     }
 }
 
+static int split_node_name_cmp(const void *a, const void *b)
+{
+    return strcmp(backend_node_name(*(struct backend_node *const *)a),
+                  backend_node_name(*(struct backend_node *const *)b));
+}
+
+/* SCAN with the client's CURSOR (ARGV[1]): the rest of the command to
+ * the node the cursor names, with that node's own cursor. */
+static void split_scan(struct split *s, unsigned long long client_id, int argc,
+                       const struct sv *argv)
+{
+    static struct backend_node *nodes[SPLIT_SCAN_MAX_NODES];
+    struct backend_node *node = NULL;
+    unsigned long long cursor = 0;
+    struct split_part *part;
+    struct evbuffer *buf;
+    char text[24];
+    int n = 0;
+
+    if (argc < 2) {
+        static const char arity[] = "-ERR wrong number of arguments for 'scan' command\r\n";
+        split_part_error(s, arity, sizeof(arity) - 1);
+        return;
+    }
+    for (size_t i = 0; i < argv[1].len || i == 0; i++) {
+        if (argv[1].len == 0 || argv[1].len > 20 || argv[1].ptr[i] < '0' || argv[1].ptr[i] > '9' ||
+            cursor > (~0ULL - 9) / 10) {
+            split_part_error(s, "-ERR invalid cursor\r\n", 21);
+            return;
+        }
+        cursor = cursor * 10 + (unsigned)(argv[1].ptr[i] - '0');
+    }
+    while ((node = backend_node_next(node)) != NULL && n < SPLIT_SCAN_MAX_NODES) {
+        if (cluster_node_is_primary(node))
+            nodes[n++] = node;
+    }
+    qsort(nodes, (size_t)n, sizeof(*nodes), split_node_name_cmp);
+    s->scan_nodes = n;
+    s->scan_node = (int)(cursor & (SPLIT_SCAN_MAX_NODES - 1));
+    if (s->scan_node >= n || (part = split_part_new(s, 0)) == NULL) {
+        s->concat_count = 0;   /* past the last node: an empty last page */
+        evbuffer_add(s->concat, "*0\r\n", 4);
+        return;
+    }
+    snprintf(text, sizeof(text), "%llu", cursor >> SPLIT_SCAN_NODE_BITS);
+    buf = evbuffer_new();
+    evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", argc, strlen(text), text);
+    for (int i = 2; i < argc; i++)
+        split_add_arg(buf, &argv[i]);
+    split_send(part, nodes[s->scan_node], client_id, buf);
+}
+
 /* Drop the maker's hold; answer when every part already has. */
 static void split_release(struct split *s)
 {
@@ -420,7 +518,8 @@ static int split_prepare(struct split *s, int argc)
             return -1;
         for (int i = 0; i < s->nkeys; i++)
             s->all_ones[i] = 1;
-    } else if (s->merge == MERGE_CONCAT || s->merge == MERGE_SAME || s->merge == MERGE_ANY) {
+    } else if (s->merge == MERGE_CONCAT || s->merge == MERGE_SAME || s->merge == MERGE_ANY ||
+               s->merge == MERGE_SCAN) {
         if ((s->concat = evbuffer_new()) == NULL)
             return -1;
     }
@@ -442,7 +541,9 @@ int cluster_split_run(struct request *req, int argc, const struct sv *argv)
     s->parts = 1;   /* the maker's hold: no part may free S meanwhile */
     req->flags |= REQ_DETACHED;
     ok = split_prepare(s, argc) == 0 && (sc->step == 0 || keys != NULL);
-    if (ok && sc->step == 0)
+    if (ok && s->merge == MERGE_SCAN)
+        split_scan(s, req->client->id, argc, argv);
+    else if (ok && sc->step == 0)
         split_by_primary(s, req->client->id, argc, argv);
     else if (ok)
         ok = split_by_slot(s, req->client->id, sc, argv, keys, s->nkeys) == 0;

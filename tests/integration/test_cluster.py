@@ -209,7 +209,7 @@ def test_looks_like_a_standalone_redis(sr, csluice):
 
 
 def test_whole_keyspace_commands_refused_not_half_answered(sr):
-    for cmd in (("SCAN", "0"), ("WAIT", "0", "0")):
+    for cmd in (("WAIT", "0", "0"),):
         with pytest.raises(redis.ResponseError, match="in cluster mode yet"):
             sr.execute_command(*cmd)
 
@@ -718,3 +718,28 @@ def test_primary_killed_then_served_again(csluice, redis_cluster):
         redis_cluster.wait_ok(60)
     with csluice.client() as c:
         c.delete(*[key_for_slot(s, "killchk:") for s in range(0, 16384, 128)])
+
+
+def test_scan_walks_every_primary(csluice, sr, rc):
+    """SCAN returns every key present throughout, with a cursor a client
+    may treat as an integer; MATCH, COUNT and TYPE pass through."""
+    keys = {f"scan:{i}" for i in range(500)}
+    sr.mset({k: 1 for k in keys})
+    rc.rpush("scan:list", "x")
+    seen, cursor, calls = [], 0, 0
+    while True:
+        cursor, page = sr.scan(cursor, match="scan:*", count=50)
+        assert isinstance(cursor, int)
+        seen += [k.decode() for k in page]
+        calls += 1
+        assert calls < 2000
+        if cursor == 0:
+            break
+    assert set(seen) == keys | {"scan:list"}
+    assert {k.decode() for k in sr.scan_iter(match="scan:*", _type="list")} == {"scan:list"}
+    for bad in ("abc", "-1", "", "99999999999999999999999"):
+        with pytest.raises(redis.ResponseError, match="invalid cursor"):
+            sr.execute_command("SCAN", bad)
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        sr.execute_command("SCAN")
+    assert sr.delete(*keys, "scan:list") == 501
