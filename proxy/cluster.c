@@ -505,6 +505,22 @@ static int cluster_is_cluster_command(const struct command *cmd)
                      strcmp(n, "readwrite") == 0;
 }
 
+/* SELECT DB as Redis Cluster answers it: only database 0 exists. */
+static const char *cluster_select_answer(struct sv db)
+{
+    char text[32], *end;
+    long long n;
+
+    if (db.len == 0 || db.len >= sizeof(text))
+        return "-ERR value is not an integer or out of range";
+    memcpy(text, db.ptr, db.len);
+    text[db.len] = '\0';
+    n = strtoll(text, &end, 10);
+    if (*end != '\0' || text[0] == ' ')
+        return "-ERR value is not an integer or out of range";
+    return n == 0 ? "+OK" : "-ERR SELECT is not allowed in cluster mode";
+}
+
 const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv, int slot)
 {
     static char text[200];
@@ -512,9 +528,7 @@ const char *cluster_answer(const struct command *cmd, int argc, const struct sv 
     if (cmd != NULL && cluster_is_cluster_command(cmd))
         return "-ERR This instance has cluster support disabled";
     if (cmd != NULL && strcmp(cmd->name, "select") == 0 && argc == 2)
-        return argv[1].len == 1 && argv[1].ptr[0] == '0'
-                   ? "+OK"
-                   : "-ERR SELECT is not allowed in cluster mode";
+        return cluster_select_answer(argv[1]);
     for (size_t i = 0; cmd != NULL && i < sizeof(cluster_not_yet) / sizeof(cluster_not_yet[0]); i++) {
         if (strcmp(cmd->name, cluster_not_yet[i]) == 0) {
             snprintf(text, sizeof(text), "-ERR sluice does not support '%s' in cluster mode yet",
