@@ -315,12 +315,12 @@ int tls_handshake(SSL *ssl, int *want_write)
 }
 
 /* With read-ahead (tls_server_ctx), one read() takes whatever the
- * socket has into SSL's buffer: records are decrypted from there, and
- * whatever is left in it (SSL_has_pending) is read here before returning,
- * since the socket's read event cannot see it. Beyond that, reading goes
- * on only after a full record (a large value is coming): a small one
- * means the socket is most likely drained, and asking again would cost a
- * read() that finds nothing, on every request. */
+ * socket has into SSL's buffer, and records are decrypted from there.
+ * Up to MAX, what is left in that buffer is read too; past MAX it stays
+ * (tls_buffered tells the caller to come back: the socket's read event
+ * cannot see it). Reading also goes on after a full record (a large value
+ * is coming); after a small one the socket is most likely drained, and
+ * asking again would cost a read() that finds nothing, on every request. */
 long tls_read(SSL *ssl, struct evbuffer *in, size_t max)
 {
     char buf[TLS_WRITE_CHUNK];
@@ -328,7 +328,8 @@ long tls_read(SSL *ssl, struct evbuffer *in, size_t max)
     int n = 0;
 
     ERR_clear_error();
-    while (total == 0 || SSL_has_pending(ssl) || (total < max && n == (int)sizeof(buf))) {
+    while (total == 0 || SSL_pending(ssl) > 0 ||
+           (total < max && (SSL_has_pending(ssl) || n == (int)sizeof(buf)))) {
         n = SSL_read(ssl, buf, sizeof(buf));
         if (n <= 0) {
             int code = SSL_get_error(ssl, n);
@@ -372,6 +373,11 @@ int tls_write(SSL *ssl, struct evbuffer *out)
         evbuffer_drain(out, (size_t)rc);
     }
     return 1;
+}
+
+int tls_buffered(const SSL *ssl)
+{
+    return SSL_has_pending(ssl);
 }
 
 int tls_wants_write(const SSL *ssl)
