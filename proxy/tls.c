@@ -18,8 +18,9 @@
 #include "log.h"
 #include "stats.h"
 
-/* What one SSL_write hands to OpenSSL: one full TLS record. */
-#define TLS_WRITE_CHUNK (16 * 1024)
+/* The most plaintext one TLS record carries: what one SSL_write hands to
+ * OpenSSL, and what one SSL_read returns at most. */
+#define TLS_RECORD_SIZE (16 * 1024)
 
 struct tls_contexts {
     SSL_CTX *server;    /* tls_listen; NULL without */
@@ -323,7 +324,7 @@ int tls_handshake(SSL *ssl, int *want_write)
  * asking again would cost a read() that finds nothing, on every request. */
 long tls_read(SSL *ssl, struct evbuffer *in, size_t max)
 {
-    char buf[TLS_WRITE_CHUNK];
+    char buf[TLS_RECORD_SIZE];
     size_t total = 0;
     int n = 0;
 
@@ -360,7 +361,7 @@ int tls_write(SSL *ssl, struct evbuffer *out)
     while ((len = evbuffer_get_length(out)) > 0) {
         /* Never fewer bytes than a write that must be retried offered:
          * the output only grows until a write succeeds. */
-        int n = len < TLS_WRITE_CHUNK ? (int)len : TLS_WRITE_CHUNK;
+        int n = len < TLS_RECORD_SIZE ? (int)len : TLS_RECORD_SIZE;
         unsigned char *p = evbuffer_pullup(out, n);
         int rc = SSL_write(ssl, p, n);
         if (rc <= 0) {
