@@ -29,6 +29,12 @@
 #include "server.h"
 #include "users.h"
 
+/* A restricted user's script or function call (auth_runs_script). */
+#define AUTH_ERR_NOPERM_SCRIPTS                                                              \
+    "-NOPERM this user has no permissions to run scripts through sluice: a script runs as " \
+    "sluice's backend user and could reach any key or command; scripts need commands = "    \
+    "+@all, keys = * and channels = *"
+
 /* Failed logins of one user name of the current set. */
 struct auth_failures {
     char *name;
@@ -401,6 +407,25 @@ static int auth_admit_module(const struct user *u, int argc, const struct sv *ar
     return 0;
 }
 
+/* Whether CMD runs a script or function. In Redis a script's calls are
+ * checked against the user running it, and through sluice that is always
+ * sluice's backend user: so only a user who may do everything anyway may
+ * run one (else EVAL "return redis.call('flushall')" 0 would get around
+ * every grant). */
+static int auth_runs_script(const struct command *cmd)
+{
+    static const char *const scripts[] = {"eval", "evalsha", "eval_ro", "evalsha_ro",
+                                          "fcall", "fcall_ro"};
+
+    if (cmd == NULL || !(cmd->acl_categories & ACL_SCRIPTING))
+        return 0;
+    for (size_t i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
+        if (strcmp(cmd->name, scripts[i]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* auth_admit's decision, with the refusal in ERR. */
 static int auth_decide(struct client *c, const struct command *cmd, int argc,
                        const struct sv *argv, char *err, size_t errlen)
@@ -434,6 +459,10 @@ static int auth_decide(struct client *c, const struct command *cmd, int argc,
     }
     if (!users_may_access_channels(u, cmd, argc, argv)) {
         snprintf(err, errlen, "%s", USERS_ERR_NOPERM_CHANNELS);
+        return -1;
+    }
+    if (auth_runs_script(cmd) && !users_unrestricted(u)) {
+        snprintf(err, errlen, "%s", AUTH_ERR_NOPERM_SCRIPTS);
         return -1;
     }
     return 0;

@@ -70,6 +70,16 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in);
 static void client_tls_handshake(struct client *c);
 static void client_tls_after_read(struct client *c, long n);
 
+/* What C's TLS session holds, read from the socket but not yet returned
+ * (tls_read stopped at its limit), is not seen by the socket's read event:
+ * have the read callback run again in the next pass, while C is read
+ * (client_read_off's event_del cancels it). */
+static inline void client_tls_more(struct client *c)
+{
+    if (c->ssl != NULL && c->read_on && !c->tls_handshaking && tls_buffered(c->ssl))
+        event_active(c->read_ev, EV_READ, 1);
+}
+
 void client_module_init(struct event_base *base, const struct config *cfg)
 {
     client_base = base;
@@ -110,6 +120,7 @@ static void client_read_on(struct client *c)
     if (!c->read_on) {
         c->read_on = 1;
         event_add(c->read_ev, NULL);
+        client_tls_more(c);
     }
 }
 
@@ -1339,6 +1350,7 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
     client_enter(c);
     client_process_input(c);
     client_check_query_limit(c);
+    client_tls_more(c);
     client_leave(c);
 }
 

@@ -18,8 +18,9 @@
 #include "log.h"
 #include "stats.h"
 
-/* What one SSL_write hands to OpenSSL: one full TLS record. */
-#define TLS_WRITE_CHUNK (16 * 1024)
+/* The most plaintext one TLS record carries: what one SSL_write hands to
+ * OpenSSL, and what one SSL_read returns at most. */
+#define TLS_RECORD_SIZE (16 * 1024)
 
 struct tls_contexts {
     SSL_CTX *server;    /* tls_listen; NULL without */
@@ -315,20 +316,21 @@ int tls_handshake(SSL *ssl, int *want_write)
 }
 
 /* With read-ahead (tls_server_ctx), one read() takes whatever the
- * socket has into SSL's buffer: records are decrypted from there, and
- * whatever is left in it (SSL_has_pending) is read here before returning,
- * since the socket's read event cannot see it. Beyond that, reading goes
- * on only after a full record (a large value is coming): a small one
- * means the socket is most likely drained, and asking again would cost a
- * read() that finds nothing, on every request. */
+ * socket has into SSL's buffer, and records are decrypted from there.
+ * Up to MAX, what is left in that buffer is read too; past MAX it stays
+ * (tls_buffered tells the caller to come back: the socket's read event
+ * cannot see it). Reading also goes on after a full record (a large value
+ * is coming); after a small one the socket is most likely drained, and
+ * asking again would cost a read() that finds nothing, on every request. */
 long tls_read(SSL *ssl, struct evbuffer *in, size_t max)
 {
-    char buf[TLS_WRITE_CHUNK];
+    char buf[TLS_RECORD_SIZE];
     size_t total = 0;
     int n = 0;
 
     ERR_clear_error();
-    while (total == 0 || SSL_has_pending(ssl) || (total < max && n == (int)sizeof(buf))) {
+    while (total == 0 || SSL_pending(ssl) > 0 ||
+           (total < max && (SSL_has_pending(ssl) || n == (int)sizeof(buf)))) {
         n = SSL_read(ssl, buf, sizeof(buf));
         if (n <= 0) {
             int code = SSL_get_error(ssl, n);
@@ -359,7 +361,7 @@ int tls_write(SSL *ssl, struct evbuffer *out)
     while ((len = evbuffer_get_length(out)) > 0) {
         /* Never fewer bytes than a write that must be retried offered:
          * the output only grows until a write succeeds. */
-        int n = len < TLS_WRITE_CHUNK ? (int)len : TLS_WRITE_CHUNK;
+        int n = len < TLS_RECORD_SIZE ? (int)len : TLS_RECORD_SIZE;
         unsigned char *p = evbuffer_pullup(out, n);
         int rc = SSL_write(ssl, p, n);
         if (rc <= 0) {
@@ -372,6 +374,11 @@ int tls_write(SSL *ssl, struct evbuffer *out)
         evbuffer_drain(out, (size_t)rc);
     }
     return 1;
+}
+
+int tls_buffered(const SSL *ssl)
+{
+    return SSL_has_pending(ssl);
 }
 
 int tls_wants_write(const SSL *ssl)

@@ -46,6 +46,9 @@ int tls_handshake(struct ssl_st *ssl, int *want_write);
 long tls_read(struct ssl_st *ssl, struct evbuffer *in, size_t max);
 int tls_write(struct ssl_st *ssl, struct evbuffer *out);
 int tls_wants_write(const struct ssl_st *ssl);
+/* SSL holds bytes read from the socket that tls_read has not returned
+ * (it stopped at MAX): read again without waiting for the socket. */
+int tls_buffered(const struct ssl_st *ssl);
 int tls_wants_read(const struct ssl_st *ssl);
 
 /* A bufferevent that connects to Redis with TLS (backend_tls): used as

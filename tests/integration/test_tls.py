@@ -560,3 +560,26 @@ def test_tls_clients_authenticate(sluice_factory, backend, certs, tmp_path):
                           "app-secret", "--no-auth-warning", "GET", "app:x"],
                          capture_output=True, text=True, timeout=20 * SLOW)
     assert out.stdout.strip() == "1", out
+
+
+def test_tls_client_that_never_reads_is_cut_off(sluice_factory, backend, certs):
+    """A TLS client pipelining large replies it never reads is bounded by
+    client_output_buffer_limit like a plain one; other clients go on."""
+    s = start_tls_sluice(sluice_factory, backend, certs, client_output_buffer_limit="4mb")
+    backend.client().set("tls:1mb", b"x" * (1024 * 1024))
+    raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.settimeout(10 * SLOW)
+    raw.connect(("127.0.0.1", s.tls_port))
+    ctx = ssl.create_default_context(cafile=certs.path("ca.crt"))
+    flooder = ctx.wrap_socket(raw, server_hostname="localhost")
+    flooder.sendall(encode_command(b"GET", b"tls:1mb") * 100)
+    other = tls_client(certs, s.tls_port)
+    for i in range(20):
+        assert other.set(f"tls:other:{i}", i) is True
+        assert other.get(f"tls:other:{i}") == str(i).encode()
+    wait_until(lambda: int(s.info()["output_limit_disconnects"]) >= 1, 10 * SLOW,
+               msg="the flooder cut off")
+    assert other.ping() is True
+    bye(other)
+    flooder.close()
