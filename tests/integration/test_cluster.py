@@ -743,3 +743,18 @@ def test_scan_walks_every_primary(csluice, sr, rc):
     with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
         sr.execute_command("SCAN")
     assert sr.delete(*keys, "scan:list") == 501
+
+
+def test_pubsub_and_sharded_pubsub(csluice, redis_cluster):
+    """PUBLISH reaches subscribers wherever they are (the cluster
+    broadcasts); SSUBSCRIBE and SPUBLISH go by the channel's slot."""
+    for ch in ("news", "{other}chan", "x" * 3):
+        with csluice.raw() as sub, csluice.raw() as pub, csluice.raw() as spub:
+            assert sub.call("SUBSCRIBE", ch) == [b"subscribe", ch.encode(), 1]
+            # the subscription is on a private connection to some node
+            assert isinstance(pub.call("PUBLISH", ch, "hello"), int)   # that node's count
+            assert sub.read_reply() == [b"message", ch.encode(), b"hello"]
+        with csluice.raw() as sub, csluice.raw() as spub:
+            assert sub.call("SSUBSCRIBE", ch) == [b"ssubscribe", ch.encode(), 1]
+            assert spub.call("SPUBLISH", ch, "shard") == 1
+            assert sub.read_reply() == [b"smessage", ch.encode(), b"shard"]
