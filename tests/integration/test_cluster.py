@@ -758,3 +758,12 @@ def test_pubsub_and_sharded_pubsub(csluice, redis_cluster):
             assert sub.call("SSUBSCRIBE", ch) == [b"ssubscribe", ch.encode(), 1]
             assert spub.call("SPUBLISH", ch, "shard") == 1
             assert sub.read_reply() == [b"smessage", ch.encode(), b"shard"]
+
+
+def test_cluster_aware_client_does_not_bypass_sluice(csluice):
+    """A cluster-aware client pointed at sluice finds no cluster there
+    (so it cannot learn the nodes and go around sluice)."""
+    from redis.cluster import RedisCluster
+    from redis.exceptions import RedisClusterException
+    with pytest.raises((RedisClusterException, redis.ResponseError)):
+        RedisCluster(host="127.0.0.1", port=csluice.port, socket_timeout=5)
