@@ -40,8 +40,9 @@ def free_cluster_port(taken=()):
 
 
 class ClusterNodeProc:
-    def __init__(self, root, port):
+    def __init__(self, root, port, password=None):
         self.port = port
+        self.password = password
         self.dir = Path(root) / f"node{port}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.dir / "redis.log"
@@ -54,6 +55,8 @@ class ClusterNodeProc:
                 "--daemonize", "no", "--cluster-enabled", "yes",
                 "--cluster-config-file", str(self.dir / "nodes.conf"),
                 "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS)]
+        if self.password is not None:
+            args += ["--requirepass", self.password, "--masterauth", self.password]
         self._logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self._logf, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -86,6 +89,7 @@ class ClusterNodeProc:
 
     def client(self, **kw):
         kw.setdefault("socket_timeout", 10)
+        kw.setdefault("password", self.password)
         return redis.Redis(host="127.0.0.1", port=self.port, **kw)
 
 
@@ -93,14 +97,15 @@ class ClusterRedis:
     """3 primaries + 3 replicas. `ports` lists every node; `seeds` is the
     `cluster =` value naming them all."""
 
-    def __init__(self, root, primaries=3, replicas=1):
+    def __init__(self, root, primaries=3, replicas=1, password=None):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         ports = []
         for _ in range(primaries * (1 + replicas)):
             ports.append(free_cluster_port(ports))
-        self.nodes = [ClusterNodeProc(self.root, p) for p in ports]
+        self.nodes = [ClusterNodeProc(self.root, p, password) for p in ports]
         self.replicas = replicas
+        self.password = password
 
     @property
     def ports(self):
@@ -118,6 +123,8 @@ class ClusterRedis:
         args = ["redis-cli", "--cluster", "create"]
         args += [f"127.0.0.1:{p}" for p in self.ports]
         args += ["--cluster-replicas", str(self.replicas), "--cluster-yes"]
+        if self.password is not None:
+            args += ["-a", self.password, "--no-auth-warning"]
         out = subprocess.run(args, capture_output=True, timeout=60)
         if out.returncode != 0:
             raise RuntimeError("redis-cli --cluster create failed:\n"
@@ -205,7 +212,7 @@ class ClusterRedis:
     def cluster_client(self):
         """A cluster-aware redis-py client talking to the nodes directly."""
         return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", p) for p in self.ports],
-                            socket_timeout=10)
+                            socket_timeout=10, password=self.password)
 
     def flushall(self):
         for p in self.primaries():

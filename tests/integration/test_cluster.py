@@ -70,10 +70,12 @@ def _csluice_health(request):
                     pytrace=False)
 
 
-def cluster_info(s):
+def cluster_info(s, password=None):
     """PROXY CLUSTER parsed: 'key:value' lines into a dict, slot ranges and
     nodes into lists."""
     with s.raw() as c:
+        if password is not None:
+            assert c.call(b"AUTH", password) == "OK"
         text = c.call(b"PROXY", b"CLUSTER")
     out = {"slots": [], "nodes": []}
     for line in text.decode().splitlines():
@@ -767,3 +769,29 @@ def test_cluster_aware_client_does_not_bypass_sluice(csluice):
     from redis.exceptions import RedisClusterException
     with pytest.raises((RedisClusterException, redis.ResponseError)):
         RedisCluster(host="127.0.0.1", port=csluice.port, socket_timeout=5)
+
+
+def test_backend_password_applies_to_every_node(tmp_path):
+    """backend_password authenticates sluice on every node (map requests,
+    keys of every primary, split commands)."""
+    cl = ClusterRedis(tmp_path / "pw", replicas=0, password="s3cret")
+    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds,
+               extra={"backend_password": "s3cret"})
+    try:
+        cl.start()
+        s.start()
+        wait_until(lambda: cluster_info(s, "s3cret").get("cluster_have_map") == "1",
+                   10 * SLOW, msg="sluice to load the map with a password")
+        with s.client(password="s3cret") as c:
+            keys = [f"pw:{i}" for i in range(100)]
+            assert c.mset({k: k for k in keys}) is True
+            assert c.mget(keys) == [k.encode() for k in keys]
+            assert c.dbsize() == 100
+        rcl = cl.cluster_client()
+        assert rcl.get("pw:42") == b"pw:42"
+        rcl.close()
+        assert "refused sluice's own request" not in _read_log(s.log_path)
+    finally:
+        problems = s.stop()
+        cl.stop()
+    assert not problems, problems
