@@ -46,7 +46,6 @@
 #define CLUSTER_KEYS_STACK 64
 
 static const struct config *cluster_cfg;
-static struct event_base *cluster_base;
 static struct event *cluster_tick;
 static struct backend_node *cluster_owner[SLOT_COUNT];
 static int cluster_have_map;
@@ -72,11 +71,6 @@ static struct cluster_retry **cluster_retries_tail = &cluster_retries;
 int cluster_enabled(void)
 {
     return cluster_cfg != NULL;
-}
-
-int cluster_ready(void)
-{
-    return cluster_have_map;
 }
 
 struct backend_node *cluster_node_for_slot(int slot)
@@ -638,7 +632,6 @@ void cluster_init(struct event_base *base, const struct config *cfg)
     if (cfg->cluster_seed_count == 0)
         return;
     cluster_cfg = cfg;
-    cluster_base = base;
     backend_set_reply_filter(cluster_reply_filter);
     cluster_tick = event_new(base, -1, EV_PERSIST, cluster_tick_cb, NULL);
     evtimer_add(cluster_tick, &tv);

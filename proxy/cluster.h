@@ -25,9 +25,8 @@ struct request;
 void cluster_init(struct event_base *base, const struct config *cfg);
 void cluster_free(void);
 
-/* Whether sluice runs in cluster mode; and whether it has a slot map yet. */
+/* Whether sluice runs in cluster mode. */
 int cluster_enabled(void);
-int cluster_ready(void);
 
 /* The primary serving SLOT, or NULL when the map names none. */
 struct backend_node *cluster_node_for_slot(int slot);
