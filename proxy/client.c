@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -63,6 +64,7 @@ static void client_read_ended(struct client *c, int eof);
 static void client_process_input(struct client *c);
 static int client_finished(const struct client *c);
 static void client_process_input_loop(struct client *c, struct evbuffer *in);
+static void client_fence_init(void);
 
 void client_module_init(struct event_base *base, const struct config *cfg)
 {
@@ -70,6 +72,7 @@ void client_module_init(struct event_base *base, const struct config *cfg)
     client_cfg = cfg;
     client_limits.max_bulk_len = cfg->proto_max_bulk_len;
     client_limits.max_multibulk_len = cfg->proto_max_multibulk_len;
+    client_fence_init();
     placement_init();
 }
 
@@ -154,10 +157,96 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     log_debug("client %llu connected from %s", (unsigned long long)c->id, c->addr_text);
 }
 
+/* Fences. In pub/sub and MONITOR a client's replies stream unpaired from
+ * its private connection: sluice does not know how many Redis still owes
+ * for the commands sent before. A reply sluice writes itself then (CLIENT
+ * GETNAME, QUIT's +OK, a refusal) would overtake them. So such a request
+ * is queued with REQ_FENCED, and a fence goes down the private connection
+ * behind what the client sent before: a command no Redis has, named with
+ * a token drawn at start. Redis answers it in order, subscribed or not,
+ * and for a MONITOR too, with an error naming it, and shows MONITORs
+ * nothing of it (an unknown command is never fed to them). When that
+ * error comes back in the stream it is dropped, and the oldest fenced
+ * reply leaves in its place. No client can learn the token to make Redis
+ * echo it early, and even then only its own order would suffer. */
+static char client_fence_token[32];
+static char client_fence_cmd[64];
+static size_t client_fence_cmd_len;
+
+static void client_fence_init(void)
+{
+    unsigned long long r = 0;
+
+    if (getentropy(&r, sizeof(r)) != 0)
+        r = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
+    snprintf(client_fence_token, sizeof(client_fence_token), "sluice-fence-%016llx", r);
+    client_fence_cmd_len = (size_t)snprintf(client_fence_cmd, sizeof(client_fence_cmd),
+                                            "*1\r\n$%zu\r\n%s\r\n", strlen(client_fence_token),
+                                            client_fence_token);
+}
+
+/* REQ (queued for C, which streams unpaired) gets its fence. When the
+ * fence cannot be sent (the connection is down), REQ goes unfenced: the
+ * replies it could overtake will not come either. */
+static void client_fence(struct client *c, struct request *req)
+{
+    struct request *fence = request_new();
+    char err[256];
+
+    if (fence == NULL || (fence->raw = evbuffer_new()) == NULL) {
+        request_free(fence);
+        return;
+    }
+    evbuffer_add(fence->raw, client_fence_cmd, client_fence_cmd_len);
+    fence->raw_len = client_fence_cmd_len;
+    fence->flags |= REQ_UNPAIRED;   /* backend_send frees it */
+    if (backend_send(c->private_conn, fence, NULL, err, sizeof(err)) != 0) {
+        request_free(fence);
+        return;
+    }
+    req->flags |= REQ_FENCED;
+    c->fences++;
+}
+
+/* Whether the LEN bytes at the head of SRC, streamed to C, are the reply
+ * to C's oldest fence: then they are drained and the fenced reply may go. */
+static int client_fence_back(struct client *c, struct evbuffer *src, size_t len)
+{
+    char head[160];
+    struct request *req;
+
+    if (len >= sizeof(head) || evbuffer_copyout(src, head, len) != (ssize_t)len ||
+        head[0] != '-' || memmem(head, len, client_fence_token, strlen(client_fence_token)) == NULL)
+        return 0;
+    evbuffer_drain(src, len);
+    c->fences--;
+    TAILQ_FOREACH(req, &c->requests, client_link) {
+        if (req->flags & REQ_FENCED) {
+            req->flags &= ~(unsigned)REQ_FENCED;
+            break;
+        }
+    }
+    return 1;
+}
+
+/* C's fences will never come back (its private connection is gone). */
+static void client_fences_drop(struct client *c)
+{
+    struct request *req;
+
+    TAILQ_FOREACH(req, &c->requests, client_link)
+        req->flags &= ~(unsigned)REQ_FENCED;
+    c->fences = 0;
+}
+
+/* Queue REQ for its reply in C's order; while C streams unpaired, that
+ * reply is sluice's own and waits for a fence. */
 static void client_enqueue(struct client *c, struct request *req)
 {
     req->flags |= REQ_QUEUED;
     TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+    if ((c->flags & CLIENT_PASSTHROUGH) && c->private_conn != NULL)
+        client_fence(c, req);
 }
 
 /* The one place a client connection ends. Requests still waiting for a
@@ -351,7 +440,8 @@ static void client_flush(struct client *c)
 {
     struct request *req;
 
-    while ((req = TAILQ_FIRST(&c->requests)) != NULL && (req->flags & REQ_DONE)) {
+    while ((req = TAILQ_FIRST(&c->requests)) != NULL && (req->flags & REQ_DONE) &&
+           !(req->flags & REQ_FENCED)) {
         TAILQ_REMOVE(&c->requests, req, client_link);
         if (req->reply != NULL) {
             c->held_reply_bytes -= evbuffer_get_length(req->reply);
@@ -375,7 +465,8 @@ static void client_complete(struct client *c, struct request *req)
 
 struct evbuffer *client_reply_buffer(struct client *c, struct request *req)
 {
-    if (req == TAILQ_FIRST(&c->requests) && req->reply == NULL && !(req->flags & REQ_NOREPLY))
+    if (req == TAILQ_FIRST(&c->requests) && req->reply == NULL &&
+        !(req->flags & (REQ_NOREPLY | REQ_FENCED)))
         return client_output(c);
     if (req->reply == NULL)
         req->reply = evbuffer_new();
@@ -502,6 +593,11 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
     int reset = 0;
 
     client_enter(c);
+    if (c->fences > 0 && client_fence_back(c, src, len)) {
+        client_flush(c);
+        client_leave(c);
+        return;
+    }
     /* In pub/sub mode only RESET answers with a status: the session is
      * back to normal, and replies pair with requests again. */
     if (len == sizeof(head) && c->private_conn != NULL && !client_is_monitor(c) &&
@@ -534,6 +630,7 @@ void client_on_private_lost(struct client *c)
     client_read_off(c);
     if (c->flags & CLIENT_PASSTHROUGH)
         reply_error(client_output(c), "backend connection lost");
+    client_fences_drop(c);
     client_flush(c);
 }
 
@@ -965,11 +1062,12 @@ static void client_protocol_error(struct client *c, const char *msg)
     STAT_INC(total_error_replies);
     c->flags |= CLIENT_CLOSE_AFTER_REPLY;
     client_read_off(c);
-    if (TAILQ_EMPTY(&c->requests)) {
+    if (TAILQ_EMPTY(&c->requests) && !(c->flags & CLIENT_PASSTHROUGH)) {
         reply_error(client_output(c), "%s", msg);
         return;
     }
-    /* Earlier replies are pending: the error takes its place after them. */
+    /* Earlier replies are pending (or, streaming unpaired, may be): the
+     * error takes its place after them. */
     struct request *req = request_new();
     if (req == NULL)
         return;

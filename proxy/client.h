@@ -47,6 +47,7 @@ struct client {
     struct backend_conn *private_conn;  /* own backend connection, once stateful */
     struct backend_conn *inflight_conn; /* where its sent requests are */
     int inflight;                       /* requests sent and not yet answered */
+    int fences;                         /* fences sent, not yet back (client_fence) */
     struct request *stalled;            /* must be sent once inflight is 0 */
     struct backend_conn *waiting_on;    /* congested connection it waits for */
     unsigned flags;                     /* enum client_flag */

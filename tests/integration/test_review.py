@@ -125,8 +125,6 @@ SLOW_EVAL = (b"EVAL", b"local s = redis.call('TIME') local t = s "
              b"t = redis.call('TIME') end return 1", b"0")
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: sluice stays in passthrough after the last "
-                   "UNSUBSCRIBE until RESET, so its own replies are not ordered")
 def test_reply_order_after_leaving_pubsub(redis_factory, sluice_factory):
     """After UNSUBSCRIBE from every channel a RESP2 client is back to
     request/reply with Redis, but sluice keeps streaming its replies
@@ -144,8 +142,6 @@ def test_reply_order_after_leaving_pubsub(redis_factory, sluice_factory):
         assert replies == [1, None], replies
 
 
-@pytest.mark.xfail(strict=True, reason="not fixed: in passthrough QUIT's +OK is written at "
-                   "once and the client closes before Redis's earlier replies")
 def test_quit_while_subscribed_keeps_earlier_replies(redis_factory, sluice_factory):
     """QUIT pipelined behind a command of a subscribed client: Redis answers
     that command (here an error: EVAL in the subscribed context), then +OK,
