@@ -41,6 +41,7 @@
 #include "router.h"
 #include "log.h"
 #include "learn.h"
+#include "multi.h"
 #include "netio.h"
 #include "placement.h"
 #include "reply.h"
@@ -271,6 +272,7 @@ static void client_close(struct client *c)
             request_free(req);
     }
     request_free(orphan);
+    multi_locals_free(&c->multi);
     if (c->write_listed)
         TAILQ_REMOVE(&client_write_list, c, write_link);
     lock_client_closed(c);
@@ -435,13 +437,35 @@ static int client_finished(const struct client *c)
     return (c->flags & CLIENT_CLOSE_AFTER_REPLY) && TAILQ_EMPTY(&c->requests) && c->inflight == 0;
 }
 
+/* REQ, answered by sluice and deferred (REQ_DEFERRED) until every earlier
+ * reply was in, is at the head of C's queue: run it now. Its bytes are in
+ * req->raw. */
+static void client_run_deferred(struct client *c, struct request *req)
+{
+    struct req_argv views;
+
+    req->flags &= ~(unsigned)REQ_DEFERRED;
+    req->flags |= REQ_DONE;
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    if (request_argv_open(&views, req, req->raw) != 0)
+        reply_error(req->reply, "OOM sluice is out of memory");
+    else
+        local_execute(c, req, req->argc, views.argv, req->reply);
+    request_argv_close(&views);
+    c->held_reply_bytes += evbuffer_get_length(req->reply);
+}
+
 /* Write the replies at the head of the queue that are complete. */
 static void client_flush(struct client *c)
 {
     struct request *req;
 
-    while ((req = TAILQ_FIRST(&c->requests)) != NULL && (req->flags & REQ_DONE) &&
-           !(req->flags & REQ_FENCED)) {
+    while ((req = TAILQ_FIRST(&c->requests)) != NULL && !(req->flags & REQ_FENCED)) {
+        if (req->flags & REQ_DEFERRED)
+            client_run_deferred(c, req);
+        if (!(req->flags & REQ_DONE))
+            break;
         TAILQ_REMOVE(&c->requests, req, client_link);
         if (req->reply != NULL) {
             c->held_reply_bytes -= evbuffer_get_length(req->reply);
@@ -723,12 +747,19 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     int abort_exec;
 
     if (role == ROLE_MULTI) {
+        if (!(c->flags & CLIENT_IN_MULTI)) {   /* a nested MULTI is an error, no more */
+            multi_locals_free(&c->multi);
+            c->multi_queued = 0;
+        }
         c->flags |= CLIENT_IN_MULTI;
         return;
     }
     if (role != ROLE_EXEC && role != ROLE_DISCARD && role != ROLE_RESET)
         return;
     abort_exec = role == ROLE_EXEC && (c->flags & CLIENT_MULTI_DIRTY);
+    if (role == ROLE_EXEC && !abort_exec && (c->flags & CLIENT_IN_MULTI))
+        multi_hook_exec(&c->multi, req);   /* sluice's own commands run in their slots */
+    multi_locals_free(&c->multi);
     c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
     if (!abort_exec)
         return;
@@ -777,6 +808,25 @@ static int client_must_wait(const struct client *c, const struct request *req,
            !TAILQ_EMPTY(&c->requests);
 }
 
+/* REQ is sent inside MULTI: count it when Redis queues it, which is all
+ * but the commands Redis 7.0 runs at once there (MULTI, WATCH, EXEC,
+ * DISCARD, RESET; QUIT is sluice's). Any other command Redis does not
+ * queue is an error that aborts the transaction, so the count gives each
+ * queued command its place in EXEC's array whenever there is one. */
+static void client_count_queued(struct client *c, const struct request *req)
+{
+    switch (client_role(req)) {
+    case ROLE_MULTI:
+    case ROLE_WATCH:
+    case ROLE_EXEC:
+    case ROLE_DISCARD:
+    case ROLE_RESET:
+        return;
+    default:
+        c->multi_queued++;
+    }
+}
+
 /* Send REQ (already in the client's queue unless it enters or is in
  * pub/sub) on CONN, or on a new one-shot connection when CONN is NULL.
  * SRC holds its bytes, or NULL when REQ owns them. */
@@ -803,6 +853,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     }
     if (c->flags & CLIENT_PASSTHROUGH)
         req->flags |= REQ_UNPAIRED;
+    if (c->flags & CLIENT_IN_MULTI)
+        client_count_queued(c, req);
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
         STAT_INC(backend_unavailable_replies);
@@ -906,6 +958,28 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
                : 0;
 }
 
+/* REQ, answered by sluice, arrives inside MULTI. One that Redis would
+ * queue (CLIENT SETNAME...) is sent to Redis too, to be queued there and
+ * keep its slot in EXEC's reply, which multi.c then fills with sluice's
+ * reply; REQ's place becomes PRIVATE. An arity error is answered now and,
+ * as in Redis, aborts the transaction. */
+static void client_local_in_multi(struct client *c, struct request *req, const struct sv *argv,
+                                  struct evbuffer *src)
+{
+    switch (local_in_multi(req, req->argc, argv)) {
+    case LOCAL_MULTI_ERROR:
+        c->flags |= CLIENT_MULTI_DIRTY;
+        break;
+    case LOCAL_MULTI_QUEUE:
+        if (multi_record(&c->multi, req, c->multi_queued, src) == 0)
+            req->place = PLACE_PRIVATE;
+        break;
+    case LOCAL_MULTI_NOW:
+    default:
+        break;
+    }
+}
+
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
@@ -927,6 +1001,20 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
             evbuffer_drain(src, original_len);
         return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ||
                        c->stalled != NULL ? -1 : 0;
+    }
+    if (req->place == PLACE_LOCAL && (c->flags & CLIENT_IN_MULTI))
+        client_local_in_multi(c, req, argv, src);
+    if (req->place == PLACE_LOCAL && !(req->flags & REQ_NOREPLY) && !TAILQ_EMPTY(&c->requests) &&
+        local_reads_session(req, req->argc, argv)) {
+        /* Earlier replies may change what it reads: it runs behind them. */
+        if (src != NULL && request_take_raw(req, src) != 0) {
+            client_refuse(c, req, "OOM sluice is out of memory");
+            return c->closing ? -1 : 0;
+        }
+        req->flags |= REQ_DEFERRED;
+        client_enqueue(c, req);
+        client_flush(c);   /* fenced meanwhile (pub/sub): it waits for its fence */
+        return 0;
     }
     if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();

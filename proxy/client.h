@@ -48,6 +48,8 @@ struct client {
     struct backend_conn *inflight_conn; /* where its sent requests are */
     int inflight;                       /* requests sent and not yet answered */
     int fences;                         /* fences sent, not yet back (client_fence) */
+    int multi_queued;                   /* commands sent that Redis queues in this MULTI */
+    struct multi_locals *multi;         /* sluice's own commands queued in it (multi.c) */
     struct request *stalled;            /* must be sent once inflight is 0 */
     struct backend_conn *waiting_on;    /* congested connection it waits for */
     unsigned flags;                     /* enum client_flag */

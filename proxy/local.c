@@ -25,19 +25,21 @@ struct local_command {
     const char *name;      /* as in the command table ("client|setname") or sluice's own */
     int arity;             /* Redis-style: negative means at least -arity */
     local_handler *run;
+    int queues;            /* inside MULTI Redis queues it: it runs at EXEC (multi.c) */
+    int session;           /* reads or sets what an earlier reply may change (the name) */
 };
 
 static local_handler local_client_setname, local_client_getname, local_client_id,
     local_client_reply, local_quit, local_hello, local_proxy;
 
 static const struct local_command local_commands[] = {
-    {"client|setname", 3, local_client_setname},
-    {"client|getname", 2, local_client_getname},
-    {"client|id", 2, local_client_id},
-    {"client|reply", 3, local_client_reply},
-    {"quit", -1, local_quit},
-    {"hello", -1, local_hello},   /* only HELLO 3: see placement.c */
-    {"proxy", -2, local_proxy},
+    {"client|setname", 3, local_client_setname, 1, 1},
+    {"client|getname", 2, local_client_getname, 1, 1},
+    {"client|id", 2, local_client_id, 1, 0},
+    {"client|reply", 3, local_client_reply, 0, 0},
+    {"quit", -1, local_quit, 0, 0},     /* Redis 7.0 answers QUIT at once, even in MULTI */
+    {"hello", -1, local_hello, 0, 0},   /* only HELLO 3: see placement.c */
+    {"proxy", -2, local_proxy, 0, 0},   /* sluice's own: Redis never sees it */
 };
 #define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))
 
@@ -76,6 +78,27 @@ static const struct local_command *local_find(const struct request *req, int arg
     return NULL;
 }
 
+static int local_arity_ok(const struct local_command *lc, int argc)
+{
+    return lc->arity > 0 ? argc == lc->arity : argc >= -lc->arity;
+}
+
+int local_reads_session(const struct request *req, int argc, const struct sv *argv)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    return lc != NULL && lc->session;
+}
+
+enum local_in_multi local_in_multi(const struct request *req, int argc, const struct sv *argv)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    if (lc == NULL || !lc->queues)
+        return LOCAL_MULTI_NOW;
+    return local_arity_ok(lc, argc) ? LOCAL_MULTI_QUEUE : LOCAL_MULTI_ERROR;
+}
+
 void local_execute(struct client *c, struct request *req, int argc, const struct sv *argv,
                    struct evbuffer *out)
 {
@@ -86,7 +109,7 @@ void local_execute(struct client *c, struct request *req, int argc, const struct
         reply_error(out, "sluice has no handler for this command");
         return;
     }
-    if ((lc->arity > 0 && argc != lc->arity) || (lc->arity < 0 && argc < -lc->arity)) {
+    if (!local_arity_ok(lc, argc)) {
         reply_error(out, "wrong number of arguments for '%s' command", lc->name);
         return;
     }

@@ -57,7 +57,7 @@ static const struct placement_row placement_rows[] = {
     /* Session state: the client's own connection from then on. */
     {"select", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "selects a database for the connection"},
     {"multi", PLACE_PRIVATE, 0, ROLE_MULTI, NULL, "transaction state"},
-    {"watch", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "watched keys belong to the connection"},
+    {"watch", PLACE_PRIVATE, 0, ROLE_WATCH, NULL, "watched keys belong to the connection"},
     {"exec", PLACE_SHARED, 0, ROLE_EXEC, NULL, "ends a transaction (on its private connection)"},
     {"discard", PLACE_SHARED, 0, ROLE_DISCARD, NULL, "ends a transaction"},
     {"auth", PLACE_PRIVATE, 0, ROLE_AUTH, NULL, "the user belongs to the connection"},

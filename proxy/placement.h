@@ -25,6 +25,7 @@ enum placement_role {
     ROLE_AUTH,          /* records the user on success */
     ROLE_HELLO,         /* may record a user and a name */
     ROLE_MULTI,         /* transaction tracking: client_track_multi */
+    ROLE_WATCH,         /* not queued inside MULTI */
     ROLE_EXEC,
     ROLE_DISCARD,
     ROLE_RESET,

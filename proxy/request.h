@@ -48,6 +48,8 @@ enum request_flag {
     REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
     REQ_UNPAIRED = 1 << 7,    /* sent on a connection whose replies stream unpaired
                                  (pub/sub, MONITOR): nothing waits for a reply */
+    REQ_DEFERRED = 1 << 9,    /* answered by sluice once every earlier reply is in, since
+                                 they may change what it reads (CLIENT GETNAME after EXEC) */
     REQ_FENCED = 1 << 8,      /* answered by sluice in pub/sub or MONITOR: its reply waits
                                  for its fence to come back from Redis (client.c) */
 };

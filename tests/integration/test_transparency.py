@@ -4,7 +4,7 @@ queue like Redis's, and empty requests are skipped."""
 
 import pytest
 
-from helpers import SLOW, RawConn, encode_command as enc, wait_until
+from helpers import SLOW, RawConn, assert_same_replies, encode_command as enc
 
 SLOW_EVAL = (b"EVAL", b"local s = redis.call('TIME') local t = s "
              b"while (t[1] - s[1]) * 1000000 + (t[2] - s[2]) < 200000 do "
@@ -104,3 +104,54 @@ def test_empty_multibulk_skipped(sluice, ref, empty):
             c.send_command(b"PING")
             out[-1].append(c.read_reply(timeout=5 * SLOW))
     assert out[0] == out[1] == ["PONG", b"x", "PONG"]
+
+
+# ---- 2. sluice's own commands inside MULTI queue and run at EXEC ----
+
+MULTI_SCRIPT = [
+    (b"MULTI",), (b"CLIENT", b"SETNAME", b"foo"), (b"SET", b"tr:k", b"v"),
+    (b"CLIENT", b"GETNAME"), (b"CLIENT", b"SETNAME", b"a b"), (b"GET", b"tr:k"),
+    (b"CLIENT", b"GETNAME"), (b"EXEC",), (b"CLIENT", b"GETNAME"),
+]
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_multi_queues_client_name_commands(sluice, ref, clean, pipelined):
+    """CLIENT SETNAME/GETNAME inside MULTI answer +QUEUED and take their
+    slot of EXEC's array in order, exactly as Redis does."""
+    assert_same_replies(sluice, ref, MULTI_SCRIPT, pipelined=pipelined)
+
+
+def test_multi_setname_arity_error_aborts(sluice, ref, clean):
+    script = [(b"MULTI",), (b"CLIENT", b"SETNAME"), (b"SET", b"tr:k", b"v"), (b"EXEC",),
+              (b"GET", b"tr:k"), (b"CLIENT", b"GETNAME")]
+    assert_same_replies(sluice, ref, script)
+
+
+def test_multi_setname_only_at_exec(sluice, ref, clean):
+    """SETNAME in a discarded or WATCH-failed transaction never runs."""
+    script = [(b"MULTI",), (b"CLIENT", b"SETNAME", b"never"), (b"DISCARD",),
+              (b"CLIENT", b"GETNAME"),
+              (b"WATCH", b"tr:w"), (b"SET", b"tr:w", b"1"), (b"MULTI",),
+              (b"CLIENT", b"SETNAME", b"never2"), (b"EXEC",), (b"CLIENT", b"GETNAME")]
+    assert_same_replies(sluice, ref, script)
+
+
+def test_multi_client_id_in_slot(sluice, clean):
+    """CLIENT ID inside MULTI: EXEC's array holds sluice's id in its slot,
+    between the replies of the commands around it (ioredis pairs by slot)."""
+    with sluice.raw() as c:
+        my_id = c.call(b"CLIENT", b"ID")
+        c.send(enc(b"MULTI") + enc(b"SET", b"tr:i", b"1") + enc(b"CLIENT", b"ID") +
+               enc(b"INCR", b"tr:i") + enc(b"EXEC"))
+        replies = c.read_replies(5, timeout=5 * SLOW)
+        assert replies[:4] == ["OK", "QUEUED", "QUEUED", "QUEUED"], replies
+        assert replies[4] == ["OK", my_id, 2], replies
+
+
+def test_getname_pipelined_after_reset_sees_reset(sluice, ref, clean):
+    """CLIENT GETNAME pipelined behind RESET runs after RESET's reply, so
+    it sees the name RESET cleared, as Redis does."""
+    script = [(b"CLIENT", b"SETNAME", b"before"), (b"RESET",), (b"CLIENT", b"GETNAME"),
+              (b"CLIENT", b"SETNAME", b"after"), (b"CLIENT", b"GETNAME")]
+    assert_same_replies(sluice, ref, script, pipelined=True)
