@@ -192,7 +192,7 @@ static void backend_internal_reply(struct request *req, struct evbuffer *src, si
 }
 
 /* The reply to the prelude's CLIENT ID: which Redis client this
- * connection is, so that CLIENT KILL ID cannot name it. */
+ * connection is (PROXY INFO shows it). */
 static void backend_client_id_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct backend_conn *conn = req->ctx;
@@ -559,18 +559,47 @@ void backend_release_private(struct backend_conn *conn)
     backend_conn_release(conn);
 }
 
-int backend_owns_client_id(long long id)
+long long backend_conn_redis_id(const struct backend_conn *conn)
+{
+    return conn->redis_id;
+}
+
+/* The value of FIELD ("id=") in the CLIENT LIST line LINE (LEN bytes):
+ * where it starts, and its length in *VLEN. NULL when absent. */
+static const char *backend_list_field(const char *line, size_t len, const char *field, size_t *vlen)
+{
+    size_t flen = strlen(field);
+
+    for (size_t i = 0; i + flen <= len; i++) {
+        if ((i == 0 || line[i - 1] == ' ') && memcmp(line + i, field, flen) == 0) {
+            const char *v = line + i + flen;
+            const char *end = memchr(v, ' ', len - i - flen);
+            *vlen = end != NULL ? (size_t)(end - v) : len - i - flen;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+void backend_learn_redis_ids(const char *text, size_t len)
 {
     struct backend_node *node = backend_node_default;
     struct backend_conn *conn;
 
-    if (node == NULL || id <= 0)
-        return 0;
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (conn->redis_id == id)
-            return 1;
+    while (node != NULL && len > 0) {
+        const char *nl = memchr(text, '\n', len);
+        size_t line_len = nl != NULL ? (size_t)(nl - text) : len;
+        size_t id_len, addr_len;
+        const char *id = backend_list_field(text, line_len, "id=", &id_len);
+        const char *addr = backend_list_field(text, line_len, "addr=", &addr_len);
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
+                strlen(conn->local_addr) == addr_len && memcmp(conn->local_addr, addr, addr_len) == 0)
+                conn->redis_id = strtoll(id, NULL, 10);
+        }
+        text += line_len + (nl != NULL);
+        len -= line_len + (nl != NULL);
     }
-    return 0;
 }
 
 int backend_owns_addr(const char *addr, size_t len)

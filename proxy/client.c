@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "clientid.h"
 #include "commands.h"
 #include "config.h"
 #include "local.h"
@@ -80,6 +81,26 @@ void client_module_init(struct event_base *base, const struct config *cfg)
 int client_count(void)
 {
     return client_total;
+}
+
+struct client *client_find(uint64_t id)
+{
+    struct client *c;
+
+    TAILQ_FOREACH(c, &client_all, link) {
+        if (c->id == id && !c->closing)
+            return c;
+    }
+    return NULL;
+}
+
+struct client *client_next(struct client *prev)
+{
+    struct client *c = prev == NULL ? TAILQ_FIRST(&client_all) : TAILQ_NEXT(prev, link);
+
+    while (c != NULL && c->closing)
+        c = TAILQ_NEXT(c, link);
+    return c;
 }
 
 static void client_format_addr(struct client *c)
@@ -144,6 +165,7 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
     c->user = strdup("default");
     c->resp = 2;
     c->last_active_ms = server_now_ms();
+    c->created_ms = c->last_active_ms;
     memcpy(&c->addr, addr, addrlen < sizeof(c->addr) ? addrlen : sizeof(c->addr));
     client_format_addr(c);
     TAILQ_INIT(&c->requests);
@@ -294,6 +316,16 @@ static void client_close(struct client *c)
     free(c->name);
     free(c->user);
     free(c);
+}
+
+void client_kill(struct client *c, struct client *current)
+{
+    if (c != current) {
+        client_close(c);
+        return;
+    }
+    c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+    client_read_off(c);
 }
 
 static void client_enter(struct client *c)
@@ -548,6 +580,8 @@ static void client_apply_session(struct client *c, struct request *req, int type
 {
     if (type == REPLY_ERROR)
         return;
+    if (req->ok_db > 0)
+        c->db = req->ok_db - 1;
     if (req->ok_user != NULL || req->ok_name != NULL || (req->flags & REQ_RESET))
         throttle_client_changed(c);
     if (req->ok_user != NULL) {
@@ -561,6 +595,7 @@ static void client_apply_session(struct client *c, struct request *req, int type
         req->ok_name = NULL;
     }
     if (req->flags & REQ_RESET) {
+        c->db = 0;
         free(c->name);
         c->name = NULL;
         free(c->user);
@@ -630,6 +665,7 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         backend_set_passthrough(c->private_conn, 0);
         backend_reauth(c->private_conn);   /* RESET logged Redis's connection out */
         reset = 1;
+        c->db = 0;
         free(c->name);
         c->name = NULL;
         free(c->user);
@@ -704,6 +740,16 @@ static void client_note_session(struct request *req, int argc, const struct sv *
 
     if (role == ROLE_AUTH) {
         req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
+        return;
+    }
+    if (role == ROLE_SELECT) {   /* inside MULTI it runs at EXEC: not followed there */
+        char text[8];
+        if (argc == 2 && argv[1].len > 0 && argv[1].len < sizeof(text) &&
+            !(req->client->flags & CLIENT_IN_MULTI)) {
+            memcpy(text, argv[1].ptr, argv[1].len);
+            text[argv[1].len] = '\0';
+            req->ok_db = atoi(text) + 1;
+        }
         return;
     }
     if (role != ROLE_HELLO)
@@ -1030,6 +1076,9 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         }
         return (c->flags & (CLIENT_CLOSE_AFTER_REPLY | CLIENT_OVER_LIMIT)) || c->closing ? -1 : 0;
     }
+    if (client_role(req) == ROLE_CLIENT_IDS &&
+        clientid_translate(c, req, argv, &src) == CLIENTID_HELD)
+        return -1;   /* released once Redis said its ids (client_release_held) */
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);
     /* Pub/sub replies stream unpaired: such requests wait in no queue. */
@@ -1086,6 +1135,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     }
     argv = views.argv;
     req->cmd = commands_resolve(req->argc, argv);
+    c->last_cmd = req->cmd;
     STAT_INC(total_requests);
     if (req->cmd != NULL)
         stats_count_command(req->cmd->id);

@@ -16,6 +16,8 @@ struct config;
 struct lock_client;
 struct limiter_client;
 struct throttle_hold;
+struct command;
+struct multi_locals;
 
 enum client_flag {
     CLIENT_CLOSE_AFTER_REPLY = 1 << 0, /* answer what is pending, then close */
@@ -64,6 +66,9 @@ struct client {
     char *name;                         /* CLIENT SETNAME, NULL when none */
     char *user;                         /* last successful AUTH user, "default" */
     int resp;                           /* protocol it negotiated with HELLO: 2 or 3 */
+    int db;                             /* database it selected (CLIENT LIST) */
+    const struct command *last_cmd;     /* its latest command (CLIENT LIST's cmd=) */
+    uint64_t created_ms;                /* when it connected (CLIENT LIST's age=) */
     struct lock_client *locks;          /* locks it holds (lock.c owns this) */
     struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
@@ -121,6 +126,16 @@ void client_on_private_lost(struct client *c);
 
 /* The congested connection C waited for has drained: read again. */
 void client_resume(struct client *c);
+
+/* The connected client with sluice id ID, or NULL. */
+struct client *client_find(uint64_t id);
+
+/* Every connected client, oldest first: pass NULL for the first. */
+struct client *client_next(struct client *prev);
+
+/* Close C as Redis closes a client CLIENT KILL names: at once, or, when it
+ * is CURRENT (the client that asked), once its replies are written. */
+void client_kill(struct client *c, struct client *current);
 
 /* Number of connected clients; and stop: close idle clients and make the
  * others close once answered. */

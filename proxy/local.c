@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "client.h"
+#include "clientid.h"
 #include "commands.h"
 #include "reply.h"
 #include "request.h"
@@ -30,13 +31,16 @@ struct local_command {
 };
 
 static local_handler local_client_setname, local_client_getname, local_client_id,
-    local_client_reply, local_quit, local_hello, local_proxy;
+    local_client_reply, local_client_list, local_client_info, local_quit, local_hello,
+    local_proxy;
 
 static const struct local_command local_commands[] = {
     {"client|setname", 3, local_client_setname, 1, 1},
     {"client|getname", 2, local_client_getname, 1, 1},
     {"client|id", 2, local_client_id, 1, 0},
     {"client|reply", 3, local_client_reply, 0, 0},
+    {"client|list", -2, local_client_list, 1, 1},
+    {"client|info", 2, local_client_info, 1, 1},
     {"quit", -1, local_quit, 0, 0},     /* Redis 7.0 answers QUIT at once, even in MULTI */
     {"hello", -1, local_hello, 0, 0},   /* only HELLO 3: see placement.c */
     {"proxy", -2, local_proxy, 0, 0},   /* sluice's own: Redis never sees it */
@@ -157,6 +161,20 @@ static void local_client_id(struct client *c, int argc, const struct sv *argv,
     (void)argc;
     (void)argv;
     reply_integer(out, (long long)c->id);
+}
+
+static void local_client_list(struct client *c, int argc, const struct sv *argv,
+                              struct evbuffer *out)
+{
+    clientid_list(c, argc, argv, out);
+}
+
+static void local_client_info(struct client *c, int argc, const struct sv *argv,
+                              struct evbuffer *out)
+{
+    (void)argc;
+    (void)argv;
+    clientid_info(c, out);
 }
 
 /* CLIENT REPLY ON|OFF|SKIP. client.c has set the mode as the request was

@@ -45,6 +45,8 @@ static const struct placement_row placement_rows[] = {
     {"client|setname", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the name is sluice's (rules match it)"},
     {"client|getname", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the name is sluice's"},
     {"client|id", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the id is sluice's client id"},
+    {"client|list", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's clients, not its backend connections"},
+    {"client|info", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the client as sluice sees it"},
     {"client|reply", PLACE_LOCAL, 0, ROLE_CLIENT_REPLY, NULL,
      "Redis always answers; sluice drops the replies"},
     {"quit", PLACE_LOCAL, 0, ROLE_NONE, NULL, "closes the client connection"},
@@ -55,7 +57,7 @@ static const struct placement_row placement_rows[] = {
     {"unlock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
     {"renew", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
     /* Session state: the client's own connection from then on. */
-    {"select", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "selects a database for the connection"},
+    {"select", PLACE_PRIVATE, 0, ROLE_SELECT, NULL, "selects a database for the connection"},
     {"multi", PLACE_PRIVATE, 0, ROLE_MULTI, NULL, "transaction state"},
     {"watch", PLACE_PRIVATE, 0, ROLE_WATCH, NULL, "watched keys belong to the connection"},
     {"exec", PLACE_SHARED, 0, ROLE_EXEC, NULL, "ends a transaction (on its private connection)"},
@@ -63,7 +65,8 @@ static const struct placement_row placement_rows[] = {
     {"auth", PLACE_PRIVATE, 0, ROLE_AUTH, NULL, "the user belongs to the connection"},
     {"reset", PLACE_PRIVATE, REQ_RESET, ROLE_RESET, NULL, "resets the connection's state"},
     {"wait", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "blocks until replicas acknowledge"},
-    {"client|tracking", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "tracking belongs to the connection"},
+    {"client|tracking", PLACE_PRIVATE, 0, ROLE_CLIENT_IDS, NULL,
+     "tracking belongs to the connection; REDIRECT names a sluice client id"},
     {"client|caching", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "tracking belongs to the connection"},
     {"client|no-evict", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "a flag of the connection"},
     {"subscribe", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_NONE, NULL, "messages stream unpaired"},
@@ -85,7 +88,8 @@ static const struct placement_row placement_rows[] = {
     {"replconf", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
     {"client|pause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
     {"client|unpause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
-    {"client|kill", PLACE_SHARED, 0, ROLE_NONE, placement_check_client_kill, WHY_KILL},
+    {"client|kill", PLACE_SHARED, 0, ROLE_CLIENT_IDS, placement_check_client_kill, WHY_KILL},
+    {"client|unblock", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL, "names a sluice client id"},
 };
 #define PLACEMENT_ROW_COUNT (int)(sizeof(placement_rows) / sizeof(placement_rows[0]))
 
@@ -215,21 +219,6 @@ static struct placement placement_check_xreadgroup(int argc, const struct sv *ar
     return placement_check_stream_read(argc, argv, 1);
 }
 
-/* A CLIENT KILL ID argument that names a connection of sluice's. */
-static int placement_own_id(struct sv arg)
-{
-    char text[24];
-    char *end;
-    long long id;
-
-    if (arg.len == 0 || arg.len >= sizeof(text))
-        return 0;
-    memcpy(text, arg.ptr, arg.len);
-    text[arg.len] = '\0';
-    id = strtoll(text, &end, 10);
-    return *end == '\0' && backend_owns_client_id(id);
-}
-
 /* CLIENT KILL may go through only when it cannot reach sluice's own
  * connections: Redis ANDs the filters, so an ID or ADDR filter naming
  * another connection is enough; TYPE, USER, LADDR alone could match them. */
@@ -242,9 +231,7 @@ static struct placement placement_check_client_kill(int argc, const struct sv *a
         return backend_owns_addr(argv[2].ptr, argv[2].len) ? refused : placement_shared();
     for (int i = 2; i + 1 < argc; i += 2) {
         if (sv_ieq(argv[i], "id")) {
-            if (placement_own_id(argv[i + 1]))
-                return refused;
-            narrowed = 1;
+            narrowed = 1;   /* a sluice client id: translated, never one of sluice's own */
         } else if (sv_ieq(argv[i], "addr")) {
             if (backend_owns_addr(argv[i + 1].ptr, argv[i + 1].len))
                 return refused;

@@ -26,6 +26,8 @@ enum placement_role {
     ROLE_HELLO,         /* may record a user and a name */
     ROLE_MULTI,         /* transaction tracking: client_track_multi */
     ROLE_WATCH,         /* not queued inside MULTI */
+    ROLE_SELECT,        /* records the database on success (CLIENT LIST) */
+    ROLE_CLIENT_IDS,    /* names clients by id: clientid.c translates them */
     ROLE_EXEC,
     ROLE_DISCARD,
     ROLE_RESET,

@@ -531,17 +531,24 @@ def test_client_kill_and_pause_refused(case, redis_factory, sluice_factory):
     pool = _sluice_pool_ids(s)
     assert pool, "no connection from sluice in Redis's CLIENT LIST"
     cmds = [cmd]
-    if case == "kill-id-pool":
-        cmds = [("CLIENT", "KILL", "ID", str(i)) for i in pool]
-    elif case == "kill-laddr-pool":
+    if case == "kill-laddr-pool":
         cmds = [("CLIENT", "KILL", c["addr"]) for c in redis_clients(srv) if int(c["id"]) in pool]
     try:
         with s.raw(timeout=10 * SLOW) as b, s.raw(timeout=5 * SLOW) as a:
+            if case == "kill-id-pool":
+                # CLIENT KILL ID names sluice's clients (CLIENT ID), never a
+                # connection of sluice's: a pool connection's Redis id that
+                # is no sluice client's id names nobody (issue 11).
+                own = {one_reply_id(a), one_reply_id(b)}
+                cmds = [("CLIENT", "KILL", "ID", str(i)) for i in pool if i not in own]
             b.send(pipeline(*[("GET", f"k:{i}") for i in range(1000)]))
             a.send(pipeline(*cmds))
             got = replies_or_timeout(a, len(cmds), 5 * SLOW)
             got_b = replies_or_timeout(b, 1000, 10 * SLOW)
         for cmd, reply in zip(cmds, got):
+            if case == "kill-id-pool":
+                assert reply == 0, f"{' '.join(cmd)}: {reply!r}"
+                continue
             assert isinstance(reply, Err) and \
                 reply.startswith(f"ERR sluice does not forward '{name}'"), \
                 f"{' '.join(cmd)}: {reply!r}"
@@ -558,12 +565,24 @@ def test_client_kill_and_pause_refused(case, redis_factory, sluice_factory):
         d.close()
 
 
-def test_client_kill_of_unrelated_connection_allowed(redis_factory, sluice_factory):
+def one_reply_id(conn):
+    return conn.call("CLIENT", "ID")
+
+
+def test_client_kill_id_never_reaches_unrelated_connection(redis_factory, sluice_factory):
+    """CLIENT KILL ID takes sluice's client ids (issue 11): a connection
+    to Redis that is not sluice's cannot be named by its Redis id, which
+    would be some other sluice client's id. Its old form and ADDR, which
+    name addresses, still reach it."""
     srv, s = start_pair(redis_factory, sluice_factory)
     with srv.raw() as victim:
         victim_id = victim.call("CLIENT", "ID")
+        victim_addr = [c["addr"] for c in redis_clients(srv) if int(c["id"]) == victim_id][0]
         with s.raw() as a:
-            assert a.call("CLIENT", "KILL", "ID", str(victim_id)) == 1
+            if a.call("CLIENT", "ID") != victim_id:
+                assert a.call("CLIENT", "KILL", "ID", str(victim_id)) == 0
+            assert victim.call("PING") == Simple("PONG")
+            assert a.call("CLIENT", "KILL", "ADDR", victim_addr) == 1
         assert victim.is_closed_by_peer(2)
     assert_serves(s)
 

@@ -220,9 +220,11 @@ def test_client_kill_cannot_reach_sluice_connections(redis_factory, sluice_facto
         assert len(mine) >= 2, mine
         laddr = mine[0]["laddr"].encode()
         forms = []
-        # Ids are known (and refused) for the shared connections; a private
-        # one is its client's session, which CLIENT KILL ID may end as in
-        # Redis (README), but never through its address form.
+        id_forms = []
+        # CLIENT KILL ID names sluice's clients (issue 11): the Redis id of
+        # one of sluice's connections is no sluice client's id here, so it
+        # names nobody; address forms are refused.
+        own = str(c.call(b"CLIENT", b"ID"))
         shared = {v.split("redis_id=")[1].split(",")[0] for k, v in s.info().items()
                   if k.startswith("backend_") and "redis_id=" in v}
         assert shared & {e["id"] for e in mine}, (shared, mine)
@@ -230,14 +232,16 @@ def test_client_kill_cannot_reach_sluice_connections(redis_factory, sluice_facto
             cid, addr = e["id"].encode(), e["addr"].encode()
             forms += [[b"KILL", addr], [b"kill", addr], [b"KILL", b"ADDR", addr],
                       [b"KILL", b"ADDR", b"10.0.0.1:1", b"ADDR", addr]]
-            if e["id"] in shared:
-                forms += [[b"KILL", b"ID", cid], [b"KILL", b"id", cid, b"SKIPME", b"no"],
-                          [b"KILL", b"ID", b"999999", b"ID", cid]]
+            if e["id"] != own:
+                id_forms += [[b"KILL", b"ID", cid], [b"KILL", b"id", cid, b"SKIPME", b"no"],
+                             [b"KILL", b"ID", b"999999", b"ID", cid]]
         forms += [[b"KILL", b"LADDR", laddr], [b"KILL", b"TYPE", b"normal"],
                   [b"KILL", b"USER", b"default"], [b"KILL", b"SKIPME", b"yes"]]
         for f in forms:
             reply = c.call(b"CLIENT", *f)
             assert isinstance(reply, str) and "does not forward" in reply, (f, reply)
+        for f in id_forms:
+            assert c.call(b"CLIENT", *f) == 0, f
         after = {e["id"] for e in direct.client_list()}
         assert {e["id"] for e in mine} <= after
         assert c.call(b"PING") == "PONG"

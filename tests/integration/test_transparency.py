@@ -4,7 +4,7 @@ queue like Redis's, and empty requests are skipped."""
 
 import pytest
 
-from helpers import SLOW, RawConn, assert_same_replies, encode_command as enc
+from helpers import SLOW, RawConn, assert_same_replies, encode_command as enc, wait_until
 
 SLOW_EVAL = (b"EVAL", b"local s = redis.call('TIME') local t = s "
              b"while (t[1] - s[1]) * 1000000 + (t[2] - s[2]) < 200000 do "
@@ -155,3 +155,153 @@ def test_getname_pipelined_after_reset_sees_reset(sluice, ref, clean):
     script = [(b"CLIENT", b"SETNAME", b"before"), (b"RESET",), (b"CLIENT", b"GETNAME"),
               (b"CLIENT", b"SETNAME", b"after"), (b"CLIENT", b"GETNAME")]
     assert_same_replies(sluice, ref, script, pipelined=True)
+
+
+# ---- 3. sluice's client ids, translated; CLIENT LIST/INFO of sluice's clients ----
+
+def _blpop_waiting(backend, key):
+    direct = backend.client()
+    try:
+        return any(e.get("cmd") == "blpop" for e in direct.client_list())
+    finally:
+        direct.close()
+
+
+def test_client_unblock_by_sluice_id(sluice, backend, clean):
+    """CLIENT UNBLOCK with the id CLIENT ID gave unblocks that client's
+    BLPOP, through its private connection's Redis id."""
+    with sluice.raw() as blocked, sluice.raw() as other:
+        bid = blocked.call(b"CLIENT", b"ID")
+        blocked.send_command(b"BLPOP", b"tr:nothing", b"0")
+        wait_until(lambda: _blpop_waiting(backend, "tr:nothing"), 5 * SLOW, msg="BLPOP waits")
+        assert other.call(b"CLIENT", b"UNBLOCK", bid) == 1
+        assert blocked.read_reply(timeout=5 * SLOW) is None
+        # and once more, now that the Redis id is known
+        blocked.send_command(b"BLPOP", b"tr:nothing", b"0")
+        wait_until(lambda: _blpop_waiting(backend, "tr:nothing"), 5 * SLOW, msg="BLPOP waits")
+        assert other.call(b"CLIENT", b"UNBLOCK", bid, b"ERROR") == 1
+        reply = blocked.read_reply(timeout=5 * SLOW)
+        assert isinstance(reply, str) and reply.startswith("UNBLOCKED"), reply
+
+
+def test_client_unblock_never_reaches_unrelated_redis_client(sluice, backend, clean):
+    """A sluice id that happens to be the Redis id of an unrelated blocked
+    connection must not unblock it: sluice answers as for an unknown id."""
+    victim = RawConn(backend.port)
+    try:
+        vid = victim.call(b"CLIENT", b"ID")
+        victim.send_command(b"BLPOP", b"tr:victim", b"0")
+        wait_until(lambda: _blpop_waiting(backend, "tr:victim"), 5 * SLOW, msg="BLPOP waits")
+        with sluice.raw() as c:
+            assert c.call(b"CLIENT", b"UNBLOCK", vid) == 0
+            assert c.call(b"CLIENT", b"KILL", b"ID", vid) == 0
+            assert c.call(b"CLIENT", b"UNBLOCK", b"abc") == \
+                "ERR value is not an integer or out of range"
+        # still blocked and connected
+        assert _blpop_waiting(backend, "tr:victim")
+        direct = backend.client()
+        direct.rpush("tr:victim", "x")
+        direct.close()
+        assert victim.read_reply(timeout=5 * SLOW) == [b"tr:victim", b"x"]
+    finally:
+        victim.close()
+
+
+def test_client_kill_id_of_sluice_client(sluice, clean):
+    """CLIENT KILL ID of a sluice client without a private connection
+    closes that client; with one, Redis kills its connection and sluice
+    closes it too."""
+    with sluice.raw() as killer, sluice.raw() as plain, sluice.raw() as stateful:
+        pid = plain.call(b"CLIENT", b"ID")
+        sid = stateful.call(b"CLIENT", b"ID")
+        assert stateful.call(b"SELECT", b"1") == "OK"
+        assert killer.call(b"CLIENT", b"KILL", b"ID", pid) == 1
+        assert plain.is_closed_by_peer(5 * SLOW)
+        assert killer.call(b"CLIENT", b"KILL", b"ID", sid) == 1
+        assert stateful.is_closed_by_peer(5 * SLOW)
+        assert killer.call(b"CLIENT", b"KILL", b"ID", pid) == 0
+        assert killer.call(b"PING") == "PONG"
+
+
+def test_client_kill_id_self_skipme(sluice):
+    with sluice.raw() as c:
+        me = c.call(b"CLIENT", b"ID")
+        assert c.call(b"CLIENT", b"KILL", b"ID", me) == 0
+        assert c.call(b"PING") == "PONG"
+        assert c.call(b"CLIENT", b"KILL", b"ID", me, b"SKIPME", b"no") == 1
+        assert c.is_closed_by_peer(5 * SLOW)
+
+
+def _fields(line):
+    return [kv.split("=", 1)[0] for kv in line.strip().split(" ")]
+
+
+def test_client_list_and_info_show_sluice_clients(sluice, ref, clean):
+    """CLIENT LIST/INFO describe sluice's clients in Redis 7.0's field
+    order, with sluice's ids, names, databases and commands."""
+    with ref.raw() as rc:
+        ref_line = rc.call(b"CLIENT", b"INFO").decode()
+    with sluice.raw() as a, sluice.raw() as b:
+        aid = a.call(b"CLIENT", b"ID")
+        bid = b.call(b"CLIENT", b"ID")
+        assert b.call(b"CLIENT", b"SETNAME", b"bee") == "OK"
+        assert b.call(b"SELECT", b"9") == "OK"
+        info = a.call(b"CLIENT", b"INFO").decode()
+        assert _fields(info) == _fields(ref_line)
+        assert info.startswith("id=%d addr=" % aid) and "cmd=client|info" in info
+        assert info.endswith("\n")
+        listing = a.call(b"CLIENT", b"LIST").decode().splitlines()
+        mine = [l for l in listing if l.startswith("id=%d " % bid)]
+        assert len(mine) == 1, listing
+        assert " name=bee " in mine[0] and " db=9 " in mine[0] and " cmd=select " in mine[0]
+        assert " flags=N " in mine[0]
+        only = a.call(b"CLIENT", b"LIST", b"ID", bid).decode().splitlines()
+        assert len(only) == 1 and only[0].startswith("id=%d " % bid)
+        assert a.call(b"CLIENT", b"LIST", b"TYPE", b"bogus") == "ERR Unknown client type 'bogus'"
+        assert a.call(b"CLIENT", b"LIST", b"TYPE", b"pubsub") == b""
+
+
+def test_tracking_redirect_to_sluice_client(sluice, clean):
+    """CLIENT TRACKING on REDIRECT <sluice id>: invalidations reach that
+    sluice client's subscription; an id of nobody is refused as Redis does."""
+    with sluice.raw() as inv, sluice.raw() as reader, sluice.raw() as writer:
+        inv_id = inv.call(b"CLIENT", b"ID")
+        inv.send_command(b"SUBSCRIBE", b"__redis__:invalidate")
+        assert inv.read_reply()[0] == b"subscribe"
+        assert reader.call(b"CLIENT", b"TRACKING", b"on", b"REDIRECT", b"999999") == \
+            "ERR The client ID you want redirect to does not exist"
+        assert reader.call(b"CLIENT", b"TRACKING", b"on", b"REDIRECT", inv_id) == "OK"
+        assert reader.call(b"GET", b"tr:tracked") is None
+        assert writer.call(b"SET", b"tr:tracked", b"1") == "OK"
+        msg = inv.read_reply(timeout=5 * SLOW)
+        assert msg[:2] == [b"message", b"__redis__:invalidate"] and msg[2] == [b"tr:tracked"], msg
+
+
+def test_id_lookup_invisible_to_monitor(sluice, backend, clean):
+    """Learning a private connection's Redis id shows nothing in MONITOR."""
+    mon = RawConn(backend.port)
+    try:
+        assert mon.call(b"MONITOR") == "OK"
+        with sluice.raw() as blocked, sluice.raw() as other:
+            bid = blocked.call(b"CLIENT", b"ID")
+            blocked.send_command(b"BLPOP", b"tr:mon", b"0")
+            wait_until(lambda: _blpop_waiting(backend, "tr:mon"), 5 * SLOW, msg="BLPOP waits")
+            assert other.call(b"CLIENT", b"UNBLOCK", bid) == 1
+            assert other.call(b"ECHO", b"tr-mon-last") == b"tr-mon-last"
+        lines = []
+        while not any(b"tr-mon-last" in x for x in lines):
+            lines.append(mon.read_reply_raw(timeout=5 * SLOW))
+        text = b"".join(lines).lower()
+        assert b'"blpop"' in text   # CLIENT UNBLOCK is admin: MONITOR hides it too
+        assert b'"list"' not in text and b'"client" "id"' not in text, lines
+    finally:
+        mon.close()
+
+
+def test_client_list_inside_multi_runs_at_exec(sluice, clean):
+    with sluice.raw() as c:
+        c.send(enc(b"MULTI") + enc(b"CLIENT", b"SETNAME", b"late") + enc(b"CLIENT", b"INFO") +
+               enc(b"EXEC"))
+        replies = c.read_replies(4, timeout=5 * SLOW)
+        assert replies[:3] == ["OK", "QUEUED", "QUEUED"], replies
+        assert replies[3][0] == "OK" and b" name=late " in replies[3][1], replies
