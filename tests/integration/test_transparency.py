@@ -305,3 +305,55 @@ def test_client_list_inside_multi_runs_at_exec(sluice, clean):
         replies = c.read_replies(4, timeout=5 * SLOW)
         assert replies[:3] == ["OK", "QUEUED", "QUEUED"], replies
         assert replies[3][0] == "OK" and b" name=late " in replies[3][1], replies
+
+
+# ---- 5. spare private connections ----
+
+def test_blocking_session_starts_on_spare(redis_factory, sluice_factory):
+    """A blocking XREADGROUP that takes a private connection goes out on a
+    spare connected beforehand, without a connect round trip in which a
+    later command of another client on a shared connection could overtake
+    it (Redis's stream-cgroups "key deleted" case). Spares are refilled."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    direct = srv.client()
+    try:
+        with s.raw() as r:
+            for _ in range(5):
+                wait_until(lambda: int(s.info()["backend_spare_connections"]) == 2, 5 * SLOW,
+                           msg="spares connected")
+                before = {e["addr"] for e in direct.client_list()}
+                direct.delete("tr:stream")
+                direct.xadd("tr:stream", {"f": "v"}, id="666")
+                direct.xgroup_create("tr:stream", "g", id="$")
+                with s.raw() as rd:
+                    rd.send_command(b"XREADGROUP", b"GROUP", b"g", b"Alice", b"BLOCK", b"0",
+                                    b"STREAMS", b"tr:stream", b">")
+                    wait_until(lambda: any(e["cmd"] == "xreadgroup"
+                                           for e in direct.client_list()), 5 * SLOW,
+                               msg="XREADGROUP blocked")
+                    used = [e["addr"] for e in direct.client_list() if e["cmd"] == "xreadgroup"]
+                    assert used[0] in before, (used, before)
+                    assert r.call(b"DEL", b"tr:stream") == 1
+                    reply = rd.read_reply(timeout=5 * SLOW)
+                    assert isinstance(reply, str) and "no longer exists" in reply, reply
+    finally:
+        direct.close()
+
+
+def test_spares_respect_max_connections(redis_factory, sluice_factory):
+    """Spares are never made past backend_max_connections, and a client
+    still gets a private connection when every spare is taken."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, backend_max_connections=2, backend_spare_connections=3)
+    wait_until(lambda: int(s.info()["backend_spare_connections"]) == 2, 5 * SLOW,
+               msg="spares connected")
+    with s.raw() as a, s.raw() as b, s.raw() as c:
+        assert a.call(b"SELECT", b"1") == "OK"
+        assert b.call(b"SELECT", b"1") == "OK"
+        assert "backend_max_connections" in c.call(b"SELECT", b"1")
+        info = s.info()
+        assert int(info["backend_private_connections"]) == 2
+        assert int(info["backend_spare_connections"]) == 0
+    wait_until(lambda: int(s.info()["backend_spare_connections"]) == 2, 5 * SLOW,
+               msg="spares refilled")
