@@ -13,8 +13,15 @@
  *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn
  *   backend reply -> client_on_reply -> head of queue? write : hold
  *
- *   c->requests:  [r1 sent] [r2 done, held reply] [r3 sent] ...
+ *   c->requests:  [r1 sent] [r2 done, held reply] [r3 sent] [r4 deferred] ...
  *                  ^ replies leave from the head only, in order
+ *
+ * A reply sluice makes itself keeps that order too: one that reads session
+ * state (CLIENT GETNAME) is made when it reaches the head (REQ_DEFERRED);
+ * on a connection streaming unpaired (pub/sub, MONITOR) it waits for a
+ * fence sent behind the client's earlier commands (REQ_FENCED, see
+ * client_fence). Inside MULTI such commands are queued by Redis too, and
+ * multi.c fills their slots of EXEC's reply.
  *
  * Fairness: a client with client_max_inflight requests out, or more than
  * client_max_pending_bytes of replies not yet written to it, is not read

@@ -1,6 +1,6 @@
-/* local.h - commands sluice answers itself: CLIENT SETNAME/GETNAME/ID/REPLY,
- * QUIT, HELLO 3 (refused), and the PROXY command. Which commands those are
- * is placement.c's table (PLACE_LOCAL). */
+/* local.h - commands sluice answers itself: CLIENT SETNAME/GETNAME/ID/
+ * LIST/INFO/REPLY, QUIT, HELLO 3 (refused), and the PROXY command. Which
+ * commands those are is placement.c's table (PLACE_LOCAL). */
 #ifndef SLUICE_LOCAL_H
 #define SLUICE_LOCAL_H
 
