@@ -679,20 +679,6 @@ void backend_learn_redis_ids(const char *text, size_t len)
     }
 }
 
-int backend_owns_addr(const char *addr, size_t len)
-{
-    struct backend_node *node = backend_node_default;
-    struct backend_conn *conn;
-
-    if (node == NULL)
-        return 0;
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (strlen(conn->local_addr) == len && memcmp(conn->local_addr, addr, len) == 0)
-            return 1;
-    }
-    return 0;
-}
-
 static void backend_want_write(struct backend_conn *conn)
 {
     if (!conn->write_listed) {

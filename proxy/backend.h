@@ -39,9 +39,6 @@ struct backend_conn *backend_control_conn(struct backend_node *node);
  * are any: after a client's RESET, which logs a Redis connection out. */
 void backend_reauth(struct backend_conn *conn);
 
-/* Whether ADDR ("ip:port", LEN bytes) is the address Redis sees of one
- * of sluice's own backend connections. */
-int backend_owns_addr(const char *addr, size_t len);
 
 /* CONN's client id on Redis's side: 0 while unknown. A private connection's is learned only when a command names
  * its client (clientid.c), from CLIENT LIST, which MONITOR never shows. */

@@ -54,11 +54,6 @@ static int clientid_positions(const struct request *req, int argc, const struct 
 
     if (clientid_is(req, "client|unblock") && argc >= 3) {
         pos[n++] = 2;
-    } else if (clientid_is(req, "client|kill") && argc > 3) {
-        for (int i = 2; i + 1 < argc && n < CLIENTID_MAX_ARGS; i += 2) {
-            if (sv_ieq(argv[i], "id"))
-                pos[n++] = i + 1;
-        }
     } else if (clientid_is(req, "client|tracking")) {
         for (int i = 3; i + 1 < argc && n < CLIENTID_MAX_ARGS; i++) {
             if (sv_ieq(argv[i], "redirect"))
@@ -154,16 +149,138 @@ static int clientid_lookup(struct client *c, struct request *req, struct evbuffe
     return 0;
 }
 
-/* ---- CLIENT KILL ID of a client without a private connection ---- */
+/* ---- CLIENT KILL: sluice's clients, as CLIENT LIST shows them ---- */
 
-/* Redis checked the command (ACL, syntax) and killed nobody: kill the
- * sluice client it named (req->ctx holds its id) and count it. */
+/* CLIENT KILL's filters, as Redis 7.0 reads them. */
+struct clientid_kill {
+    int old_form;            /* CLIENT KILL ip:port: +OK or No such client */
+    uint64_t id;             /* 0: any */
+    int type;                /* -1: any; else 1 normal, 2 pubsub, 0 master/replica */
+    char user[128];          /* "": any */
+    char addr[64];
+    char laddr[64];
+    int skipme;
+    long long maxage_s;      /* 0: any */
+};
+
+static void clientid_copy(char *out, size_t size, struct sv v)
+{
+    size_t n = v.len < size - 1 ? v.len : size - 1;
+
+    memcpy(out, v.ptr != NULL ? v.ptr : "", v.ptr != NULL ? n : 0);
+    out[v.ptr != NULL ? n : 0] = '\0';
+}
+
+/* Read the filters of ARGV into K. Returns -1 on anything Redis would
+ * refuse: Redis says so itself (sluice's rewrite keeps the arguments). */
+static int clientid_kill_parse(struct clientid_kill *k, int argc, const struct sv *argv)
+{
+    memset(k, 0, sizeof(*k));
+    k->type = -1;
+    k->skipme = 1;
+    if (argc == 3) {
+        k->old_form = 1;
+        k->skipme = 0;
+        clientid_copy(k->addr, sizeof(k->addr), argv[2]);
+        return 0;
+    }
+    if (argc < 3 || argc % 2 != 0)
+        return -1;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        struct sv key = argv[i], val = argv[i + 1];
+        if (sv_ieq(key, "id") && (k->id = clientid_parse(val)) != 0)
+            continue;
+        if (sv_ieq(key, "type") && sv_ieq(val, "normal"))
+            k->type = 1;
+        else if (sv_ieq(key, "type") && sv_ieq(val, "pubsub"))
+            k->type = 2;
+        else if (sv_ieq(key, "type") && (sv_ieq(val, "master") || sv_ieq(val, "replica") ||
+                                         sv_ieq(val, "slave")))
+            k->type = 0;
+        else if (sv_ieq(key, "user"))
+            clientid_copy(k->user, sizeof(k->user), val);
+        else if (sv_ieq(key, "addr"))
+            clientid_copy(k->addr, sizeof(k->addr), val);
+        else if (sv_ieq(key, "laddr"))
+            clientid_copy(k->laddr, sizeof(k->laddr), val);
+        else if (sv_ieq(key, "skipme") && (sv_ieq(val, "yes") || sv_ieq(val, "no")))
+            k->skipme = sv_ieq(val, "yes");
+        else if (sv_ieq(key, "maxage") && clientid_parse(val) != 0)
+            k->maxage_s = (long long)clientid_parse(val);
+        else
+            return -1;
+    }
+    return 0;
+}
+
+static void clientid_laddr(const struct client *c, char *out, size_t size);
+static int clientid_append(struct request *req, const struct sv *argv, int argc,
+                           const struct sv *more, int nmore, struct evbuffer **src);
+
+/* Whether T, seen by C, matches K. */
+static int clientid_kill_matches(const struct clientid_kill *k, const struct client *c,
+                                 const struct client *t)
+{
+    char laddr[80];
+    int pubsub = (t->flags & CLIENT_PASSTHROUGH) && !(t->flags & CLIENT_MONITOR);
+
+    if ((k->skipme && t == c) || (k->id != 0 && t->id != k->id))
+        return 0;
+    if (k->type >= 0 && k->type != (pubsub ? 2 : 1))
+        return 0;
+    if ((k->user[0] && strcmp(k->user, t->user != NULL ? t->user : "default") != 0) ||
+        (k->addr[0] && strcmp(k->addr, t->addr_text) != 0))
+        return 0;
+    if (k->laddr[0]) {
+        clientid_laddr(t, laddr, sizeof(laddr));
+        if (strcmp(k->laddr, laddr) != 0)
+            return 0;
+    }
+    return k->maxage_s == 0 ||
+           (long long)((server_now_ms() - t->created_ms) / 1000) > k->maxage_s;
+}
+
+/* Close every client K matches, for C; returns how many. Ids first, then
+ * closes: a close must not pull the list from under the walk. */
+static long long clientid_kill_run(const struct clientid_kill *k, struct client *c)
+{
+    uint64_t *ids = NULL;
+    long long n = 0, cap = 0;
+    struct client *t;
+
+    for (t = client_next(NULL); t != NULL; t = client_next(t)) {
+        if (!clientid_kill_matches(k, c, t))
+            continue;
+        if (n == cap) {
+            uint64_t *more = realloc(ids, (size_t)(cap = cap ? cap * 2 : 16) * sizeof(*ids));
+            if (more == NULL)
+                break;
+            ids = more;
+        }
+        ids[n++] = t->id;
+    }
+    for (long long i = 0; i < n; i++) {
+        if ((t = client_find(ids[i])) != NULL)
+            client_kill(t, c);
+    }
+    free(ids);
+    return n;
+}
+
+static void clientid_kill_free(struct request *req)
+{
+    free(req->ctx);
+    req->ctx = NULL;
+}
+
+/* Redis checked the command (ACL, syntax, its users) and, with the filter
+ * sluice added, killed nobody (:0): now the filters run on sluice's
+ * clients. Any other reply (an error) goes to the client as it is. */
 static void clientid_kill_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct client *c = req->client;
-    uint64_t target = (uint64_t)(uintptr_t)req->ctx;
-    char head[8] = {0};
-    struct client *t;
+    struct clientid_kill *k = req->ctx;
+    long long n;
 
     if (c == NULL) {
         evbuffer_drain(src, len);
@@ -171,36 +288,99 @@ static void clientid_kill_reply(struct request *req, struct evbuffer *src, size_
         return;
     }
     req->on_reply = NULL;
-    req->ctx = NULL;
     if (req->reply == NULL)
         req->reply = evbuffer_new();
-    evbuffer_copyout(src, head, len < sizeof(head) - 1 ? len : sizeof(head) - 1);
-    t = client_find(target);
-    if (type == REPLY_INTEGER && strcmp(head, ":0\r\n") == 0 && t != NULL) {
-        evbuffer_drain(src, len);
-        reply_integer(req->reply, 1);
-        client_kill(t, c);
-    } else {
+    if (type != REPLY_INTEGER) {
         evbuffer_remove_buffer(src, req->reply, len);
+        client_answer(c, req);
+        return;
     }
+    evbuffer_drain(src, len);
+    n = clientid_kill_run(k, c);
+    if (!k->old_form)
+        reply_integer(req->reply, n);
+    else if (n > 0)
+        reply_status(req->reply, "OK");
+    else
+        reply_error(req->reply, "No such client");
     client_answer(c, req);
 }
 
-/* Whether CLIENT KILL's filters (ARGV) leave the named client TARGET
- * alone for SKIPME when it is C itself (skipme yes is the default). */
-static int clientid_skips(const struct client *c, const struct client *target, int argc,
-                          const struct sv *argv)
+/* CLIENT KILL: Redis sees the command with "ID <nobody>" added (the old
+ * form becomes "ID <nobody>" alone), so it checks permissions and syntax
+ * as for any client and can match none of its connections, sluice's own
+ * or others'; sluice then applies the filters to its clients. Inside
+ * MULTI it is only queued there (it kills nothing at EXEC). */
+static void clientid_kill(struct client *c, struct request *req, const struct sv *argv,
+                          struct evbuffer **src)
 {
-    int skipme = 1;
+    static const struct sv id = {"ID", 2};
+    struct sv extra[4];
+    struct clientid_kill *k = malloc(sizeof(*k));
+    char nobody[24];
+    int old_form = req->argc == 3;
 
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (sv_ieq(argv[i], "skipme"))
-            skipme = !sv_ieq(argv[i + 1], "no");
+    if (k == NULL || req->argc < 3)
+        goto unchanged;
+    if (clientid_kill_parse(k, req->argc, argv) != 0)
+        goto rewrite_only;   /* Redis answers the error */
+    if (!(c->flags & CLIENT_IN_MULTI)) {
+        req->on_reply = clientid_kill_reply;
+        req->ctx = k;
+        req->ctx_free = clientid_kill_free;
+        k = NULL;
     }
-    return target == c && skipme;
+rewrite_only:
+    free(k);
+    snprintf(nobody, sizeof(nobody), "%lld", (long long)CLIENTID_NOBODY);
+    extra[0] = argv[0];
+    extra[1] = argv[1];
+    extra[2] = id;
+    extra[3] = (struct sv){nobody, strlen(nobody)};
+    if (clientid_append(req, old_form ? extra : argv, old_form ? 2 : req->argc, extra + 2, 2,
+                        src) != 0 && req->on_reply == clientid_kill_reply) {
+        req->on_reply = NULL;   /* not rewritten: nothing to run after it */
+        clientid_kill_free(req);
+        req->ctx_free = NULL;
+    }
+    return;
+unchanged:
+    free(k);
 }
 
 /* ---- rewriting ---- */
+
+/* Replace REQ's bytes with ARGV[0..ARGC) then MORE[0..NMORE): RESP of
+ * arguments sluice has in memory (views of ARGV are never NULL for the
+ * CLIENT commands). Returns 0, or -1 (nothing changed). */
+static int clientid_append(struct request *req, const struct sv *argv, int argc,
+                           const struct sv *more, int nmore, struct evbuffer **src)
+{
+    struct evbuffer *out = evbuffer_new();
+
+    if (out == NULL)
+        return -1;
+    evbuffer_add_printf(out, "*%d\r\n", argc + nmore);
+    for (int i = 0; i < argc + nmore; i++) {
+        struct sv a = i < argc ? argv[i] : more[i - argc];
+        if (a.ptr == NULL) {
+            evbuffer_free(out);
+            return -1;
+        }
+        evbuffer_add_printf(out, "$%zu\r\n", a.len);
+        evbuffer_add(out, a.ptr, a.len);
+        evbuffer_add(out, "\r\n", 2);
+    }
+    if (*src != NULL)
+        evbuffer_drain(*src, req->raw_len);
+    *src = NULL;
+    if (req->raw != NULL)
+        evbuffer_free(req->raw);
+    req->raw = out;
+    req->raw_len = evbuffer_get_length(out);
+    req->argc = argc + nmore;
+    return 0;
+}
 
 /* Replace REQ's bytes with its arguments, those at POS[k] set to IDS[k].
  * Returns -1 when an argument is not in memory (never for these). */
@@ -247,6 +427,11 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
     int n = clientid_positions(req, req->argc, argv, pos);
     int translated = 0;
 
+    if (clientid_is(req, "client|kill")) {
+        clientid_kill(c, req, argv, src);
+        return CLIENTID_FORWARD;
+    }
+
     for (int k = 0; k < n; k++) {
         uint64_t id = clientid_parse(argv[pos[k]]);
         ids[k] = id == 0 ? 0 : clientid_resolve(req, id);
@@ -262,20 +447,8 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
         }
         translated = 1;
     }
-    if (!translated)
-        return CLIENTID_FORWARD;
-    if (clientid_is(req, "client|kill") && !(c->flags & CLIENT_IN_MULTI)) {
-        struct client *t = NULL;
-        for (int k = n - 1; k >= 0 && t == NULL; k--)   /* the last ID filter counts */
-            if (pos[k] >= 0)
-                t = client_find(clientid_parse(argv[pos[k]]));
-        if (t != NULL && t->private_conn == NULL && !clientid_skips(c, t, req->argc, argv)) {
-            req->on_reply = clientid_kill_reply;
-            req->ctx = (void *)(uintptr_t)t->id;
-        }
-    }
-    if (clientid_rewrite(req, argv, pos, ids, n, src) != 0)
-        req->on_reply = NULL;   /* forwarded as it came */
+    if (translated)
+        clientid_rewrite(req, argv, pos, ids, n, src);   /* else forwarded as it came */
     return CLIENTID_FORWARD;
 }
 

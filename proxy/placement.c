@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
 #include "commands.h"
 #include "learn.h"
 #include "request.h"
@@ -33,12 +32,10 @@ struct placement_row {
 };
 
 static placement_check placement_check_xread, placement_check_xreadgroup,
-    placement_check_client_kill, placement_check_hello;
+    placement_check_hello;
 
 #define WHY_REPLICATION "replication needs a direct connection to Redis"
 #define WHY_PAUSE "it would stall every client sharing sluice's connections"
-#define WHY_KILL "it could close sluice's own connections; only CLIENT KILL ID or ADDR " \
-                 "of another connection goes through"
 
 static const struct placement_row placement_rows[] = {
     /* Answered by sluice. */
@@ -88,7 +85,8 @@ static const struct placement_row placement_rows[] = {
     {"replconf", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
     {"client|pause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
     {"client|unpause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
-    {"client|kill", PLACE_SHARED, 0, ROLE_CLIENT_IDS, placement_check_client_kill, WHY_KILL},
+    {"client|kill", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL,
+     "kills sluice's clients: Redis checks it with a filter that matches nobody"},
     {"client|unblock", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL, "names a sluice client id"},
 };
 #define PLACEMENT_ROW_COUNT (int)(sizeof(placement_rows) / sizeof(placement_rows[0]))
@@ -217,28 +215,6 @@ static struct placement placement_check_xread(int argc, const struct sv *argv)
 static struct placement placement_check_xreadgroup(int argc, const struct sv *argv)
 {
     return placement_check_stream_read(argc, argv, 1);
-}
-
-/* CLIENT KILL may go through only when it cannot reach sluice's own
- * connections: Redis ANDs the filters, so an ID or ADDR filter naming
- * another connection is enough; TYPE, USER, LADDR alone could match them. */
-static struct placement placement_check_client_kill(int argc, const struct sv *argv)
-{
-    struct placement refused = {PLACE_REFUSED, 0, NULL};
-    int narrowed = 0;
-
-    if (argc == 3)   /* the old form: CLIENT KILL addr:port */
-        return backend_owns_addr(argv[2].ptr, argv[2].len) ? refused : placement_shared();
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (sv_ieq(argv[i], "id")) {
-            narrowed = 1;   /* a sluice client id: translated, never one of sluice's own */
-        } else if (sv_ieq(argv[i], "addr")) {
-            if (backend_owns_addr(argv[i + 1].ptr, argv[i + 1].len))
-                return refused;
-            narrowed = 1;
-        }
-    }
-    return narrowed || argc < 3 ? placement_shared() : refused;
 }
 
 /* HELLO 3 asks for RESP3, which sluice refuses itself (NOPROTO). */

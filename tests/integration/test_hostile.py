@@ -513,7 +513,6 @@ def _sluice_pool_ids(s):
 
 REFUSED_CLIENT_CMDS = {
     "kill-id-pool": ("client|kill", None),
-    "kill-type-normal": ("client|kill", ("CLIENT", "KILL", "TYPE", "normal")),
     "kill-laddr-pool": ("client|kill", None),
     "pause": ("client|pause", ("CLIENT", "PAUSE", "1000")),
     "unpause": ("client|unpause", ("CLIENT", "UNPAUSE")),
@@ -546,8 +545,14 @@ def test_client_kill_and_pause_refused(case, redis_factory, sluice_factory):
             got = replies_or_timeout(a, len(cmds), 5 * SLOW)
             got_b = replies_or_timeout(b, 1000, 10 * SLOW)
         for cmd, reply in zip(cmds, got):
+            # CLIENT KILL names sluice's clients (issue 11): Redis sees it with a
+            # filter that matches nobody, so no address or id reaches a
+            # connection of sluice's; these name no sluice client.
             if case == "kill-id-pool":
                 assert reply == 0, f"{' '.join(cmd)}: {reply!r}"
+                continue
+            if case == "kill-laddr-pool":
+                assert reply == Err("ERR No such client"), f"{' '.join(cmd)}: {reply!r}"
                 continue
             assert isinstance(reply, Err) and \
                 reply.startswith(f"ERR sluice does not forward '{name}'"), \
@@ -569,21 +574,30 @@ def one_reply_id(conn):
     return conn.call("CLIENT", "ID")
 
 
-def test_client_kill_id_never_reaches_unrelated_connection(redis_factory, sluice_factory):
-    """CLIENT KILL ID takes sluice's client ids (issue 11): a connection
-    to Redis that is not sluice's cannot be named by its Redis id, which
-    would be some other sluice client's id. Its old form and ADDR, which
-    name addresses, still reach it."""
-    srv, s = start_pair(redis_factory, sluice_factory)
+def test_client_kill_never_reaches_other_connections(redis_factory, sluice_factory):
+    """CLIENT KILL acts on sluice's clients, as CLIENT LIST shows them
+    (issue 11): a connection to Redis that is not sluice's cannot be named
+    by its Redis id or address, and TYPE normal kills sluice's other
+    clients, never sluice's own backend connections."""
+    srv, s = start_pair(redis_factory, sluice_factory, backend_connections=2)
+    assert one_reply(s.port, "PING", timeout=5)[0] == Simple("PONG")   # the pool is up
+    pool = _sluice_pool_ids(s)
     with srv.raw() as victim:
         victim_id = victim.call("CLIENT", "ID")
         victim_addr = [c["addr"] for c in redis_clients(srv) if int(c["id"]) == victim_id][0]
-        with s.raw() as a:
+        with s.raw() as a, s.raw() as b:
+            assert b.call("PING") == Simple("PONG")
             if a.call("CLIENT", "ID") != victim_id:
                 assert a.call("CLIENT", "KILL", "ID", str(victim_id)) == 0
+            assert a.call("CLIENT", "KILL", "ADDR", victim_addr) == 0
+            assert a.call("CLIENT", "KILL", victim_addr) == Err("ERR No such client")
             assert victim.call("PING") == Simple("PONG")
-            assert a.call("CLIENT", "KILL", "ADDR", victim_addr) == 1
-        assert victim.is_closed_by_peer(2)
+            assert a.call("CLIENT", "KILL", "TYPE", "normal") == 1   # b
+            assert b.is_closed_by_peer(5 * SLOW)
+            assert a.call("PING") == Simple("PONG")
+        assert victim.call("PING") == Simple("PONG")
+    assert set(int(c["id"]) for c in redis_clients(srv)) >= set(pool), \
+        "a pool connection of sluice was killed"
     assert_serves(s)
 
 

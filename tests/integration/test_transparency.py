@@ -357,3 +357,33 @@ def test_spares_respect_max_connections(redis_factory, sluice_factory):
         assert int(info["backend_spare_connections"]) == 0
     wait_until(lambda: int(s.info()["backend_spare_connections"]) == 2, 5 * SLOW,
                msg="spares refilled")
+
+
+def test_client_kill_errors_as_redis(sluice, ref):
+    """CLIENT KILL's argument errors come from Redis itself."""
+    script = [(b"CLIENT", b"KILL"), (b"CLIENT", b"KILL", b"id", b"10", b"wrong_arg"),
+              (b"CLIENT", b"KILL", b"id", b"str"), (b"CLIENT", b"KILL", b"id", b"-1"),
+              (b"CLIENT", b"KILL", b"id", b"0"), (b"CLIENT", b"KILL", b"type", b"wrong_type"),
+              (b"CLIENT", b"KILL", b"user", b"wrong_user"),
+              (b"CLIENT", b"KILL", b"skipme", b"yes_or_no"),
+              (b"CLIENT", b"KILL", b"10.9.9.9:1"), (b"CLIENT", b"KILL", b"maxage", b"x")]
+    assert_same_replies(sluice, ref, script)
+
+
+def test_client_kill_filters_on_sluice_clients(sluice):
+    """CLIENT KILL's filters match sluice's clients: ADDR (the address
+    CLIENT LIST shows), the old form, USER, SKIPME no."""
+    with sluice.raw() as k, sluice.raw() as x, sluice.raw() as y:
+        xid = x.call(b"CLIENT", b"ID")
+        x_addr = [l for l in k.call(b"CLIENT", b"LIST", b"ID", xid).decode().split(" ")
+                  if l.startswith("addr=")][0][5:]
+        assert k.call(b"CLIENT", b"KILL", b"ADDR", x_addr) == 1
+        assert x.is_closed_by_peer(5 * SLOW)
+        assert k.call(b"CLIENT", b"KILL", x_addr) == "ERR No such client"
+        yid = y.call(b"CLIENT", b"ID")
+        y_addr = [l for l in k.call(b"CLIENT", b"LIST", b"ID", yid).decode().split(" ")
+                  if l.startswith("addr=")][0][5:]
+        assert k.call(b"CLIENT", b"KILL", y_addr) == "OK"
+        assert y.is_closed_by_peer(5 * SLOW)
+        assert k.call(b"CLIENT", b"KILL", b"USER", b"default", b"SKIPME", b"no") >= 1
+        assert k.is_closed_by_peer(5 * SLOW)
