@@ -1055,8 +1055,9 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ||
                        c->stalled != NULL ? -1 : 0;
     }
-    if (req->place == PLACE_LOCAL && (c->flags & CLIENT_IN_MULTI))
-        client_local_in_multi(c, req, argv, src);
+    if ((req->place == PLACE_LOCAL || client_role(req) == ROLE_CLIENT_IDS) &&
+        (c->flags & CLIENT_IN_MULTI))
+        client_local_in_multi(c, req, argv, src);   /* CLIENT LIST/INFO too */
     if (req->place == PLACE_LOCAL && !(req->flags & REQ_NOREPLY) && !TAILQ_EMPTY(&c->requests) &&
         local_reads_session(req, req->argc, argv)) {
         /* Earlier replies may change what it reads: it runs behind them. */

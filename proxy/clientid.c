@@ -214,6 +214,8 @@ static int clientid_kill_parse(struct clientid_kill *k, int argc, const struct s
 }
 
 static void clientid_laddr(const struct client *c, char *out, size_t size);
+static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
+                                     struct evbuffer **src);
 static int clientid_append(struct request *req, const struct sv *argv, int argc,
                            const struct sv *more, int nmore, struct evbuffer **src);
 
@@ -348,6 +350,71 @@ unchanged:
     free(k);
 }
 
+/* ---- CLIENT LIST / INFO: sluice's answer, once Redis allows it ---- */
+
+/* Redis's reply says whether the client may list (NOPERM otherwise):
+ * then sluice's listing, made as the request was read (req->ctx), is the
+ * reply. */
+static void clientid_listing_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct client *c = req->client;
+
+    if (c == NULL) {
+        evbuffer_drain(src, len);
+        request_free(req);
+        return;
+    }
+    req->on_reply = NULL;
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    if (type == REPLY_ERROR) {
+        evbuffer_remove_buffer(src, req->reply, len);
+    } else {
+        evbuffer_drain(src, len);
+        evbuffer_add_buffer(req->reply, req->ctx);
+    }
+    client_answer(c, req);
+}
+
+static void clientid_listing_free(struct request *req)
+{
+    if (req->ctx != NULL)
+        evbuffer_free(req->ctx);
+    req->ctx = NULL;
+}
+
+/* CLIENT LIST or INFO of C: sluice's answer is made now; Redis gets
+ * CLIENT LIST ID <nobody> (CLIENT INFO as it is) only to check the client
+ * may run it, as its ACL says, and lists none of its connections. */
+static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
+                                     struct evbuffer **src)
+{
+    static const struct sv id = {"ID", 2};
+    struct evbuffer *answer = evbuffer_new();
+    struct sv args[4];
+    char nobody[24];
+    int is_list = clientid_is(req, "client|list");
+
+    if (answer == NULL)
+        return;
+    if (is_list)
+        clientid_list(c, req->argc, argv, answer);
+    else
+        clientid_info(c, answer);
+    snprintf(nobody, sizeof(nobody), "%lld", (long long)CLIENTID_NOBODY);
+    args[0] = argv[0];
+    args[1] = argv[1];
+    args[2] = id;
+    args[3] = (struct sv){nobody, strlen(nobody)};
+    if (is_list && req->argc >= 2 && clientid_append(req, args, 2, args + 2, 2, src) != 0) {
+        evbuffer_free(answer);
+        return;
+    }
+    req->on_reply = clientid_listing_reply;
+    req->ctx = answer;
+    req->ctx_free = clientid_listing_free;
+}
+
 /* ---- rewriting ---- */
 
 /* Replace REQ's bytes with ARGV[0..ARGC) then MORE[0..NMORE): RESP of
@@ -429,6 +496,11 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
 
     if (clientid_is(req, "client|kill")) {
         clientid_kill(c, req, argv, src);
+        return CLIENTID_FORWARD;
+    }
+    if (clientid_is(req, "client|list") || clientid_is(req, "client|info")) {
+        if (!(c->flags & CLIENT_IN_MULTI))   /* in MULTI: multi.c runs it at EXEC */
+            clientid_checked_listing(c, req, argv, src);
         return CLIENTID_FORWARD;
     }
 

@@ -387,3 +387,23 @@ def test_client_kill_filters_on_sluice_clients(sluice):
         assert y.is_closed_by_peer(5 * SLOW)
         assert k.call(b"CLIENT", b"KILL", b"USER", b"default", b"SKIPME", b"no") >= 1
         assert k.is_closed_by_peer(5 * SLOW)
+
+
+def test_client_list_and_kill_obey_redis_acl(redis_factory, sluice_factory):
+    """sluice answers CLIENT LIST/INFO and runs CLIENT KILL on its clients
+    only once Redis has let the client's user run them: a user without
+    those commands gets Redis's NOPERM, and kills nobody."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    d = srv.client()
+    d.execute_command("ACL", "SETUSER", "limited", "on", ">pw", "~*", "+@all",
+                      "-client|list", "-client|kill", "-client|info")
+    d.close()
+    with s.raw() as victim, s.raw() as c:
+        vid = victim.call(b"CLIENT", b"ID")
+        assert c.call(b"AUTH", b"limited", b"pw") == "OK"
+        for cmd in [(b"CLIENT", b"LIST"), (b"CLIENT", b"INFO"),
+                    (b"CLIENT", b"KILL", b"ID", vid), (b"CLIENT", b"KILL", b"TYPE", b"normal")]:
+            reply = c.call(*cmd)
+            assert isinstance(reply, str) and reply.startswith("NOPERM"), (cmd, reply)
+        assert victim.call(b"PING") == "PONG"
