@@ -407,3 +407,12 @@ def test_client_list_and_kill_obey_redis_acl(redis_factory, sluice_factory):
             reply = c.call(*cmd)
             assert isinstance(reply, str) and reply.startswith("NOPERM"), (cmd, reply)
         assert victim.call(b"PING") == "PONG"
+
+
+def test_monitor_client_local_reply_in_order(sluice):
+    """A MONITOR client's own CLIENT GETNAME/ID come back in order (their
+    fences are answered on a MONITOR connection too)."""
+    with sluice.raw() as m:
+        m.send(enc(b"MONITOR") + enc(b"CLIENT", b"GETNAME") + enc(b"CLIENT", b"ID"))
+        ok, name, cid = m.read_replies(3, timeout=5 * SLOW)
+        assert ok == "OK" and name is None and isinstance(cid, int), (ok, name, cid)
