@@ -485,6 +485,7 @@ static void client_run_deferred(struct client *c, struct request *req)
 
     req->flags &= ~(unsigned)REQ_DEFERRED;
     req->flags |= REQ_DONE;
+    c->held_reply_bytes -= req->raw_len;   /* counted while it waited */
     if (req->reply == NULL)
         req->reply = evbuffer_new();
     if (request_argv_open(&views, req, req->raw) != 0)
@@ -1067,8 +1068,12 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         }
         req->flags |= REQ_DEFERRED;
         client_enqueue(c, req);
+        /* Its bytes wait like a reply: past client_max_pending_bytes C is
+         * not read, so deferred commands behind a BLPOP stay bounded. */
+        c->held_reply_bytes += req->raw_len;
         client_flush(c);   /* fenced meanwhile (pub/sub): it waits for its fence */
-        return 0;
+        client_check_output_limit(c);
+        return (c->flags & CLIENT_OVER_LIMIT) || c->closing ? -1 : 0;
     }
     if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();

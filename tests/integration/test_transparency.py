@@ -416,3 +416,38 @@ def test_monitor_client_local_reply_in_order(sluice):
         m.send(enc(b"MONITOR") + enc(b"CLIENT", b"GETNAME") + enc(b"CLIENT", b"ID"))
         ok, name, cid = m.read_replies(3, timeout=5 * SLOW)
         assert ok == "OK" and name is None and isinstance(cid, int), (ok, name, cid)
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_deferred_local_commands_are_bounded(redis_factory, sluice_factory):
+    """CLIENT GETNAME pipelined behind a BLPOP that never returns waits for
+    it; a client sending such commands without end must stop being read at
+    client_max_pending_bytes, not make sluice keep them all."""
+    import time
+    srv = redis_factory()
+    s = sluice_factory(srv.port, client_max_pending_bytes="64kb")
+    before = _rss_kb(s.proc.pid)
+    with s.raw() as c:
+        c.send_command(b"BLPOP", b"tr:never", b"0")
+        chunk = enc(b"CLIENT", b"GETNAME") * 4096
+        sent = 0
+        c.sock.setblocking(False)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and sent < 64 * 1024 * 1024:
+            try:
+                sent += c.sock.send(chunk)
+            except BlockingIOError:
+                time.sleep(0.01)
+            except OSError:
+                break
+        grown_kb = _rss_kb(s.proc.pid) - before
+        # held back: about 64 KB of commands, not every one it was sent
+        assert grown_kb < 40 * 1024, f"sluice grew {grown_kb} KB for {sent} bytes"
+    assert s.running
