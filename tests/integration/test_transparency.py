@@ -451,3 +451,12 @@ def test_deferred_local_commands_are_bounded(redis_factory, sluice_factory):
         # held back: about 64 KB of commands, not every one it was sent
         assert grown_kb < 40 * 1024, f"sluice grew {grown_kb} KB for {sent} bytes"
     assert s.running
+
+
+def test_checked_client_commands_while_subscribed(sluice, ref):
+    """CLIENT LIST/INFO/KILL/UNBLOCK from a subscribed RESP2 client get
+    Redis's refusal in that context, as from Redis itself."""
+    script = [(b"SUBSCRIBE", b"tr:sub"), (b"CLIENT", b"LIST"), (b"CLIENT", b"INFO"),
+              (b"CLIENT", b"KILL", b"TYPE", b"pubsub"), (b"CLIENT", b"UNBLOCK", b"1"),
+              (b"PING",)]
+    assert_same_replies(sluice, ref, script, pipelined=True)
