@@ -18,14 +18,16 @@ enum clientid_result {
                            dispatched again (client_release_held) */
 };
 
-/* REQ of C (CLIENT UNBLOCK, KILL, TRACKING: role ROLE_CLIENT_IDS), with
- * arguments ARGV, its bytes at the head of *SRC or, when *SRC is NULL, in
- * req->raw. Each sluice id it names becomes the Redis id of that client's
- * private connection, or an id no Redis connection has (no such client,
- * or one without a private connection: Redis then answers as for an
- * unknown id). CLIENT KILL ID of a client without a private connection
- * closes that client once Redis has checked the command (its reply :0
- * becomes :1). */
+/* REQ of C (role ROLE_CLIENT_IDS), with arguments ARGV, its bytes at the
+ * head of *SRC or, when *SRC is NULL, in req->raw (*SRC is set to NULL
+ * when they are rewritten). CLIENT UNBLOCK and TRACKING REDIRECT: each
+ * sluice id becomes the Redis id of that client's private connection, or
+ * an id no Redis connection has (no such client, or one without a private
+ * connection: Redis then answers as for an unknown id). CLIENT KILL, LIST
+ * and INFO: Redis gets a form that matches or lists none of its
+ * connections, only to check the client may run it; REQ's hook then kills
+ * or lists sluice's clients (outside MULTI; unpaired in pub/sub, where
+ * Redis's own answer goes through). */
 enum clientid_result clientid_translate(struct client *c, struct request *req,
                                         const struct sv *argv, struct evbuffer **src);
 
