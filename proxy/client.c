@@ -20,8 +20,10 @@
  * state (CLIENT GETNAME) is made when it reaches the head (REQ_DEFERRED);
  * on a connection streaming unpaired (pub/sub, MONITOR) it waits for a
  * fence sent behind the client's earlier commands (REQ_FENCED, see
- * client_fence). Inside MULTI such commands are queued by Redis too, and
- * multi.c fills their slots of EXEC's reply.
+ * client_fence), then runs, refused as Redis refuses it while the client
+ * is in the subscribed context (client_note_subscriptions follows the
+ * counts Redis's (un)subscribe replies carry). Inside MULTI such commands
+ * are queued by Redis too, and multi.c fills their slots of EXEC's reply.
  *
  * Fairness: a client with client_max_inflight requests out, or more than
  * client_max_pending_bytes of replies not yet written to it, is not read
@@ -476,6 +478,14 @@ static int client_finished(const struct client *c)
     return (c->flags & CLIENT_CLOSE_AFTER_REPLY) && TAILQ_EMPTY(&c->requests) && c->inflight == 0;
 }
 
+/* Whether C is in Redis's subscribed context, where a RESP2 connection
+ * may run only (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, PING, QUIT and RESET. */
+static int client_subscribed_context(const struct client *c)
+{
+    return (c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR) && c->resp == 2 &&
+           (c->subscriptions > 0 || c->shard_subscriptions > 0);
+}
+
 /* REQ, answered by sluice and deferred (REQ_DEFERRED) until every earlier
  * reply was in, is at the head of C's queue: run it now. Its bytes are in
  * req->raw. */
@@ -490,6 +500,9 @@ static void client_run_deferred(struct client *c, struct request *req)
         req->reply = evbuffer_new();
     if (request_argv_open(&views, req, req->raw) != 0)
         reply_error(req->reply, "OOM sluice is out of memory");
+    else if (client_subscribed_context(c) && local_subscribed_refuses(req, req->argc, views.argv))
+        reply_error(req->reply, "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+                    "PING / QUIT / RESET are allowed in this context", req->cmd->name);
     else
         local_execute(c, req, req->argc, views.argv, req->reply);
     request_argv_close(&views);
@@ -653,6 +666,41 @@ static int client_is_monitor(const struct client *c)
     return (c->flags & CLIENT_MONITOR) != 0;
 }
 
+/* The subscription counts a (un)subscribe reply of LEN bytes at the head
+ * of SRC carries ("*3 $9 subscribe $N channel :count"): while any is
+ * above 0 a RESP2 connection is in Redis's subscribed context. */
+static void client_note_subscriptions(struct client *c, struct evbuffer *src, size_t len)
+{
+    static const char *const kinds[] = {"subscribe", "unsubscribe", "psubscribe",
+                                        "punsubscribe", "ssubscribe", "sunsubscribe"};
+    char head[32], tail[24];
+    size_t tail_len = len < sizeof(tail) ? len : sizeof(tail);
+    struct evbuffer_ptr at;
+    char *colon;
+
+    if (len < 16 || evbuffer_copyout(src, head, sizeof(head) < len ? sizeof(head) : len) < 16 ||
+        memcmp(head, "*3\r\n$", 5) != 0)
+        return;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        size_t n = strlen(kinds[i]);
+        char *name = memchr(head + 5, '\n', sizeof(head) - 5);
+        if (name == NULL || (size_t)(head + sizeof(head) - name - 1) < n + 2 ||
+            memcmp(name + 1, kinds[i], n) != 0 || name[1 + n] != '\r')
+            continue;
+        evbuffer_ptr_set(src, &at, len - tail_len, EVBUFFER_PTR_SET);
+        if (evbuffer_copyout_from(src, &at, tail, tail_len) != (ssize_t)tail_len)
+            return;
+        tail[tail_len - 2] = '\0';   /* the final CRLF */
+        if ((colon = strrchr(tail, ':')) == NULL)
+            return;
+        if (i >= 4)   /* ssubscribe, sunsubscribe */
+            c->shard_subscriptions = strtoll(colon + 1, NULL, 10);
+        else
+            c->subscriptions = strtoll(colon + 1, NULL, 10);
+        return;
+    }
+}
+
 void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
 {
     static const char reset_reply[] = "+RESET\r\n";
@@ -665,6 +713,8 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         client_leave(c);
         return;
     }
+    if (!client_is_monitor(c))
+        client_note_subscriptions(c, src, len);
     /* In pub/sub mode only RESET answers with a status: the session is
      * back to normal, and replies pair with requests again. */
     if (len == sizeof(head) && c->private_conn != NULL && !client_is_monitor(c) &&
@@ -673,6 +723,7 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         backend_set_passthrough(c->private_conn, 0);
         backend_reauth(c->private_conn);   /* RESET logged Redis's connection out */
         reset = 1;
+        c->subscriptions = c->shard_subscriptions = 0;
         c->db = 0;
         free(c->name);
         c->name = NULL;
@@ -1059,8 +1110,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     if ((req->place == PLACE_LOCAL || client_role(req) == ROLE_CLIENT_IDS) &&
         (c->flags & CLIENT_IN_MULTI))
         client_local_in_multi(c, req, argv, src);   /* CLIENT LIST/INFO too */
-    if (req->place == PLACE_LOCAL && !(req->flags & REQ_NOREPLY) && !TAILQ_EMPTY(&c->requests) &&
-        local_reads_session(req, req->argc, argv)) {
+    if (req->place == PLACE_LOCAL && !(req->flags & REQ_NOREPLY) &&
+        ((!TAILQ_EMPTY(&c->requests) && local_reads_session(req, req->argc, argv)) ||
+         ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)))) {
+        /* In pub/sub it runs once its fence is back, when sluice knows
+         * whether Redis would still refuse it in the subscribed context. */
         /* Earlier replies may change what it reads: it runs behind them. */
         if (src != NULL && request_take_raw(req, src) != 0) {
             client_refuse(c, req, "OOM sluice is out of memory");

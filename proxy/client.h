@@ -50,6 +50,8 @@ struct client {
     struct backend_conn *inflight_conn; /* where its sent requests are */
     int inflight;                       /* requests sent and not yet answered */
     int fences;                         /* fences sent, not yet back (client_fence) */
+    long long subscriptions;            /* channels + patterns, as Redis last counted */
+    long long shard_subscriptions;      /* shard channels, likewise */
     int multi_queued;                   /* commands sent that Redis queues in this MULTI */
     struct multi_locals *multi;         /* sluice's own commands queued in it (multi.c) */
     struct request *stalled;            /* must be sent once inflight is 0 */

@@ -28,6 +28,7 @@ struct local_command {
     local_handler *run;
     int queues;            /* inside MULTI Redis queues it: it runs at EXEC (multi.c) */
     int session;           /* reads or sets what an earlier reply may change (the name) */
+    int subscribed_refused; /* Redis refuses it in a RESP2 subscribed context */
 };
 
 static local_handler local_client_setname, local_client_getname, local_client_id,
@@ -35,15 +36,15 @@ static local_handler local_client_setname, local_client_getname, local_client_id
     local_proxy;
 
 static const struct local_command local_commands[] = {
-    {"client|setname", 3, local_client_setname, 1, 1},
-    {"client|getname", 2, local_client_getname, 1, 1},
-    {"client|id", 2, local_client_id, 1, 0},
-    {"client|reply", 3, local_client_reply, 0, 0},
-    {"client|list", -2, local_client_list, 1, 1},
-    {"client|info", 2, local_client_info, 1, 1},
-    {"quit", -1, local_quit, 0, 0},     /* Redis 7.0 answers QUIT at once, even in MULTI */
-    {"hello", -1, local_hello, 0, 0},   /* only HELLO 3: see placement.c */
-    {"proxy", -2, local_proxy, 0, 0},   /* sluice's own: Redis never sees it */
+    {"client|setname", 3, local_client_setname, 1, 1, 1},
+    {"client|getname", 2, local_client_getname, 1, 1, 1},
+    {"client|id", 2, local_client_id, 1, 0, 1},
+    {"client|reply", 3, local_client_reply, 0, 0, 0},
+    {"client|list", -2, local_client_list, 1, 1, 0},   /* at EXEC (multi.c) */
+    {"client|info", 2, local_client_info, 1, 1, 0},
+    {"quit", -1, local_quit, 0, 0, 0},     /* Redis 7.0 answers QUIT at once, even in MULTI */
+    {"hello", -1, local_hello, 0, 0, 0},   /* only HELLO 3: see placement.c */
+    {"proxy", -2, local_proxy, 0, 0, 0},   /* sluice's own: Redis never sees it */
 };
 #define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))
 
@@ -85,6 +86,13 @@ static const struct local_command *local_find(const struct request *req, int arg
 static int local_arity_ok(const struct local_command *lc, int argc)
 {
     return lc->arity > 0 ? argc == lc->arity : argc >= -lc->arity;
+}
+
+int local_subscribed_refuses(const struct request *req, int argc, const struct sv *argv)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    return lc != NULL && lc->subscribed_refused && req->cmd != NULL;
 }
 
 int local_reads_session(const struct request *req, int argc, const struct sv *argv)

@@ -23,6 +23,10 @@ int local_handles(const char *name);
  * HELLO SETNAME): then it runs once those are in (client.c defers it). */
 int local_reads_session(const struct request *req, int argc, const struct sv *argv);
 
+/* Whether Redis would refuse REQ in a RESP2 subscribed context (CLIENT
+ * SETNAME/GETNAME/ID; not QUIT, nor sluice's own PROXY). */
+int local_subscribed_refuses(const struct request *req, int argc, const struct sv *argv);
+
 /* What happens to REQ (a command answered here) inside MULTI: answered
  * at once (QUIT, PROXY), or queued by Redis too, to run at EXEC (CLIENT
  * SETNAME/GETNAME/ID: see multi.c), or refused for its arity, which

@@ -460,3 +460,16 @@ def test_checked_client_commands_while_subscribed(sluice, ref):
               (b"CLIENT", b"KILL", b"TYPE", b"pubsub"), (b"CLIENT", b"UNBLOCK", b"1"),
               (b"PING",)]
     assert_same_replies(sluice, ref, script, pipelined=True)
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_client_name_commands_in_subscribed_context(sluice, ref, pipelined):
+    """In RESP2 pub/sub Redis refuses CLIENT SETNAME/GETNAME/ID; after the
+    last UNSUBSCRIBE it runs them again. sluice answers the same, in order,
+    and a refused SETNAME changes nothing."""
+    script = [(b"SUBSCRIBE", b"tr:ctx"), (b"CLIENT", b"SETNAME", b"x"), (b"CLIENT", b"GETNAME"),
+              (b"CLIENT", b"ID"), (b"PSUBSCRIBE", b"tr:*"), (b"UNSUBSCRIBE", b"tr:ctx"),
+              (b"CLIENT", b"GETNAME"), (b"PUNSUBSCRIBE",), (b"CLIENT", b"SETNAME", b"y"),
+              (b"CLIENT", b"GETNAME"), (b"SSUBSCRIBE", b"tr:s"), (b"CLIENT", b"GETNAME"),
+              (b"SUNSUBSCRIBE",), (b"CLIENT", b"GETNAME")]
+    assert_same_replies(sluice, ref, script, pipelined=pipelined)
