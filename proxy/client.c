@@ -672,6 +672,7 @@ static void client_try_unstall(struct client *c);
 void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct client *c = req->client;
+    int reset = (req->flags & REQ_RESET) != 0;   /* REQ may be freed below */
 
     client_enter(c);
     c->inflight--;
@@ -700,6 +701,8 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         client_try_unstall(c);
         client_check_drained(c);
     }
+    if (reset && !c->closing)
+        client_unblock(c);   /* blocked by client_send: what follows may go on */
     client_leave(c);
 }
 
@@ -1012,6 +1015,12 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     }
     if ((req->flags & REQ_RESET) && !unpaired)
         backend_reauth(conn);   /* RESET logs Redis's connection out: never leave it so */
+    /* What follows RESET is judged as the user, name and protocol RESET
+     * leaves, and in pub/sub must be paired with replies again: so it waits
+     * until Redis has answered RESET (client_on_reply, or +RESET seen by
+     * client_on_passthrough). */
+    if ((req->flags & REQ_RESET) && !client_is_monitor(c))
+        client_block(c);
     if (!unpaired) {
         c->inflight++;
         c->inflight_conn = conn;
@@ -1216,12 +1225,6 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         c->stalled = req;
         return -1;
     }
-    /* Leaving pub/sub: what follows RESET must be paired with replies
-     * again, so it waits until Redis has answered RESET (+RESET, seen by
-     * client_on_passthrough). */
-    if (client_role(req) == ROLE_RESET && (c->flags & CLIENT_PASSTHROUGH) &&
-        !client_is_monitor(c))
-        client_block(c);
     client_send(c, req, conn, src);
     return (c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT | CLIENT_BLOCKED)) ? -1 : 0;
 }
