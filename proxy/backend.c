@@ -69,6 +69,7 @@ struct backend_conn {
     enum backend_state state;
     struct client *owner;            /* private connection's client; NULL: pool */
     int oneshot;                     /* a control connection: freed once answered */
+    int spare;                       /* a private connection nobody owns yet */
     int passthrough;
     int busy;                        /* inside its read callback */
     int released;                    /* free once not busy */
@@ -93,6 +94,8 @@ struct backend_node {
     struct backend_conn **pool;
     int pool_size;
     int private_count;               /* private and one-shot connections */
+    int spare_count;                 /* spare connections, not in private_count */
+    struct event *spare_ev;          /* replenish the spares (backend_spares_cb) */
     struct backend_conn_list conns;  /* every connection, pool included */
     TAILQ_ENTRY(backend_node) link;  /* in backend_nodes */
     /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
@@ -116,6 +119,7 @@ static backend_reply_filter_fn *backend_reply_filter;
 static void backend_connect(struct backend_conn *conn);
 static void backend_conn_down(struct backend_conn *conn, const char *why);
 static void backend_read_cb(struct bufferevent *bev, void *arg);
+static void backend_spares_refill(struct backend_node *node);
 
 static int backend_resolve(struct backend_node *node, const char *hostport, char *err, size_t errlen)
 {
@@ -176,6 +180,7 @@ static struct backend_node *backend_node_new(const char *hostport, char *err, si
         node->pool[i] = backend_conn_new(node, NULL);
         backend_connect(node->pool[i]);
     }
+    backend_spares_refill(node);
     return node;
 }
 
@@ -275,7 +280,7 @@ static void backend_internal_reply(struct request *req, struct evbuffer *src, si
 }
 
 /* The reply to the prelude's CLIENT ID: which Redis client this
- * connection is, so that CLIENT KILL ID cannot name it. */
+ * connection is (PROXY INFO shows it). */
 static void backend_client_id_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct backend_conn *conn = req->ctx;
@@ -394,7 +399,7 @@ static void backend_send_prelude(struct backend_conn *conn)
     struct evbuffer *buf;
 
     backend_reauth(conn);
-    if (conn->oneshot || conn->owner != NULL)
+    if (conn->oneshot || conn->owner != NULL || conn->spare)
         return;
     buf = evbuffer_new();
     evbuffer_add(buf, client_id, sizeof(client_id) - 1);
@@ -518,7 +523,12 @@ static void backend_conn_release(struct backend_conn *conn)
     }
     if (conn->released)
         return;
-    conn->node->private_count--;
+    if (conn->spare) {
+        conn->node->spare_count--;
+    } else {
+        conn->node->private_count--;
+        backend_spares_refill(conn->node);   /* room again under backend_max_connections */
+    }
     conn->released = 1;
     if (!conn->busy)
         backend_conn_free(conn);
@@ -546,7 +556,7 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
 
     snprintf(conn->error, sizeof(conn->error), "backend unavailable: %s (%s)", conn->node->name,
              why);
-    if (owner == NULL && !conn->oneshot)
+    if (owner == NULL && !conn->oneshot && !conn->spare)
         backend_log_down(conn, why);
     else
         log_debug("backend %s connection down: %s", conn->node->name, why);
@@ -614,7 +624,7 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         backend_note_local_addr(conn, fd);
-        if (conn->owner == NULL && !conn->oneshot)
+        if (conn->owner == NULL && !conn->oneshot && !conn->spare)
             log_notice("backend %s connected", conn->node->name);
         conn->state = BACKEND_UP;
         conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
@@ -687,9 +697,76 @@ static struct backend_conn *backend_extra_conn(struct backend_node *node, struct
     return conn;
 }
 
+/* Spares. A client's first command that needs a private connection (a
+ * blocking XREADGROUP, SELECT) would otherwise wait for a connect round
+ * trip, while a later command of another client on a shared connection
+ * overtakes it. So each node keeps backend_spare_connections private
+ * connections connected and authenticated, owned by nobody, and refills
+ * them from the loop as they are taken. A spare sends nothing but AUTH:
+ * MONITOR never shows it, and a taken spare's first command is its
+ * client's. A spare that goes down reconnects like a pool connection. */
+static void backend_spares_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct backend_node *node = arg;
+    struct backend_conn *conn;
+
+    (void)fd;
+    (void)what;
+    while (node->spare_count < backend_cfg->backend_spare_connections &&
+           node->private_count + node->spare_count < backend_cfg->backend_max_connections) {
+        conn = backend_conn_new(node, NULL);
+        if (conn == NULL)
+            return;
+        conn->spare = 1;
+        node->spare_count++;
+        backend_connect(conn);
+    }
+}
+
+/* Refill NODE's spares from the loop, not inside a caller's callback. */
+static void backend_spares_refill(struct backend_node *node)
+{
+    struct timeval now = {0, 0};
+
+    if (backend_cfg->backend_spare_connections == 0)
+        return;
+    if (node->spare_ev == NULL)
+        node->spare_ev = evtimer_new(backend_base, backend_spares_cb, node);
+    if (node->spare_ev != NULL)
+        evtimer_add(node->spare_ev, &now);
+}
+
+/* A spare of NODE for OWNER: one that is up, else one still connecting
+ * (its connect started earlier than a new one would), or NULL. */
+static struct backend_conn *backend_take_spare(struct backend_node *node, struct client *owner)
+{
+    struct backend_conn *conn, *best = NULL;
+
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (!conn->spare || conn->released || conn->state == BACKEND_DOWN)
+            continue;
+        if (best == NULL || (conn->state == BACKEND_UP && best->state != BACKEND_UP))
+            best = conn;
+    }
+    if (best == NULL)
+        return NULL;
+    best->spare = 0;
+    best->owner = owner;
+    node->spare_count--;
+    node->private_count++;
+    if (best->retry != NULL)
+        evtimer_del(best->retry);
+    return best;
+}
+
 struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner)
 {
-    return backend_extra_conn(node, owner, 0);
+    struct backend_conn *conn = backend_take_spare(node, owner);
+
+    if (conn == NULL)
+        conn = backend_extra_conn(node, owner, 0);
+    backend_spares_refill(node);
+    return conn;
 }
 
 struct backend_conn *backend_control_conn(struct backend_node *node)
@@ -702,34 +779,51 @@ void backend_release_private(struct backend_conn *conn)
     backend_conn_release(conn);
 }
 
-int backend_owns_client_id(long long id)
+long long backend_conn_redis_id(const struct backend_conn *conn)
 {
-    struct backend_node *node;
-    struct backend_conn *conn;
-
-    if (id <= 0)
-        return 0;
-    TAILQ_FOREACH(node, &backend_nodes, link) {
-        TAILQ_FOREACH(conn, &node->conns, node_link) {
-            if (conn->redis_id == id)
-                return 1;
-        }
-    }
-    return 0;
+    return conn->redis_id;
 }
 
-int backend_owns_addr(const char *addr, size_t len)
+/* The value of FIELD ("id=") in the CLIENT LIST line LINE (LEN bytes):
+ * where it starts, and its length in *VLEN. NULL when absent. */
+static const char *backend_list_field(const char *line, size_t len, const char *field, size_t *vlen)
+{
+    size_t flen = strlen(field);
+
+    for (size_t i = 0; i + flen <= len; i++) {
+        if ((i == 0 || line[i - 1] == ' ') && memcmp(line + i, field, flen) == 0) {
+            const char *v = line + i + flen;
+            const char *end = memchr(v, ' ', len - i - flen);
+            *vlen = end != NULL ? (size_t)(end - v) : len - i - flen;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+void backend_learn_redis_ids(const char *text, size_t len)
 {
     struct backend_node *node;
     struct backend_conn *conn;
 
-    TAILQ_FOREACH(node, &backend_nodes, link) {
-        TAILQ_FOREACH(conn, &node->conns, node_link) {
-            if (strlen(conn->local_addr) == len && memcmp(conn->local_addr, addr, len) == 0)
-                return 1;
+    /* Each connection's local address is its own, whichever node it goes to. */
+    while (len > 0) {
+        const char *nl = memchr(text, '\n', len);
+        size_t line_len = nl != NULL ? (size_t)(nl - text) : len;
+        size_t id_len, addr_len;
+        const char *id = backend_list_field(text, line_len, "id=", &id_len);
+        const char *addr = backend_list_field(text, line_len, "addr=", &addr_len);
+        TAILQ_FOREACH(node, &backend_nodes, link) {
+            TAILQ_FOREACH(conn, &node->conns, node_link) {
+                if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
+                    strlen(conn->local_addr) == addr_len &&
+                    memcmp(conn->local_addr, addr, addr_len) == 0)
+                    conn->redis_id = strtoll(id, NULL, 10);
+            }
         }
+        text += line_len + (nl != NULL);
+        len -= line_len + (nl != NULL);
     }
-    return 0;
 }
 
 static void backend_want_write(struct backend_conn *conn)
@@ -938,7 +1032,7 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
 void backend_write_info(struct evbuffer *out)
 {
     struct backend_node *node;
-    int n = 0, private_count = 0;
+    int n = 0, private_count = 0, spare_count = 0;
 
     TAILQ_FOREACH(node, &backend_nodes, link) {
         for (int i = 0; i < node->pool_size; i++) {
@@ -948,8 +1042,10 @@ void backend_write_info(struct evbuffer *out)
                                 conn->inflight_count, conn->redis_id, conn->local_addr);
         }
         private_count += node->private_count;
+        spare_count += node->spare_count;
     }
     evbuffer_add_printf(out, "backend_private_connections:%d\r\n", private_count);
+    evbuffer_add_printf(out, "backend_spare_connections:%d\r\n", spare_count);
 }
 
 void backend_free_all(void)
@@ -959,6 +1055,8 @@ void backend_free_all(void)
     while ((node = TAILQ_FIRST(&backend_nodes)) != NULL) {
         while (!TAILQ_EMPTY(&node->conns))
             backend_conn_free(TAILQ_FIRST(&node->conns));
+        if (node->spare_ev != NULL)
+            event_free(node->spare_ev);
         TAILQ_REMOVE(&backend_nodes, node, link);
         free(node->pool);
         free(node);
