@@ -576,11 +576,12 @@ void cluster_write_map(struct evbuffer *out)
                             backend_node_up(node) ? "up" : "down", slots);
     }
     evbuffer_add_printf(text, "\r\n# Counters\r\nmoved:%llu\r\nask:%llu\r\ntryagain:%llu\r\n"
-                              "redirect_limit:%llu\r\nrefreshes:%llu\r\nrefresh_failures:%llu\r\n"
-                              "crossslot:%llu\r\nclusterdown_replies:%llu\r\n",
+                              "retries:%llu\r\nredirect_limit:%llu\r\nrefreshes:%llu\r\n"
+                              "refresh_failures:%llu\r\ncrossslot:%llu\r\nclusterdown_replies:%llu\r\n",
                         (unsigned long long)stats[STAT_cluster_moved],
                         (unsigned long long)stats[STAT_cluster_ask],
                         (unsigned long long)stats[STAT_cluster_tryagain],
+                        (unsigned long long)stats[STAT_cluster_retries],
                         (unsigned long long)stats[STAT_cluster_redirect_limit],
                         (unsigned long long)stats[STAT_cluster_refreshes],
                         (unsigned long long)stats[STAT_cluster_refresh_failures],
