@@ -123,7 +123,7 @@ static void local_client_getname(struct client *c, int argc, const struct sv *ar
     (void)argc;
     (void)argv;
     if (c->name == NULL)
-        reply_nil(out);
+        reply_nil(out, c->resp);
     else
         reply_bulk(out, c->name, strlen(c->name));
 }
@@ -159,12 +159,51 @@ static void local_quit(struct client *c, int argc, const struct sv *argv, struct
     reply_status(out, "OK");
 }
 
+/* TEMPORARY (h-resp3, until issue 10's HELLO lands): HELLO [2|3]
+ * [SETNAME name] sets the client's protocol and answers as Redis does,
+ * with sluice's client id. AUTH is not handled here yet. */
 static void local_hello(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
-    (void)c;
-    (void)argc;
-    (void)argv;
-    reply_error(out, "-NOPROTO sorry, this protocol version is not supported");
+    static const char *const keys[] = {"server", "version", "proto", "id", "mode", "role",
+                                       "modules"};
+    int resp = c->resp;
+
+    if (argc >= 2) {
+        if (argv[1].len != 1 || (argv[1].ptr[0] != '2' && argv[1].ptr[0] != '3')) {
+            reply_error(out, "-NOPROTO unsupported protocol version");
+            return;
+        }
+        resp = argv[1].ptr[0] - '0';
+    }
+    for (int i = 2; i < argc; i++) {
+        if (sv_ieq(argv[i], "setname") && i + 1 < argc && local_valid_name(argv[i + 1])) {
+            free(c->name);
+            c->name = argv[i + 1].len > 0 ? strndup(argv[i + 1].ptr, argv[i + 1].len) : NULL;
+            i++;
+        } else {
+            reply_error(out, "-NOPROTO sorry, this HELLO form is not supported yet");
+            return;
+        }
+    }
+    c->resp = resp;
+    if (resp == 3)
+        evbuffer_add_printf(out, "%%%d\r\n", 7);
+    else
+        reply_array_header(out, 14);
+    reply_bulk(out, keys[0], strlen(keys[0]));
+    reply_bulk(out, "sluice", 6);
+    reply_bulk(out, keys[1], strlen(keys[1]));
+    reply_bulk(out, SLUICE_VERSION, strlen(SLUICE_VERSION));
+    reply_bulk(out, keys[2], strlen(keys[2]));
+    reply_integer(out, resp);
+    reply_bulk(out, keys[3], strlen(keys[3]));
+    reply_integer(out, (long long)c->id);
+    reply_bulk(out, keys[4], strlen(keys[4]));
+    reply_bulk(out, "standalone", 10);
+    reply_bulk(out, keys[5], strlen(keys[5]));
+    reply_bulk(out, "master", 6);
+    reply_bulk(out, keys[6], strlen(keys[6]));
+    reply_array_header(out, 0);
 }
 
 static void local_proxy_ping(struct evbuffer *out)

@@ -49,7 +49,7 @@ static const struct placement_row placement_rows[] = {
      "Redis always answers; sluice drops the replies"},
     {"quit", PLACE_LOCAL, 0, ROLE_NONE, NULL, "closes the client connection"},
     {"hello", PLACE_PRIVATE, 0, ROLE_HELLO, placement_check_hello,
-     "HELLO 3 is refused by sluice (NOPROTO); other versions set up a session"},
+     "sets the client's protocol; with AUTH it goes to Redis (temporary)"},
     {"proxy", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's own command"},
     {"lock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb (EVALSHA of lua/)"},
     {"unlock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
@@ -254,10 +254,16 @@ static struct placement placement_check_client_kill(int argc, const struct sv *a
     return narrowed || argc < 3 ? placement_shared() : refused;
 }
 
-/* HELLO 3 asks for RESP3, which sluice refuses itself (NOPROTO). */
+/* TEMPORARY (h-resp3, until issue 10's HELLO lands): HELLO without AUTH
+ * is sluice's (local.c sets the client's protocol); with AUTH it goes to
+ * Redis as before. */
 static struct placement placement_check_hello(int argc, const struct sv *argv)
 {
-    if (argc >= 2 && argv[1].len == 1 && argv[1].ptr[0] == '3')
-        return (struct placement){PLACE_LOCAL, 0, NULL};
-    return placement_private();
+    for (int i = 2; i < argc; i++) {
+        if (sv_ieq(argv[i], "auth"))
+            return argv[1].len == 1 && argv[1].ptr[0] == '3'
+                       ? (struct placement){PLACE_LOCAL, 0, NULL}
+                       : placement_private();
+    }
+    return (struct placement){PLACE_LOCAL, 0, NULL};
 }

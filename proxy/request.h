@@ -48,6 +48,8 @@ enum request_flag {
     REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
     REQ_UNPAIRED = 1 << 7,    /* sent on a connection whose replies stream unpaired
                                  (pub/sub, MONITOR): nothing waits for a reply */
+    REQ_PUSHES = 1 << 8,      /* RESP3 (un)subscribe: answered by pushes, not a reply;
+                                 done after pushes_left of them (client_on_push) */
 };
 
 struct req_arg {
@@ -65,6 +67,8 @@ struct request {
     const struct command *cmd;     /* NULL for commands sluice does not know */
     unsigned flags;                /* enum request_flag */
     int place;                     /* enum placement_kind, decided when framed */
+    int pushes_left;               /* REQ_PUSHES: confirmations still to come; -1: until
+                                      none of its kind is left (UNSUBSCRIBE, no argument) */
     int argc;
     int args_cap;
     struct req_arg *args;          /* args_inline or heap */

@@ -125,8 +125,10 @@ static void test_hello(void)
 {
     setup();
     CHECK(kind_of("HELLO 3") == PLACE_LOCAL);
-    CHECK(kind_of("HELLO 2") == PLACE_PRIVATE);
-    CHECK(kind_of("HELLO") == PLACE_PRIVATE);
+    /* TEMPORARY (h-resp3): sluice answers HELLO but for its AUTH form */
+    CHECK(kind_of("HELLO 2") == PLACE_LOCAL);
+    CHECK(kind_of("HELLO") == PLACE_LOCAL);
+    CHECK(kind_of("HELLO 2 AUTH u p") == PLACE_PRIVATE);
 }
 
 /* Every command the table says sluice answers has a handler in local.c
