@@ -3,6 +3,7 @@
 #include "local.h"
 
 #include <event2/buffer.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -168,22 +169,41 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
                                        "modules"};
     int resp = c->resp;
 
+    const struct sv *name = NULL;
+    char digits[24];
+    char *end;
+    long long ver;
+
     if (argc >= 2) {
-        if (argv[1].len != 1 || (argv[1].ptr[0] != '2' && argv[1].ptr[0] != '3')) {
+        snprintf(digits, sizeof(digits), "%.*s", argv[1].len < 23 ? (int)argv[1].len : 23,
+                 argv[1].ptr);
+        ver = strtoll(digits, &end, 10);
+        if (argv[1].len == 0 || argv[1].len > 20 || *end != '\0') {
+            reply_error(out, "Protocol version is not an integer or out of range");
+            return;
+        }
+        if (ver != 2 && ver != 3) {
             reply_error(out, "-NOPROTO unsupported protocol version");
             return;
         }
-        resp = argv[1].ptr[0] - '0';
+        resp = (int)ver;
     }
     for (int i = 2; i < argc; i++) {
-        if (sv_ieq(argv[i], "setname") && i + 1 < argc && local_valid_name(argv[i + 1])) {
-            free(c->name);
-            c->name = argv[i + 1].len > 0 ? strndup(argv[i + 1].ptr, argv[i + 1].len) : NULL;
-            i++;
-        } else {
-            reply_error(out, "-NOPROTO sorry, this HELLO form is not supported yet");
+        if (!sv_ieq(argv[i], "setname") || i + 1 >= argc) {
+            int n = argv[i].len < 64 ? (int)argv[i].len : 64;
+            reply_error(out, "Syntax error in HELLO option '%.*s'", n, argv[i].ptr);
             return;
         }
+        name = &argv[++i];
+    }
+    if (name != NULL && !local_valid_name(*name)) {
+        reply_error(out, "Client names cannot contain spaces, newlines or special characters.");
+        return;
+    }
+    if (name != NULL) {
+        free(c->name);
+        c->name = name->len > 0 ? strndup(name->ptr, name->len) : NULL;
+        throttle_client_changed(c);
     }
     c->resp = resp;
     if (resp == 3)
