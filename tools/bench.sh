@@ -23,18 +23,22 @@
 #   4. Fairness (tools/slowreader.py): one client pipelines 20,000 GETs of a
 #      100 KB value and never reads; another client's GET latency (p50, p99,
 #      max), Redis's peak output buffer for sluice, sluice's memory growth.
+#   5. RESP3 next to RESP2 through sluice: GET/SET, -c 1/50, -P 1/16, with
+#      tools/respbench.c (redis-benchmark has no RESP3 switch), the same
+#      client once after HELLO 3 and once without.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
-# BENCH_SECTIONS="1 2 3 4" (which sections to run, e.g. "3" for the rules).
+# BENCH_SECTIONS="1 2 3 4 5" (which sections to run, e.g. "3" for the rules).
 set -eu
 
 sluice=$(readlink -f "$1")
 lockbench=$(readlink -f "$2")
+respbench=$(readlink -f "$3")
 rounds=${BENCH_ROUNDS:-5}
 rules_rounds=${BENCH_RULES_ROUNDS:-9}
 scale=${BENCH_SCALE:-1}
-sections=${BENCH_SECTIONS:-1 2 3 4}
+sections=${BENCH_SECTIONS:-1 2 3 4 5}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -54,7 +58,7 @@ trap "exit 1" INT TERM HUP PIPE   # then EXIT cleans up (PIPE: output piped into
 section() {     # section N: true when section N is to run
     case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac
 }
-section 1 || section 2 || rounds=0
+section 1 || section 2 || section 5 || rounds=0
 section 3 || rules_rounds=0
 
 free_port() {
@@ -216,6 +220,18 @@ while [ $r -le "$rounds" ]; do
                         sluice) port=$sport ;;
                     esac
                     bench_one "$target" "$port" "$t" "$c" "$p" "$n" "$r"
+                done
+            done
+        done
+    done
+    section 5 && for t in get set; do
+        for c in 1 50; do
+            for p in 1 16; do
+                n=$(n_of "$(base_n $c $p)")
+                for proto in $(rotate $(( r + c + p )) resp2 resp3); do
+                    flag=""; [ "$proto" = resp2 ] || flag=-3
+                    v=$("$respbench" -p "$sport" -t "$t" -c "$c" -P "$p" -n "$n" $flag)
+                    echo "$proto $t $c $p ${v:-0} $r" >>"$results"
                 done
             done
         done
@@ -392,6 +408,21 @@ if section 4; then
     wait_port "$sport"
     /usr/bin/python3 "$(dirname "$0")/slowreader.py" "$sport" "$rport" "$spid" 5
     echo "   targets: another client's GET answered within 1 s; Redis's buffer bounded"
+fi
+
+if section 5; then
+    echo
+    echo "5. RESP3 and RESP2 clients through sluice, requests/s (median of $rounds, tools/respbench)"
+    printf '%-4s %3s %3s %11s %11s %8s\n' cmd -c -P RESP2 RESP3 "3/2"
+    for t in get set; do
+        for c in 1 50; do
+            for p in 1 16; do
+                printf '%-4s %3s %3s %11.0f %11.0f %8s\n' "$t" "$c" "$p" "$(median resp2 $t $c $p)" \
+                    "$(median resp3 $t $c $p)" "$(median_ratio resp3 resp2 "$t" "$c" "$p")"
+            done
+        done
+    done
+    echo "   target: 3/2 >= 0.97 on every row"
 fi
 
 for f in sluice rules0 rules100 rules1; do
