@@ -240,6 +240,9 @@ def node_clients():
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         pytest.skip("node and npm are needed for the node-redis/ioredis tests (not found)")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout
+    if int(version.lstrip("v").split(".")[0] or 0) < 20:
+        pytest.skip(f"node-redis 6 and ioredis 6 need node 20 or newer (found {version.strip()})")
     if not (NODE_DIR / "node_modules" / "redis").is_dir() or \
             not (NODE_DIR / "node_modules" / "ioredis").is_dir():
         r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR,
