@@ -638,6 +638,19 @@ int client_on_push(struct client *c, struct request *head, struct evbuffer *src,
     return ends;
 }
 
+int client_subscribed_resp3(const struct client *c)
+{
+    const struct request *req;
+
+    if (c->subs.total > 0 || c->subs.shards > 0)
+        return 1;
+    TAILQ_FOREACH(req, &c->requests, client_link) {
+        if (req->flags & REQ_PUSHES)
+            return 1;   /* confirmations still to come */
+    }
+    return 0;
+}
+
 void client_on_private_lost(struct client *c)
 {
     /* Its session (database, transaction, subscriptions) is gone with the

@@ -124,6 +124,10 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len);
  * caller completes HEAD with an empty reply. */
 int client_on_push(struct client *c, struct request *head, struct evbuffer *src, size_t len);
 
+/* Whether C, a RESP3 client, is (or may be about to be) subscribed:
+ * confirmations counted, or a (un)subscribe still waiting for them. */
+int client_subscribed_resp3(const struct client *c);
+
 /* C's private backend connection is gone: pending replies are errors
  * already; C is closed once they are written, since its session is lost. */
 void client_on_private_lost(struct client *c);

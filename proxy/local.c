@@ -196,6 +196,18 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
         }
         name = &argv[++i];
     }
+    if ((c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR)) {
+        reply_error(out, "Can't execute 'hello': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+                         "PING / QUIT / RESET are allowed in this context");
+        return;
+    }
+    if (resp == 2 && c->resp == 3 && client_subscribed_resp3(c)) {
+        /* Redis would put the connection in RESP2 pub/sub mode, whose
+         * messages sluice would take for replies (README: known limits). */
+        reply_error(out, "sluice does not support HELLO 2 while subscribed in RESP3; "
+                         "unsubscribe or RESET first");
+        return;
+    }
     if (name != NULL && !local_valid_name(*name)) {
         reply_error(out, "Client names cannot contain spaces, newlines or special characters.");
         return;

@@ -144,6 +144,27 @@ def test_private_connection_follows_hello(sluice, ref, clean):
         assert (f[0], f[2], f[4]) == (b"_\r\n", b"$-1\r\n", b"_\r\n"), f
 
 
+def test_hello_refused_where_redis_or_sluice_cannot_switch(sluice, ref, clean):
+    # RESP2 pub/sub: as Redis.
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            # (one at a time: the order of sluice's own replies in RESP2
+            # pub/sub is another issue's)
+            c.send(_cmds(("SUBSCRIBE", "a")))
+            _frames(c, 1)
+            c.send(_cmds(("HELLO", "3")))
+            assert _frames(c, 1)[0].startswith(b"-ERR Can't execute 'hello'")
+            c.send(_cmds(("PING",)))
+            assert _frames(c, 1) == [b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"]
+    # RESP3 pub/sub to RESP2: sluice's limit, said so; the session goes on.
+    with sluice.raw() as c:
+        _hello3(c)
+        c.send(_cmds(("SUBSCRIBE", "a"), ("HELLO", "2"), ("GET", "nokey")))
+        got = _frames(c, 3)
+        assert got[1].startswith(b"-ERR sluice does not support HELLO 2 while subscribed"), got
+        assert got[2] == b"_\r\n"
+
+
 def test_nil_replies_sluice_writes(sluice, clean):
     """CLIENT GETNAME and a LOCK that finds the lock taken answer nil in the
     client's protocol."""
