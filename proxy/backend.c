@@ -764,9 +764,10 @@ static void backend_dispatch_push(struct backend_conn *conn, struct evbuffer *in
 {
     struct request *head = TAILQ_FIRST(&conn->inflight);
 
-    if (conn->owner == NULL) {
-        log_warning("backend %s sent a push message on a shared connection; dropped",
-                    conn->node->name);
+    if (conn->owner == NULL) {   /* shared, one-shot, or its client has gone */
+        if (!conn->oneshot && !conn->released)
+            log_warning("backend %s sent a push message on a shared connection; dropped",
+                        conn->node->name);
         evbuffer_drain(in, len);
         return;
     }

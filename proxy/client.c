@@ -547,9 +547,9 @@ static const struct {
  * (else -1). */
 static void client_push_kind(struct evbuffer *src, size_t len, char *kind, long long *count)
 {
-    char head[40], tail[24];
+    char head[41], tail[24];
     struct evbuffer_ptr at;
-    size_t n = len < sizeof(head) ? len : sizeof(head);
+    size_t n = len < sizeof(head) - 1 ? len : sizeof(head) - 1;
     size_t t = len < sizeof(tail) ? len : sizeof(tail);
     char *p, *line;
     long klen;
@@ -557,6 +557,7 @@ static void client_push_kind(struct evbuffer *src, size_t len, char *kind, long 
     kind[0] = '\0';
     *count = -1;
     evbuffer_copyout(src, head, n);
+    head[n] = '\0';   /* strtol stops here at the latest */
     p = memchr(head, '\n', n);
     if (p != NULL && p + 1 < head + n && p[1] == '$') {
         klen = strtol(p + 2, &line, 10);
