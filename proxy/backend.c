@@ -281,7 +281,7 @@ void backend_reauth(struct backend_conn *conn)
     evbuffer_free(buf);
 }
 
-/* Ask CONN to speak RESP3 with HELLO 3 (its reply, a map, is sluice's). */
+/* Ask CONN to speak RESP (2 or 3) with HELLO; its reply is sluice's. */
 static void backend_send_hello(struct backend_conn *conn, int resp)
 {
     static const char hello2[] = "*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n";

@@ -162,33 +162,82 @@ static void local_quit(struct client *c, int argc, const struct sv *argv, struct
 
 /* TEMPORARY (h-resp3, until issue 10's HELLO lands): HELLO [2|3]
  * [SETNAME name] sets the client's protocol and answers as Redis does,
- * with sluice's client id. AUTH is not handled here yet. */
-static void local_hello(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
-{
-    static const char *const keys[] = {"server", "version", "proto", "id", "mode", "role",
-                                       "modules"};
-    int resp = c->resp;
+ * with sluice's client id. HELLO 3 AUTH is refused; HELLO 2 AUTH goes to
+ * Redis as before (placement.c). */
 
-    const struct sv *name = NULL;
+/* HELLO's reply for C, in its protocol: a map in RESP3, flat in RESP2. */
+static void local_hello_reply(struct client *c, struct evbuffer *out)
+{
+    static const char *const fields[] = {"server", "sluice", "version", SLUICE_VERSION,
+                                         "proto", NULL, "id", NULL, "mode", "standalone",
+                                         "role", "master", "modules", NULL};
+    static const char map_head[] = "%7\r\n";
+
+    if (c->resp == 3)
+        evbuffer_add(out, map_head, sizeof(map_head) - 1);
+    else
+        reply_array_header(out, 14);
+    for (int i = 0; i < 14; i += 2) {
+        reply_bulk(out, fields[i], strlen(fields[i]));
+        if (fields[i + 1] != NULL)
+            reply_bulk(out, fields[i + 1], strlen(fields[i + 1]));
+        else if (i == 4)
+            reply_integer(out, c->resp);
+        else if (i == 6)
+            reply_integer(out, (long long)c->id);
+        else
+            reply_array_header(out, 0);
+    }
+}
+
+/* HELLO's protocol version ARG into *RESP; 0, or -1 with the error written. */
+static int local_hello_version(struct sv arg, int *resp, struct evbuffer *out)
+{
     char digits[24];
     char *end;
     long long ver;
 
-    if (argc >= 2) {
-        snprintf(digits, sizeof(digits), "%.*s", argv[1].len < 23 ? (int)argv[1].len : 23,
-                 argv[1].ptr);
-        ver = strtoll(digits, &end, 10);
-        if (argv[1].len == 0 || argv[1].len > 20 || *end != '\0') {
-            reply_error(out, "Protocol version is not an integer or out of range");
-            return;
-        }
-        if (ver != 2 && ver != 3) {
-            reply_error(out, "-NOPROTO unsupported protocol version");
-            return;
-        }
-        resp = (int)ver;
+    snprintf(digits, sizeof(digits), "%.*s", arg.len < 23 ? (int)arg.len : 23, arg.ptr);
+    ver = strtoll(digits, &end, 10);
+    if (arg.len == 0 || arg.len > 20 || *end != '\0') {
+        reply_error(out, "Protocol version is not an integer or out of range");
+        return -1;
     }
+    if (ver != 2 && ver != 3) {
+        reply_error(out, "-NOPROTO unsupported protocol version");
+        return -1;
+    }
+    *resp = (int)ver;
+    return 0;
+}
+
+/* Why C may not switch to protocol RESP now (NULL: it may). */
+static const char *local_hello_refusal(const struct client *c, int resp)
+{
+    if ((c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR))
+        return "Can't execute 'hello': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / "
+               "RESET are allowed in this context";
+    /* Redis would put the connection in RESP2 pub/sub mode, whose messages
+     * sluice would take for replies (README: known limits). */
+    if (resp == 2 && c->resp == 3 && client_subscribed_resp3(c))
+        return "sluice does not support HELLO 2 while subscribed in RESP3; "
+               "unsubscribe or RESET first";
+    return NULL;
+}
+
+static void local_hello(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
+{
+    const struct sv *name = NULL;
+    const char *refusal;
+    int resp = c->resp;
+
+    if (argc >= 2 && local_hello_version(argv[1], &resp, out) != 0)
+        return;
     for (int i = 2; i < argc; i++) {
+        if (sv_ieq(argv[i], "auth")) {
+            reply_error(out, "sluice does not take AUTH in HELLO 3 yet: send AUTH, then HELLO 3");
+            return;
+        }
         if (!sv_ieq(argv[i], "setname") || i + 1 >= argc) {
             int n = argv[i].len < 64 ? (int)argv[i].len : 64;
             reply_error(out, "Syntax error in HELLO option '%.*s'", n, argv[i].ptr);
@@ -196,16 +245,9 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
         }
         name = &argv[++i];
     }
-    if ((c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR)) {
-        reply_error(out, "Can't execute 'hello': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
-                         "PING / QUIT / RESET are allowed in this context");
-        return;
-    }
-    if (resp == 2 && c->resp == 3 && client_subscribed_resp3(c)) {
-        /* Redis would put the connection in RESP2 pub/sub mode, whose
-         * messages sluice would take for replies (README: known limits). */
-        reply_error(out, "sluice does not support HELLO 2 while subscribed in RESP3; "
-                         "unsubscribe or RESET first");
+    refusal = local_hello_refusal(c, resp);
+    if (refusal != NULL) {
+        reply_error(out, "%s", refusal);
         return;
     }
     if (name != NULL && !local_valid_name(*name)) {
@@ -218,24 +260,7 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
         throttle_client_changed(c);
     }
     c->resp = resp;
-    if (resp == 3)
-        evbuffer_add_printf(out, "%%%d\r\n", 7);
-    else
-        reply_array_header(out, 14);
-    reply_bulk(out, keys[0], strlen(keys[0]));
-    reply_bulk(out, "sluice", 6);
-    reply_bulk(out, keys[1], strlen(keys[1]));
-    reply_bulk(out, SLUICE_VERSION, strlen(SLUICE_VERSION));
-    reply_bulk(out, keys[2], strlen(keys[2]));
-    reply_integer(out, resp);
-    reply_bulk(out, keys[3], strlen(keys[3]));
-    reply_integer(out, (long long)c->id);
-    reply_bulk(out, keys[4], strlen(keys[4]));
-    reply_bulk(out, "standalone", 10);
-    reply_bulk(out, keys[5], strlen(keys[5]));
-    reply_bulk(out, "master", 6);
-    reply_bulk(out, keys[6], strlen(keys[6]));
-    reply_array_header(out, 0);
+    local_hello_reply(c, out);
 }
 
 static void local_proxy_ping(struct evbuffer *out)
