@@ -291,3 +291,18 @@ def test_node_redis(node_clients, sluice, backend, clean, scenario):
 def test_ioredis(node_clients, sluice, backend, clean, scenario):
     out = _node(node_clients, "ioredis.mjs", scenario, sluice.port, backend.port)
     assert out["ok"] is True, out
+
+
+def test_redis_cli_3_same_as_redis(sluice, ref, backend, clean):
+    """redis-cli -3, by hand: the same output through sluice as from Redis."""
+    for srv in (backend, ref):
+        c = srv.client()
+        c.hset("h", mapping={"f": "v"})
+        c.zadd("z", {"m": 0.5})
+        c.close()
+    for cmd in (["HGETALL", "h"], ["ZSCORE", "z", "m"], ["GET", "nokey"], ["CLIENT", "GETNAME"],
+                ["CONFIG", "GET", "maxmemory"], ["EVAL", "redis.setresp(3); return true", "0"]):
+        out = [subprocess.run(["redis-cli", "-3", "-p", str(port)] + cmd, capture_output=True,
+                              text=True, timeout=10 * SLOW).stdout
+               for port in (sluice.port, ref.port)]
+        assert out[0] == out[1], (cmd, out)
