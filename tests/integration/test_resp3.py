@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SLOW, encode_command
+from helpers import SLOW, RawConn, encode_command
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
@@ -187,6 +187,36 @@ def test_hello_reply_shows_sluice_client_id(sluice):
         c.send_command("HELLO", "2")
         flat = c.read_reply()
         assert flat[flat.index(b"proto") + 1] == 2
+
+
+def test_push_flood_to_a_client_that_never_reads(redis_factory, sluice_factory):
+    """Hostile: a RESP3 client tracks every key (BCAST) and a subscription
+    and never reads; floods of invalidations and messages count against its
+    client_output_buffer_limit and close it, while others go on."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, client_output_buffer_limit="256kb")
+    slow = RawConn(s.port, rcvbuf=4096, timeout=10 * SLOW)
+    try:
+        _hello3(slow)
+        slow.send(_cmds(("CLIENT", "TRACKING", "ON", "BCAST"), ("SUBSCRIBE", "flood")))
+        other = s.client()
+        payload = b"m" * 10000
+        for i in range(30):                       # 30 MB of messages
+            pipe = other.pipeline(transaction=False)
+            for j in range(100):
+                pipe.set(f"k{i * 100 + j}", j)
+                pipe.publish("flood", payload)
+            pipe.execute()
+        assert other.ping() is True
+        data, closed = slow.read_all_until_eof(20 * SLOW)
+        assert closed, "the client that never read was not closed"
+        assert len(data) < 3000 * len(payload)
+        other.close()
+    finally:
+        slow.close()
+    with s.raw() as c:
+        _hello3(c)
+        assert c.call_raw("GET", "k101") == b"$1\r\n1\r\n"
 
 
 # ---- shared connections per protocol ------------------------------------
