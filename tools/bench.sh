@@ -25,7 +25,10 @@
 #      max), Redis's peak output buffer for sluice, sluice's memory growth.
 #   5. RESP3 next to RESP2 through sluice: GET/SET, -c 1/50, -P 1/16, with
 #      tools/respbench.c (redis-benchmark has no RESP3 switch), the same
-#      client once after HELLO 3 and once without.
+#      client once after HELLO 3 and once without, on a sluice of its own;
+#      placed on cores like section 3 (Redis on core 0, sluice and the
+#      client on core 1) while it runs. Beside throughput: sluice's CPU time
+#      per request.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
@@ -140,9 +143,42 @@ set -- $(start_sluice rules0); s0=$1; p0=$2; pids="$pids $2"
 set -- $(start_sluice rules100 "$tmp/rules100.ini"); s100=$1; p100=$2; pids="$pids $2"
 set -- $(start_sluice rules1 "$tmp/rules1.ini"); s1=$1; p1=$2; pids="$pids $2"
 
-for p in $sport $nport $s0 $s100 $s1; do wait_port "$p"; done
+# Section 5's sluice: RESP2 and RESP3 clients of the same sluice.
+set -- $(start_sluice resp3); s3=$1; p3=$2; pids="$pids $2"
+
+for p in $sport $nport $s0 $s100 $s1 $s3; do wait_port "$p"; done
 
 # ---- running ---------------------------------------------------------------
+resp_pin=""
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+    resp_pin="taskset -c 1"
+fi
+
+# resp_round ROUND: section 5's runs of one round, RESP2 and RESP3 back to
+# back for each workload (order rotated), with sluice's CPU ns per request.
+resp_round() {
+    if [ -n "$resp_pin" ]; then
+        taskset -apc 0 "$rpid" >/dev/null
+        taskset -apc 1 "$p3" >/dev/null
+    fi
+    for t in get set; do
+        for c in 1 50; do
+            for p in 1 16; do
+                n=$(n_of "$(base_n $c $p)")
+                for proto in $(rotate $(( $1 + c + p )) resp2 resp3); do
+                    flag=""; [ "$proto" = resp2 ] || flag=-3
+                    ns0=$(cpu_ns "$p3")
+                    v=$($resp_pin "$respbench" -p "$s3" -t "$t" -c "$c" -P "$p" -n "$n" $flag)
+                    ns1=$(cpu_ns "$p3")
+                    echo "$proto $t $c $p ${v:-0} $1" >>"$results"
+                    echo "cpu_$proto $t $c $p $(( (ns1 - ns0) / n )) $1" >>"$results"
+                done
+            done
+        done
+    done
+    [ -z "$resp_pin" ] || taskset -apc "0-$(( $(nproc) - 1 ))" "$rpid" >/dev/null
+}
+
 results="$tmp/results"
 : >"$results"
 
@@ -224,18 +260,7 @@ while [ $r -le "$rounds" ]; do
             done
         done
     done
-    section 5 && for t in get set; do
-        for c in 1 50; do
-            for p in 1 16; do
-                n=$(n_of "$(base_n $c $p)")
-                for proto in $(rotate $(( r + c + p )) resp2 resp3); do
-                    flag=""; [ "$proto" = resp2 ] || flag=-3
-                    v=$("$respbench" -p "$sport" -t "$t" -c "$c" -P "$p" -n "$n" $flag)
-                    echo "$proto $t $c $p ${v:-0} $r" >>"$results"
-                done
-            done
-        done
-    done
+    section 5 && resp_round "$r"
     section 2 || { r=$((r + 1)); continue; }
     sha_a=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_acquire.lua)")
     sha_r=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_release.lua)")
@@ -412,20 +437,26 @@ fi
 
 if section 5; then
     echo
-    echo "5. RESP3 and RESP2 clients through sluice, requests/s (median of $rounds, tools/respbench)"
-    printf '%-4s %3s %3s %11s %11s %8s\n' cmd -c -P RESP2 RESP3 "3/2"
+    echo "5. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench${resp_pin:+;"
+    echo "   Redis on core 0, sluice and the client on core 1})"
+    printf '%-4s %3s %3s %11s %11s %6s %9s %9s %6s\n' cmd -c -P "RESP2 rq/s" "RESP3 rq/s" "3/2" \
+        "RESP2 ns" "RESP3 ns" "2/3"
     for t in get set; do
         for c in 1 50; do
             for p in 1 16; do
-                printf '%-4s %3s %3s %11.0f %11.0f %8s\n' "$t" "$c" "$p" "$(median resp2 $t $c $p)" \
-                    "$(median resp3 $t $c $p)" "$(median_ratio resp3 resp2 "$t" "$c" "$p")"
+                printf '%-4s %3s %3s %11.0f %11.0f %6s %9.0f %9.0f %6s\n' "$t" "$c" "$p" \
+                    "$(median resp2 $t $c $p)" "$(median resp3 $t $c $p)" \
+                    "$(median_ratio resp3 resp2 "$t" "$c" "$p")" \
+                    "$(median cpu_resp2 $t $c $p)" "$(median cpu_resp3 $t $c $p)" \
+                    "$(median_ratio cpu_resp2 cpu_resp3 "$t" "$c" "$p")"
             done
         done
     done
-    echo "   target: 3/2 >= 0.97 on every row"
+    echo "   ns: sluice's CPU time per request (kernel included); 2/3: RESP2's over RESP3's"
+    echo "   target: 3/2 >= 0.97 and 2/3 >= 0.97 on every row"
 fi
 
-for f in sluice rules0 rules100 rules1; do
+for f in sluice rules0 rules100 rules1 resp3; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
     fi
