@@ -437,8 +437,12 @@ fi
 
 if section 5; then
     echo
-    echo "5. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench${resp_pin:+;"
-    echo "   Redis on core 0, sluice and the client on core 1})"
+    if [ -n "$resp_pin" ]; then
+        echo "5. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench;"
+        echo "   Redis on core 0, sluice and the client on core 1)"
+    else
+        echo "5. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench)"
+    fi
     printf '%-4s %3s %3s %11s %11s %6s %9s %9s %6s\n' cmd -c -P "RESP2 rq/s" "RESP3 rq/s" "3/2" \
         "RESP2 ns" "RESP3 ns" "2/3"
     for t in get set; do
