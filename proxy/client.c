@@ -630,10 +630,8 @@ int client_on_push(struct client *c, struct request *head, struct evbuffer *src,
     client_push_kind(src, len, kind, &count);
     row = client_count_push(c, kind, count);
     ends = client_push_ends(c, head, row);
-    if (c->flags & CLIENT_REPLY_OFF)
-        evbuffer_drain(src, len);   /* Redis 7.0 sends no pushes under REPLY OFF either */
-    else
-        evbuffer_remove_buffer(src, client_output(c), len);
+    /* Even under CLIENT REPLY OFF: Redis 7.0 still sends RESP3 pushes. */
+    evbuffer_remove_buffer(src, client_output(c), len);
     client_check_output_limit(c);
     client_leave(c);
     return ends;

@@ -106,6 +106,23 @@ def test_subscribed_client_runs_commands_in_order(sluice, ref, clean):
     assert frames[-1][-2:] == [b"$-1\r\n", b"$-1\r\n"]   # RESET: RESP2 again
 
 
+def test_pushes_under_client_reply_off(sluice, ref, clean):
+    """RESP3 pushes (confirmations, messages, invalidations) still come
+    under CLIENT REPLY OFF, as from Redis; replies do not."""
+    def touch(srv):
+        with srv.raw() as p:
+            assert p.call("PUBLISH", "ch", "hi") == 1
+            assert p.call("SET", "rk", "1") == "OK"
+    frames = _same_on_both(sluice, ref, [
+        (_cmds(("CLIENT", "TRACKING", "ON"), ("GET", "rk"), ("CLIENT", "REPLY", "OFF"),
+               ("SUBSCRIBE", "ch"), ("GET", "x")), 3),
+        (touch, 0),
+        (_cmds(("PING",)), 2),
+        (_cmds(("CLIENT", "REPLY", "ON"), ("PING",)), 2),
+    ])
+    assert frames[2] == [b"+OK\r\n", b"+PONG\r\n"]
+
+
 def test_subscribe_errors_and_multi_pair_as_replies(sluice, ref, clean):
     _same_on_both(sluice, ref, [
         (_cmds(("SUBSCRIBE",), ("PING",)), 2),
