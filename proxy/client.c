@@ -497,35 +497,6 @@ static int client_is_monitor(const struct client *c)
     return (c->flags & CLIENT_MONITOR) != 0;
 }
 
-void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
-{
-    static const char reset_reply[] = "+RESET\r\n";
-    char head[sizeof(reset_reply) - 1];
-    int reset = 0;
-
-    client_enter(c);
-    /* In pub/sub mode only RESET answers with a status: the session is
-     * back to normal, and replies pair with requests again. */
-    if (len == sizeof(head) && c->private_conn != NULL && !client_is_monitor(c) &&
-        evbuffer_copyout(src, head, len) == (ssize_t)len && memcmp(head, reset_reply, len) == 0) {
-        c->flags &= ~(unsigned)CLIENT_PASSTHROUGH;
-        backend_set_passthrough(c->private_conn, 0);
-        backend_after_reset(c->private_conn);   /* RESET logged Redis's connection out */
-        reset = 1;
-        free(c->name);
-        c->name = NULL;
-        free(c->user);
-        c->user = strdup("default");
-    }
-    if (c->flags & CLIENT_REPLY_OFF)
-        evbuffer_drain(src, len);   /* Redis 7.0 sends no messages under REPLY OFF either */
-    else
-        evbuffer_remove_buffer(src, client_output(c), len);
-    if (client_check_output_limit(c) == 0 && reset)
-        client_unblock(c);   /* commands after RESET go on, paired again */
-    client_leave(c);
-}
-
 /* The push kinds that confirm a (un)subscription, and the count of C's
  * that each one changes. */
 static const struct {
@@ -572,6 +543,53 @@ static void client_push_kind(struct evbuffer *src, size_t len, char *kind, long 
         ;
     if (line > tail && line[0] == ':')
         *count = strtoll(line + 1, NULL, 10);
+}
+
+/* Whether the pub/sub array or push of LEN bytes at the head of SRC is a
+ * message or a (un)subscribe confirmation: what Redis 7.0 sends even under
+ * CLIENT REPLY OFF (a PING's reply in RESP2 pub/sub, ["pong", ""], it does
+ * not). */
+static int client_is_pubsub_message(struct evbuffer *src, size_t len)
+{
+    char kind[16];
+    long long count;
+
+    client_push_kind(src, len, kind, &count);
+    for (int i = 0; i < CLIENT_PUSH_KINDS; i++) {
+        if (strcmp(kind, client_push_kinds[i].kind) == 0)
+            return 1;
+    }
+    return strcmp(kind, "message") == 0 || strcmp(kind, "pmessage") == 0 ||
+           strcmp(kind, "smessage") == 0;
+}
+
+void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
+{
+    static const char reset_reply[] = "+RESET\r\n";
+    char head[sizeof(reset_reply) - 1];
+    int reset = 0;
+
+    client_enter(c);
+    /* In pub/sub mode only RESET answers with a status: the session is
+     * back to normal, and replies pair with requests again. */
+    if (len == sizeof(head) && c->private_conn != NULL && !client_is_monitor(c) &&
+        evbuffer_copyout(src, head, len) == (ssize_t)len && memcmp(head, reset_reply, len) == 0) {
+        c->flags &= ~(unsigned)CLIENT_PASSTHROUGH;
+        backend_set_passthrough(c->private_conn, 0);
+        backend_after_reset(c->private_conn);   /* RESET logged Redis's connection out */
+        reset = 1;
+        free(c->name);
+        c->name = NULL;
+        free(c->user);
+        c->user = strdup("default");
+    }
+    if ((c->flags & CLIENT_REPLY_OFF) && !client_is_pubsub_message(src, len))
+        evbuffer_drain(src, len);   /* messages still go, as from Redis 7.0 */
+    else
+        evbuffer_remove_buffer(src, client_output(c), len);
+    if (client_check_output_limit(c) == 0 && reset)
+        client_unblock(c);   /* commands after RESET go on, paired again */
+    client_leave(c);
 }
 
 /* Count a confirmation of KIND with COUNT into C's subscriptions; returns

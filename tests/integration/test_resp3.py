@@ -123,6 +123,24 @@ def test_pushes_under_client_reply_off(sluice, ref, clean):
     assert frames[2] == [b"+OK\r\n", b"+PONG\r\n"]
 
 
+def test_resp2_pubsub_messages_under_client_reply_off(sluice, ref, clean):
+    """RESP2 too: confirmations and messages still come under CLIENT REPLY
+    OFF (Redis's pubsub unit, keyspace notifications), a PING's reply not."""
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as c:
+            c.send(_cmds(("CLIENT", "REPLY", "OFF"), ("PSUBSCRIBE", "*"), ("PING",)))
+            frames = _frames(c, 1)
+            with srv.raw() as p:
+                assert p.call("PUBLISH", "ch", "hi") == 1
+            frames += _frames(c, 1)
+            c.send(_cmds(("PUNSUBSCRIBE",)))
+            frames += _frames(c, 1)
+            got[name] = frames
+    assert got["sluice"] == got["redis"]
+    assert got["sluice"][1] == b"*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$2\r\nch\r\n$2\r\nhi\r\n"
+
+
 def test_subscribe_errors_and_multi_pair_as_replies(sluice, ref, clean):
     _same_on_both(sluice, ref, [
         (_cmds(("SUBSCRIBE",), ("PING",)), 2),
