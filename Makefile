@@ -6,7 +6,7 @@
 #   make test SANITIZE=1   the same on an AddressSanitizer + UBSan build
 #   make bench      benchmarks (numbers printed, never asserted)
 
-PKGS      = libevent hiredis inih libcrypto
+PKGS      = libevent libevent_openssl hiredis inih libcrypto libssl
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) \

@@ -46,6 +46,7 @@
 #include "respframe.h"
 #include "scripts.h"
 #include "stats.h"
+#include "tls.h"
 #include "value.h"
 
 #define BACKEND_HIGH_WATER (4 * 1024 * 1024)
@@ -100,6 +101,10 @@ struct backend_node {
     int pool_size;
     int private_count;               /* private and one-shot connections */
     struct backend_conn_list conns;  /* every connection, pool included */
+    /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
+    char redis_version[32];
+    char redis_mode[16];
+    char redis_role[16];
 };
 
 /* Connections with requests this loop pass added: backend_write_now. */
@@ -239,6 +244,54 @@ static void backend_client_id_reply(struct request *req, struct evbuffer *src, s
     request_free(req);
 }
 
+/* Copy into OUT the bulk string value after the bulk string KEY in the
+ * reply TEXT (a HELLO reply, RESP2 array or RESP3 map). */
+static void backend_hello_field(const char *text, const char *key, char *out, size_t size)
+{
+    char pattern[32];
+    const char *p;
+    long len;
+    char *end;
+
+    snprintf(pattern, sizeof(pattern), "$%zu\r\n%s\r\n$", strlen(key), key);
+    p = strstr(text, pattern);
+    if (p == NULL)
+        return;
+    len = strtol(p + strlen(pattern), &end, 10);
+    if (len <= 0 || (size_t)len >= size || strncmp(end, "\r\n", 2) != 0 ||
+        strlen(end + 2) < (size_t)len)
+        return;
+    memcpy(out, end + 2, (size_t)len);
+    out[len] = '\0';
+}
+
+/* The reply to the prelude's HELLO: Redis's version, mode and role. */
+static void backend_hello_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct backend_conn *conn = req->ctx;
+    char text[2048];
+    size_t n = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
+
+    if (type != REPLY_ERROR) {
+        evbuffer_copyout(src, text, n);
+        text[n] = '\0';
+        backend_hello_field(text, "version", conn->node->redis_version,
+                            sizeof(conn->node->redis_version));
+        backend_hello_field(text, "mode", conn->node->redis_mode, sizeof(conn->node->redis_mode));
+        backend_hello_field(text, "role", conn->node->redis_role, sizeof(conn->node->redis_role));
+    }
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
+void backend_server_hello(const struct backend_node *node, const char **version,
+                          const char **mode, const char **role)
+{
+    *version = node->redis_version;
+    *mode = node->redis_mode;
+    *role = node->redis_role;
+}
+
 int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
                           request_reply_fn *on_reply, void *ctx,
                           void (*ctx_free)(struct request *req))
@@ -323,6 +376,7 @@ void backend_after_reset(struct backend_conn *conn)
 static void backend_send_prelude(struct backend_conn *conn)
 {
     static const char client_id[] = "*2\r\n$6\r\nCLIENT\r\n$2\r\nID\r\n";
+    static const char hello[] = "*1\r\n$5\r\nHELLO\r\n";
     struct evbuffer *buf;
 
     backend_reauth(conn);
@@ -337,6 +391,8 @@ static void backend_send_prelude(struct backend_conn *conn)
     buf = evbuffer_new();
     evbuffer_add(buf, client_id, sizeof(client_id) - 1);
     backend_send_internal(conn, buf, backend_client_id_reply, conn, NULL);
+    evbuffer_add(buf, hello, sizeof(hello) - 1);
+    backend_send_internal(conn, buf, backend_hello_reply, conn, NULL);
     for (int i = 0; i < scripts_count(); i++) {
         scripts_write_load(buf, scripts_by_index(i));
         backend_send_internal(conn, buf, NULL, NULL, NULL);
@@ -356,7 +412,8 @@ static void backend_fail_inflight(struct backend_conn *conn, const char *text)
         TAILQ_REMOVE(&conn->inflight, req, conn_link);
         conn->inflight_count--;
         req->conn = NULL;
-        if (req->on_reply == backend_internal_reply || req->on_reply == backend_client_id_reply) {
+        if (req->on_reply == backend_internal_reply || req->on_reply == backend_client_id_reply ||
+            req->on_reply == backend_hello_reply) {
             request_free(req);
             continue;
         }
@@ -557,9 +614,12 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_EOF) {
         backend_conn_down(conn, "connection closed by server");
     } else if (what & BEV_EVENT_ERROR) {
+        char why[300] = "";
         if (conn->state == BACKEND_CONNECTING)
             STAT_INC(backend_connect_failures);
-        backend_conn_down(conn, strerror(EVUTIL_SOCKET_ERROR()));
+        if (backend_cfg->backend_tls)
+            tls_bev_error(bev, why, sizeof(why));
+        backend_conn_down(conn, why[0] != '\0' ? why : strerror(EVUTIL_SOCKET_ERROR()));
     }
 }
 
@@ -575,7 +635,9 @@ static void backend_connect(struct backend_conn *conn)
 
     backend_conn_reset_io(conn);
     conn->state = BACKEND_CONNECTING;
-    conn->bev = bufferevent_socket_new(backend_base, -1, BEV_OPT_CLOSE_ON_FREE);
+    conn->bev = backend_cfg->backend_tls ? tls_backend_bev(backend_base)
+                                         : bufferevent_socket_new(backend_base, -1,
+                                                                  BEV_OPT_CLOSE_ON_FREE);
     conn->redis_id = 0;
     if (conn->bev == NULL) {
         backend_fail_soon(conn, "out of memory");
@@ -676,8 +738,10 @@ void backend_write_now(void)
         if (conn->bev == NULL)
             continue;
         evbuffer_add_buffer(netio_output(conn->bev, &conn->write_off), conn->staged);
-        /* Still connecting: the bufferevent writes once it is connected. */
-        if (conn->state == BACKEND_UP && netio_write_now(conn->bev, &conn->write_off))
+        /* Still connecting: the bufferevent writes once it is connected.
+         * With TLS, the OpenSSL bufferevent encrypts and writes itself. */
+        if (conn->state == BACKEND_UP && !backend_cfg->backend_tls &&
+            netio_write_now(conn->bev, &conn->write_off))
             backend_wake_waiters(conn);
     }
 }

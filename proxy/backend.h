@@ -88,6 +88,11 @@ int backend_congested(const struct backend_conn *conn);
 void backend_wait(struct backend_conn *conn, struct client *c);
 void backend_unwait(struct backend_conn *conn, struct client *c);
 
+/* What NODE's Redis said of itself (HELLO on a shared connection): its
+ * version, mode and role; empty strings until known. */
+void backend_server_hello(const struct backend_node *node, const char **version,
+                          const char **mode, const char **role);
+
 /* Append "backend_*" lines for PROXY INFO. */
 void backend_write_info(struct evbuffer *out);
 

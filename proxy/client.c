@@ -34,6 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "commands.h"
 #include "config.h"
@@ -48,6 +49,7 @@
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
+#include "tls.h"
 
 /* libevent reads 16 KB a callback by default: large values want more. */
 #define CLIENT_MAX_SINGLE_READ (256 * 1024)
@@ -65,6 +67,18 @@ static void client_read_ended(struct client *c, int eof);
 static void client_process_input(struct client *c);
 static int client_finished(const struct client *c);
 static void client_process_input_loop(struct client *c, struct evbuffer *in);
+static void client_tls_handshake(struct client *c);
+static void client_tls_after_read(struct client *c, long n);
+
+/* What C's TLS session holds, read from the socket but not yet returned
+ * (tls_read stopped at its limit), is not seen by the socket's read event:
+ * have the read callback run again in the next pass, while C is read
+ * (client_read_off's event_del cancels it). */
+static inline void client_tls_more(struct client *c)
+{
+    if (c->ssl != NULL && c->read_on && !c->tls_handshaking && tls_buffered(c->ssl))
+        event_active(c->read_ev, EV_READ, 1);
+}
 
 void client_module_init(struct event_base *base, const struct config *cfg)
 {
@@ -96,6 +110,7 @@ static void client_format_addr(struct client *c)
     }
     snprintf(c->addr_text, sizeof(c->addr_text), "%s:%d", ip, port);
     snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
+    c->local_peer = strcmp(ip, "127.0.0.1") == 0 || strcmp(ip, "::1") == 0;
 }
 
 /* Start or stop reading C's socket. While it is not read, client_cron
@@ -105,6 +120,7 @@ static void client_read_on(struct client *c)
     if (!c->read_on) {
         c->read_on = 1;
         event_add(c->read_ev, NULL);
+        client_tls_more(c);
     }
 }
 
@@ -116,7 +132,7 @@ static void client_read_off(struct client *c)
     }
 }
 
-void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
+void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int tls)
 {
     static const char full[] = "-ERR max number of clients reached\r\n";
     struct client *c;
@@ -124,23 +140,29 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen)
 
     if (client_total >= client_cfg->maxclients) {
         STAT_INC(rejected_connections);
-        if (write(fd, full, sizeof(full) - 1) < 0)
+        /* A TLS client could not read a plain error: it is just closed. */
+        if (!tls && write(fd, full, sizeof(full) - 1) < 0)
             log_debug("could not tell a client about maxclients: %s", strerror(errno));
         close(fd);
         return;
     }
     c = calloc(1, sizeof(*c));
-    if (c == NULL || reqparse_init(&c->parser, &client_limits) != 0) {
+    if (c == NULL || reqparse_init(&c->parser, &client_limits) != 0 ||
+        (tls && (c->ssl = tls_accept_new(fd)) == NULL)) {
+        if (c != NULL)
+            reqparse_free(&c->parser);
         free(c);
         close(fd);
         return;
     }
+    c->tls_handshaking = tls;
+    c->tls_deadline_ms = server_now_ms() + (uint64_t)client_cfg->tls_handshake_timeout_ms;
     evutil_make_socket_nonblocking(fd);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     c->fd = fd;
     c->id = client_next_id++;
-    c->user = strdup("default");
     c->resp = 2;
+    auth_client_start(c);
     c->last_active_ms = server_now_ms();
     memcpy(&c->addr, addr, addrlen < sizeof(c->addr) ? addrlen : sizeof(c->addr));
     client_format_addr(c);
@@ -201,6 +223,7 @@ static void client_close(struct client *c)
     event_free(c->write_ev);
     evbuffer_free(c->input);
     evbuffer_free(c->output);
+    tls_close(c->ssl);
     close(c->fd);
     free(c->name);
     free(c->user);
@@ -285,25 +308,38 @@ static inline int client_check_drained(struct client *c)
     return (c->flags & CLIENT_OVER_LIMIT) ? client_resume_drained(c) : 0;
 }
 
+/* Turn C's write event on or off (on while output waits for the socket, or
+ * a TLS handshake or read does). */
+static void client_write_event(struct client *c, int on)
+{
+    if (on && !c->write_on) {
+        c->write_on = 1;
+        event_add(c->write_ev, NULL);
+    } else if (!on && c->write_on) {
+        c->write_on = 0;
+        event_del(c->write_ev);
+    }
+}
+
 /* Write C's output now. What the socket does not take waits for its write
  * event, which is on only while there is such a rest. Closes C on a write
  * error, or when it asked to go and everything is written. */
 static void client_write(struct client *c)
 {
-    int rc = netio_write(c->output, c->fd);
+    int rc = netio_write(c->output, c->fd, c->ssl);
 
     if (rc < 0) {
         log_debug("client %llu: write: %s", (unsigned long long)c->id, strerror(errno));
         client_close(c);
         return;
     }
-    if (rc == 0 && !c->write_on) {
-        c->write_on = 1;
-        event_add(c->write_ev, NULL);
-    } else if (rc == 1 && c->write_on) {
-        c->write_on = 0;
-        event_del(c->write_ev);
+    if (rc == 0 && c->ssl != NULL && tls_wants_read(c->ssl)) {
+        /* TLS must read before it can write: the read callback writes
+         * again (a write event now would fire at once, forever). */
+        c->tls_write_wants_read = 1;
+        rc = -2;
     }
+    client_write_event(c, rc == 0);
     if (rc == 1 && client_finished(c)) {
         client_close(c);
         return;
@@ -430,6 +466,18 @@ static void client_refuse(struct client *c, struct request *req, const char *tex
     client_check_output_limit(c);
 }
 
+/* RESET: back to a new connection's name, user and reply mode (the
+ * "default" user, logged out where that needs a password). The protocol
+ * went back to RESP2 as RESET was sent (client_send): what the client
+ * pipelines after it is routed by it. */
+static void client_reset_session(struct client *c)
+{
+    free(c->name);
+    c->name = NULL;
+    auth_client_start(c);
+    c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
+}
+
 /* Apply what a successful AUTH, HELLO or RESET changed on the session. */
 static void client_apply_session(struct client *c, struct request *req, int type)
 {
@@ -447,13 +495,8 @@ static void client_apply_session(struct client *c, struct request *req, int type
         c->name = req->ok_name;
         req->ok_name = NULL;
     }
-    if (req->flags & REQ_RESET) {
-        free(c->name);
-        c->name = NULL;
-        free(c->user);
-        c->user = strdup("default");
-        c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
-    }
+    if (req->flags & REQ_RESET)
+        client_reset_session(c);
 }
 
 static void client_try_unstall(struct client *c);
@@ -578,10 +621,8 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         backend_set_passthrough(c->private_conn, 0);
         backend_after_reset(c->private_conn);   /* RESET logged Redis's connection out */
         reset = 1;
-        free(c->name);
-        c->name = NULL;
-        free(c->user);
-        c->user = strdup("default");
+        client_reset_session(c);
+        throttle_client_changed(c);
     }
     if ((c->flags & CLIENT_REPLY_OFF) && !client_is_pubsub_message(src, len))
         evbuffer_drain(src, len);   /* messages still go, as from Redis 7.0 */
@@ -971,6 +1012,40 @@ static void client_expect_pushes(struct request *req)
     req->pushes_left = req->argc > 1 ? req->argc - 1 : -1;
 }
 
+/* In RESP2 pub/sub mode Redis refuses AUTH and HELLO (the client keeps
+ * the user it subscribed as); sluice answers them itself, so it refuses
+ * them here. Until RESET, as sluice counts no subscriptions. Returns 1
+ * when REQ was refused (and answered). */
+static int client_refused_in_pubsub(struct client *c, struct request *req)
+{
+    enum placement_role role = client_role(req);
+    char text[200];
+
+    if (!(c->flags & CLIENT_PASSTHROUGH) || client_is_monitor(c) || c->resp != 2 ||
+        (role != ROLE_AUTH && role != ROLE_HELLO))
+        return 0;
+    snprintf(text, sizeof(text), "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+             "PING / QUIT / RESET are allowed in this context", req->cmd->name);
+    client_refuse(c, req, text);
+    return 1;
+}
+
+/* A module's command waited to be learned before the gate could judge
+ * its keys (auth.c): judge it now. Returns 1 when REQ was refused (and
+ * answered), 0 when it goes on. */
+static int client_refused_after_learning(struct client *c, struct request *req,
+                                         const struct sv *argv, struct evbuffer *src)
+{
+    char denied[400];
+
+    if (!c->auth_checks || auth_admit(c, req->cmd, req->argc, argv, denied, sizeof(denied)) == 0)
+        return 0;
+    if (src != NULL)
+        evbuffer_drain(src, req->raw_len);
+    client_refuse(c, req, denied);
+    return 1;
+}
+
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
@@ -980,8 +1055,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
 {
     struct backend_conn *conn;
 
-    if (req->place == PLACE_LEARN)
+    if (req->place == PLACE_LEARN) {
         client_place(req, argv);   /* released after learning: decide again */
+        if (req->place != PLACE_LEARN && client_refused_after_learning(c, req, argv, src))
+            return c->closing ? -1 : 0;
+    }
     if (req->place == PLACE_LEARN)
         return client_learn(c, req, argv, src);
     if (req->place == PLACE_LOCAL && lock_wants(req, req->argc, argv)) {
@@ -992,6 +1070,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
             evbuffer_drain(src, original_len);
         return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ||
                        c->stalled != NULL ? -1 : 0;
+    }
+    if (req->place == PLACE_LOCAL && client_refused_in_pubsub(c, req)) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        return c->closing ? -1 : 0;
     }
     if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();
@@ -1043,6 +1126,20 @@ static void client_refuse_placed(struct client *c, struct request *req, const ch
     client_refuse(c, req, text);
 }
 
+/* Refuse REQ (DEBUG, MODULE LOAD...) of a client that is not local, with
+ * Redis's reply: Redis would take every client of sluice's for local. */
+static void client_refuse_protected(struct client *c, struct request *req)
+{
+    int debug = req->cmd != NULL && strcmp(req->cmd->name, "debug") == 0;
+    char text[320];
+
+    snprintf(text, sizeof(text), "%s command not allowed. If the %s option is set to \"local\", "
+             "you can run it from a local connection, otherwise you need to set this option in "
+             "the configuration file, and then restart the server.", debug ? "DEBUG" : "MODULE",
+             debug ? "enable-debug-command" : "enable-module-command");
+    client_refuse(c, req, text);
+}
+
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
@@ -1052,6 +1149,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     struct throttle_decision decision;
     struct placement place;
     struct req_argv views;
+    char denied[400];
     const struct sv *argv;
     int rc;
 
@@ -1072,7 +1170,21 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         stats_count_unknown();
     client_reply_mode(c, req, req->argc, argv);
     place = client_place(req, argv);
-    if (place.kind == PLACE_REFUSED) {
+    /* Redis's order: protected commands, then login and permissions;
+     * sluice's own refusals only for those who may run the command. */
+    if ((req->flags & REQ_PROTECTED) && !c->local_peer) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse_protected(c, req);
+        rc = c->closing ? -1 : 0;
+    } else if (c->auth_checks && auth_admit(c, req->cmd, req->argc, argv, denied,
+                                            sizeof(denied)) != 0) {
+        /* Nothing reaches Redis, and no rule takes a token. */
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse(c, req, denied);
+        rc = c->closing ? -1 : 0;
+    } else if (place.kind == PLACE_REFUSED) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse_placed(c, req, place.why);
@@ -1162,6 +1274,8 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
     while (c->stalled == NULL &&
            !(c->flags & (CLIENT_PAUSED | CLIENT_BLOCKED | CLIENT_CLOSE_AFTER_REPLY)) &&
            !c->closing) {
+        /* Set before each request: a login changes it only between them. */
+        c->parser.must_login = c->auth_checks && auth_required(c);
         switch (reqparse_next(&c->parser, in, &req)) {
         case REQPARSE_MORE:
             if (evbuffer_get_length(in) > (size_t)client_cfg->client_query_buffer_limit) {
@@ -1198,9 +1312,16 @@ static void client_check_query_limit(struct client *c)
 static void client_read_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
-    long n = netio_read(c->input, fd, CLIENT_MAX_SINGLE_READ);
+    long n;
 
     (void)what;
+    if (c->tls_handshaking) {
+        client_tls_handshake(c);
+        return;
+    }
+    n = netio_read(c->input, fd, c->ssl, CLIENT_MAX_SINGLE_READ);
+    if (c->ssl != NULL)
+        client_tls_after_read(c, n);
     if (n == -2)
         return;
     if (n <= 0) {
@@ -1213,17 +1334,66 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
     client_enter(c);
     client_process_input(c);
     client_check_query_limit(c);
+    client_tls_more(c);
     client_leave(c);
 }
 
-/* C's socket takes data again after it was full. */
+/* C's socket takes data again after it was full (or TLS waited for it:
+ * the handshake, or a read). */
 static void client_write_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct client *c = arg;
 
-    (void)fd;
     (void)what;
+    if (c->tls_handshaking) {
+        client_tls_handshake(c);
+        return;
+    }
+    if (c->tls_read_wants_write) {
+        c->tls_read_wants_write = 0;
+        client_enter(c);
+        client_read_cb(fd, EV_READ, c);
+        if (client_leave(c) < 0)
+            return;
+    }
     client_write(c);
+}
+
+/* Go on with C's TLS handshake; once done, read what came with it. A
+ * failed handshake (plaintext sent to a TLS port, a certificate refused)
+ * closes C. */
+static void client_tls_handshake(struct client *c)
+{
+    int want_write = 0;
+    int rc = tls_handshake(c->ssl, &want_write);
+
+    if (rc < 0) {
+        log_debug("client %llu (%s): TLS handshake failed", (unsigned long long)c->id,
+                  c->addr_text);
+        client_close(c);
+        return;
+    }
+    client_write_event(c, rc == 0 && want_write);
+    if (rc == 0)
+        return;
+    c->tls_handshaking = 0;
+    c->last_active_ms = server_now_ms();
+    client_read_cb(c->fd, EV_READ, c);
+}
+
+/* After a TLS read (N as netio_read returned): a read that waits for the
+ * socket to be writable gets the write event; a write that waited for a
+ * read goes again. */
+static void client_tls_after_read(struct client *c, long n)
+{
+    if (n == -2 && tls_wants_write(c->ssl)) {
+        c->tls_read_wants_write = 1;
+        client_write_event(c, 1);
+    }
+    if (c->tls_write_wants_read && n != -2) {
+        c->tls_write_wants_read = 0;
+        client_want_write(c);
+    }
 }
 
 /* Reading C's socket met end of file (EOF set) or an error. */
@@ -1281,6 +1451,15 @@ void client_cron(uint64_t now_ms)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
+        if (c->tls_handshaking && now_ms >= c->tls_deadline_ms) {
+            /* Connected, never finished its handshake: it holds a
+             * descriptor and memory, so it cannot stay. */
+            log_info("client %llu (%s) closed: no TLS handshake within %lld ms",
+                     (unsigned long long)c->id, c->addr_text, client_cfg->tls_handshake_timeout_ms);
+            STAT_INC(tls_handshake_failures);
+            client_close(c);
+            continue;
+        }
         if (client_probe_closed(c) || idle_ms == 0)
             continue;
         /* Like Redis: blocked and subscribed clients are not idle. */
@@ -1291,6 +1470,24 @@ void client_cron(uint64_t now_ms)
             log_info("client %llu (%s) closed after %llds idle", (unsigned long long)c->id,
                      c->addr_text, (long long)client_cfg->timeout_s);
             STAT_INC(idle_timeouts);
+            client_close(c);
+        }
+    }
+}
+
+void client_users_changed(void)
+{
+    struct client *c, *next;
+
+    for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
+        next = TAILQ_NEXT(c, link);
+        if (auth_rebind(c) == 0) {
+            throttle_client_changed(c);
+        } else if (c->busy > 0) {
+            /* The client that sent PROXY RELOAD: it gets its reply first. */
+            c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+            client_read_off(c);
+        } else {
             client_close(c);
         }
     }

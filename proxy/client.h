@@ -12,10 +12,12 @@
 
 struct backend_conn;
 struct event_base;
+struct ssl_st;
 struct config;
 struct lock_client;
 struct limiter_client;
 struct throttle_hold;
+struct user;
 
 enum client_flag {
     CLIENT_CLOSE_AFTER_REPLY = 1 << 0, /* answer what is pending, then close */
@@ -42,6 +44,11 @@ struct client {
     int eof_seen;                       /* its socket met end of file */
     int read_on;                        /* read_ev is added */
     int write_on;                       /* write_ev is added: output did not all go */
+    struct ssl_st *ssl;                 /* came in on a tls_listen address; NULL: plain */
+    int tls_handshaking;                /* its TLS handshake is not done: nothing read yet */
+    int tls_read_wants_write;           /* a TLS read waits for the socket to be writable */
+    int tls_write_wants_read;           /* a TLS write waits for the socket to be readable */
+    uint64_t tls_deadline_ms;           /* closed if the handshake is not done by then */
     struct reqparse parser;
     struct request_queue requests;      /* every request not yet answered, in order */
     struct backend_conn *private_conn;  /* own backend connection, once stateful */
@@ -66,6 +73,11 @@ struct client {
         long long total;                /* channels + patterns: the count Redis sends */
         long long channels, patterns, shards;
     } subs;
+    const struct user *auth_user;       /* its user in the current user set (auth.c) */
+    unsigned char authenticated;        /* logged in with AUTH or HELLO AUTH */
+    unsigned char auth_checks;          /* its requests must pass auth_admit */
+    unsigned char local_peer;           /* connected from 127.0.0.1 or ::1, as Redis's
+                                           "local" for DEBUG and MODULE */
     struct lock_client *locks;          /* locks it holds (lock.c owns this) */
     struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
@@ -80,8 +92,9 @@ TAILQ_HEAD(client_list, client);
 /* Set up client handling for the whole process. */
 void client_module_init(struct event_base *base, const struct config *cfg);
 
-/* Take over an accepted socket FD. Closes it when it cannot be served. */
-void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen);
+/* Take over an accepted socket FD (speaking TLS when TLS is set: the
+ * handshake comes first). Closes it when it cannot be served. */
+void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int tls);
 
 /* A backend reply for REQ (whose client is set): LEN bytes at the head of
  * SRC, which this moves to the client or keeps with REQ. */
@@ -142,6 +155,10 @@ int client_pending_total(void);
 void client_shutdown_all(void);
 /* Free every client at exit. */
 void client_free_all(void);
+
+/* The users file was reloaded: every client takes its user's new entry,
+ * and those whose user is gone are closed (auth_rebind). */
+void client_users_changed(void);
 
 /* Periodic work: idle timeouts. */
 void client_cron(uint64_t now_ms);

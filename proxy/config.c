@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "inifile.h"
 #include "log.h"
@@ -38,6 +39,14 @@ static int config_set_bytes(struct config *cfg, const struct config_key *key,
                             const char *value, char *err, size_t errlen);
 static int config_set_log_level(struct config *cfg, const struct config_key *key,
                                 const char *value, char *err, size_t errlen);
+static int config_set_tls_listen(struct config *cfg, const struct config_key *key,
+                                 const char *value, char *err, size_t errlen);
+static int config_set_yesno(struct config *cfg, const struct config_key *key,
+                            const char *value, char *err, size_t errlen);
+static int config_set_tls_auth(struct config *cfg, const struct config_key *key,
+                               const char *value, char *err, size_t errlen);
+static int config_set_tls_protocols(struct config *cfg, const struct config_key *key,
+                                    const char *value, char *err, size_t errlen);
 
 #define F(field) offsetof(struct config, field)
 #define GB (1024LL * 1024 * 1024)
@@ -47,6 +56,7 @@ static const struct config_key config_keys[] = {
     {"backend_user", config_set_string, F(backend_user), 0, 0, 0},
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0},
     {"rules", config_set_string, F(rules), 0, 0, 0},
+    {"users", config_set_string, F(users), 0, 0, 0},
     {"log_level", config_set_log_level, F(log_level), 0, 0, 0},
     {"log_file", config_set_string, F(log_file), 0, 0, 0},
     {"maxclients", config_set_int, F(maxclients), 1, 1000000, 0},
@@ -60,13 +70,27 @@ static const struct config_key config_keys[] = {
     {"proto_max_bulk_len", config_set_bytes, F(proto_max_bulk_len), 1024 * 1024, 64 * GB, 0},
     {"proto_max_multibulk_len", config_set_int, F(proto_max_multibulk_len), 1, 2147483647, 0},
     {"shutdown_timeout", config_set_int, F(shutdown_timeout_ms), 0, 3600000, 0},
+    {"tls_listen", config_set_tls_listen, F(tls_listen), 0, 0, 1},
+    {"tls_cert_file", config_set_string, F(tls_cert_file), 0, 0, 0},
+    {"tls_key_file", config_set_string, F(tls_key_file), 0, 0, 0},
+    {"tls_ca_cert_file", config_set_string, F(tls_ca_cert_file), 0, 0, 0},
+    {"tls_auth_clients", config_set_tls_auth, F(tls_auth_clients), 0, 0, 0},
+    {"tls_protocols", config_set_tls_protocols, F(tls_protocols), 0, 0, 0},
+    {"tls_ciphers", config_set_string, F(tls_ciphers), 0, 0, 0},
+    {"tls_ciphersuites", config_set_string, F(tls_ciphersuites), 0, 0, 0},
+    {"tls_handshake_timeout", config_set_int, F(tls_handshake_timeout_ms), 100, 3600000, 0},
+    {"backend_tls", config_set_yesno, F(backend_tls), 0, 0, 0},
+    {"backend_tls_ca_cert_file", config_set_string, F(backend_tls_ca_cert_file), 0, 0, 0},
+    {"backend_tls_cert_file", config_set_string, F(backend_tls_cert_file), 0, 0, 0},
+    {"backend_tls_key_file", config_set_string, F(backend_tls_key_file), 0, 0, 0},
+    {"backend_tls_server_name", config_set_string, F(backend_tls_server_name), 0, 0, 0},
 };
 #undef F
 #define CONFIG_KEY_COUNT (sizeof(config_keys) / sizeof(config_keys[0]))
 
 struct config_parse {
     struct config *cfg;
-    int seen_line[CONFIG_KEY_COUNT];   /* line where each key was set, 0 = not yet */
+    int *seen_line;   /* cfg->key_lines: line where each key was set, 0 = not yet */
     int section_line;
 };
 
@@ -85,6 +109,10 @@ static void config_defaults(struct config *cfg)
     cfg->proto_max_bulk_len = 512LL * 1024 * 1024;
     cfg->proto_max_multibulk_len = 1024 * 1024;
     cfg->shutdown_timeout_ms = 5000;
+    cfg->tls_auth_clients = CONFIG_TLS_AUTH_YES;   /* Redis's default */
+    cfg->tls_protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3;
+    cfg->tls_handshake_timeout_ms = 10000;
+    cfg->key_lines = calloc(CONFIG_KEY_COUNT, sizeof(*cfg->key_lines));
 }
 
 static int config_set_string(struct config *cfg, const struct config_key *key,
@@ -112,21 +140,104 @@ static int config_set_hostport(struct config *cfg, const struct config_key *key,
     return config_set_string(cfg, key, value, err, errlen);
 }
 
-static int config_set_listen(struct config *cfg, const struct config_key *key,
-                             const char *value, char *err, size_t errlen)
+/* Add the address VALUE to LIST (COUNT entries). */
+static int config_add_address(char **list, int *count, const char *value, char *err,
+                              size_t errlen)
 {
     char host[256];
     int port;
 
-    (void)key;
     if (value_hostport(value, host, sizeof(host), &port, err, errlen) != 0)
         return -1;
-    if (cfg->listen_count == CONFIG_MAX_LISTEN) {
-        snprintf(err, errlen, "at most %d listen addresses", CONFIG_MAX_LISTEN);
+    if (*count == CONFIG_MAX_LISTEN) {
+        snprintf(err, errlen, "at most %d addresses", CONFIG_MAX_LISTEN);
         return -1;
     }
-    cfg->listen[cfg->listen_count++] = strdup(value);
+    list[(*count)++] = strdup(value);
     return 0;
+}
+
+static int config_set_listen(struct config *cfg, const struct config_key *key,
+                             const char *value, char *err, size_t errlen)
+{
+    (void)key;
+    return config_add_address(cfg->listen, &cfg->listen_count, value, err, errlen);
+}
+
+static int config_set_tls_listen(struct config *cfg, const struct config_key *key,
+                                 const char *value, char *err, size_t errlen)
+{
+    (void)key;
+    return config_add_address(cfg->tls_listen, &cfg->tls_listen_count, value, err, errlen);
+}
+
+/* One word of a closed list: its index in WORDS (case-insensitive). */
+static int config_word(const char *value, const char *const *words, int count)
+{
+    for (int i = 0; i < count; i++) {
+        if (strcasecmp(value, words[i]) == 0)
+            return i;
+    }
+    return -1;
+}
+
+static int config_set_yesno(struct config *cfg, const struct config_key *key,
+                            const char *value, char *err, size_t errlen)
+{
+    static const char *const words[] = {"no", "yes"};
+    int v = config_word(value, words, 2);
+
+    if (v < 0) {
+        snprintf(err, errlen, "must be yes or no, not '%s'", value);
+        return -1;
+    }
+    *(int *)((char *)cfg + key->offset) = v;
+    return 0;
+}
+
+static int config_set_tls_auth(struct config *cfg, const struct config_key *key,
+                               const char *value, char *err, size_t errlen)
+{
+    /* In the order of enum config_tls_auth. */
+    static const char *const words[] = {"no", "yes", "optional"};
+    int v = config_word(value, words, 3);
+
+    (void)key;
+    if (v < 0) {
+        snprintf(err, errlen, "must be yes, no or optional, not '%s'", value);
+        return -1;
+    }
+    cfg->tls_auth_clients = v;
+    return 0;
+}
+
+/* "TLSv1.2 TLSv1.3", as Redis's tls-protocols: a list of versions. */
+static int config_set_tls_protocols(struct config *cfg, const struct config_key *key,
+                                    const char *value, char *err, size_t errlen)
+{
+    /* Bit I of enum config_tls_protocol is WORDS[I]. */
+    static const char *const words[] = {"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"};
+    char *copy = strdup(value), *save = NULL;
+    int bits = 0, rc = 0;
+
+    (void)key;
+    for (char *w = strtok_r(copy, " \t", &save); w != NULL; w = strtok_r(NULL, " \t", &save)) {
+        int v = config_word(w, words, 4);
+        if (v < 0) {
+            snprintf(err, errlen, "unknown protocol '%s' (TLSv1, TLSv1.1, TLSv1.2, TLSv1.3)", w);
+            rc = -1;
+            break;
+        }
+        bits |= 1 << v;
+    }
+    free(copy);
+    if (rc == 0 && bits == 0) {
+        snprintf(err, errlen, "names no protocol");
+        rc = -1;
+    }
+    if (rc == 0)
+        cfg->tls_protocols = bits;
+    return rc;
 }
 
 static int config_set_int(struct config *cfg, const struct config_key *key,
@@ -200,22 +311,60 @@ static void config_on_key(void *ctx, const char *section, const char *name, cons
         errlist_add(errs, file, line, "%s: %s", name, err);
 }
 
-/* A relative rules path is taken from the config file's folder. */
-static void config_resolve_rules(struct config *cfg)
+/* A relative path (of the rule or users file, or a certificate) is taken
+ * from the config file's folder. */
+static void config_resolve_path(const struct config *cfg, char **path)
 {
     char *copy, *dir, *full;
     size_t n;
 
-    if (cfg->rules == NULL || cfg->rules[0] == '/')
+    if (*path == NULL || (*path)[0] == '/')
         return;
     copy = strdup(cfg->path);
     dir = dirname(copy);
-    n = strlen(dir) + strlen(cfg->rules) + 2;
+    n = strlen(dir) + strlen(*path) + 2;
     full = malloc(n);
-    snprintf(full, n, "%s/%s", dir, cfg->rules);
+    snprintf(full, n, "%s/%s", dir, *path);
     free(copy);
-    free(cfg->rules);
-    cfg->rules = full;
+    free(*path);
+    *path = full;
+}
+
+static void config_resolve_paths(struct config *cfg)
+{
+    char **paths[] = {&cfg->rules, &cfg->users, &cfg->tls_cert_file, &cfg->tls_key_file,
+                      &cfg->tls_ca_cert_file, &cfg->backend_tls_ca_cert_file,
+                      &cfg->backend_tls_cert_file, &cfg->backend_tls_key_file};
+
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        config_resolve_path(cfg, paths[i]);
+}
+
+int config_key_line(const struct config *cfg, const char *name)
+{
+    const struct config_key *key = config_find_key(name);
+
+    return key != NULL && cfg->key_lines != NULL ? cfg->key_lines[key - config_keys] : 0;
+}
+
+/* Keys that only make sense together. */
+static void config_check_tls(const struct config *cfg, struct errlist *errs)
+{
+    int line = config_key_line(cfg, "tls_listen");
+
+    if (cfg->tls_listen_count > 0 && (cfg->tls_cert_file == NULL || cfg->tls_key_file == NULL))
+        errlist_add(errs, cfg->path, line, "tls_listen needs tls_cert_file and tls_key_file");
+    if (cfg->tls_listen_count > 0 && cfg->tls_auth_clients != CONFIG_TLS_AUTH_NO &&
+        cfg->tls_ca_cert_file == NULL)
+        errlist_add(errs, cfg->path, line,
+                    "tls_auth_clients (yes by default) needs tls_ca_cert_file to check "
+                    "client certificates; or set tls_auth_clients = no");
+    if ((cfg->backend_tls_cert_file == NULL) != (cfg->backend_tls_key_file == NULL))
+        errlist_add(errs, cfg->path,
+                    config_key_line(cfg, cfg->backend_tls_cert_file != NULL
+                                             ? "backend_tls_cert_file"
+                                             : "backend_tls_key_file"),
+                    "backend_tls_cert_file and backend_tls_key_file go together");
 }
 
 int config_load(const char *path, struct config *cfg, struct errlist *errs)
@@ -224,6 +373,7 @@ int config_load(const char *path, struct config *cfg, struct errlist *errs)
     int before = errs->count;
 
     config_defaults(cfg);
+    p.seen_line = cfg->key_lines;
     cfg->path = strdup(path);
     if (inifile_parse(path, config_on_key, &p, errs) != 0)
         return -1;
@@ -233,19 +383,32 @@ int config_load(const char *path, struct config *cfg, struct errlist *errs)
         errlist_add(errs, path, p.section_line, "missing key 'backend' in [proxy]");
     if (cfg->listen_count == 0)
         cfg->listen[cfg->listen_count++] = strdup("127.0.0.1:6380");
-    config_resolve_rules(cfg);
+    config_resolve_paths(cfg);
+    if (p.section_line != 0)
+        config_check_tls(cfg, errs);
     return errs->count == before ? 0 : -1;
 }
 
 void config_free(struct config *cfg)
 {
+    char **strings[] = {&cfg->tls_cert_file, &cfg->tls_key_file, &cfg->tls_ca_cert_file,
+                        &cfg->tls_ciphers, &cfg->tls_ciphersuites,
+                        &cfg->backend_tls_ca_cert_file, &cfg->backend_tls_cert_file,
+                        &cfg->backend_tls_key_file, &cfg->backend_tls_server_name};
+
     for (int i = 0; i < cfg->listen_count; i++)
         free(cfg->listen[i]);
+    for (int i = 0; i < cfg->tls_listen_count; i++)
+        free(cfg->tls_listen[i]);
+    for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
+        free(*strings[i]);
+    free(cfg->key_lines);
     free(cfg->path);
     free(cfg->backend);
     free(cfg->backend_user);
     free(cfg->backend_password);
     free(cfg->rules);
+    free(cfg->users);
     free(cfg->log_file);
     memset(cfg, 0, sizeof(*cfg));
 }

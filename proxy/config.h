@@ -7,6 +7,17 @@
 
 #define CONFIG_MAX_LISTEN 16
 
+/* tls_auth_clients, as Redis's tls-auth-clients. */
+enum config_tls_auth { CONFIG_TLS_AUTH_NO, CONFIG_TLS_AUTH_YES, CONFIG_TLS_AUTH_OPTIONAL };
+
+/* Bits of tls_protocols. */
+enum config_tls_protocol {
+    CONFIG_TLS_V1 = 1 << 0,
+    CONFIG_TLS_V1_1 = 1 << 1,
+    CONFIG_TLS_V1_2 = 1 << 2,
+    CONFIG_TLS_V1_3 = 1 << 3,
+};
+
 struct config {
     char *path;
     char *listen[CONFIG_MAX_LISTEN];   /* "host:port" */
@@ -15,6 +26,7 @@ struct config {
     char *backend_user;
     char *backend_password;
     char *rules;                       /* resolved against the config's folder */
+    char *users;                       /* the users file, resolved likewise; NULL: none */
     int log_level;                     /* enum log_level */
     char *log_file;                    /* NULL: stderr */
     long long maxclients;
@@ -28,6 +40,25 @@ struct config {
     long long proto_max_bulk_len;
     long long proto_max_multibulk_len;
     long long shutdown_timeout_ms;
+    /* TLS towards clients (README "TLS"); file names resolved against the
+     * config's folder. */
+    char *tls_listen[CONFIG_MAX_LISTEN];   /* "host:port" */
+    int tls_listen_count;
+    char *tls_cert_file;
+    char *tls_key_file;
+    char *tls_ca_cert_file;
+    int tls_auth_clients;              /* enum config_tls_auth */
+    int tls_protocols;                 /* enum config_tls_protocol bits */
+    char *tls_ciphers;                 /* TLS 1.2 and below; NULL: OpenSSL's */
+    char *tls_ciphersuites;            /* TLS 1.3; NULL: OpenSSL's */
+    long long tls_handshake_timeout_ms; /* a client not done by then is closed */
+    /* TLS towards Redis. */
+    int backend_tls;
+    char *backend_tls_ca_cert_file;    /* NULL: the system's CAs */
+    char *backend_tls_cert_file;       /* client certificate, with its key */
+    char *backend_tls_key_file;
+    char *backend_tls_server_name;     /* SNI and the name checked; NULL: none */
+    int *key_lines;                    /* line each key was set on (config_key_line) */
 };
 
 /* Load PATH into CFG (defaults for absent keys). Every problem is added to
@@ -35,5 +66,8 @@ struct config {
  * otherwise; either way config_free(CFG) releases it. */
 int config_load(const char *path, struct config *cfg, struct errlist *errs);
 void config_free(struct config *cfg);
+
+/* The line of CFG's file where key NAME was set, 0 when it was not. */
+int config_key_line(const struct config *cfg, const char *name);
 
 #endif

@@ -22,18 +22,20 @@
 #define LISTENER_PAUSE_MS 100
 #define LISTENER_LOG_EVERY_MS 1000
 
-static struct evconnlistener *listeners[CONFIG_MAX_LISTEN];
+static struct evconnlistener *listeners[2 * CONFIG_MAX_LISTEN];   /* plain, then TLS */
 static int listener_count;
 static struct event *listener_resume_timer;   /* armed while paused */
 static uint64_t listener_last_log_ms;
 static unsigned long listener_suppressed;     /* failures not logged since */
 
+/* ARG is listener_tls for a tls_listen address, NULL for a plain one. */
+static int listener_tls;
+
 static void listener_accept_cb(struct evconnlistener *l, evutil_socket_t fd,
                                struct sockaddr *addr, int addrlen, void *arg)
 {
     (void)l;
-    (void)arg;
-    client_accept(fd, addr, (socklen_t)addrlen);
+    client_accept(fd, addr, (socklen_t)addrlen, arg == &listener_tls);
 }
 
 /* Log an accept failure, at most once per LISTENER_LOG_EVERY_MS; the next
@@ -100,7 +102,8 @@ static void listener_error_cb(struct evconnlistener *l, void *arg)
     listener_log_failure(err, paused);
 }
 
-static int listener_open(struct event_base *base, const char *hostport, char *err, size_t errlen)
+static int listener_open(struct event_base *base, const char *hostport, int tls, char *err,
+                         size_t errlen)
 {
     char host[256], port_text[16];
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
@@ -115,7 +118,7 @@ static int listener_open(struct event_base *base, const char *hostport, char *er
         snprintf(err, errlen, "cannot resolve listen address %s: %s", hostport, gai_strerror(rc));
         return -1;
     }
-    l = evconnlistener_new_bind(base, listener_accept_cb, NULL,
+    l = evconnlistener_new_bind(base, listener_accept_cb, tls ? &listener_tls : NULL,
                                 LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
                                 511, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);
@@ -125,7 +128,7 @@ static int listener_open(struct event_base *base, const char *hostport, char *er
     }
     evconnlistener_set_error_cb(l, listener_error_cb);
     listeners[listener_count++] = l;
-    log_notice("listening on %s", hostport);
+    log_notice("listening on %s%s", hostport, tls ? " (TLS)" : "");
     return 0;
 }
 
@@ -137,7 +140,11 @@ int listener_start(struct event_base *base, const struct config *cfg, char *err,
         return -1;
     }
     for (int i = 0; i < cfg->listen_count; i++) {
-        if (listener_open(base, cfg->listen[i], err, errlen) != 0)
+        if (listener_open(base, cfg->listen[i], 0, err, errlen) != 0)
+            return -1;
+    }
+    for (int i = 0; i < cfg->tls_listen_count; i++) {
+        if (listener_open(base, cfg->tls_listen[i], 1, err, errlen) != 0)
             return -1;
     }
     return 0;

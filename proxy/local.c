@@ -3,13 +3,13 @@
 #include "local.h"
 
 #include <event2/buffer.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 #include <ctype.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "client.h"
 #include "commands.h"
@@ -18,6 +18,9 @@
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
+#include "tls.h"
+#include "users.h"
+#include "value.h"
 
 typedef void local_handler(struct client *c, int argc, const struct sv *argv,
                            struct evbuffer *out);
@@ -29,7 +32,7 @@ struct local_command {
 };
 
 static local_handler local_client_setname, local_client_getname, local_client_id,
-    local_client_reply, local_quit, local_hello, local_proxy;
+    local_client_reply, local_quit, local_hello, local_auth, local_acl_whoami, local_proxy;
 
 static const struct local_command local_commands[] = {
     {"client|setname", 3, local_client_setname},
@@ -37,7 +40,9 @@ static const struct local_command local_commands[] = {
     {"client|id", 2, local_client_id},
     {"client|reply", 3, local_client_reply},
     {"quit", -1, local_quit},
-    {"hello", -1, local_hello},   /* only HELLO 3: see placement.c */
+    {"hello", -1, local_hello},
+    {"auth", -2, local_auth},     /* when sluice authenticates clients: auth.c */
+    {"acl|whoami", 2, local_acl_whoami},
     {"proxy", -2, local_proxy},
 };
 #define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))
@@ -160,106 +165,156 @@ static void local_quit(struct client *c, int argc, const struct sv *argv, struct
     reply_status(out, "OK");
 }
 
-/* TEMPORARY (h-resp3, until issue 10's HELLO lands): HELLO [2|3]
- * [SETNAME name] sets the client's protocol and answers as Redis does,
- * with sluice's client id. HELLO 3 AUTH is refused; HELLO 2 AUTH goes to
- * Redis as before (placement.c). */
-
-/* HELLO's reply for C, in its protocol: a map in RESP3, flat in RESP2. */
-static void local_hello_reply(struct client *c, struct evbuffer *out)
+/* AUTH [username] password, answered by sluice (auth.c) with Redis 7.0's
+ * replies. */
+static void local_auth(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
-    static const char *const fields[] = {"server", "sluice", "version", SLUICE_VERSION,
-                                         "proto", NULL, "id", NULL, "mode", "standalone",
-                                         "role", "master", "modules", NULL};
-    static const char map_head[] = "%7\r\n";
-
-    if (c->resp == 3)
-        evbuffer_add(out, map_head, sizeof(map_head) - 1);
-    else
-        reply_array_header(out, 14);
-    for (int i = 0; i < 14; i += 2) {
-        reply_bulk(out, fields[i], strlen(fields[i]));
-        if (fields[i + 1] != NULL)
-            reply_bulk(out, fields[i + 1], strlen(fields[i + 1]));
-        else if (i == 4)
-            reply_integer(out, c->resp);
-        else if (i == 6)
-            reply_integer(out, (long long)c->id);
-        else
-            reply_array_header(out, 0);
+    if (argc > 3) {
+        reply_error(out, "syntax error");
+        return;
     }
+    if (argc == 2 && auth_default_nopass()) {
+        reply_error(out, "AUTH <password> called without any password configured for the "
+                         "default user. Are you sure your configuration is correct?");
+        return;
+    }
+    if (auth_login(c, argc == 3 ? &argv[1] : NULL, argv[argc - 1]) != 0) {
+        reply_error(out, "%s", USERS_ERR_WRONGPASS);
+        return;
+    }
+    throttle_client_changed(c);
+    reply_status(out, "OK");
 }
 
-/* HELLO's protocol version ARG into *RESP; 0, or -1 with the error written. */
-static int local_hello_version(struct sv arg, int *resp, struct evbuffer *out)
+static void local_acl_whoami(struct client *c, int argc, const struct sv *argv,
+                             struct evbuffer *out)
 {
-    char digits[24];
-    char *end;
-    long long ver;
+    (void)argc;
+    (void)argv;
+    reply_bulk(out, c->user, strlen(c->user));
+}
 
-    snprintf(digits, sizeof(digits), "%.*s", arg.len < 23 ? (int)arg.len : 23, arg.ptr);
-    ver = strtoll(digits, &end, 10);
-    if (arg.len == 0 || arg.len > 20 || *end != '\0') {
-        reply_error(out, "Protocol version is not an integer or out of range");
-        return -1;
+/* HELLO's options: SETNAME name, and whether an AUTH option logged in. */
+struct local_hello_args {
+    long long version;          /* 0: not given */
+    const struct sv *name;
+    int logged_in;
+};
+
+/* Parse HELLO's arguments into A, logging C in at each AUTH option as
+ * Redis 7.0 does (so a later bad option leaves C logged in). Returns 0,
+ * or -1 with the error in OUT. */
+static int local_hello_parse(struct client *c, int argc, const struct sv *argv,
+                             struct local_hello_args *a, struct evbuffer *out)
+{
+    int next = 1;
+
+    memset(a, 0, sizeof(*a));
+    if (argc >= 2) {
+        if (value_strict_ll(argv[1].ptr, argv[1].len, &a->version) != 0) {
+            reply_error(out, "Protocol version is not an integer or out of range");
+            return -1;
+        }
+        next = 2;
+        if (a->version < 2 || a->version > 3) {
+            reply_error(out, "-NOPROTO unsupported protocol version");
+            return -1;
+        }
     }
-    if (ver != 2 && ver != 3) {
-        reply_error(out, "-NOPROTO unsupported protocol version");
-        return -1;
+    for (int i = next; i < argc; i++) {
+        int more = argc - 1 - i;
+        if (sv_ieq(argv[i], "auth") && more >= 2) {
+            /* Without users of sluice's own, HELLO 2 AUTH goes to Redis
+             * (placement.c); HELLO 3 AUTH cannot: the client's protocol is
+             * sluice's to know. */
+            if (!auth_local()) {
+                reply_error(out, "sluice does not forward HELLO 3 AUTH to Redis: send AUTH, "
+                                 "then HELLO 3");
+                return -1;
+            }
+            if (auth_login(c, &argv[i + 1], argv[i + 2]) != 0) {
+                reply_error(out, "%s", USERS_ERR_WRONGPASS);
+                return -1;
+            }
+            a->logged_in = 1;
+            i += 2;
+        } else if (sv_ieq(argv[i], "setname") && more >= 1) {
+            a->name = &argv[i + 1];
+            i += 1;
+        } else {
+            reply_error(out, "Syntax error in HELLO option '%.*s'",
+                        argv[i].len > 128 ? 128 : (int)argv[i].len, argv[i].ptr);
+            return -1;
+        }
     }
-    *resp = (int)ver;
     return 0;
 }
 
-/* Why C may not switch to protocol RESP now (NULL: it may). */
-static const char *local_hello_refusal(const struct client *c, int resp)
+/* HELLO's reply: what Redis says of itself, with sluice's client id and
+ * the client's protocol; a map in RESP3, a flat array in RESP2. */
+static void local_hello_reply(struct client *c, struct evbuffer *out)
 {
-    if ((c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR))
-        return "Can't execute 'hello': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / "
-               "RESET are allowed in this context";
-    /* Redis would put the connection in RESP2 pub/sub mode, whose messages
-     * sluice would take for replies (README: known limits). */
-    if (resp == 2 && c->resp == 3 && client_subscribed_resp3(c))
-        return "sluice does not support HELLO 2 while subscribed in RESP3; "
-               "unsubscribe or RESET first";
-    return NULL;
+    const char *version, *mode, *role;
+
+    backend_server_hello(backend_default_node(), &version, &mode, &role);
+    if (c->resp == 3)
+        evbuffer_add_printf(out, "%%7\r\n");
+    else
+        reply_array_header(out, 14);
+    reply_bulk(out, "server", 6);
+    reply_bulk(out, "redis", 5);
+    reply_bulk(out, "version", 7);
+    reply_bulk(out, version, strlen(version));
+    reply_bulk(out, "proto", 5);
+    reply_integer(out, c->resp);
+    reply_bulk(out, "id", 2);
+    reply_integer(out, (long long)c->id);
+    reply_bulk(out, "mode", 4);
+    reply_bulk(out, mode[0] != '\0' ? mode : "standalone", mode[0] != '\0' ? strlen(mode) : 10);
+    reply_bulk(out, "role", 4);
+    reply_bulk(out, role[0] != '\0' ? role : "master", role[0] != '\0' ? strlen(role) : 6);
+    reply_bulk(out, "modules", 7);
+    reply_array_header(out, 0);
 }
 
+/* HELLO [protover [AUTH username password] [SETNAME clientname]], in
+ * Redis 7.0's order: version, options, login, then (logged in) the name
+ * and the protocol. */
 static void local_hello(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
-    const struct sv *name = NULL;
-    const char *refusal;
-    int resp = c->resp;
+    struct local_hello_args a;
+    int parsed = local_hello_parse(c, argc, argv, &a, out);
 
-    if (argc >= 2 && local_hello_version(argv[1], &resp, out) != 0)
+    if (a.logged_in)
+        throttle_client_changed(c);   /* rules see the new user, whatever follows */
+    if (parsed != 0)
         return;
-    for (int i = 2; i < argc; i++) {
-        if (sv_ieq(argv[i], "auth")) {
-            reply_error(out, "sluice does not take AUTH in HELLO 3 yet: send AUTH, then HELLO 3");
-            return;
-        }
-        if (!sv_ieq(argv[i], "setname") || i + 1 >= argc) {
-            int n = argv[i].len < 64 ? (int)argv[i].len : 64;
-            reply_error(out, "Syntax error in HELLO option '%.*s'", n, argv[i].ptr);
-            return;
-        }
-        name = &argv[++i];
-    }
-    refusal = local_hello_refusal(c, resp);
-    if (refusal != NULL) {
-        reply_error(out, "%s", refusal);
+    if (auth_required(c)) {
+        reply_error(out, "-NOAUTH HELLO must be called with the client already authenticated, "
+                         "otherwise the HELLO AUTH <user> <pass> option can be used to "
+                         "authenticate the client and select the RESP protocol version at the "
+                         "same time");
         return;
     }
-    if (name != NULL && !local_valid_name(*name)) {
+    if (a.version == 2 && c->resp == 3 && client_subscribed_resp3(c)) {
+        /* Redis would put the connection in RESP2 pub/sub mode, whose
+         * messages sluice would take for replies (README: known limits). */
+        reply_error(out, "sluice does not support HELLO 2 while subscribed in RESP3; "
+                         "unsubscribe or RESET first");
+        return;
+    }
+    if (a.name != NULL && !local_valid_name(*a.name)) {
         reply_error(out, "Client names cannot contain spaces, newlines or special characters.");
         return;
     }
-    if (name != NULL) {
+    if (a.name != NULL) {
         free(c->name);
-        c->name = name->len > 0 ? strndup(name->ptr, name->len) : NULL;
-        throttle_client_changed(c);
+        c->name = a.name->len > 0 ? strndup(a.name->ptr, a.name->len) : NULL;
     }
-    c->resp = resp;
+    if (a.name != NULL)
+        throttle_client_changed(c);
+    if (a.version != 0)
+        c->resp = (int)a.version;
     local_hello_reply(c, out);
 }
 
@@ -281,9 +336,14 @@ static void local_proxy_info(struct evbuffer *out)
     stats_write_info(text);
     evbuffer_add_printf(text, "\r\n# Backends\r\n");
     backend_write_info(text);
+    evbuffer_add_printf(text, "\r\n# TLS\r\n");
+    tls_write_info(text);
     evbuffer_add_printf(text, "\r\n# Rules\r\nrules_file:%s\r\n",
                         server.cfg.rules != NULL ? server.cfg.rules : "");
     limiter_write_info(text);
+    evbuffer_add_printf(text, "\r\n# Auth\r\nusers_file:%s\r\n",
+                        server.cfg.users != NULL ? server.cfg.users : "");
+    auth_write_info(text);
     evbuffer_add_printf(out, "$%zu\r\n", evbuffer_get_length(text));
     evbuffer_add_buffer(out, text);
     evbuffer_add(out, "\r\n", 2);
@@ -295,18 +355,18 @@ static void local_proxy_rules(struct evbuffer *out)
     limiter_write_rules(out);
 }
 
-/* Re-read the rule file; a bad one changes nothing and its first error
- * (FILE:LINE: message) is the reply. */
+/* Re-read the rule and users files and the TLS certificates; a bad one
+ * changes nothing and the first error (FILE:LINE: message) is the reply. */
 static void local_proxy_reload(struct evbuffer *out)
 {
     struct errlist errs = {0};
-    char first[512];
+    char first[1024];
 
-    if (throttle_reload(&errs) == 0) {
+    if (server_reload(&errs) == 0) {
         reply_status(out, "OK");
     } else {
         errlist_first(&errs, first, sizeof(first));
-        reply_error(out, "rules not reloaded: %s", first);
+        reply_error(out, "not reloaded: %s", first);
     }
     errlist_free(&errs);
 }
@@ -322,7 +382,7 @@ static const struct {
     {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis)."},
     {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules."},
     {"rules", local_proxy_rules, "    Every rate-limit rule with its counters."},
-    {"reload", local_proxy_reload, "    Read the rule file again (a bad file changes nothing)."},
+    {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing)."},
     {"help", local_proxy_help, "    Print this help."},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))

@@ -30,6 +30,7 @@
 #include "router.h"
 #include "scripts.h"
 #include "server.h"
+#include "value.h"
 #include "slot.h"
 
 #define LOCK_TOKEN_BYTES 16
@@ -693,15 +694,7 @@ static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len,
  * is an integer but not positive; -1 when it is not an integer. */
 static int lock_parse_positive(struct sv arg, long long *out)
 {
-    char buf[32];
-    char *end;
-
-    if (arg.len == 0 || arg.len >= sizeof(buf))
-        return -1;
-    memcpy(buf, arg.ptr, arg.len);
-    buf[arg.len] = '\0';
-    *out = strtoll(buf, &end, 10);
-    if (*end != '\0' || (buf[0] != '-' && (buf[0] < '0' || buf[0] > '9')))
+    if (value_strict_ll(arg.ptr, arg.len, out) != 0)
         return -1;
     return *out > 0 ? 1 : 0;
 }

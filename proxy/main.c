@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "client.h"
 #include "commands.h"
@@ -23,6 +24,7 @@
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
+#include "tls.h"
 
 #define MAIN_DEFAULT_CONFIG "conf/sluice.ini"
 #define MAIN_TICK_MS 100
@@ -50,6 +52,10 @@ static int main_load_config(const char *path)
 
     if (rc == 0 && server.cfg.rules != NULL)
         rc = limiter_check(server.cfg.rules, &errs);
+    if (rc == 0)
+        rc = auth_check(&server.cfg, &errs);
+    if (rc == 0)
+        rc = tls_check(&server.cfg, &errs);
 
     if (errs.text != NULL)
         fputs(errs.text, stderr);
@@ -126,7 +132,7 @@ static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
         main_begin_shutdown();
     } else if (sig == SIGHUP) {
         struct errlist errs = {0};
-        throttle_reload(&errs);
+        server_reload(&errs);
         errlist_free(&errs);
     }
 }
@@ -154,7 +160,7 @@ static int main_run(void)
     struct errlist errs = {0};
     struct event *sigint, *sigterm, *sighup, *tick;
     struct timeval tick_tv = {0, MAIN_TICK_MS * 1000};
-    char err[256];
+    char err[1024];
 
     signal(SIGPIPE, SIG_IGN);
     main_raise_fd_limit();
@@ -166,13 +172,14 @@ static int main_run(void)
     }
     stats_init();
     local_init();
-    if (throttle_init(server.cfg.rules, &errs) != 0) {
+    if (throttle_init(server.cfg.rules, &errs) != 0 || auth_init(&server.cfg, &errs) != 0) {
         log_warning("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
         errlist_free(&errs);
         return 1;
     }
     client_module_init(server.base, &server.cfg);
-    if (backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
+    if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
+        backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
         listener_start(server.base, &server.cfg, err, sizeof(err)) != 0) {
         log_warning("%s", err);
         return 1;
@@ -193,7 +200,9 @@ static int main_run(void)
     client_free_all();
     learn_free_all();
     backend_free_all();
+    tls_free();
     throttle_shutdown();
+    auth_shutdown();
     event_free(sigint);
     event_free(sighup);
     event_free(sigterm);

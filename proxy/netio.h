@@ -19,6 +19,7 @@
 
 struct bufferevent;
 struct evbuffer;
+struct ssl_st;
 
 /* BEV's output, for adding to it: when netio_write_now turned its write
  * event off (*WRITE_OFF), it is turned on again. */
@@ -28,16 +29,18 @@ struct evbuffer *netio_output(struct bufferevent *bev, int *write_off);
  * is off (*WRITE_OFF set), else 0. */
 int netio_write_now(struct bufferevent *bev, int *write_off);
 
-/* Write as much of OUT to FD as the socket takes now. Returns 1 when OUT
- * is empty, 0 when the socket is full (write again once writable), -1 on
- * an error (errno set; the connection is broken). */
-int netio_write(struct evbuffer *out, int fd);
+/* Write as much of OUT to FD as the socket takes now; through SSL when it
+ * is not NULL (tls_write). Returns 1 when OUT is empty, 0 when the socket
+ * is full (write again once writable; with SSL, see tls_wants_read), -1
+ * on an error (errno set; the connection is broken). */
+int netio_write(struct evbuffer *out, int fd, struct ssl_st *ssl);
 
 /* Read what FD has into IN, at most MAX bytes, in reads of up to 64 KB
  * while they come back full (libevent's own read asks the kernel how much
- * is there first: one system call more per request). Returns
+ * is there first: one system call more per request); through SSL when it
+ * is not NULL (tls_read). Returns
  * the bytes read (> 0), 0 at end of file, -1 on an error (errno set), -2
  * when there was nothing to read. */
-long netio_read(struct evbuffer *in, int fd, size_t max);
+long netio_read(struct evbuffer *in, int fd, struct ssl_st *ssl, size_t max);
 
 #endif

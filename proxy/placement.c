@@ -16,10 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "commands.h"
 #include "learn.h"
 #include "request.h"
+#include "value.h"
 
 typedef struct placement placement_check(int argc, const struct sv *argv);
 
@@ -33,9 +35,10 @@ struct placement_row {
 };
 
 static placement_check placement_check_xread, placement_check_xreadgroup,
-    placement_check_client_kill, placement_check_hello;
+    placement_check_client_kill, placement_check_hello, placement_check_auth;
 
 #define WHY_REPLICATION "replication needs a direct connection to Redis"
+#define WHY_PROTECTED "only from a local client (127.0.0.1, ::1), as Redis allows it"
 #define WHY_PAUSE "it would stall every client sharing sluice's connections"
 #define WHY_KILL "it could close sluice's own connections; only CLIENT KILL ID or ADDR " \
                  "of another connection goes through"
@@ -48,8 +51,11 @@ static const struct placement_row placement_rows[] = {
     {"client|reply", PLACE_LOCAL, 0, ROLE_CLIENT_REPLY, NULL,
      "Redis always answers; sluice drops the replies"},
     {"quit", PLACE_LOCAL, 0, ROLE_NONE, NULL, "closes the client connection"},
-    {"hello", PLACE_PRIVATE, 0, ROLE_HELLO, placement_check_hello,
-     "sets the client's protocol; with AUTH it goes to Redis (temporary)"},
+    {"hello", PLACE_LOCAL, 0, ROLE_HELLO, placement_check_hello,
+     "the protocol, name and user are sluice's; HELLO AUTH goes to Redis when sluice "
+     "does not authenticate clients itself"},
+    {"acl|whoami", PLACE_SHARED, 0, ROLE_NONE, placement_check_auth,
+     "the user is sluice's when it authenticates clients itself"},
     {"proxy", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's own command"},
     {"lock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb (EVALSHA of lua/)"},
     {"unlock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
@@ -60,7 +66,9 @@ static const struct placement_row placement_rows[] = {
     {"watch", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "watched keys belong to the connection"},
     {"exec", PLACE_SHARED, 0, ROLE_EXEC, NULL, "ends a transaction (on its private connection)"},
     {"discard", PLACE_SHARED, 0, ROLE_DISCARD, NULL, "ends a transaction"},
-    {"auth", PLACE_PRIVATE, 0, ROLE_AUTH, NULL, "the user belongs to the connection"},
+    {"auth", PLACE_PRIVATE, 0, ROLE_AUTH, placement_check_auth,
+     "answered by sluice with a users file or backend_password; else the user belongs "
+     "to the connection"},
     {"reset", PLACE_PRIVATE, REQ_RESET, ROLE_RESET, NULL, "resets the connection's state"},
     {"wait", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "blocks until replicas acknowledge"},
     {"client|tracking", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "tracking belongs to the connection"},
@@ -75,6 +83,13 @@ static const struct placement_row placement_rows[] = {
     {"monitor", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_MONITOR, NULL, "a stream of replies"},
     {"xread", PLACE_SHARED, 0, ROLE_NONE, placement_check_xread, "blocks with BLOCK"},
     {"xreadgroup", PLACE_SHARED, 0, ROLE_NONE, placement_check_xreadgroup, "blocks with BLOCK"},
+    /* Redis's "protected" commands: allowed by enable-debug-command and
+     * enable-module-command only from a local connection, which every
+     * connection of sluice's is; so sluice asks where its client is. */
+    {"debug", PLACE_SHARED, REQ_PROTECTED, ROLE_NONE, NULL, WHY_PROTECTED},
+    {"module|load", PLACE_SHARED, REQ_PROTECTED, ROLE_NONE, NULL, WHY_PROTECTED},
+    {"module|loadex", PLACE_SHARED, REQ_PROTECTED, ROLE_NONE, NULL, WHY_PROTECTED},
+    {"module|unload", PLACE_SHARED, REQ_PROTECTED, ROLE_NONE, NULL, WHY_PROTECTED},
     /* Must reach Redis at once, even while a script keeps it busy. */
     {"script|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy script: cannot wait behind it"},
     {"function|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy function"},
@@ -218,16 +233,9 @@ static struct placement placement_check_xreadgroup(int argc, const struct sv *ar
 /* A CLIENT KILL ID argument that names a connection of sluice's. */
 static int placement_own_id(struct sv arg)
 {
-    char text[24];
-    char *end;
     long long id;
 
-    if (arg.len == 0 || arg.len >= sizeof(text))
-        return 0;
-    memcpy(text, arg.ptr, arg.len);
-    text[arg.len] = '\0';
-    id = strtoll(text, &end, 10);
-    return *end == '\0' && backend_owns_client_id(id);
+    return value_strict_ll(arg.ptr, arg.len, &id) == 0 && backend_owns_client_id(id);
 }
 
 /* CLIENT KILL may go through only when it cannot reach sluice's own
@@ -254,16 +262,26 @@ static struct placement placement_check_client_kill(int argc, const struct sv *a
     return narrowed || argc < 3 ? placement_shared() : refused;
 }
 
-/* TEMPORARY (h-resp3, until issue 10's HELLO lands): HELLO without AUTH
- * is sluice's (local.c sets the client's protocol); with AUTH it goes to
- * Redis as before. */
+/* HELLO is sluice's: it keeps the protocol, name and user of its own
+ * clients. Only when Redis authenticates the clients (no users file, no
+ * backend_password) does HELLO ... AUTH go to Redis, on the client's own
+ * connection, as AUTH does. */
 static struct placement placement_check_hello(int argc, const struct sv *argv)
 {
+    if (auth_local() || (argc >= 2 && sv_ieq(argv[1], "3")))
+        return (struct placement){PLACE_LOCAL, 0, NULL};
     for (int i = 2; i < argc; i++) {
         if (sv_ieq(argv[i], "auth"))
-            return argv[1].len == 1 && argv[1].ptr[0] == '3'
-                       ? (struct placement){PLACE_LOCAL, 0, NULL}
-                       : placement_private();
+            return placement_private();
     }
     return (struct placement){PLACE_LOCAL, 0, NULL};
+}
+
+/* AUTH and ACL WHOAMI: sluice's when it authenticates clients itself
+ * (auth.c); else AUTH's user belongs to the client's own connection. */
+static struct placement placement_check_auth(int argc, const struct sv *argv)
+{
+    if (auth_local())
+        return (struct placement){PLACE_LOCAL, 0, NULL};
+    return argc >= 1 && sv_ieq(argv[0], "acl") ? placement_shared() : placement_private();
 }

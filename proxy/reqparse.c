@@ -134,6 +134,8 @@ static int reqparse_bulk_header(struct reqparse *p, struct evbuffer *in,
         return REQPARSE_MORE;
     if (!reqparse_ll(line, (size_t)len, &n) || n < 0 || n > p->limits->max_bulk_len)
         return reqparse_fail(p, "Protocol error: invalid bulk length%c", '\0');
+    if (p->must_login && n > REQPARSE_LOGIN_MAX_BULK_LEN)
+        return reqparse_fail(p, "Protocol error: unauthenticated bulk length%c", '\0');
     if (p->pos + 1 + (size_t)len + 2 > have)
         return REQPARSE_MORE;   /* the byte after '\r' is not there yet */
     p->pos += 1 + (size_t)len + 2;
@@ -188,6 +190,8 @@ static int reqparse_count(struct reqparse *p, struct evbuffer *in, const struct 
     if (len > REQPARSE_LEN_LINE || !reqparse_ll(line + 1, (size_t)len - 1, &n) ||
         n > INT_MAX || n > p->limits->max_multibulk_len)
         return reqparse_fail(p, "Protocol error: invalid multibulk length%c", '\0');
+    if (p->must_login && n > REQPARSE_LOGIN_MAX_ARGS)
+        return reqparse_fail(p, "Protocol error: unauthenticated multibulk length%c", '\0');
     if (n <= 0) {   /* *0, *-1, *-10...: Redis skips any count up to 0 silently */
         evbuffer_drain(in, (size_t)len + 2);
         return REQPARSE_SKIP;

@@ -20,8 +20,14 @@ struct reqparse {
     long long args_left;           /* bulk strings still to come in cur */
     long long bulk_len;            /* -1: a length line is next; else the payload's */
     const struct reqparse_limits *limits;
+    int must_login;                /* the client must log in first: Redis's small limits */
     char err[128];                 /* protocol error, without "-ERR " */
 };
+
+/* Redis 7.0's limits for a client that must still authenticate, so that
+ * nobody without a password makes the server hold a large request. */
+#define REQPARSE_LOGIN_MAX_ARGS 10
+#define REQPARSE_LOGIN_MAX_BULK_LEN 16384
 
 enum reqparse_result {
     REQPARSE_MORE,      /* need more bytes */

@@ -48,7 +48,8 @@ enum request_flag {
     REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
     REQ_UNPAIRED = 1 << 7,    /* sent on a connection whose replies stream unpaired
                                  (pub/sub, MONITOR): nothing waits for a reply */
-    REQ_PUSHES = 1 << 8,      /* RESP3 (un)subscribe: answered by pushes, not a reply;
+    REQ_PROTECTED = 1 << 8,   /* DEBUG, MODULE LOAD...: only from a local client */
+    REQ_PUSHES = 1 << 9,      /* RESP3 (un)subscribe: answered by pushes, not a reply;
                                  done after pushes_left of them (client_on_push) */
 };
 

@@ -4,6 +4,11 @@
 
 #include <time.h>
 
+#include "auth.h"
+#include "errlist.h"
+#include "throttle.h"
+#include "tls.h"
+
 struct server server;
 
 /* 0: not read yet in this loop pass. */
@@ -32,4 +37,18 @@ uint64_t server_pass_now_us(void)
 void server_pass_end(void)
 {
     server_pass_clock_us = 0;
+}
+
+int server_reload(struct errlist *errs)
+{
+    int rc = 0;
+
+    /* Each file on its own: a bad one keeps its old contents. */
+    if (throttle_reload(errs) != 0)
+        rc = -1;
+    if (auth_reload(errs) != 0)
+        rc = -1;
+    if (tls_reload(&server.cfg, errs) != 0)
+        rc = -1;
+    return rc;
 }

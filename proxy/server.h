@@ -32,4 +32,12 @@ uint64_t server_now_ms(void);
 uint64_t server_pass_now_us(void);
 void server_pass_end(void);
 
+struct errlist;
+
+/* SIGHUP and PROXY RELOAD: read the rule file, the users file and the TLS
+ * certificates and keys again. Each is replaced only when it loads without
+ * error; every error is added to ERRS (FILE:LINE: message). Returns 0 when
+ * all loaded, else -1. */
+int server_reload(struct errlist *errs);
+
 #endif

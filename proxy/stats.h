@@ -21,7 +21,8 @@ struct evbuffer;
     X(output_limit_disconnects, "clients over client_output_buffer_limit")   \
     X(query_limit_disconnects, "clients over client_query_buffer_limit")     \
     X(idle_timeouts, "clients closed for idleness")                          \
-    X(swallowed_replies, "replies for clients that had gone")
+    X(swallowed_replies, "replies for clients that had gone")                \
+    X(tls_handshake_failures, "client TLS handshakes failed or timed out")
 
 enum stats_id {
 #define X(name, doc) STAT_##name,

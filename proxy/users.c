@@ -133,13 +133,24 @@ static void users_sha256(const char *data, size_t len, unsigned char *out)
         memset(out, 0, USERS_DIGEST_LEN);   /* never matches a real password's hash */
 }
 
+static int users_push_digest(struct user *u, const unsigned char *digest)
+{
+    unsigned char (*grown)[USERS_DIGEST_LEN];
+
+    grown = realloc(u->digests, sizeof(*grown) * (size_t)(u->digest_count + 1));
+    if (grown == NULL)
+        return -1;
+    u->digests = grown;
+    memcpy(u->digests[u->digest_count++], digest, USERS_DIGEST_LEN);
+    return 0;
+}
+
 /* "sha256:<64 hex>" is a digest as is (Redis ACL's "#<hash>"); anything
  * else is a plain password, hashed here and not kept. */
 static int users_set_password(struct user *u, const char *value, char *err, size_t errlen)
 {
     size_t plen = strlen(USERS_SHA256_PREFIX);
     unsigned char digest[USERS_DIGEST_LEN];
-    unsigned char (*grown)[USERS_DIGEST_LEN];
 
     if (value[0] == '\0') {
         snprintf(err, errlen, "empty (for a user without a password, set nopass = yes)");
@@ -162,12 +173,20 @@ static int users_set_password(struct user *u, const char *value, char *err, size
     } else {
         users_sha256(value, strlen(value), digest);
     }
-    grown = realloc(u->digests, sizeof(*grown) * (size_t)(u->digest_count + 1));
-    if (grown == NULL)
-        return -1;      /* err left empty: out of memory */
-    u->digests = grown;
-    memcpy(u->digests[u->digest_count++], digest, USERS_DIGEST_LEN);
-    return 0;
+    return users_push_digest(u, digest);   /* -1 with err empty: out of memory */
+}
+
+/* A plain password PW (LEN bytes) taken as it is, whatever it starts
+ * with: the backend's. */
+static int users_add_digest(struct user *u, const char *pw, size_t len)
+{
+    unsigned char digest[USERS_DIGEST_LEN];
+    int rc;
+
+    users_sha256(pw, len, digest);
+    rc = users_push_digest(u, digest);
+    OPENSSL_cleanse(digest, sizeof(digest));
+    return rc;
 }
 
 /* The next blank-separated word of *TEXT, advancing it; len 0 at the end. */
@@ -619,6 +638,24 @@ struct user_set *users_load(const char *path, struct errlist *errs)
     return p.set;
 }
 
+/* The set that stands for a backend password without a users file: one
+ * user, NAME, with PASSWORD and every permission. */
+struct user_set *users_backend_set(const char *name, const char *password)
+{
+    struct user_set *set = calloc(1, sizeof(*set));
+    struct user *u = set != NULL ? users_add(set, name, 0) : NULL;
+    char err[128];
+
+    if (u == NULL || users_add_digest(u, password, strlen(password)) != 0 ||
+        users_set_commands(u, "+@all", err, sizeof(err)) != 0 ||
+        users_set_keys(u, "*", err, sizeof(err)) != 0 ||
+        users_set_channels(u, "*", err, sizeof(err)) != 0) {
+        users_free(set);
+        return NULL;
+    }
+    return set;
+}
+
 void users_free(struct user_set *set)
 {
     if (set == NULL)
@@ -667,6 +704,18 @@ int users_enabled(const struct user *u)
 int users_nopass(const struct user *u)
 {
     return u->nopass;
+}
+
+int users_unrestricted(const struct user *u)
+{
+    unsigned all = USERS_ALLCOMMANDS | USERS_ALLKEYS | USERS_ALLCHANNELS;
+
+    return (u->flags & all) == all && u->verbs == USERS_VERBS_ALL;
+}
+
+const struct user *users_at(const struct user_set *set, int index)
+{
+    return set->users[index];
 }
 
 /* ---- checks, per request --------------------------------------------- */
@@ -733,6 +782,11 @@ static int users_glob_any(const struct users_globs *globs, const char *s, size_t
             return 1;
     }
     return 0;
+}
+
+int users_all_keys(const struct user *u)
+{
+    return (u->flags & USERS_ALLKEYS) != 0;
 }
 
 int users_may_access_key(const struct user *u, const char *key, size_t len)
@@ -815,6 +869,19 @@ int users_may_access_channels(const struct user *u, const struct command *cmd, i
             return 0;
     }
     return 1;
+}
+
+int users_channels_narrowed(const struct user *old, const struct user *new_user)
+{
+    if (new_user->flags & USERS_ALLCHANNELS)
+        return 0;
+    if (old->flags & USERS_ALLCHANNELS)
+        return 1;
+    for (int i = 0; i < old->channels.count; i++) {
+        if (!users_channel_ok(&new_user->channels, old->channels.items[i], 1))
+            return 1;
+    }
+    return 0;
 }
 
 const char *users_denied_command_name(const struct command *cmd)

@@ -35,6 +35,18 @@ void users_free(struct user_set *set);
 
 int users_count(const struct user_set *set);
 
+/* The set that stands in for the backend's credentials when there is no
+ * users file: one user NAME with PASSWORD and every permission. NULL on
+ * OOM. */
+struct user_set *users_backend_set(const char *name, const char *password);
+
+/* The user at INDEX (0 <= INDEX < users_count). */
+const struct user *users_at(const struct user_set *set, int index);
+
+/* 1 when U may run every command on every key and channel: no check is
+ * needed per request. */
+int users_unrestricted(const struct user *u);
+
 /* The user named NAME (LEN bytes, case sensitive, as Redis), or NULL. */
 const struct user *users_find(const struct user_set *set, const char *name, size_t len);
 
@@ -69,6 +81,9 @@ int users_may_run(const struct user *u, const struct command *cmd, const struct 
 int users_may_access_keys(const struct user *u, const struct command *cmd, int argc,
                           const struct sv *argv);
 
+/* 1 when U may use every key. */
+int users_all_keys(const struct user *u);
+
 /* 1 when KEY (LEN bytes) matches one of U's key globs: for keys sluice
  * finds itself (LOCK's name). */
 int users_may_access_key(const struct user *u, const char *key, size_t len);
@@ -79,6 +94,10 @@ int users_may_access_key(const struct user *u, const char *key, size_t len);
  * rule). Other commands (the UNSUBSCRIBE family included) pass. */
 int users_may_access_channels(const struct user *u, const struct command *cmd, int argc,
                               const struct sv *argv);
+
+/* 1 when NEW may lack a channel grant OLD had (a glob of OLD's that NEW
+ * does not have, byte for byte, or all channels taken away). */
+int users_channels_narrowed(const struct user *old, const struct user *new_user);
 
 /* CMD's name as Redis writes it in NOPERM replies: lower case, a
  * subcommand as "config|set". */

@@ -135,3 +135,25 @@ int value_hex_digit(char c)
         return c - 'A' + 10;
     return -1;
 }
+
+int value_strict_ll(const char *ptr, size_t len, long long *out)
+{
+    char buf[24];
+    char *end;
+    long long v;
+
+    if (len == 0 || len >= sizeof(buf) || ptr == NULL)
+        return -1;
+    memcpy(buf, ptr, len);
+    buf[len] = '\0';
+    if (buf[0] != '-' && (buf[0] < '0' || buf[0] > '9'))
+        return -1;
+    if (buf[0] == '-' && (len == 1 || buf[1] < '0' || buf[1] > '9'))
+        return -1;
+    errno = 0;
+    v = strtoll(buf, &end, 10);
+    if (*end != '\0' || errno == ERANGE)
+        return -1;
+    *out = v;
+    return 0;
+}

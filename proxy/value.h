@@ -6,6 +6,11 @@
 
 #include <stddef.h>
 
+/* PTR (LEN bytes, not NUL-terminated) as a whole decimal 64-bit integer,
+ * as Redis's string2ll reads one: an optional '-', digits, nothing else,
+ * no overflow. 0 and *OUT set, or -1. */
+int value_strict_ll(const char *ptr, size_t len, long long *out);
+
 /* The value of the hexadecimal digit C (either case), or -1. */
 int value_hex_digit(char c);
 

@@ -23,7 +23,13 @@
 #   4. Fairness (tools/slowreader.py): one client pipelines 20,000 GETs of a
 #      100 KB value and never reads; another client's GET latency (p50, p99,
 #      max), Redis's peak output buffer for sluice, sluice's memory growth.
-#   5. RESP3 next to RESP2 through sluice: GET/SET, -c 1/50, -P 1/16, with
+#   5. Authentication: sluice without a users file vs with one, the clients
+#      logged in as a user whose every request is checked (+@all -@dangerous,
+#      keys key:*), placed on cores as section 3; throughput and CPU/request.
+#   6. TLS: redis-benchmark --tls GET/SET at -c 50, -P 1/16 through sluice's
+#      tls_listen (plain backend), against the same sluice's plain listen and
+#      against Redis's own TLS port (redis-server --tls-port), same rounds.
+#   7. RESP3 next to RESP2 through sluice: GET/SET, -c 1/50, -P 1/16, with
 #      tools/respbench.c (redis-benchmark has no RESP3 switch), the same
 #      client once after HELLO 3 and once without, on a sluice of its own;
 #      placed on cores like section 3 (Redis on core 0, sluice and the
@@ -31,8 +37,9 @@
 #      per request.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
-# BENCH_RULES_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
-# BENCH_SECTIONS="1 2 3 4 5" (which sections to run, e.g. "3" for the rules).
+# BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_SCALE=F (multiplies request
+# counts), BENCH_SECTIONS="1 2 3 4 5 6 7" (which sections to run, e.g. "3" for
+# the rules).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -40,11 +47,13 @@ lockbench=$(readlink -f "$2")
 respbench=$(readlink -f "$3")
 rounds=${BENCH_ROUNDS:-5}
 rules_rounds=${BENCH_RULES_ROUNDS:-9}
+tls_rounds=${BENCH_TLS_ROUNDS:-3}
 scale=${BENCH_SCALE:-1}
-sections=${BENCH_SECTIONS:-1 2 3 4 5}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
+    tls_rounds=1
     scale=0.1
 fi
 
@@ -61,8 +70,9 @@ trap "exit 1" INT TERM HUP PIPE   # then EXIT cleans up (PIPE: output piped into
 section() {     # section N: true when section N is to run
     case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac
 }
-section 1 || section 2 || section 5 || rounds=0
-section 3 || rules_rounds=0
+section 1 || section 2 || section 7 || rounds=0
+section 3 || section 5 || rules_rounds=0
+section 6 || tls_rounds=0
 
 free_port() {
     /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -89,7 +99,7 @@ rpid=$!
 pids="$pids $rpid"
 wait_port "$rport"
 
-start_sluice() {   # start_sluice NAME [RULES_FILE]: prints its port
+start_sluice() {   # start_sluice NAME [RULES_FILE [USERS_FILE]]: prints its port
     port=$(free_port)
     {
         echo "[proxy]"
@@ -97,6 +107,7 @@ start_sluice() {   # start_sluice NAME [RULES_FILE]: prints its port
         echo "backend = 127.0.0.1:$rport"
         echo "log_level = warning"
         [ -z "${2:-}" ] || echo "rules = $2"
+        [ -z "${3:-}" ] || echo "users = $3"
     } >"$tmp/$1.conf"
     "$sluice" -c "$tmp/$1.conf" >"$tmp/$1.log" 2>&1 &
     echo "$port $!"
@@ -143,10 +154,56 @@ set -- $(start_sluice rules0); s0=$1; p0=$2; pids="$pids $2"
 set -- $(start_sluice rules100 "$tmp/rules100.ini"); s100=$1; p100=$2; pids="$pids $2"
 set -- $(start_sluice rules1 "$tmp/rules1.ini"); s1=$1; p1=$2; pids="$pids $2"
 
-# Section 5's sluice: RESP2 and RESP3 clients of the same sluice.
+# Section 5: the same sluice with a users file; redis-benchmark logs in as
+# "bench", whose every request passes the command and key checks.
+printf '[user bench]\npassword = bench-pw\ncommands = +@all -@dangerous\nkeys = key:*\n' \
+    >"$tmp/users.ini"
+set -- $(start_sluice users "" "$tmp/users.ini"); su=$1; pu=$2; pids="$pids $2"
+
+# Section 7's sluice: RESP2 and RESP3 clients of the same sluice.
 set -- $(start_sluice resp3); s3=$1; p3=$2; pids="$pids $2"
 
-for p in $sport $nport $s0 $s100 $s1 $s3; do wait_port "$p"; done
+for p in $sport $nport $s0 $s100 $s1 $su $s3; do wait_port "$p"; done
+
+# TLS (section 6): a CA and a server certificate for 127.0.0.1, a Redis
+# with only a TLS port, and a sluice with a plain and a TLS listener in
+# front of the plain Redis. Clients show no certificate.
+if [ "$tls_rounds" -gt 0 ]; then
+    openssl req -x509 -new -nodes -newkey rsa:2048 -keyout "$tmp/ca.key" -out "$tmp/ca.crt" \
+        -days 2 -subj "/CN=sluice bench CA" >/dev/null 2>&1
+    openssl req -new -nodes -newkey rsa:2048 -keyout "$tmp/server.key" -out "$tmp/server.csr" \
+        -subj "/CN=localhost" >/dev/null 2>&1
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$tmp/server.ext"
+    openssl x509 -req -in "$tmp/server.csr" -CA "$tmp/ca.crt" -CAkey "$tmp/ca.key" \
+        -CAcreateserial -out "$tmp/server.crt" -days 2 -extfile "$tmp/server.ext" >/dev/null 2>&1
+    rtport=$(free_port)
+    redis-server --port 0 --tls-port "$rtport" --bind 127.0.0.1 --save '' --appendonly no \
+        --tls-cert-file "$tmp/server.crt" --tls-key-file "$tmp/server.key" \
+        --tls-ca-cert-file "$tmp/ca.crt" --tls-auth-clients no \
+        --dir "$tmp" --logfile "$tmp/redis-tls.log" &
+    pids="$pids $!"
+    stport=$(free_port)
+    stplain=$(free_port)
+    {
+        echo "[proxy]"
+        echo "listen = 127.0.0.1:$stplain"
+        echo "tls_listen = 127.0.0.1:$stport"
+        echo "backend = 127.0.0.1:$rport"
+        echo "log_level = warning"
+        echo "tls_cert_file = $tmp/server.crt"
+        echo "tls_key_file = $tmp/server.key"
+        echo "tls_auth_clients = no"
+    } >"$tmp/sluice-tls.conf"
+    "$sluice" -c "$tmp/sluice-tls.conf" >"$tmp/sluice-tls.log" 2>&1 &
+    pids="$pids $!"
+    wait_port "$stplain"
+    i=0
+    until redis-cli --tls --cacert "$tmp/ca.crt" -p "$rtport" PING >/dev/null 2>&1; do
+        i=$((i + 1))
+        [ $i -lt 100 ] || { echo "bench: the TLS redis-server does not answer" >&2; exit 1; }
+        sleep 0.05
+    done
+fi
 
 # ---- running ---------------------------------------------------------------
 resp_pin=""
@@ -154,7 +211,7 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
     resp_pin="taskset -c 1"
 fi
 
-# resp_round ROUND: section 5's runs of one round, RESP2 and RESP3 back to
+# resp_round ROUND: section 7's runs of one round, RESP2 and RESP3 back to
 # back for each workload (order rotated), with sluice's CPU ns per request.
 resp_round() {
     if [ -n "$resp_pin" ]; then
@@ -186,9 +243,11 @@ results="$tmp/results"
 # With PID, also "cpu_LABEL ..." lines: that process's CPU ns per request.
 # $client_cpu (a taskset prefix, or empty) places redis-benchmark.
 client_cpu=""
+bench_login=""   # redis-benchmark's login options, for the users file's sluice
 bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND [PID]
     [ -z "${8:-}" ] || ns0=$(cpu_ns "$8")
-    rps=$($client_cpu redis-benchmark -p "$2" -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
+    # shellcheck disable=SC2086
+    rps=$($client_cpu redis-benchmark -p "$2" $bench_login -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
           2>/dev/null | awk -F'"' 'NR == 2 { print $4 }')
     echo "$1 $3 $4 $5 ${rps:-0} $7" >>"$results"
     if [ -n "${8:-}" ]; then
@@ -260,7 +319,7 @@ while [ $r -le "$rounds" ]; do
             done
         done
     done
-    section 5 && resp_round "$r"
+    section 7 && resp_round "$r"
     section 2 || { r=$((r + 1)); continue; }
     sha_a=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_acquire.lua)")
     sha_r=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_release.lua)")
@@ -284,7 +343,7 @@ done
 pinned=0
 if [ "$rules_rounds" -gt 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
     taskset -apc 0 "$rpid" >/dev/null
-    for p in $p0 $p100 $p1; do taskset -apc 1 "$p" >/dev/null; done
+    for p in $p0 $p100 $p1 $pu; do taskset -apc 1 "$p" >/dev/null; done
     client_cpu="taskset -c 1"
     pinned=1
 fi
@@ -300,8 +359,19 @@ while [ $r -le "$rules_rounds" ]; do
                     rules100) port=$s100; pid=$p100 ;;
                     rules1) port=$s1; pid=$p1 ;;
                 esac
-                bench_one "rules_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
+                section 3 && bench_one "rules_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
             done
+            # Section 5: without a users file (rules0) and with one, back to back.
+            section 5 || continue
+            for target in $(rotate $(( r + p )) none users); do
+                if [ "$target" = users ]; then
+                    bench_login="--user bench -a bench-pw"; port=$su; pid=$pu
+                else
+                    bench_login=""; port=$s0; pid=$p0
+                fi
+                bench_one "auth_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
+            done
+            bench_login=""
         done
     done
     r=$((r + 1))
@@ -310,6 +380,29 @@ if [ "$pinned" = 1 ]; then
     taskset -apc "0-$(( $(nproc) - 1 ))" "$rpid" >/dev/null
     client_cpu=""
 fi
+
+# TLS: the targets of a row back to back, in rotated order. $bench_login
+# carries redis-benchmark's TLS options.
+r=1
+while [ $r -le "$tls_rounds" ]; do
+    echo "  TLS round $r/$tls_rounds ..." >&2
+    for t in get set; do
+        for p in 1 16; do
+            n=$(n_of $((p == 1 ? 100000 : 500000)))
+            for target in $(rotate $(( r + p )) tls_sluice plain_sluice tls_redis); do
+                bench_login="--tls --cacert $tmp/ca.crt"
+                case $target in
+                    tls_sluice) port=$stport ;;
+                    plain_sluice) port=$stplain; bench_login="" ;;
+                    tls_redis) port=$rtport ;;
+                esac
+                bench_one "$target" "$port" "$t" 50 "$p" "$n" "$r"
+            done
+            bench_login=""
+        done
+    done
+    r=$((r + 1))
+done
 
 # ---- report ----------------------------------------------------------------
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
@@ -437,11 +530,48 @@ fi
 
 if section 5; then
     echo
+    echo "5. Authentication at -c 50 (median of $rules_rounds, placed as section 3): no users"
+    echo "   file vs a users file, redis-benchmark logged in as a user whose requests are"
+    echo "   all checked (+@all -@dangerous, keys key:*)"
+    printf '%-4s %3s %11s %11s %8s %10s %10s %8s\n' cmd -P "no users" users ratio \
+        "ns/req" "ns/req" "cpu"
+    for t in get set; do
+        for p in 1 16; do
+            printf '%-4s %3s %11.0f %11.0f %8s %10.0f %10.0f %8s\n' "$t" "$p" \
+                "$(median auth_none $t 50 $p)" "$(median auth_users $t 50 $p)" \
+                "$(median_ratio auth_users auth_none $t 50 $p)" \
+                "$(median cpu_auth_none $t 50 $p)" "$(median cpu_auth_users $t 50 $p)" \
+                "$(median_ratio cpu_auth_none cpu_auth_users $t 50 $p)"
+        done
+    done
+    echo "   target: ratio >= 0.97 (cpu: CPU without / with, 1.00 = authentication costs nothing)"
+fi
+
+if section 6; then
+    echo
+    echo "6. TLS at -c 50, requests/s (median of $tls_rounds): sluice's TLS listener"
+    echo "   (plain backend), the same sluice's plain listener, Redis's own TLS port"
+    printf '%-4s %3s %11s %12s %11s %10s %14s\n' cmd -P "sluice TLS" "sluice plain" "Redis TLS" \
+        "TLS/plain" "TLS/Redis TLS"
+    for t in get set; do
+        for p in 1 16; do
+            printf '%-4s %3s %11.0f %12.0f %11.0f %10s %14s\n' "$t" "$p" \
+                "$(median tls_sluice $t 50 $p)" "$(median plain_sluice $t 50 $p)" \
+                "$(median tls_redis $t 50 $p)" \
+                "$(median_ratio tls_sluice plain_sluice $t 50 $p)" \
+                "$(median_ratio tls_sluice tls_redis $t 50 $p)"
+        done
+    done
+    echo "   target: TLS/Redis TLS >= 0.9 at -P 16"
+fi
+
+if section 7; then
+    echo
     if [ -n "$resp_pin" ]; then
-        echo "5. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench;"
+        echo "7. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench;"
         echo "   Redis on core 0, sluice and the client on core 1)"
     else
-        echo "5. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench)"
+        echo "7. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench)"
     fi
     printf '%-4s %3s %3s %11s %11s %6s %9s %9s %6s\n' cmd -c -P "RESP2 rq/s" "RESP3 rq/s" "3/2" \
         "RESP2 ns" "RESP3 ns" "2/3"
@@ -460,7 +590,7 @@ if section 5; then
     echo "   target: 3/2 >= 0.97 and 2/3 >= 0.97 on every row"
 fi
 
-for f in sluice rules0 rules100 rules1 resp3; do
+for f in sluice rules0 rules100 rules1 users sluice-tls resp3; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
     fi

@@ -294,9 +294,12 @@ class Sluice:
     def raw(self, timeout=5 * SLOW):
         return RawConn(self.port, timeout=timeout)
 
-    def info(self):
-        """PROXY INFO parsed into a dict of field -> value (strings)."""
+    def info(self, auth=()):
+        """PROXY INFO parsed into a dict of field -> value (strings). AUTH:
+        the AUTH arguments to log in with first, when clients must."""
         with self.raw() as c:
+            if auth:
+                assert c.call(b"AUTH", *auth) == "OK"
             reply = c.call(b"PROXY", b"INFO")
         if not isinstance(reply, bytes):
             raise AssertionError(f"PROXY INFO did not return a bulk string: {reply!r}")

@@ -217,8 +217,9 @@ def test_reset_keeps_private_connection_authenticated(redis_factory, sluice_fact
     srv = _redis_with_password(redis_factory, "pw")
     s = sluice_factory(srv.port, backend_password="pw")
     with s.raw() as c:
-        c.send(b"SELECT 1\r\nRESET\r\nSET x 1\r\nGET x\r\n")
-        assert _raw_replies(c, 4) == ["OK", "RESET", "OK", b"1"]
+        # RESET logs the client out of sluice too: it logs in again (issue 10).
+        c.send(b"AUTH pw\r\nSELECT 1\r\nRESET\r\nAUTH pw\r\nSET x 1\r\nGET x\r\n")
+        assert _raw_replies(c, 6) == ["OK", "OK", "RESET", "OK", "OK", b"1"]
     assert "refused sluice's own request" not in s.log_path.read_text()
 
 
@@ -228,10 +229,11 @@ def test_commands_pipelined_after_reset_in_pubsub_are_answered(redis_factory, sl
     srv = _redis_with_password(redis_factory, "pw")
     s = sluice_factory(srv.port, backend_password="pw")
     with s.raw() as c:
-        c.send(b"SUBSCRIBE ch\r\nRESET\r\nSET y 1\r\nGET y\r\n")
-        got = _raw_replies(c, 4)
-    assert got[0] == [b"subscribe", b"ch", 1]
-    assert got[1:] == ["RESET", "OK", b"1"]
+        c.send(b"AUTH pw\r\nSUBSCRIBE ch\r\nRESET\r\nAUTH pw\r\nSET y 1\r\nGET y\r\n")
+        got = _raw_replies(c, 6)
+    assert got[0] == "OK"
+    assert got[1] == [b"subscribe", b"ch", 1]
+    assert got[2:] == ["RESET", "OK", "OK", b"1"]
 
 
 def test_script_long_status_reply_keeps_shared_connection(sluice, r):

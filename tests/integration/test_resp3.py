@@ -200,6 +200,16 @@ def test_hello_refused_where_redis_or_sluice_cannot_switch(sluice, ref, clean):
         assert got[2] == b"_\r\n"
 
 
+def test_hello_3_auth_where_redis_authenticates(sluice):
+    """Without users of sluice's own, HELLO 2 AUTH goes to Redis; HELLO 3
+    AUTH cannot (the protocol is sluice's to know): refused, saying what to
+    do instead, and the connection is unchanged."""
+    with sluice.raw() as c:
+        reply = c.call_raw("HELLO", "3", "AUTH", "default", "x")
+        assert reply.startswith(b"-ERR sluice does not forward HELLO 3 AUTH to Redis"), reply
+        assert c.call_raw("GET", "nokey") == b"$-1\r\n"
+
+
 def test_nil_replies_sluice_writes(sluice, clean):
     """CLIENT GETNAME and a LOCK that finds the lock taken answer nil in the
     client's protocol."""

@@ -185,14 +185,19 @@ def test_script_kill_gets_past_busy_script(redis_factory, sluice_factory, passwo
         direct.close()
     extra = {"backend_password": password} if password else {}
     s = sluice_factory(backend.port, **extra)
+    # With backend_password, clients log in to sluice with it (issue 10).
+    login = (password,) if password else ()
     with s.raw() as a, s.raw() as b:
+        for c in (a, b):
+            if login:
+                assert c.call(b"AUTH", *login) == "OK"
         a.send_command(*BUSY_EVAL)
         time.sleep(0.3)
         assert b.call(b"SCRIPT", b"KILL", timeout=5 * SLOW) == "OK"
         reply = a.read_reply(timeout=5 * SLOW)
         assert isinstance(reply, str) and "killed" in reply.lower(), reply
         assert b.call(b"PING") == "PONG"
-    wait_until(lambda: int(s.info()["backend_private_connections"]) == 0, 5 * SLOW,
+    wait_until(lambda: int(s.info(auth=login)["backend_private_connections"]) == 0, 5 * SLOW,
                msg="one-shot connection freed")
 
 

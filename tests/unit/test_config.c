@@ -78,6 +78,42 @@ static void test_errors_have_lines(void)
     expect_error("[proxy]\nbackend = h:1\nthis line is wrong\n", 3, "syntax error");
 }
 
+static void test_tls_keys(void)
+{
+    struct config cfg;
+    struct errlist errs;
+
+    CHECK(load("[proxy]\nbackend = 127.0.0.1:6379\n", &cfg, &errs) == 0);
+    CHECK(cfg.tls_listen_count == 0 && !cfg.backend_tls);
+    CHECK(cfg.tls_auth_clients == CONFIG_TLS_AUTH_YES);
+    CHECK(cfg.tls_protocols == (CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3));
+    config_free(&cfg);
+    CHECK(load("[proxy]\nbackend = 127.0.0.1:6379\ntls_listen = 127.0.0.1:7443\n"
+               "tls_listen = [::1]:7444\ntls_cert_file = c.crt\ntls_key_file = /k/c.key\n"
+               "tls_auth_clients = Optional\ntls_ca_cert_file = ca.crt\n"
+               "tls_protocols = tlsv1.3\nbackend_tls = yes\nbackend_tls_server_name = r\n",
+               &cfg, &errs) == 0);
+    CHECK(cfg.tls_listen_count == 2);
+    CHECK_STR(cfg.tls_listen[1], "[::1]:7444");
+    CHECK_STR(cfg.tls_cert_file, "/tmp/c.crt");
+    CHECK_STR(cfg.tls_key_file, "/k/c.key");
+    CHECK(cfg.tls_auth_clients == CONFIG_TLS_AUTH_OPTIONAL);
+    CHECK(cfg.tls_protocols == CONFIG_TLS_V1_3);
+    CHECK(cfg.backend_tls == 1);
+    CHECK_STR(cfg.backend_tls_server_name, "r");
+    CHECK(config_key_line(&cfg, "tls_key_file") == 6);
+    CHECK(config_key_line(&cfg, "tls_ciphers") == 0);
+    config_free(&cfg);
+    expect_error("[proxy]\nbackend = h:1\ntls_protocols = TLSv1.2 TLSv9\n", 3,
+                 "unknown protocol 'TLSv9'");
+    expect_error("[proxy]\nbackend = h:1\ntls_protocols = \"\"\n", 3, "protocol");
+    expect_error("[proxy]\nbackend = h:1\ntls_auth_clients = 1\n", 3, "yes, no or optional");
+    expect_error("[proxy]\nbackend = h:1\ntls_listen = nope\n", 3, "not host:port");
+    expect_error("[proxy]\nbackend = h:1\ntls_listen = 127.0.0.1:1\ntls_auth_clients = no\n",
+                 3, "tls_listen needs tls_cert_file and tls_key_file");
+    expect_error("[proxy]\nbackend = h:1\nbackend_tls_key_file = k\n", 3, "go together");
+}
+
 static void test_missing_file(void)
 {
     struct config cfg;
@@ -92,4 +128,5 @@ static void test_missing_file(void)
 UNIT_MAIN("config",
           {"good config", test_good_config},
           {"errors carry FILE:LINE", test_errors_have_lines},
+          {"TLS keys", test_tls_keys},
           {"missing file", test_missing_file})

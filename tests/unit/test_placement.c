@@ -121,14 +121,19 @@ static void test_client_kill(void)
     CHECK(kind_of("CLIENT KILL SKIPME no") == PLACE_REFUSED);
 }
 
+/* HELLO is sluice's (protocol, name, user); without a users file or
+ * backend_password, HELLO ... AUTH goes to Redis on the client's own
+ * connection, as AUTH does. */
 static void test_hello(void)
 {
     setup();
     CHECK(kind_of("HELLO 3") == PLACE_LOCAL);
-    /* TEMPORARY (h-resp3): sluice answers HELLO but for its AUTH form */
     CHECK(kind_of("HELLO 2") == PLACE_LOCAL);
     CHECK(kind_of("HELLO") == PLACE_LOCAL);
+    CHECK(kind_of("HELLO 2 SETNAME x") == PLACE_LOCAL);
     CHECK(kind_of("HELLO 2 AUTH u p") == PLACE_PRIVATE);
+    CHECK(kind_of("AUTH p") == PLACE_PRIVATE);
+    CHECK(kind_of("AUTH u p") == PLACE_PRIVATE);
 }
 
 /* Every command the table says sluice answers has a handler in local.c

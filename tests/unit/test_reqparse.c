@@ -179,6 +179,51 @@ static void test_limits(void)
     free(big);
 }
 
+/* A client that must log in first: Redis 7.0's 10 arguments and 16 KB
+ * per argument, with its own texts; the usual limits still come first. */
+static void test_login_limits(void)
+{
+    struct reqparse p;
+    struct evbuffer *in = evbuffer_new();
+    struct request *req;
+
+    reqparse_init(&p, &limits);
+    p.must_login = 1;
+    evbuffer_add_printf(in, "*11\r\n");
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: unauthenticated multibulk length");
+    reqparse_free(&p);
+    evbuffer_drain(in, evbuffer_get_length(in));
+
+    reqparse_init(&p, &limits);
+    p.must_login = 1;
+    evbuffer_add_printf(in, "*2\r\n$4\r\nAUTH\r\n$16385\r\n");
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: unauthenticated bulk length");
+    reqparse_free(&p);
+    evbuffer_drain(in, evbuffer_get_length(in));
+
+    reqparse_init(&p, &limits);
+    p.must_login = 1;
+    evbuffer_add_printf(in, "*2\r\n$4\r\nAUTH\r\n$%d\r\n", 1024 * 1024 * 1024);
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_ERROR);
+    CHECK_STR(p.err, "Protocol error: invalid bulk length");
+    reqparse_free(&p);
+    evbuffer_drain(in, evbuffer_get_length(in));
+
+    /* At the limits: framed. */
+    reqparse_init(&p, &limits);
+    p.must_login = 1;
+    evbuffer_add_printf(in, "*10\r\n");
+    for (int i = 0; i < 10; i++)
+        evbuffer_add_printf(in, "$1\r\na\r\n");
+    CHECK(reqparse_next(&p, in, &req) == REQPARSE_REQUEST);
+    CHECK(req->argc == 10);
+    request_free(req);
+    reqparse_free(&p);
+    evbuffer_free(in);
+}
+
 static void test_large_bulk_held_then_whole(void)
 {
     struct reqparse p;
@@ -497,6 +542,7 @@ UNIT_MAIN("reqparse",
           {"empty commands skipped", test_empty_commands_skipped},
           {"protocol errors", test_protocol_errors},
           {"limits", test_limits},
+          {"limits before login", test_login_limits},
           {"large bulk framed once whole", test_large_bulk_held_then_whole},
           {"inline: 2001 arguments", test_inline_many_args},
           {"inline: 30000 arguments in 60 KB", test_inline_30000_args},

@@ -1,0 +1,67 @@
+/* auth.h - who each client is: the users file (users.c) loaded and
+ * reloaded, AUTH and HELLO AUTH answered by sluice, and the gate every
+ * request passes before the rules (NOAUTH, NOPERM). */
+#ifndef SLUICE_AUTH_H
+#define SLUICE_AUTH_H
+
+#include <stddef.h>
+
+#include "sv.h"
+
+struct client;
+struct command;
+struct config;
+struct errlist;
+struct evbuffer;
+
+/* Load CFG's users file, or stand in for backend_password without one.
+ * Returns 0, or -1 with every error (FILE:LINE: message) in ERRS. */
+int auth_init(const struct config *cfg, struct errlist *errs);
+
+/* sluice -t: check CFG's users file without keeping it. */
+int auth_check(const struct config *cfg, struct errlist *errs);
+
+/* SIGHUP / PROXY RELOAD: read the users file again. A bad file changes
+ * nothing (its errors go to ERRS and the log). Connected clients get
+ * their user's new permissions; those whose user was removed or disabled
+ * are closed, as Redis's ACL DELUSER does. Returns 0 or -1. */
+int auth_reload(struct errlist *errs);
+
+void auth_shutdown(void);
+
+/* Whether sluice answers AUTH and HELLO AUTH itself (a users file or a
+ * backend_password): else they go to Redis as they are. */
+int auth_local(void);
+
+/* A new client, or one after RESET: the user "default", logged in when
+ * that needs no password. */
+void auth_client_start(struct client *c);
+
+/* AUTH/HELLO AUTH: log C in as USER (NULL: "default") with PASS. Returns
+ * 0 (C now runs as that user) or -1: wrong, counted and logged, C keeps
+ * the user it had. */
+int auth_login(struct client *c, const struct sv *user, struct sv pass);
+
+/* Whether the user "default" needs no password (AUTH <password> is then
+ * refused, as Redis does). */
+int auth_default_nopass(void);
+
+/* Whether C, not yet logged in, must authenticate first. */
+int auth_required(const struct client *c);
+
+/* The gate, for clients whose c->auth_checks is set: 0 when C may run
+ * the request CMD (commands_resolve's answer, NULL for a command sluice
+ * does not know) with ARGV[0..ARGC-1]; else -1 with Redis's error reply
+ * text ('-' included) in ERR. */
+int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
+               char *err, size_t errlen);
+
+/* The users file was reloaded: point C at its user's new entry. Returns
+ * -1 when C must be closed (its user is gone or disabled): C then has no
+ * user and every request of its is refused until it is. */
+int auth_rebind(struct client *c);
+
+/* "auth_*" lines for PROXY INFO: failures per user. */
+void auth_write_info(struct evbuffer *out);
+
+#endif
