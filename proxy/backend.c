@@ -74,6 +74,7 @@ struct backend_conn {
     enum backend_state state;
     struct client *owner;            /* private connection's client; NULL: pool */
     int oneshot;                     /* a control connection: freed once answered */
+    int spare;                       /* a private connection nobody owns yet */
     int passthrough;
     int resp;                        /* protocol it speaks: 2, or 3 after HELLO 3 */
     int busy;                        /* inside its read callback */
@@ -100,6 +101,8 @@ struct backend_node {
     struct backend_conn **pool3;     /* RESP3: each made when first needed */
     int pool_size;
     int private_count;               /* private and one-shot connections */
+    int spare_count;                 /* spare connections, not in private_count */
+    struct event *spare_ev;          /* replenish the spares (backend_spares_cb) */
     struct backend_conn_list conns;  /* every connection, pool included */
     /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
     char redis_version[32];
@@ -117,6 +120,7 @@ static struct backend_node *backend_node_default;
 static void backend_connect(struct backend_conn *conn);
 static void backend_conn_down(struct backend_conn *conn, const char *why);
 static void backend_read_cb(struct bufferevent *bev, void *arg);
+static void backend_spares_refill(struct backend_node *node);
 
 static int backend_resolve(struct backend_node *node, const char *hostport, char *err, size_t errlen)
 {
@@ -179,6 +183,7 @@ int backend_init(struct event_base *base, const struct config *cfg, char *err, s
         backend_connect(node->pool[i]);
     }
     backend_node_default = node;
+    backend_spares_refill(node);
     return 0;
 }
 
@@ -230,7 +235,7 @@ static void backend_internal_reply(struct request *req, struct evbuffer *src, si
 }
 
 /* The reply to the prelude's CLIENT ID: which Redis client this
- * connection is, so that CLIENT KILL ID cannot name it. */
+ * connection is (PROXY INFO shows it). */
 static void backend_client_id_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct backend_conn *conn = req->ctx;
@@ -384,7 +389,7 @@ static void backend_send_prelude(struct backend_conn *conn)
      * the client's first command (backend_use_resp): whatever sluice
      * sends first, that it must, or the replies would have the wrong
      * shape (and RESP3 pushes could not be told from replies). */
-    if (conn->oneshot || conn->owner != NULL)
+    if (conn->oneshot || conn->owner != NULL || conn->spare)
         return;
     if (conn->resp == 3)
         backend_send_hello(conn, 3);
@@ -508,7 +513,12 @@ static void backend_conn_release(struct backend_conn *conn)
     }
     if (conn->released)
         return;
-    conn->node->private_count--;
+    if (conn->spare) {
+        conn->node->spare_count--;
+    } else {
+        conn->node->private_count--;
+        backend_spares_refill(conn->node);   /* room again under backend_max_connections */
+    }
     conn->released = 1;
     if (!conn->busy)
         backend_conn_free(conn);
@@ -536,7 +546,7 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
 
     snprintf(conn->error, sizeof(conn->error), "backend unavailable: %s (%s)", conn->node->name,
              why);
-    if (owner == NULL && !conn->oneshot)
+    if (owner == NULL && !conn->oneshot && !conn->spare)
         backend_log_down(conn, why);
     else
         log_debug("backend %s connection down: %s", conn->node->name, why);
@@ -604,7 +614,7 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_CONNECTED) {
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         backend_note_local_addr(conn, fd);
-        if (conn->owner == NULL && !conn->oneshot)
+        if (conn->owner == NULL && !conn->oneshot && !conn->spare)
             log_notice("backend %s connected", conn->node->name);
         conn->state = BACKEND_UP;
         conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
@@ -677,9 +687,76 @@ static struct backend_conn *backend_extra_conn(struct backend_node *node, struct
     return conn;
 }
 
+/* Spares. A client's first command that needs a private connection (a
+ * blocking XREADGROUP, SELECT) would otherwise wait for a connect round
+ * trip, while a later command of another client on a shared connection
+ * overtakes it. So each node keeps backend_spare_connections private
+ * connections connected and authenticated, owned by nobody, and refills
+ * them from the loop as they are taken. A spare sends nothing but AUTH:
+ * MONITOR never shows it, and a taken spare's first command is its
+ * client's. A spare that goes down reconnects like a pool connection. */
+static void backend_spares_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct backend_node *node = arg;
+    struct backend_conn *conn;
+
+    (void)fd;
+    (void)what;
+    while (node->spare_count < backend_cfg->backend_spare_connections &&
+           node->private_count + node->spare_count < backend_cfg->backend_max_connections) {
+        conn = backend_conn_new(node, NULL);
+        if (conn == NULL)
+            return;
+        conn->spare = 1;
+        node->spare_count++;
+        backend_connect(conn);
+    }
+}
+
+/* Refill NODE's spares from the loop, not inside a caller's callback. */
+static void backend_spares_refill(struct backend_node *node)
+{
+    struct timeval now = {0, 0};
+
+    if (backend_cfg->backend_spare_connections == 0)
+        return;
+    if (node->spare_ev == NULL)
+        node->spare_ev = evtimer_new(backend_base, backend_spares_cb, node);
+    if (node->spare_ev != NULL)
+        evtimer_add(node->spare_ev, &now);
+}
+
+/* A spare of NODE for OWNER: one that is up, else one still connecting
+ * (its connect started earlier than a new one would), or NULL. */
+static struct backend_conn *backend_take_spare(struct backend_node *node, struct client *owner)
+{
+    struct backend_conn *conn, *best = NULL;
+
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (!conn->spare || conn->released || conn->state == BACKEND_DOWN)
+            continue;
+        if (best == NULL || (conn->state == BACKEND_UP && best->state != BACKEND_UP))
+            best = conn;
+    }
+    if (best == NULL)
+        return NULL;
+    best->spare = 0;
+    best->owner = owner;
+    node->spare_count--;
+    node->private_count++;
+    if (best->retry != NULL)
+        evtimer_del(best->retry);
+    return best;
+}
+
 struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner)
 {
-    return backend_extra_conn(node, owner, 0);
+    struct backend_conn *conn = backend_take_spare(node, owner);
+
+    if (conn == NULL)
+        conn = backend_extra_conn(node, owner, 0);
+    backend_spares_refill(node);
+    return conn;
 }
 
 struct backend_conn *backend_control_conn(struct backend_node *node)
@@ -692,32 +769,47 @@ void backend_release_private(struct backend_conn *conn)
     backend_conn_release(conn);
 }
 
-int backend_owns_client_id(long long id)
+long long backend_conn_redis_id(const struct backend_conn *conn)
 {
-    struct backend_node *node = backend_node_default;
-    struct backend_conn *conn;
-
-    if (node == NULL || id <= 0)
-        return 0;
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (conn->redis_id == id)
-            return 1;
-    }
-    return 0;
+    return conn->redis_id;
 }
 
-int backend_owns_addr(const char *addr, size_t len)
+/* The value of FIELD ("id=") in the CLIENT LIST line LINE (LEN bytes):
+ * where it starts, and its length in *VLEN. NULL when absent. */
+static const char *backend_list_field(const char *line, size_t len, const char *field, size_t *vlen)
+{
+    size_t flen = strlen(field);
+
+    for (size_t i = 0; i + flen <= len; i++) {
+        if ((i == 0 || line[i - 1] == ' ') && memcmp(line + i, field, flen) == 0) {
+            const char *v = line + i + flen;
+            const char *end = memchr(v, ' ', len - i - flen);
+            *vlen = end != NULL ? (size_t)(end - v) : len - i - flen;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+void backend_learn_redis_ids(const char *text, size_t len)
 {
     struct backend_node *node = backend_node_default;
     struct backend_conn *conn;
 
-    if (node == NULL)
-        return 0;
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (strlen(conn->local_addr) == len && memcmp(conn->local_addr, addr, len) == 0)
-            return 1;
+    while (node != NULL && len > 0) {
+        const char *nl = memchr(text, '\n', len);
+        size_t line_len = nl != NULL ? (size_t)(nl - text) : len;
+        size_t id_len, addr_len;
+        const char *id = backend_list_field(text, line_len, "id=", &id_len);
+        const char *addr = backend_list_field(text, line_len, "addr=", &addr_len);
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
+                strlen(conn->local_addr) == addr_len && memcmp(conn->local_addr, addr, addr_len) == 0)
+                conn->redis_id = strtoll(id, NULL, 10);
+        }
+        text += line_len + (nl != NULL);
+        len -= line_len + (nl != NULL);
     }
-    return 0;
 }
 
 static void backend_want_write(struct backend_conn *conn)
@@ -939,6 +1031,7 @@ void backend_write_info(struct evbuffer *out)
                                 conn->inflight_count, conn->redis_id, conn->local_addr);
     }
     evbuffer_add_printf(out, "backend_private_connections:%d\r\n", node->private_count);
+    evbuffer_add_printf(out, "backend_spare_connections:%d\r\n", node->spare_count);
 }
 
 void backend_free_all(void)
@@ -949,6 +1042,8 @@ void backend_free_all(void)
         return;
     while (!TAILQ_EMPTY(&node->conns))
         backend_conn_free(TAILQ_FIRST(&node->conns));
+    if (node->spare_ev != NULL)
+        event_free(node->spare_ev);
     free(node->pool);
     free(node->pool3);
     free(node);

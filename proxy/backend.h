@@ -50,10 +50,14 @@ void backend_use_resp(struct backend_conn *conn, int resp);
  * and logged out; authenticate it again (backend_reauth). */
 void backend_after_reset(struct backend_conn *conn);
 
-/* Whether ID is the Redis client id, or ADDR ("ip:port", LEN bytes) the
- * address Redis sees, of one of sluice's own backend connections. */
-int backend_owns_client_id(long long id);
-int backend_owns_addr(const char *addr, size_t len);
+/* CONN's client id on Redis's side: 0 while unknown. A private connection's is learned only when a command names
+ * its client (clientid.c), from CLIENT LIST, which MONITOR never shows. */
+long long backend_conn_redis_id(const struct backend_conn *conn);
+
+/* Learn the Redis ids of sluice's connections from the CLIENT LIST text
+ * TEXT (LEN bytes), matching each line's addr= with a connection's local
+ * address. */
+void backend_learn_redis_ids(const char *text, size_t len);
 
 /* OWNER no longer needs its private connection: close it; its in-flight
  * requests are freed (their client is gone). */

@@ -14,8 +14,17 @@
  *   backend reply -> client_on_reply -> head of queue? write : hold
  *   RESP3 push    -> client_on_push  -> written as it comes (see there)
  *
- *   c->requests:  [r1 sent] [r2 done, held reply] [r3 sent] ...
+ *   c->requests:  [r1 sent] [r2 done, held reply] [r3 sent] [r4 deferred] ...
  *                  ^ replies leave from the head only, in order
+ *
+ * A reply sluice makes itself keeps that order too: one that reads session
+ * state (CLIENT GETNAME) is made when it reaches the head (REQ_DEFERRED);
+ * on a connection streaming unpaired (pub/sub, MONITOR) it waits for a
+ * fence sent behind the client's earlier commands (REQ_FENCED, see
+ * client_fence), then runs, refused as Redis refuses it while the client
+ * is in the subscribed context (client_note_subscriptions follows the
+ * counts Redis's (un)subscribe replies carry). Inside MULTI such commands
+ * are queued by Redis too, and multi.c fills their slots of EXEC's reply.
  *
  * Fairness: a client with client_max_inflight requests out, or more than
  * client_max_pending_bytes of replies not yet written to it, is not read
@@ -32,10 +41,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "auth.h"
 #include "backend.h"
+#include "clientid.h"
 #include "commands.h"
 #include "config.h"
 #include "local.h"
@@ -43,6 +54,7 @@
 #include "router.h"
 #include "log.h"
 #include "learn.h"
+#include "multi.h"
 #include "netio.h"
 #include "placement.h"
 #include "reply.h"
@@ -79,6 +91,7 @@ static inline void client_tls_more(struct client *c)
     if (c->ssl != NULL && c->read_on && !c->tls_handshaking && tls_buffered(c->ssl))
         event_active(c->read_ev, EV_READ, 1);
 }
+static void client_fence_init(void);
 
 void client_module_init(struct event_base *base, const struct config *cfg)
 {
@@ -86,12 +99,33 @@ void client_module_init(struct event_base *base, const struct config *cfg)
     client_cfg = cfg;
     client_limits.max_bulk_len = cfg->proto_max_bulk_len;
     client_limits.max_multibulk_len = cfg->proto_max_multibulk_len;
+    client_fence_init();
     placement_init();
 }
 
 int client_count(void)
 {
     return client_total;
+}
+
+struct client *client_find(uint64_t id)
+{
+    struct client *c;
+
+    TAILQ_FOREACH(c, &client_all, link) {
+        if (c->id == id && !c->closing)
+            return c;
+    }
+    return NULL;
+}
+
+struct client *client_next(struct client *prev)
+{
+    struct client *c = prev == NULL ? TAILQ_FIRST(&client_all) : TAILQ_NEXT(prev, link);
+
+    while (c != NULL && c->closing)
+        c = TAILQ_NEXT(c, link);
+    return c;
 }
 
 static void client_format_addr(struct client *c)
@@ -164,6 +198,7 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int t
     c->resp = 2;
     auth_client_start(c);
     c->last_active_ms = server_now_ms();
+    c->created_ms = c->last_active_ms;
     memcpy(&c->addr, addr, addrlen < sizeof(c->addr) ? addrlen : sizeof(c->addr));
     client_format_addr(c);
     TAILQ_INIT(&c->requests);
@@ -178,10 +213,96 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int t
     log_debug("client %llu connected from %s", (unsigned long long)c->id, c->addr_text);
 }
 
+/* Fences. In pub/sub and MONITOR a client's replies stream unpaired from
+ * its private connection: sluice does not know how many Redis still owes
+ * for the commands sent before. A reply sluice writes itself then (CLIENT
+ * GETNAME, QUIT's +OK, a refusal) would overtake them. So such a request
+ * is queued with REQ_FENCED, and a fence goes down the private connection
+ * behind what the client sent before: a command no Redis has, named with
+ * a token drawn at start. Redis answers it in order, subscribed or not,
+ * and for a MONITOR too, with an error naming it, and shows MONITORs
+ * nothing of it (an unknown command is never fed to them). When that
+ * error comes back in the stream it is dropped, and the oldest fenced
+ * reply leaves in its place. No client can learn the token to make Redis
+ * echo it early, and even then only its own order would suffer. */
+static char client_fence_token[32];
+static char client_fence_cmd[64];
+static size_t client_fence_cmd_len;
+
+static void client_fence_init(void)
+{
+    unsigned long long r = 0;
+
+    if (getentropy(&r, sizeof(r)) != 0)
+        r = (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 32);
+    snprintf(client_fence_token, sizeof(client_fence_token), "sluice-fence-%016llx", r);
+    client_fence_cmd_len = (size_t)snprintf(client_fence_cmd, sizeof(client_fence_cmd),
+                                            "*1\r\n$%zu\r\n%s\r\n", strlen(client_fence_token),
+                                            client_fence_token);
+}
+
+/* REQ (queued for C, which streams unpaired) gets its fence. When the
+ * fence cannot be sent (the connection is down), REQ goes unfenced: the
+ * replies it could overtake will not come either. */
+static void client_fence(struct client *c, struct request *req)
+{
+    struct request *fence = request_new();
+    char err[256];
+
+    if (fence == NULL || (fence->raw = evbuffer_new()) == NULL) {
+        request_free(fence);
+        return;
+    }
+    evbuffer_add(fence->raw, client_fence_cmd, client_fence_cmd_len);
+    fence->raw_len = client_fence_cmd_len;
+    fence->flags |= REQ_UNPAIRED;   /* backend_send frees it */
+    if (backend_send(c->private_conn, fence, NULL, err, sizeof(err)) != 0) {
+        request_free(fence);
+        return;
+    }
+    req->flags |= REQ_FENCED;
+    c->fences++;
+}
+
+/* Whether the LEN bytes at the head of SRC, streamed to C, are the reply
+ * to C's oldest fence: then they are drained and the fenced reply may go. */
+static int client_fence_back(struct client *c, struct evbuffer *src, size_t len)
+{
+    char head[160];
+    struct request *req;
+
+    if (len >= sizeof(head) || evbuffer_copyout(src, head, len) != (ssize_t)len ||
+        head[0] != '-' || memmem(head, len, client_fence_token, strlen(client_fence_token)) == NULL)
+        return 0;
+    evbuffer_drain(src, len);
+    c->fences--;
+    TAILQ_FOREACH(req, &c->requests, client_link) {
+        if (req->flags & REQ_FENCED) {
+            req->flags &= ~(unsigned)REQ_FENCED;
+            break;
+        }
+    }
+    return 1;
+}
+
+/* C's fences will never come back (its private connection is gone). */
+static void client_fences_drop(struct client *c)
+{
+    struct request *req;
+
+    TAILQ_FOREACH(req, &c->requests, client_link)
+        req->flags &= ~(unsigned)REQ_FENCED;
+    c->fences = 0;
+}
+
+/* Queue REQ for its reply in C's order; while C streams unpaired, that
+ * reply is sluice's own and waits for a fence. */
 static void client_enqueue(struct client *c, struct request *req)
 {
     req->flags |= REQ_QUEUED;
     TAILQ_INSERT_TAIL(&c->requests, req, client_link);
+    if ((c->flags & CLIENT_PASSTHROUGH) && c->private_conn != NULL)
+        client_fence(c, req);
 }
 
 /* The one place a client connection ends. Requests still waiting for a
@@ -206,6 +327,7 @@ static void client_close(struct client *c)
             request_free(req);
     }
     request_free(orphan);
+    multi_locals_free(&c->multi);
     if (c->write_listed)
         TAILQ_REMOVE(&client_write_list, c, write_link);
     lock_client_closed(c);
@@ -228,6 +350,16 @@ static void client_close(struct client *c)
     free(c->name);
     free(c->user);
     free(c);
+}
+
+void client_kill(struct client *c, struct client *current)
+{
+    if (c != current) {
+        client_close(c);
+        return;
+    }
+    c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+    client_read_off(c);
 }
 
 static void client_enter(struct client *c)
@@ -384,12 +516,47 @@ static int client_finished(const struct client *c)
     return (c->flags & CLIENT_CLOSE_AFTER_REPLY) && TAILQ_EMPTY(&c->requests) && c->inflight == 0;
 }
 
+/* Whether C is in Redis's subscribed context, where a RESP2 connection
+ * may run only (P|S)SUBSCRIBE, (P|S)UNSUBSCRIBE, PING, QUIT and RESET. */
+static int client_subscribed_context(const struct client *c)
+{
+    return (c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR) && c->resp == 2 &&
+           (c->subscriptions > 0 || c->shard_subscriptions > 0);
+}
+
+/* REQ, answered by sluice and deferred (REQ_DEFERRED) until every earlier
+ * reply was in, is at the head of C's queue: run it now. Its bytes are in
+ * req->raw. */
+static void client_run_deferred(struct client *c, struct request *req)
+{
+    struct req_argv views;
+
+    req->flags &= ~(unsigned)REQ_DEFERRED;
+    req->flags |= REQ_DONE;
+    c->held_reply_bytes -= req->raw_len;   /* counted while it waited */
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    if (request_argv_open(&views, req, req->raw) != 0)
+        reply_error(req->reply, "OOM sluice is out of memory");
+    else if (client_subscribed_context(c) && local_subscribed_refuses(req, req->argc, views.argv))
+        reply_error(req->reply, "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+                    "PING / QUIT / RESET are allowed in this context", req->cmd->name);
+    else
+        local_execute(c, req, req->argc, views.argv, req->reply);
+    request_argv_close(&views);
+    c->held_reply_bytes += evbuffer_get_length(req->reply);
+}
+
 /* Write the replies at the head of the queue that are complete. */
 static void client_flush(struct client *c)
 {
     struct request *req;
 
-    while ((req = TAILQ_FIRST(&c->requests)) != NULL && (req->flags & REQ_DONE)) {
+    while ((req = TAILQ_FIRST(&c->requests)) != NULL && !(req->flags & REQ_FENCED)) {
+        if (req->flags & REQ_DEFERRED)
+            client_run_deferred(c, req);
+        if (!(req->flags & REQ_DONE))
+            break;
         TAILQ_REMOVE(&c->requests, req, client_link);
         if (req->reply != NULL) {
             c->held_reply_bytes -= evbuffer_get_length(req->reply);
@@ -413,7 +580,8 @@ static void client_complete(struct client *c, struct request *req)
 
 struct evbuffer *client_reply_buffer(struct client *c, struct request *req)
 {
-    if (req == TAILQ_FIRST(&c->requests) && req->reply == NULL && !(req->flags & REQ_NOREPLY))
+    if (req == TAILQ_FIRST(&c->requests) && req->reply == NULL &&
+        !(req->flags & (REQ_NOREPLY | REQ_FENCED)))
         return client_output(c);
     if (req->reply == NULL)
         req->reply = evbuffer_new();
@@ -472,6 +640,7 @@ static void client_refuse(struct client *c, struct request *req, const char *tex
  * pipelines after it is routed by it. */
 static void client_reset_session(struct client *c)
 {
+    c->db = 0;
     free(c->name);
     c->name = NULL;
     auth_client_start(c);
@@ -483,6 +652,8 @@ static void client_apply_session(struct client *c, struct request *req, int type
 {
     if (type == REPLY_ERROR)
         return;
+    if (req->ok_db > 0)
+        c->db = req->ok_db - 1;
     if (req->ok_user != NULL || req->ok_name != NULL || (req->flags & REQ_RESET))
         throttle_client_changed(c);
     if (req->ok_user != NULL) {
@@ -504,6 +675,7 @@ static void client_try_unstall(struct client *c);
 void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct client *c = req->client;
+    int reset = (req->flags & REQ_RESET) != 0;   /* REQ may be freed below */
 
     client_enter(c);
     c->inflight--;
@@ -532,6 +704,8 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         client_try_unstall(c);
         client_check_drained(c);
     }
+    if (reset && !c->closing)
+        client_unblock(c);   /* blocked by client_send: what follows may go on */
     client_leave(c);
 }
 
@@ -606,6 +780,41 @@ static int client_is_pubsub_message(struct evbuffer *src, size_t len)
            strcmp(kind, "smessage") == 0;
 }
 
+/* The subscription counts a (un)subscribe reply of LEN bytes at the head
+ * of SRC carries ("*3 $9 subscribe $N channel :count"): while any is
+ * above 0 a RESP2 connection is in Redis's subscribed context. */
+static void client_note_subscriptions(struct client *c, struct evbuffer *src, size_t len)
+{
+    static const char *const kinds[] = {"subscribe", "unsubscribe", "psubscribe",
+                                        "punsubscribe", "ssubscribe", "sunsubscribe"};
+    char head[32], tail[24];
+    size_t tail_len = len < sizeof(tail) ? len : sizeof(tail);
+    struct evbuffer_ptr at;
+    char *colon;
+
+    if (len < 16 || evbuffer_copyout(src, head, sizeof(head) < len ? sizeof(head) : len) < 16 ||
+        memcmp(head, "*3\r\n$", 5) != 0)
+        return;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        size_t n = strlen(kinds[i]);
+        char *name = memchr(head + 5, '\n', sizeof(head) - 5);
+        if (name == NULL || (size_t)(head + sizeof(head) - name - 1) < n + 2 ||
+            memcmp(name + 1, kinds[i], n) != 0 || name[1 + n] != '\r')
+            continue;
+        evbuffer_ptr_set(src, &at, len - tail_len, EVBUFFER_PTR_SET);
+        if (evbuffer_copyout_from(src, &at, tail, tail_len) != (ssize_t)tail_len)
+            return;
+        tail[tail_len - 2] = '\0';   /* the final CRLF */
+        if ((colon = strrchr(tail, ':')) == NULL)
+            return;
+        if (i >= 4)   /* ssubscribe, sunsubscribe */
+            c->shard_subscriptions = strtoll(colon + 1, NULL, 10);
+        else
+            c->subscriptions = strtoll(colon + 1, NULL, 10);
+        return;
+    }
+}
+
 void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
 {
     static const char reset_reply[] = "+RESET\r\n";
@@ -613,6 +822,13 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
     int reset = 0;
 
     client_enter(c);
+    if (c->fences > 0 && client_fence_back(c, src, len)) {
+        client_flush(c);
+        client_leave(c);
+        return;
+    }
+    if (!client_is_monitor(c))
+        client_note_subscriptions(c, src, len);
     /* In pub/sub mode only RESET answers with a status: the session is
      * back to normal, and replies pair with requests again. */
     if (len == sizeof(head) && c->private_conn != NULL && !client_is_monitor(c) &&
@@ -621,6 +837,7 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         backend_set_passthrough(c->private_conn, 0);
         backend_after_reset(c->private_conn);   /* RESET logged Redis's connection out */
         reset = 1;
+        c->subscriptions = c->shard_subscriptions = 0;
         client_reset_session(c);
         throttle_client_changed(c);
     }
@@ -719,6 +936,7 @@ void client_on_private_lost(struct client *c)
     client_read_off(c);
     if (c->flags & CLIENT_PASSTHROUGH)
         reply_error(client_output(c), "backend connection lost");
+    client_fences_drop(c);
     client_flush(c);
 }
 
@@ -770,6 +988,16 @@ static void client_note_session(struct request *req, int argc, const struct sv *
         req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
         return;
     }
+    if (role == ROLE_SELECT) {   /* inside MULTI it runs at EXEC: not followed there */
+        char text[8];
+        if (argc == 2 && argv[1].len > 0 && argv[1].len < sizeof(text) &&
+            !(req->client->flags & CLIENT_IN_MULTI)) {
+            memcpy(text, argv[1].ptr, argv[1].len);
+            text[argv[1].len] = '\0';
+            req->ok_db = atoi(text) + 1;
+        }
+        return;
+    }
     if (role != ROLE_HELLO)
         return;
     for (int i = 2; i < argc; i++) {
@@ -811,12 +1039,19 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     int abort_exec;
 
     if (role == ROLE_MULTI) {
+        if (!(c->flags & CLIENT_IN_MULTI)) {   /* a nested MULTI is an error, no more */
+            multi_locals_free(&c->multi);
+            c->multi_queued = 0;
+        }
         c->flags |= CLIENT_IN_MULTI;
         return;
     }
     if (role != ROLE_EXEC && role != ROLE_DISCARD && role != ROLE_RESET)
         return;
     abort_exec = role == ROLE_EXEC && (c->flags & CLIENT_MULTI_DIRTY);
+    if (role == ROLE_EXEC && !abort_exec && (c->flags & CLIENT_IN_MULTI))
+        multi_hook_exec(&c->multi, req);   /* sluice's own commands run in their slots */
+    multi_locals_free(&c->multi);
     c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
     if (!abort_exec)
         return;
@@ -865,6 +1100,25 @@ static int client_must_wait(const struct client *c, const struct request *req,
            !TAILQ_EMPTY(&c->requests);
 }
 
+/* REQ is sent inside MULTI: count it when Redis queues it, which is all
+ * but the commands Redis 7.0 runs at once there (MULTI, WATCH, EXEC,
+ * DISCARD, RESET; QUIT is sluice's). Any other command Redis does not
+ * queue is an error that aborts the transaction, so the count gives each
+ * queued command its place in EXEC's array whenever there is one. */
+static void client_count_queued(struct client *c, const struct request *req)
+{
+    switch (client_role(req)) {
+    case ROLE_MULTI:
+    case ROLE_WATCH:
+    case ROLE_EXEC:
+    case ROLE_DISCARD:
+    case ROLE_RESET:
+        return;
+    default:
+        c->multi_queued++;
+    }
+}
+
 /* Send REQ (already in the client's queue unless it enters or is in
  * pub/sub) on CONN, or on a new one-shot connection when CONN is NULL.
  * SRC holds its bytes, or NULL when REQ owns them. */
@@ -891,6 +1145,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     }
     if (c->flags & CLIENT_PASSTHROUGH)
         req->flags |= REQ_UNPAIRED;
+    if (c->flags & CLIENT_IN_MULTI)
+        client_count_queued(c, req);
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
     if (conn == c->private_conn)
         backend_use_resp(conn, c->resp);
@@ -911,6 +1167,12 @@ static void client_send(struct client *c, struct request *req, struct backend_co
         c->resp = 2;
         memset(&c->subs, 0, sizeof(c->subs));
     }
+    /* What follows RESET is judged as the user, name and protocol RESET
+     * leaves, and in pub/sub must be paired with replies again: so it waits
+     * until Redis has answered RESET (client_on_reply, or +RESET seen by
+     * client_on_passthrough). */
+    if ((req->flags & REQ_RESET) && !client_is_monitor(c))
+        client_block(c);
     if (!unpaired) {
         c->inflight++;
         c->inflight_conn = conn;
@@ -1012,24 +1274,6 @@ static void client_expect_pushes(struct request *req)
     req->pushes_left = req->argc > 1 ? req->argc - 1 : -1;
 }
 
-/* In RESP2 pub/sub mode Redis refuses AUTH and HELLO (the client keeps
- * the user it subscribed as); sluice answers them itself, so it refuses
- * them here. Until RESET, as sluice counts no subscriptions. Returns 1
- * when REQ was refused (and answered). */
-static int client_refused_in_pubsub(struct client *c, struct request *req)
-{
-    enum placement_role role = client_role(req);
-    char text[200];
-
-    if (!(c->flags & CLIENT_PASSTHROUGH) || client_is_monitor(c) || c->resp != 2 ||
-        (role != ROLE_AUTH && role != ROLE_HELLO))
-        return 0;
-    snprintf(text, sizeof(text), "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
-             "PING / QUIT / RESET are allowed in this context", req->cmd->name);
-    client_refuse(c, req, text);
-    return 1;
-}
-
 /* A module's command waited to be learned before the gate could judge
  * its keys (auth.c): judge it now. Returns 1 when REQ was refused (and
  * answered), 0 when it goes on. */
@@ -1044,6 +1288,28 @@ static int client_refused_after_learning(struct client *c, struct request *req,
         evbuffer_drain(src, req->raw_len);
     client_refuse(c, req, denied);
     return 1;
+}
+
+/* REQ, answered by sluice, arrives inside MULTI. One that Redis would
+ * queue (CLIENT SETNAME...) is sent to Redis too, to be queued there and
+ * keep its slot in EXEC's reply, which multi.c then fills with sluice's
+ * reply; REQ's place becomes PRIVATE. An arity error is answered now and,
+ * as in Redis, aborts the transaction. */
+static void client_local_in_multi(struct client *c, struct request *req, const struct sv *argv,
+                                  struct evbuffer *src)
+{
+    switch (local_in_multi(req, req->argc, argv)) {
+    case LOCAL_MULTI_ERROR:
+        c->flags |= CLIENT_MULTI_DIRTY;
+        break;
+    case LOCAL_MULTI_QUEUE:
+        if (multi_record(&c->multi, req, c->multi_queued, src) == 0)
+            req->place = PLACE_PRIVATE;
+        break;
+    case LOCAL_MULTI_NOW:
+    default:
+        break;
+    }
 }
 
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
@@ -1071,10 +1337,27 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         return (c->flags & (CLIENT_BLOCKED | CLIENT_PAUSED | CLIENT_OVER_LIMIT)) ||
                        c->stalled != NULL ? -1 : 0;
     }
-    if (req->place == PLACE_LOCAL && client_refused_in_pubsub(c, req)) {
-        if (src != NULL)
-            evbuffer_drain(src, req->raw_len);
-        return c->closing ? -1 : 0;
+    if ((req->place == PLACE_LOCAL || client_role(req) == ROLE_CLIENT_IDS) &&
+        (c->flags & CLIENT_IN_MULTI))
+        client_local_in_multi(c, req, argv, src);   /* CLIENT LIST/INFO too */
+    if (req->place == PLACE_LOCAL && !(req->flags & REQ_NOREPLY) &&
+        ((!TAILQ_EMPTY(&c->requests) && local_reads_session(req, req->argc, argv)) ||
+         ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)))) {
+        /* In pub/sub it runs once its fence is back, when sluice knows
+         * whether Redis would still refuse it in the subscribed context. */
+        /* Earlier replies may change what it reads: it runs behind them. */
+        if (src != NULL && request_take_raw(req, src) != 0) {
+            client_refuse(c, req, "OOM sluice is out of memory");
+            return c->closing ? -1 : 0;
+        }
+        req->flags |= REQ_DEFERRED;
+        client_enqueue(c, req);
+        /* Its bytes wait like a reply: past client_max_pending_bytes C is
+         * not read, so deferred commands behind a BLPOP stay bounded. */
+        c->held_reply_bytes += req->raw_len;
+        client_flush(c);   /* fenced meanwhile (pub/sub): it waits for its fence */
+        client_check_output_limit(c);
+        return (c->flags & CLIENT_OVER_LIMIT) || c->closing ? -1 : 0;
     }
     if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();
@@ -1090,6 +1373,9 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         }
         return (c->flags & (CLIENT_CLOSE_AFTER_REPLY | CLIENT_OVER_LIMIT)) || c->closing ? -1 : 0;
     }
+    if (client_role(req) == ROLE_CLIENT_IDS &&
+        clientid_translate(c, req, argv, &src) == CLIENTID_HELD)
+        return -1;   /* released once Redis said its ids (client_release_held) */
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);
     if ((req->flags & REQ_PASSTHROUGH) && c->resp == 3 && client_role(req) != ROLE_MONITOR)
@@ -1104,12 +1390,6 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         c->stalled = req;
         return -1;
     }
-    /* Leaving pub/sub: what follows RESET must be paired with replies
-     * again, so it waits until Redis has answered RESET (+RESET, seen by
-     * client_on_passthrough). */
-    if (client_role(req) == ROLE_RESET && (c->flags & CLIENT_PASSTHROUGH) &&
-        !client_is_monitor(c))
-        client_block(c);
     client_send(c, req, conn, src);
     return (c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT | CLIENT_BLOCKED)) ? -1 : 0;
 }
@@ -1163,6 +1443,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     }
     argv = views.argv;
     req->cmd = commands_resolve(req->argc, argv);
+    c->last_cmd = req->cmd;
     STAT_INC(total_requests);
     if (req->cmd != NULL)
         stats_count_command(req->cmd->id);
@@ -1241,11 +1522,12 @@ static void client_protocol_error(struct client *c, const char *msg)
     STAT_INC(total_error_replies);
     c->flags |= CLIENT_CLOSE_AFTER_REPLY;
     client_read_off(c);
-    if (TAILQ_EMPTY(&c->requests)) {
+    if (TAILQ_EMPTY(&c->requests) && !(c->flags & CLIENT_PASSTHROUGH)) {
         reply_error(client_output(c), "%s", msg);
         return;
     }
-    /* Earlier replies are pending: the error takes its place after them. */
+    /* Earlier replies are pending (or, streaming unpaired, may be): the
+     * error takes its place after them. */
     struct request *req = request_new();
     if (req == NULL)
         return;

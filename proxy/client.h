@@ -18,6 +18,8 @@ struct lock_client;
 struct limiter_client;
 struct throttle_hold;
 struct user;
+struct command;
+struct multi_locals;
 
 enum client_flag {
     CLIENT_CLOSE_AFTER_REPLY = 1 << 0, /* answer what is pending, then close */
@@ -54,6 +56,11 @@ struct client {
     struct backend_conn *private_conn;  /* own backend connection, once stateful */
     struct backend_conn *inflight_conn; /* where its sent requests are */
     int inflight;                       /* requests sent and not yet answered */
+    int fences;                         /* fences sent, not yet back (client_fence) */
+    long long subscriptions;            /* channels + patterns, as Redis last counted */
+    long long shard_subscriptions;      /* shard channels, likewise */
+    int multi_queued;                   /* commands sent that Redis queues in this MULTI */
+    struct multi_locals *multi;         /* sluice's own commands queued in it (multi.c) */
     struct request *stalled;            /* must be sent once inflight is 0 */
     struct backend_conn *waiting_on;    /* congested connection it waits for */
     unsigned flags;                     /* enum client_flag */
@@ -78,6 +85,9 @@ struct client {
     unsigned char auth_checks;          /* its requests must pass auth_admit */
     unsigned char local_peer;           /* connected from 127.0.0.1 or ::1, as Redis's
                                            "local" for DEBUG and MODULE */
+    int db;                             /* database it selected (CLIENT LIST) */
+    const struct command *last_cmd;     /* its latest command (CLIENT LIST's cmd=) */
+    uint64_t created_ms;                /* when it connected (CLIENT LIST's age=) */
     struct lock_client *locks;          /* locks it holds (lock.c owns this) */
     struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
@@ -147,6 +157,16 @@ void client_on_private_lost(struct client *c);
 
 /* The congested connection C waited for has drained: read again. */
 void client_resume(struct client *c);
+
+/* The connected client with sluice id ID, or NULL. */
+struct client *client_find(uint64_t id);
+
+/* Every connected client, oldest first: pass NULL for the first. */
+struct client *client_next(struct client *prev);
+
+/* Close C as Redis closes a client CLIENT KILL names: at once, or, when it
+ * is CURRENT (the client that asked), once its replies are written. */
+void client_kill(struct client *c, struct client *current);
 
 /* Number of connected clients; and stop: close idle clients and make the
  * others close once answered. */

@@ -63,6 +63,7 @@ static const struct config_key config_keys[] = {
     {"timeout", config_set_int, F(timeout_s), 0, 100000000, 0},
     {"backend_connections", config_set_int, F(backend_connections), 1, 64, 0},
     {"backend_max_connections", config_set_int, F(backend_max_connections), 1, 1000000, 0},
+    {"backend_spare_connections", config_set_int, F(backend_spare_connections), 0, 64, 0},
     {"client_max_inflight", config_set_int, F(client_max_inflight), 1, 1000000, 0},
     {"client_max_pending_bytes", config_set_bytes, F(client_max_pending_bytes), 64 * 1024, 64 * GB, 0},
     {"client_output_buffer_limit", config_set_bytes, F(client_output_buffer_limit), 0, 64 * GB, 0},
@@ -102,6 +103,7 @@ static void config_defaults(struct config *cfg)
     cfg->timeout_s = 0;
     cfg->backend_connections = 1;
     cfg->backend_max_connections = 10000;
+    cfg->backend_spare_connections = 2;
     cfg->client_max_inflight = 256;
     cfg->client_max_pending_bytes = 16LL * 1024 * 1024;
     cfg->client_output_buffer_limit = 256LL * 1024 * 1024;

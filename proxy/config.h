@@ -33,6 +33,7 @@ struct config {
     long long timeout_s;               /* idle client timeout, 0 = never */
     long long backend_connections;     /* shared connections per backend node */
     long long backend_max_connections; /* private + one-shot connections per node */
+    long long backend_spare_connections; /* connected private connections kept ready */
     long long client_max_inflight;     /* requests of one client sent, not yet answered */
     long long client_max_pending_bytes; /* replies waiting to be written to one client */
     long long client_output_buffer_limit;

@@ -12,6 +12,7 @@
 #include "auth.h"
 #include "backend.h"
 #include "client.h"
+#include "clientid.h"
 #include "commands.h"
 #include "reply.h"
 #include "request.h"
@@ -29,21 +30,30 @@ struct local_command {
     const char *name;      /* as in the command table ("client|setname") or sluice's own */
     int arity;             /* Redis-style: negative means at least -arity */
     local_handler *run;
+    int queues;            /* inside MULTI Redis queues it: it runs at EXEC (multi.c) */
+    int session;           /* reads or sets what an earlier reply may change (the name) */
+    int subscribed_refused; /* Redis refuses it in a RESP2 subscribed context */
 };
 
 static local_handler local_client_setname, local_client_getname, local_client_id,
-    local_client_reply, local_quit, local_hello, local_auth, local_acl_whoami, local_proxy;
+    local_client_reply, local_client_list, local_client_info, local_quit, local_hello,
+    local_auth, local_acl_whoami, local_proxy;
 
+/* name, arity, handler, queues (in MULTI), session (runs behind earlier
+ * replies), subscribed_refused (RESP2 pub/sub). */
 static const struct local_command local_commands[] = {
-    {"client|setname", 3, local_client_setname},
-    {"client|getname", 2, local_client_getname},
-    {"client|id", 2, local_client_id},
-    {"client|reply", 3, local_client_reply},
-    {"quit", -1, local_quit},
-    {"hello", -1, local_hello},
-    {"auth", -2, local_auth},     /* when sluice authenticates clients: auth.c */
-    {"acl|whoami", 2, local_acl_whoami},
-    {"proxy", -2, local_proxy},
+    {"client|setname", 3, local_client_setname, 1, 1, 1},
+    {"client|getname", 2, local_client_getname, 1, 1, 1},
+    {"client|id", 2, local_client_id, 1, 0, 1},
+    {"client|reply", 3, local_client_reply, 0, 0, 0},
+    {"client|list", -2, local_client_list, 1, 1, 0},   /* at EXEC (multi.c) */
+    {"client|info", 2, local_client_info, 1, 1, 0},
+    {"quit", -1, local_quit, 0, 0, 0},     /* Redis 7.0 answers QUIT at once, even in MULTI */
+    {"hello", -1, local_hello, 0, 0, 1},
+    /* When sluice authenticates clients (auth.c); a subscriber keeps its user. */
+    {"auth", -2, local_auth, 0, 0, 1},
+    {"acl|whoami", 2, local_acl_whoami, 0, 1, 0},
+    {"proxy", -2, local_proxy, 0, 0, 0},   /* sluice's own: Redis never sees it */
 };
 #define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))
 
@@ -82,6 +92,34 @@ static const struct local_command *local_find(const struct request *req, int arg
     return NULL;
 }
 
+static int local_arity_ok(const struct local_command *lc, int argc)
+{
+    return lc->arity > 0 ? argc == lc->arity : argc >= -lc->arity;
+}
+
+int local_subscribed_refuses(const struct request *req, int argc, const struct sv *argv)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    return lc != NULL && lc->subscribed_refused && req->cmd != NULL;
+}
+
+int local_reads_session(const struct request *req, int argc, const struct sv *argv)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    return lc != NULL && lc->session;
+}
+
+enum local_in_multi local_in_multi(const struct request *req, int argc, const struct sv *argv)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    if (lc == NULL || !lc->queues)
+        return LOCAL_MULTI_NOW;
+    return local_arity_ok(lc, argc) ? LOCAL_MULTI_QUEUE : LOCAL_MULTI_ERROR;
+}
+
 void local_execute(struct client *c, struct request *req, int argc, const struct sv *argv,
                    struct evbuffer *out)
 {
@@ -92,7 +130,7 @@ void local_execute(struct client *c, struct request *req, int argc, const struct
         reply_error(out, "sluice has no handler for this command");
         return;
     }
-    if ((lc->arity > 0 && argc != lc->arity) || (lc->arity < 0 && argc < -lc->arity)) {
+    if (!local_arity_ok(lc, argc)) {
         reply_error(out, "wrong number of arguments for '%s' command", lc->name);
         return;
     }
@@ -140,6 +178,20 @@ static void local_client_id(struct client *c, int argc, const struct sv *argv,
     (void)argc;
     (void)argv;
     reply_integer(out, (long long)c->id);
+}
+
+static void local_client_list(struct client *c, int argc, const struct sv *argv,
+                              struct evbuffer *out)
+{
+    clientid_list(c, argc, argv, out);
+}
+
+static void local_client_info(struct client *c, int argc, const struct sv *argv,
+                              struct evbuffer *out)
+{
+    (void)argc;
+    (void)argv;
+    clientid_info(c, out);
 }
 
 /* CLIENT REPLY ON|OFF|SKIP. client.c has set the mode as the request was

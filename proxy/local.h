@@ -1,6 +1,6 @@
-/* local.h - commands sluice answers itself: CLIENT SETNAME/GETNAME/ID/REPLY,
- * QUIT, HELLO 3 (refused), and the PROXY command. Which commands those are
- * is placement.c's table (PLACE_LOCAL). */
+/* local.h - commands sluice answers itself: CLIENT SETNAME/GETNAME/ID/
+ * LIST/INFO/REPLY, QUIT, HELLO 3 (refused), and the PROXY command. Which
+ * commands those are is placement.c's table (PLACE_LOCAL). */
 #ifndef SLUICE_LOCAL_H
 #define SLUICE_LOCAL_H
 
@@ -17,6 +17,22 @@ void local_init(void);
 /* Whether there is a handler here for NAME, as the command table names
  * commands ("client|reply"). */
 int local_handles(const char *name);
+
+/* Whether REQ reads or sets session state that a reply Redis still owes
+ * for an earlier command may change (EXEC running CLIENT SETNAME, RESET,
+ * HELLO SETNAME): then it runs once those are in (client.c defers it). */
+int local_reads_session(const struct request *req, int argc, const struct sv *argv);
+
+/* Whether Redis would refuse REQ in a RESP2 subscribed context (CLIENT
+ * SETNAME/GETNAME/ID; not QUIT, nor sluice's own PROXY). */
+int local_subscribed_refuses(const struct request *req, int argc, const struct sv *argv);
+
+/* What happens to REQ (a command answered here) inside MULTI: answered
+ * at once (QUIT, PROXY), or queued by Redis too, to run at EXEC (CLIENT
+ * SETNAME/GETNAME/ID: see multi.c), or refused for its arity, which
+ * aborts the transaction as in Redis. */
+enum local_in_multi { LOCAL_MULTI_NOW, LOCAL_MULTI_QUEUE, LOCAL_MULTI_ERROR };
+enum local_in_multi local_in_multi(const struct request *req, int argc, const struct sv *argv);
 
 /* Answer REQ into OUT. May set client flags (QUIT closes after the reply). */
 void local_execute(struct client *c, struct request *req, int argc, const struct sv *argv,

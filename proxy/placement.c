@@ -35,19 +35,21 @@ struct placement_row {
 };
 
 static placement_check placement_check_xread, placement_check_xreadgroup,
-    placement_check_client_kill, placement_check_hello, placement_check_auth;
+    placement_check_hello, placement_check_auth;
 
 #define WHY_REPLICATION "replication needs a direct connection to Redis"
 #define WHY_PROTECTED "only from a local client (127.0.0.1, ::1), as Redis allows it"
 #define WHY_PAUSE "it would stall every client sharing sluice's connections"
-#define WHY_KILL "it could close sluice's own connections; only CLIENT KILL ID or ADDR " \
-                 "of another connection goes through"
 
 static const struct placement_row placement_rows[] = {
     /* Answered by sluice. */
     {"client|setname", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the name is sluice's (rules match it)"},
     {"client|getname", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the name is sluice's"},
     {"client|id", PLACE_LOCAL, 0, ROLE_NONE, NULL, "the id is sluice's client id"},
+    {"client|list", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL,
+     "sluice's clients, once Redis has checked the client may list"},
+    {"client|info", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL,
+     "the client as sluice sees it, once Redis has checked it may ask"},
     {"client|reply", PLACE_LOCAL, 0, ROLE_CLIENT_REPLY, NULL,
      "Redis always answers; sluice drops the replies"},
     {"quit", PLACE_LOCAL, 0, ROLE_NONE, NULL, "closes the client connection"},
@@ -61,9 +63,9 @@ static const struct placement_row placement_rows[] = {
     {"unlock", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
     {"renew", PLACE_LOCAL, 0, ROLE_NONE, NULL, "sluice's lock verb"},
     /* Session state: the client's own connection from then on. */
-    {"select", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "selects a database for the connection"},
+    {"select", PLACE_PRIVATE, 0, ROLE_SELECT, NULL, "selects a database for the connection"},
     {"multi", PLACE_PRIVATE, 0, ROLE_MULTI, NULL, "transaction state"},
-    {"watch", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "watched keys belong to the connection"},
+    {"watch", PLACE_PRIVATE, 0, ROLE_WATCH, NULL, "watched keys belong to the connection"},
     {"exec", PLACE_SHARED, 0, ROLE_EXEC, NULL, "ends a transaction (on its private connection)"},
     {"discard", PLACE_SHARED, 0, ROLE_DISCARD, NULL, "ends a transaction"},
     {"auth", PLACE_PRIVATE, 0, ROLE_AUTH, placement_check_auth,
@@ -71,7 +73,8 @@ static const struct placement_row placement_rows[] = {
      "to the connection"},
     {"reset", PLACE_PRIVATE, REQ_RESET, ROLE_RESET, NULL, "resets the connection's state"},
     {"wait", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "blocks until replicas acknowledge"},
-    {"client|tracking", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "tracking belongs to the connection"},
+    {"client|tracking", PLACE_PRIVATE, 0, ROLE_CLIENT_IDS, NULL,
+     "tracking belongs to the connection; REDIRECT names a sluice client id"},
     {"client|caching", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "tracking belongs to the connection"},
     {"client|no-evict", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "a flag of the connection"},
     {"subscribe", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_NONE, NULL, "messages stream unpaired"},
@@ -100,7 +103,9 @@ static const struct placement_row placement_rows[] = {
     {"replconf", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
     {"client|pause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
     {"client|unpause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
-    {"client|kill", PLACE_SHARED, 0, ROLE_NONE, placement_check_client_kill, WHY_KILL},
+    {"client|kill", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL,
+     "kills sluice's clients: Redis checks it with a filter that matches nobody"},
+    {"client|unblock", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL, "names a sluice client id"},
 };
 #define PLACEMENT_ROW_COUNT (int)(sizeof(placement_rows) / sizeof(placement_rows[0]))
 
@@ -228,38 +233,6 @@ static struct placement placement_check_xread(int argc, const struct sv *argv)
 static struct placement placement_check_xreadgroup(int argc, const struct sv *argv)
 {
     return placement_check_stream_read(argc, argv, 1);
-}
-
-/* A CLIENT KILL ID argument that names a connection of sluice's. */
-static int placement_own_id(struct sv arg)
-{
-    long long id;
-
-    return value_strict_ll(arg.ptr, arg.len, &id) == 0 && backend_owns_client_id(id);
-}
-
-/* CLIENT KILL may go through only when it cannot reach sluice's own
- * connections: Redis ANDs the filters, so an ID or ADDR filter naming
- * another connection is enough; TYPE, USER, LADDR alone could match them. */
-static struct placement placement_check_client_kill(int argc, const struct sv *argv)
-{
-    struct placement refused = {PLACE_REFUSED, 0, NULL};
-    int narrowed = 0;
-
-    if (argc == 3)   /* the old form: CLIENT KILL addr:port */
-        return backend_owns_addr(argv[2].ptr, argv[2].len) ? refused : placement_shared();
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (sv_ieq(argv[i], "id")) {
-            if (placement_own_id(argv[i + 1]))
-                return refused;
-            narrowed = 1;
-        } else if (sv_ieq(argv[i], "addr")) {
-            if (backend_owns_addr(argv[i + 1].ptr, argv[i + 1].len))
-                return refused;
-            narrowed = 1;
-        }
-    }
-    return narrowed || argc < 3 ? placement_shared() : refused;
 }
 
 /* HELLO is sluice's: it keeps the protocol, name and user of its own

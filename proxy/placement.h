@@ -25,6 +25,9 @@ enum placement_role {
     ROLE_AUTH,          /* records the user on success */
     ROLE_HELLO,         /* may record a user and a name */
     ROLE_MULTI,         /* transaction tracking: client_track_multi */
+    ROLE_WATCH,         /* not queued inside MULTI */
+    ROLE_SELECT,        /* records the database on success (CLIENT LIST) */
+    ROLE_CLIENT_IDS,    /* names clients by id: clientid.c translates them */
     ROLE_EXEC,
     ROLE_DISCARD,
     ROLE_RESET,
@@ -51,8 +54,7 @@ struct placement placement_decide_slow(const struct command *cmd, int argc,
                                        const struct sv *argv);
 
 /* Where a request for CMD (NULL: not in the command table) with ARGC
- * arguments ARGV runs. Pure but for what the backend tells about sluice's
- * own connections (CLIENT KILL) and what learn.c has learned. */
+ * arguments ARGV runs. Pure but for what learn.c has learned. */
 static inline struct placement placement_decide(const struct command *cmd, int argc,
                                                 const struct sv *argv)
 {

@@ -48,8 +48,13 @@ enum request_flag {
     REQ_QUEUED = 1 << 6,      /* in its client's reply queue */
     REQ_UNPAIRED = 1 << 7,    /* sent on a connection whose replies stream unpaired
                                  (pub/sub, MONITOR): nothing waits for a reply */
-    REQ_PROTECTED = 1 << 8,   /* DEBUG, MODULE LOAD...: only from a local client */
-    REQ_PUSHES = 1 << 9,      /* RESP3 (un)subscribe: answered by pushes, not a reply;
+    REQ_DEFERRED = 1 << 9,    /* answered by sluice once every earlier reply is in, since
+                                 they may change what it reads (CLIENT GETNAME after EXEC) */
+    REQ_IDS_SOUGHT = 1 << 10, /* names clients whose Redis ids were looked up for it */
+    REQ_FENCED = 1 << 8,      /* answered by sluice in pub/sub or MONITOR: its reply waits
+                                 for its fence to come back from Redis (client.c) */
+    REQ_PROTECTED = 1 << 11,  /* DEBUG, MODULE LOAD...: only from a local client */
+    REQ_PUSHES = 1 << 12,     /* RESP3 (un)subscribe: answered by pushes, not a reply;
                                  done after pushes_left of them (client_on_push) */
 };
 
@@ -82,6 +87,7 @@ struct request {
     void (*ctx_free)(struct request *req); /* releases ctx when REQ is freed */
     char *ok_user;                 /* AUTH/HELLO: user to record if Redis says OK */
     char *ok_name;                 /* HELLO SETNAME: name to record if Redis says OK */
+    int ok_db;                     /* SELECT: database + 1 to record if Redis says OK */
 };
 
 TAILQ_HEAD(request_queue, request);

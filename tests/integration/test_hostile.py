@@ -513,7 +513,6 @@ def _sluice_pool_ids(s):
 
 REFUSED_CLIENT_CMDS = {
     "kill-id-pool": ("client|kill", None),
-    "kill-type-normal": ("client|kill", ("CLIENT", "KILL", "TYPE", "normal")),
     "kill-laddr-pool": ("client|kill", None),
     "pause": ("client|pause", ("CLIENT", "PAUSE", "1000")),
     "unpause": ("client|unpause", ("CLIENT", "UNPAUSE")),
@@ -531,17 +530,30 @@ def test_client_kill_and_pause_refused(case, redis_factory, sluice_factory):
     pool = _sluice_pool_ids(s)
     assert pool, "no connection from sluice in Redis's CLIENT LIST"
     cmds = [cmd]
-    if case == "kill-id-pool":
-        cmds = [("CLIENT", "KILL", "ID", str(i)) for i in pool]
-    elif case == "kill-laddr-pool":
+    if case == "kill-laddr-pool":
         cmds = [("CLIENT", "KILL", c["addr"]) for c in redis_clients(srv) if int(c["id"]) in pool]
     try:
         with s.raw(timeout=10 * SLOW) as b, s.raw(timeout=5 * SLOW) as a:
+            if case == "kill-id-pool":
+                # CLIENT KILL ID names sluice's clients (CLIENT ID), never a
+                # connection of sluice's: a pool connection's Redis id that
+                # is no sluice client's id names nobody (issue 11).
+                own = {one_reply_id(a), one_reply_id(b)}
+                cmds = [("CLIENT", "KILL", "ID", str(i)) for i in pool if i not in own]
             b.send(pipeline(*[("GET", f"k:{i}") for i in range(1000)]))
             a.send(pipeline(*cmds))
             got = replies_or_timeout(a, len(cmds), 5 * SLOW)
             got_b = replies_or_timeout(b, 1000, 10 * SLOW)
         for cmd, reply in zip(cmds, got):
+            # CLIENT KILL names sluice's clients (issue 11): Redis sees it with a
+            # filter that matches nobody, so no address or id reaches a
+            # connection of sluice's; these name no sluice client.
+            if case == "kill-id-pool":
+                assert reply == 0, f"{' '.join(cmd)}: {reply!r}"
+                continue
+            if case == "kill-laddr-pool":
+                assert reply == Err("ERR No such client"), f"{' '.join(cmd)}: {reply!r}"
+                continue
             assert isinstance(reply, Err) and \
                 reply.startswith(f"ERR sluice does not forward '{name}'"), \
                 f"{' '.join(cmd)}: {reply!r}"
@@ -558,13 +570,34 @@ def test_client_kill_and_pause_refused(case, redis_factory, sluice_factory):
         d.close()
 
 
-def test_client_kill_of_unrelated_connection_allowed(redis_factory, sluice_factory):
-    srv, s = start_pair(redis_factory, sluice_factory)
+def one_reply_id(conn):
+    return conn.call("CLIENT", "ID")
+
+
+def test_client_kill_never_reaches_other_connections(redis_factory, sluice_factory):
+    """CLIENT KILL acts on sluice's clients, as CLIENT LIST shows them
+    (issue 11): a connection to Redis that is not sluice's cannot be named
+    by its Redis id or address, and TYPE normal kills sluice's other
+    clients, never sluice's own backend connections."""
+    srv, s = start_pair(redis_factory, sluice_factory, backend_connections=2)
+    assert one_reply(s.port, "PING", timeout=5)[0] == Simple("PONG")   # the pool is up
+    pool = _sluice_pool_ids(s)
     with srv.raw() as victim:
         victim_id = victim.call("CLIENT", "ID")
-        with s.raw() as a:
-            assert a.call("CLIENT", "KILL", "ID", str(victim_id)) == 1
-        assert victim.is_closed_by_peer(2)
+        victim_addr = [c["addr"] for c in redis_clients(srv) if int(c["id"]) == victim_id][0]
+        with s.raw() as a, s.raw() as b:
+            assert b.call("PING") == Simple("PONG")
+            if a.call("CLIENT", "ID") != victim_id:
+                assert a.call("CLIENT", "KILL", "ID", str(victim_id)) == 0
+            assert a.call("CLIENT", "KILL", "ADDR", victim_addr) == 0
+            assert a.call("CLIENT", "KILL", victim_addr) == Err("ERR No such client")
+            assert victim.call("PING") == Simple("PONG")
+            assert a.call("CLIENT", "KILL", "TYPE", "normal") == 1   # b
+            assert b.is_closed_by_peer(5 * SLOW)
+            assert a.call("PING") == Simple("PONG")
+        assert victim.call("PING") == Simple("PONG")
+    assert set(int(c["id"]) for c in redis_clients(srv)) >= set(pool), \
+        "a pool connection of sluice was killed"
     assert_serves(s)
 
 

@@ -1,0 +1,661 @@
+/* clientid.c - owns the meaning of client ids and client listings in the
+ * commands sluice forwards or answers: sluice's ids (CLIENT ID) mean
+ * nothing to Redis, whose connections are sluice's. An id is translated
+ * to the Redis id of its client's private connection, which is learned
+ * lazily with CLIENT LIST (an admin command: MONITOR never shows it, while
+ * a CLIENT ID sent as a connection's prelude would show in any MONITOR
+ * running then). Nothing here writes to a client but through client.c. */
+#include "clientid.h"
+
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "backend.h"
+#include "client.h"
+#include "commands.h"
+#include "reply.h"
+#include "request.h"
+#include "server.h"
+
+/* An id Redis never gives (it counts up from 1): names nobody. */
+#define CLIENTID_NOBODY LLONG_MAX
+#define CLIENTID_MAX_ARGS 8
+
+/* A positive integer argument, as Redis reads client ids; 0 otherwise. */
+static uint64_t clientid_parse(struct sv arg)
+{
+    uint64_t v = 0;
+
+    if (arg.ptr == NULL || arg.len == 0 || arg.len > 19)
+        return 0;
+    for (size_t i = 0; i < arg.len; i++) {
+        if (arg.ptr[i] < '0' || arg.ptr[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(arg.ptr[i] - '0');
+    }
+    return v;
+}
+
+static int clientid_is(const struct request *req, const char *name)
+{
+    return req->cmd != NULL && strcmp(req->cmd->name, name) == 0;
+}
+
+/* Where REQ names client ids: argument positions into POS. */
+static int clientid_positions(const struct request *req, int argc, const struct sv *argv, int *pos)
+{
+    int n = 0;
+
+    if (clientid_is(req, "client|unblock") && argc >= 3) {
+        pos[n++] = 2;
+    } else if (clientid_is(req, "client|tracking")) {
+        for (int i = 3; i + 1 < argc && n < CLIENTID_MAX_ARGS; i++) {
+            if (sv_ieq(argv[i], "redirect"))
+                pos[n++] = ++i;
+        }
+    }
+    return n;
+}
+
+/* The Redis id for sluice id ID: its private connection's, NOBODY, or 0
+ * when that is not known yet (and not looked up for REQ already). */
+static long long clientid_resolve(const struct request *req, uint64_t id)
+{
+    struct client *t = client_find(id);
+    long long rid;
+
+    if (t == NULL || t->private_conn == NULL)
+        return CLIENTID_NOBODY;
+    rid = backend_conn_redis_id(t->private_conn);
+    if (rid > 0)
+        return rid;
+    return (req->flags & REQ_IDS_SOUGHT) ? CLIENTID_NOBODY : 0;
+}
+
+/* ---- learning Redis ids: CLIENT LIST on a shared connection ---- */
+
+struct clientid_lookup {
+    uint64_t client_id;      /* who waits */
+    struct request *held;    /* its request, owned here until released */
+};
+
+static void clientid_lookup_free(struct request *ireq)
+{
+    struct clientid_lookup *l = ireq->ctx;
+
+    if (l != NULL)
+        request_free(l->held);
+    free(l);
+    ireq->ctx = NULL;
+}
+
+static void clientid_lookup_reply(struct request *ireq, struct evbuffer *src, size_t len, int type)
+{
+    struct clientid_lookup *l = ireq->ctx;
+    struct request *held = l->held;
+    struct client *c;
+    unsigned char *text;
+
+    if (type == REPLY_STRING && (text = evbuffer_pullup(src, (ssize_t)len)) != NULL) {
+        const unsigned char *body = memchr(text, '\n', len);
+        if (body != NULL && len >= (size_t)(body + 1 - text) + 2)
+            backend_learn_redis_ids((const char *)body + 1, len - (size_t)(body + 1 - text) - 2);
+    }
+    evbuffer_drain(src, len);
+    l->held = NULL;
+    held->flags |= REQ_IDS_SOUGHT;   /* an id still unknown now names nobody */
+    c = client_find(l->client_id);
+    request_free(ireq);
+    if (c != NULL)
+        client_release_held(c, held, NULL);
+    else
+        request_free(held);
+}
+
+/* Hold REQ of C while CLIENT LIST tells the Redis ids. Returns -1 when
+ * it cannot be sent (then REQ goes on with the ids it has). */
+static int clientid_lookup(struct client *c, struct request *req, struct evbuffer **src)
+{
+    static const char list[] = "*2\r\n$6\r\nCLIENT\r\n$4\r\nLIST\r\n";
+    struct clientid_lookup *l = calloc(1, sizeof(*l));
+    struct evbuffer *bytes = evbuffer_new();
+    int rc = -1;
+
+    if (l != NULL && bytes != NULL) {
+        l->client_id = c->id;
+        evbuffer_add(bytes, list, sizeof(list) - 1);
+        rc = backend_send_internal(backend_pool_conn(backend_default_node(), c->id, 2), bytes,
+                                   clientid_lookup_reply, l, clientid_lookup_free);
+        if (rc != 0)
+            l = NULL;   /* freed by clientid_lookup_free */
+    }
+    if (bytes != NULL)
+        evbuffer_free(bytes);
+    if (rc != 0) {
+        free(l);
+        return -1;
+    }
+    if (*src != NULL)
+        request_take_raw(req, *src);
+    *src = NULL;
+    l->held = req;
+    client_block(c);
+    return 0;
+}
+
+/* ---- CLIENT KILL: sluice's clients, as CLIENT LIST shows them ---- */
+
+/* CLIENT KILL's filters, as Redis 7.0 reads them. */
+struct clientid_kill {
+    int old_form;            /* CLIENT KILL ip:port: +OK or No such client */
+    uint64_t id;             /* 0: any */
+    int type;                /* -1: any; else 1 normal, 2 pubsub, 0 master/replica */
+    char user[128];          /* "": any */
+    char addr[64];
+    char laddr[64];
+    int skipme;
+    long long maxage_s;      /* 0: any */
+};
+
+static void clientid_copy(char *out, size_t size, struct sv v)
+{
+    size_t n = v.len < size - 1 ? v.len : size - 1;
+
+    memcpy(out, v.ptr != NULL ? v.ptr : "", v.ptr != NULL ? n : 0);
+    out[v.ptr != NULL ? n : 0] = '\0';
+}
+
+/* Read the filters of ARGV into K. Returns -1 on anything Redis would
+ * refuse: Redis says so itself (sluice's rewrite keeps the arguments). */
+static int clientid_kill_parse(struct clientid_kill *k, int argc, const struct sv *argv)
+{
+    memset(k, 0, sizeof(*k));
+    k->type = -1;
+    k->skipme = 1;
+    if (argc == 3) {
+        k->old_form = 1;
+        k->skipme = 0;
+        clientid_copy(k->addr, sizeof(k->addr), argv[2]);
+        return 0;
+    }
+    if (argc < 3 || argc % 2 != 0)
+        return -1;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        struct sv key = argv[i], val = argv[i + 1];
+        if (sv_ieq(key, "id") && (k->id = clientid_parse(val)) != 0)
+            continue;
+        if (sv_ieq(key, "type") && sv_ieq(val, "normal"))
+            k->type = 1;
+        else if (sv_ieq(key, "type") && sv_ieq(val, "pubsub"))
+            k->type = 2;
+        else if (sv_ieq(key, "type") && (sv_ieq(val, "master") || sv_ieq(val, "replica") ||
+                                         sv_ieq(val, "slave")))
+            k->type = 0;
+        else if (sv_ieq(key, "user"))
+            clientid_copy(k->user, sizeof(k->user), val);
+        else if (sv_ieq(key, "addr"))
+            clientid_copy(k->addr, sizeof(k->addr), val);
+        else if (sv_ieq(key, "laddr"))
+            clientid_copy(k->laddr, sizeof(k->laddr), val);
+        else if (sv_ieq(key, "skipme") && (sv_ieq(val, "yes") || sv_ieq(val, "no")))
+            k->skipme = sv_ieq(val, "yes");
+        else if (sv_ieq(key, "maxage") && clientid_parse(val) != 0)
+            k->maxage_s = (long long)clientid_parse(val);
+        else
+            return -1;
+    }
+    return 0;
+}
+
+static void clientid_laddr(const struct client *c, char *out, size_t size);
+static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
+                                     struct evbuffer **src);
+static int clientid_append(struct request *req, const struct sv *argv, int argc,
+                           const struct sv *more, int nmore, struct evbuffer **src);
+
+/* Whether T, seen by C, matches K. */
+static int clientid_kill_matches(const struct clientid_kill *k, const struct client *c,
+                                 const struct client *t)
+{
+    char laddr[80];
+    int pubsub = (t->flags & CLIENT_PASSTHROUGH) && !(t->flags & CLIENT_MONITOR);
+
+    if ((k->skipme && t == c) || (k->id != 0 && t->id != k->id))
+        return 0;
+    if (k->type >= 0 && k->type != (pubsub ? 2 : 1))
+        return 0;
+    if ((k->user[0] && strcmp(k->user, t->user != NULL ? t->user : "default") != 0) ||
+        (k->addr[0] && strcmp(k->addr, t->addr_text) != 0))
+        return 0;
+    if (k->laddr[0]) {
+        clientid_laddr(t, laddr, sizeof(laddr));
+        if (strcmp(k->laddr, laddr) != 0)
+            return 0;
+    }
+    return k->maxage_s == 0 ||
+           (long long)((server_now_ms() - t->created_ms) / 1000) > k->maxage_s;
+}
+
+/* Close every client K matches, for C; returns how many. Ids first, then
+ * closes: a close must not pull the list from under the walk. */
+static long long clientid_kill_run(const struct clientid_kill *k, struct client *c)
+{
+    uint64_t *ids = NULL;
+    long long n = 0, cap = 0;
+    struct client *t;
+
+    for (t = client_next(NULL); t != NULL; t = client_next(t)) {
+        if (!clientid_kill_matches(k, c, t))
+            continue;
+        if (n == cap) {
+            uint64_t *more = realloc(ids, (size_t)(cap = cap ? cap * 2 : 16) * sizeof(*ids));
+            if (more == NULL)
+                break;
+            ids = more;
+        }
+        ids[n++] = t->id;
+    }
+    for (long long i = 0; i < n; i++) {
+        if ((t = client_find(ids[i])) != NULL)
+            client_kill(t, c);
+    }
+    free(ids);
+    return n;
+}
+
+static void clientid_kill_free(struct request *req)
+{
+    free(req->ctx);
+    req->ctx = NULL;
+}
+
+/* Redis checked the command (ACL, syntax, its users) and, with the filter
+ * sluice added, killed nobody (:0): now the filters run on sluice's
+ * clients. Any other reply (an error) goes to the client as it is. */
+static void clientid_kill_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct client *c = req->client;
+    struct clientid_kill *k = req->ctx;
+    long long n;
+
+    if (c == NULL) {
+        evbuffer_drain(src, len);
+        request_free(req);
+        return;
+    }
+    req->on_reply = NULL;
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    if (type != REPLY_INTEGER) {
+        evbuffer_remove_buffer(src, req->reply, len);
+        client_answer(c, req);
+        return;
+    }
+    evbuffer_drain(src, len);
+    n = clientid_kill_run(k, c);
+    if (!k->old_form)
+        reply_integer(req->reply, n);
+    else if (n > 0)
+        reply_status(req->reply, "OK");
+    else
+        reply_error(req->reply, "No such client");
+    client_answer(c, req);
+}
+
+/* CLIENT KILL: Redis sees the command with "ID <nobody>" added (the old
+ * form becomes "ID <nobody>" alone), so it checks permissions and syntax
+ * as for any client and can match none of its connections, sluice's own
+ * or others'; sluice then applies the filters to its clients. Inside
+ * MULTI it is only queued there (it kills nothing at EXEC). */
+static void clientid_kill(struct client *c, struct request *req, const struct sv *argv,
+                          struct evbuffer **src)
+{
+    static const struct sv id = {"ID", 2};
+    struct sv extra[4];
+    struct clientid_kill *k = malloc(sizeof(*k));
+    char nobody[24];
+    int old_form = req->argc == 3;
+
+    if (k == NULL || req->argc < 3)
+        goto unchanged;
+    if (clientid_kill_parse(k, req->argc, argv) != 0)
+        goto rewrite_only;   /* Redis answers the error */
+    if (!(c->flags & CLIENT_IN_MULTI)) {
+        req->on_reply = clientid_kill_reply;
+        req->ctx = k;
+        req->ctx_free = clientid_kill_free;
+        k = NULL;
+    }
+rewrite_only:
+    free(k);
+    snprintf(nobody, sizeof(nobody), "%lld", (long long)CLIENTID_NOBODY);
+    extra[0] = argv[0];
+    extra[1] = argv[1];
+    extra[2] = id;
+    extra[3] = (struct sv){nobody, strlen(nobody)};
+    if (clientid_append(req, old_form ? extra : argv, old_form ? 2 : req->argc, extra + 2, 2,
+                        src) != 0 && req->on_reply == clientid_kill_reply) {
+        req->on_reply = NULL;   /* not rewritten: nothing to run after it */
+        clientid_kill_free(req);
+        req->ctx_free = NULL;
+    }
+    return;
+unchanged:
+    free(k);
+}
+
+/* ---- CLIENT LIST / INFO: sluice's answer, once Redis allows it ---- */
+
+/* Redis's reply says whether the client may list (NOPERM otherwise):
+ * then sluice's listing, made as the request was read (req->ctx), is the
+ * reply. */
+static void clientid_listing_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct client *c = req->client;
+
+    if (c == NULL) {
+        evbuffer_drain(src, len);
+        request_free(req);
+        return;
+    }
+    req->on_reply = NULL;
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    if (type == REPLY_ERROR) {
+        evbuffer_remove_buffer(src, req->reply, len);
+    } else {
+        evbuffer_drain(src, len);
+        evbuffer_add_buffer(req->reply, req->ctx);
+    }
+    client_answer(c, req);
+}
+
+static void clientid_listing_free(struct request *req)
+{
+    if (req->ctx != NULL)
+        evbuffer_free(req->ctx);
+    req->ctx = NULL;
+}
+
+/* CLIENT LIST or INFO of C: sluice's answer is made now; Redis gets
+ * CLIENT LIST ID <nobody> (CLIENT INFO as it is) only to check the client
+ * may run it, as its ACL says, and lists none of its connections. */
+static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
+                                     struct evbuffer **src)
+{
+    static const struct sv id = {"ID", 2};
+    struct evbuffer *answer = evbuffer_new();
+    struct sv args[4];
+    char nobody[24];
+    int is_list = clientid_is(req, "client|list");
+
+    if (answer == NULL)
+        return;
+    if (is_list)
+        clientid_list(c, req->argc, argv, answer);
+    else
+        clientid_info(c, answer);
+    snprintf(nobody, sizeof(nobody), "%lld", (long long)CLIENTID_NOBODY);
+    args[0] = argv[0];
+    args[1] = argv[1];
+    args[2] = id;
+    args[3] = (struct sv){nobody, strlen(nobody)};
+    if (is_list && req->argc >= 2 && clientid_append(req, args, 2, args + 2, 2, src) != 0) {
+        evbuffer_free(answer);
+        return;
+    }
+    req->on_reply = clientid_listing_reply;
+    req->ctx = answer;
+    req->ctx_free = clientid_listing_free;
+}
+
+/* ---- rewriting ---- */
+
+/* Replace REQ's bytes with ARGV[0..ARGC) then MORE[0..NMORE): RESP of
+ * arguments sluice has in memory (views of ARGV are never NULL for the
+ * CLIENT commands). Returns 0, or -1 (nothing changed). */
+static int clientid_append(struct request *req, const struct sv *argv, int argc,
+                           const struct sv *more, int nmore, struct evbuffer **src)
+{
+    struct evbuffer *out = evbuffer_new();
+
+    if (out == NULL)
+        return -1;
+    evbuffer_add_printf(out, "*%d\r\n", argc + nmore);
+    for (int i = 0; i < argc + nmore; i++) {
+        struct sv a = i < argc ? argv[i] : more[i - argc];
+        if (a.ptr == NULL) {
+            evbuffer_free(out);
+            return -1;
+        }
+        evbuffer_add_printf(out, "$%zu\r\n", a.len);
+        evbuffer_add(out, a.ptr, a.len);
+        evbuffer_add(out, "\r\n", 2);
+    }
+    if (*src != NULL)
+        evbuffer_drain(*src, req->raw_len);
+    *src = NULL;
+    if (req->raw != NULL)
+        evbuffer_free(req->raw);
+    req->raw = out;
+    req->raw_len = evbuffer_get_length(out);
+    req->argc = argc + nmore;
+    return 0;
+}
+
+/* Replace REQ's bytes with its arguments, those at POS[k] set to IDS[k].
+ * Returns -1 when an argument is not in memory (never for these). */
+static int clientid_rewrite(struct request *req, const struct sv *argv, const int *pos,
+                            const long long *ids, int n, struct evbuffer **src)
+{
+    struct evbuffer *out = evbuffer_new();
+    char num[24];
+
+    if (out == NULL)
+        return -1;
+    evbuffer_add_printf(out, "*%d\r\n", req->argc);
+    for (int i = 0; i < req->argc; i++) {
+        int k = 0;
+        while (k < n && pos[k] != i)
+            k++;
+        if (k < n) {
+            int len = snprintf(num, sizeof(num), "%lld", ids[k]);
+            evbuffer_add_printf(out, "$%d\r\n%s\r\n", len, num);
+        } else if (argv[i].ptr == NULL) {
+            evbuffer_free(out);
+            return -1;
+        } else {
+            evbuffer_add_printf(out, "$%zu\r\n", argv[i].len);
+            evbuffer_add(out, argv[i].ptr, argv[i].len);
+            evbuffer_add(out, "\r\n", 2);
+        }
+    }
+    if (*src != NULL)
+        evbuffer_drain(*src, req->raw_len);
+    *src = NULL;
+    if (req->raw != NULL)
+        evbuffer_free(req->raw);
+    req->raw = out;
+    req->raw_len = evbuffer_get_length(out);
+    return 0;
+}
+
+enum clientid_result clientid_translate(struct client *c, struct request *req,
+                                        const struct sv *argv, struct evbuffer **src)
+{
+    int pos[CLIENTID_MAX_ARGS];
+    long long ids[CLIENTID_MAX_ARGS];
+    int n = clientid_positions(req, req->argc, argv, pos);
+    int translated = 0;
+
+    if (clientid_is(req, "client|kill")) {
+        clientid_kill(c, req, argv, src);
+        return CLIENTID_FORWARD;
+    }
+    if (clientid_is(req, "client|list") || clientid_is(req, "client|info")) {
+        if (!(c->flags & CLIENT_IN_MULTI))   /* in MULTI: multi.c runs it at EXEC */
+            clientid_checked_listing(c, req, argv, src);
+        return CLIENTID_FORWARD;
+    }
+
+    for (int k = 0; k < n; k++) {
+        uint64_t id = clientid_parse(argv[pos[k]]);
+        ids[k] = id == 0 ? 0 : clientid_resolve(req, id);
+        if (id == 0) {
+            pos[k] = -1;   /* not an id: Redis answers the error */
+            continue;
+        }
+        if (ids[k] == 0) {
+            if (clientid_lookup(c, req, src) == 0)
+                return CLIENTID_HELD;
+            req->flags |= REQ_IDS_SOUGHT;   /* cannot ask: unknown ids name nobody */
+            return clientid_translate(c, req, argv, src);
+        }
+        translated = 1;
+    }
+    if (translated)
+        clientid_rewrite(req, argv, pos, ids, n, src);   /* else forwarded as it came */
+    return CLIENTID_FORWARD;
+}
+
+/* ---- CLIENT LIST / CLIENT INFO ---- */
+
+static void clientid_laddr(const struct client *c, char *out, size_t size)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+
+    if (getsockname(c->fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+        port = ntohs(sin->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+        port = ntohs(sin6->sin6_port);
+    }
+    snprintf(out, size, "%s:%d", ip, port);
+}
+
+static void clientid_flags(const struct client *c, char *out)
+{
+    int n = 0;
+
+    if (c->flags & CLIENT_MONITOR)
+        out[n++] = 'O';
+    else if (c->flags & CLIENT_PASSTHROUGH)
+        out[n++] = 'P';
+    if (c->flags & CLIENT_IN_MULTI)
+        out[n++] = 'x';
+    if (c->flags & CLIENT_CLOSE_AFTER_REPLY)
+        out[n++] = 'c';
+    if (n == 0)
+        out[n++] = 'N';
+    out[n] = '\0';
+}
+
+/* C's line, as Redis 7.0's CLIENT LIST writes one (fields in its order;
+ * what sluice does not know is given as Redis shows it for an idle
+ * client: sub=0, obl=0...). */
+static void clientid_line(const struct client *c, struct evbuffer *out)
+{
+    uint64_t now_ms = server_now_ms();
+    char laddr[INET6_ADDRSTRLEN + 8], flags[8];
+    size_t qbuf = evbuffer_get_length(c->input);
+    size_t omem = evbuffer_get_length(c->output) + c->held_reply_bytes;
+
+    clientid_laddr(c, laddr, sizeof(laddr));
+    clientid_flags(c, flags);
+    evbuffer_add_printf(out,
+        "id=%llu addr=%s laddr=%s fd=%d name=%s age=%llu idle=%llu flags=%s db=%d "
+        "sub=0 psub=0 ssub=0 multi=%d qbuf=%zu qbuf-free=0 argv-mem=0 multi-mem=0 "
+        "rbs=16384 rbp=0 obl=0 oll=0 omem=%zu tot-mem=%zu events=r%s cmd=%s user=%s "
+        "redir=-1 resp=%d\n",
+        (unsigned long long)c->id, c->addr_text, laddr, c->fd, c->name != NULL ? c->name : "",
+        (unsigned long long)((now_ms - c->created_ms) / 1000),
+        (unsigned long long)((now_ms - c->last_active_ms) / 1000), flags, c->db,
+        (c->flags & CLIENT_IN_MULTI) ? c->multi_queued : -1, qbuf, omem, qbuf + omem,
+        c->write_on ? "w" : "", c->last_cmd != NULL ? c->last_cmd->name : "NULL",
+        c->user != NULL ? c->user : "default", c->resp);
+}
+
+/* TEXT as Redis replies CLIENT LIST/INFO: a bulk string, verbatim in RESP3. */
+static void clientid_reply_text(const struct client *c, struct evbuffer *text, struct evbuffer *out)
+{
+    size_t len = evbuffer_get_length(text);
+
+    if (c->resp == 3)
+        evbuffer_add_printf(out, "=%zu\r\ntxt:", len + 4);
+    else
+        evbuffer_add_printf(out, "$%zu\r\n", len);
+    evbuffer_add_buffer(out, text);
+    evbuffer_add(out, "\r\n", 2);
+}
+
+void clientid_info(struct client *c, struct evbuffer *out)
+{
+    struct evbuffer *text = evbuffer_new();
+
+    clientid_line(c, text);
+    clientid_reply_text(c, text, out);
+    evbuffer_free(text);
+}
+
+/* Whether client C is of TYPE (as CLIENT LIST TYPE names them); -1 for a
+ * type Redis does not know. */
+static int clientid_of_type(const struct client *c, struct sv type)
+{
+    int pubsub = (c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR);
+
+    if (sv_ieq(type, "normal"))
+        return !pubsub;
+    if (sv_ieq(type, "pubsub"))
+        return pubsub;
+    if (sv_ieq(type, "master") || sv_ieq(type, "replica") || sv_ieq(type, "slave"))
+        return 0;
+    return -1;
+}
+
+void clientid_list(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
+{
+    struct evbuffer *text;
+    struct client *t;
+    int by_type = argc == 4 && sv_ieq(argv[2], "type");
+    int by_id = argc > 3 && sv_ieq(argv[2], "id");
+
+    if (argc != 2 && !by_type && !by_id) {
+        reply_error(out, "syntax error");
+        return;
+    }
+    if (by_type && clientid_of_type(c, argv[3]) < 0) {
+        int n = argv[3].len < 64 ? (int)argv[3].len : 64;
+        reply_error(out, "Unknown client type '%.*s'", n, argv[3].ptr);
+        return;
+    }
+    for (int i = 3; by_id && i < argc; i++) {
+        if (clientid_parse(argv[i]) == 0) {
+            reply_error(out, "Invalid client ID");
+            return;
+        }
+    }
+    text = evbuffer_new();
+    if (by_id) {
+        for (int i = 3; i < argc; i++)
+            if ((t = client_find(clientid_parse(argv[i]))) != NULL)
+                clientid_line(t, text);
+    } else {
+        for (t = client_next(NULL); t != NULL; t = client_next(t))
+            if (!by_type || clientid_of_type(t, argv[3]) == 1)
+                clientid_line(t, text);
+    }
+    clientid_reply_text(c, text, out);
+    evbuffer_free(text);
+}
