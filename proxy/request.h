@@ -54,6 +54,8 @@ enum request_flag {
     REQ_FENCED = 1 << 8,      /* answered by sluice in pub/sub or MONITOR: its reply waits
                                  for its fence to come back from Redis (client.c) */
     REQ_PROTECTED = 1 << 11,  /* DEBUG, MODULE LOAD...: only from a local client */
+    REQ_PUSHES = 1 << 12,     /* RESP3 (un)subscribe: answered by pushes, not a reply;
+                                 done after pushes_left of them (client_on_push) */
 };
 
 struct req_arg {
@@ -71,6 +73,8 @@ struct request {
     const struct command *cmd;     /* NULL for commands sluice does not know */
     unsigned flags;                /* enum request_flag */
     int place;                     /* enum placement_kind, decided when framed */
+    int pushes_left;               /* REQ_PUSHES: confirmations still to come; -1: until
+                                      none of its kind is left (UNSUBSCRIBE, no argument) */
     int argc;
     int args_cap;
     struct req_arg *args;          /* args_inline or heap */
