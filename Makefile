@@ -66,11 +66,16 @@ test: deps
 unit-bins: $(UNIT_BINS)
 
 bench: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/lockbench
-	tools/bench.sh $(BUILD)/sluice $(BUILD)/lockbench
+	@$(MAKE) --no-print-directory all $(BUILD)/lockbench $(BUILD)/respbench
+	tools/bench.sh $(BUILD)/sluice $(BUILD)/lockbench $(BUILD)/respbench
 
 # The lock benchmark's client (a tool, not part of sluice).
 $(BUILD)/lockbench: tools/lockbench.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
+
+# The RESP2/RESP3 GET/SET benchmark's client (redis-benchmark has no RESP3).
+$(BUILD)/respbench: tools/respbench.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 

@@ -251,8 +251,11 @@ int auth_login(struct client *c, const struct sv *user, struct sv pass)
  * channels, so any channel grant taken away closes every subscriber. */
 static int auth_subscriber_lost_channels(const struct client *c, const struct user *u)
 {
-    return (c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR) &&
-           c->auth_user != NULL && u != NULL && users_channels_narrowed(c->auth_user, u);
+    int subscribed = ((c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR)) ||
+                     (c->resp == 3 && client_subscribed_resp3(c));
+
+    return subscribed && c->auth_user != NULL && u != NULL &&
+           users_channels_narrowed(c->auth_user, u);
 }
 
 int auth_rebind(struct client *c)

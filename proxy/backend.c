@@ -10,6 +10,14 @@
  *   client C (MULTI/SUBSCRIBE/BLPOP/...) --> private conn (owner C)
  *   SCRIPT KILL, FUNCTION KILL, SHUTDOWN  --> one-shot conn, freed after its reply
  *
+ * A connection speaks one protocol at a time. The pool is kept per
+ * protocol (RESP3 connections, made when a RESP3 client first needs one,
+ * send HELLO 3 first), so a reply always has the shape its client asked
+ * for; a private connection follows its client's HELLO (backend_use_resp).
+ * A RESP3 push (pub/sub message, invalidation) is no reply: it goes to the
+ * private connection's owner as it comes, and pairs with nothing, unless
+ * the owner says it was the last one a request of its was waiting for.
+ *
  * Every connection of a node is in node->conns, so that sluice knows its
  * own connections' Redis client ids and addresses (CLIENT KILL must not
  * reach them) and can cap how many it opens. Standalone mode has one node;
@@ -71,6 +79,7 @@ struct backend_conn {
     int oneshot;                     /* a control connection: freed once answered */
     int spare;                       /* a private connection nobody owns yet */
     int passthrough;
+    int resp;                        /* protocol it speaks: 2, or 3 after HELLO 3 */
     int busy;                        /* inside its read callback */
     int released;                    /* free once not busy */
     struct event *retry;
@@ -91,7 +100,8 @@ struct backend_node {
     char name[280];                  /* "host:port" as configured or learned */
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    struct backend_conn **pool;
+    struct backend_conn **pool;      /* RESP2 */
+    struct backend_conn **pool3;     /* RESP3: each made when first needed */
     int pool_size;
     int private_count;               /* private and one-shot connections */
     int spare_count;                 /* spare connections, not in private_count */
@@ -150,6 +160,7 @@ static struct backend_conn *backend_conn_new(struct backend_node *node, struct c
         return NULL;
     conn->node = node;
     conn->owner = owner;
+    conn->resp = 2;
     conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
     conn->staged = evbuffer_new();
     if (conn->staged == NULL) {
@@ -175,6 +186,7 @@ static struct backend_node *backend_node_new(const char *hostport, char *err, si
     TAILQ_INIT(&node->conns);
     node->pool_size = (int)backend_cfg->backend_connections;
     node->pool = calloc((size_t)node->pool_size, sizeof(*node->pool));
+    node->pool3 = calloc((size_t)node->pool_size, sizeof(*node->pool3));
     TAILQ_INSERT_TAIL(&backend_nodes, node, link);
     for (int i = 0; i < node->pool_size; i++) {
         node->pool[i] = backend_conn_new(node, NULL);
@@ -258,9 +270,30 @@ void backend_set_reply_filter(backend_reply_filter_fn *fn)
     backend_reply_filter = fn;
 }
 
-struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id)
+/* A RESP3 pool connection is made on first use: a deployment whose
+ * clients all speak RESP2 keeps backend_connections connections. Made
+ * connections are never NULL: a failed one is DOWN and retries. */
+static struct backend_conn *backend_pool3_conn(struct backend_node *node, int i)
 {
-    return node->pool[client_id % (unsigned long long)node->pool_size];
+    struct backend_conn *conn = node->pool3[i];
+
+    if (conn != NULL)
+        return conn;
+    conn = backend_conn_new(node, NULL);
+    if (conn == NULL)
+        return node->pool[i];   /* out of memory: RESP2 shapes beat no reply */
+    conn->resp = 3;
+    node->pool3[i] = conn;
+    backend_connect(conn);
+    return conn;
+}
+
+struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id,
+                                       int resp)
+{
+    int i = (int)(client_id % (unsigned long long)node->pool_size);
+
+    return resp == 3 ? backend_pool3_conn(node, i) : node->pool[i];
 }
 
 /* The reply to a request sluice sent on its own behalf (AUTH, SCRIPT
@@ -385,7 +418,39 @@ void backend_reauth(struct backend_conn *conn)
     evbuffer_free(buf);
 }
 
-/* A new connection first authenticates (when configured). A shared one
+/* Ask CONN to speak RESP (2 or 3) with HELLO; its reply is sluice's. */
+static void backend_send_hello(struct backend_conn *conn, int resp)
+{
+    static const char hello2[] = "*2\r\n$5\r\nHELLO\r\n$1\r\n2\r\n";
+    static const char hello3[] = "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n";
+    struct evbuffer *buf = evbuffer_new();
+
+    if (resp == 3)
+        evbuffer_add(buf, hello3, sizeof(hello3) - 1);
+    else
+        evbuffer_add(buf, hello2, sizeof(hello2) - 1);
+    backend_send_internal(conn, buf, NULL, NULL, NULL);
+    evbuffer_free(buf);
+}
+
+void backend_use_resp(struct backend_conn *conn, int resp)
+{
+    /* RESP2 pub/sub takes no HELLO (Redis refuses it there), and its
+     * reply would stream to the client unpaired. */
+    if (conn->resp == resp || conn->passthrough)
+        return;
+    backend_send_hello(conn, resp);
+    conn->resp = resp;
+}
+
+void backend_after_reset(struct backend_conn *conn)
+{
+    conn->resp = 2;   /* RESET also returns Redis's connection to RESP2 */
+    backend_reauth(conn);
+}
+
+/* A new connection first authenticates (when configured). A RESP3 pool
+ * connection then asks for RESP3. A shared one
  * also learns its Redis client id (CLIENT KILL must not reach it) and
  * loads sluice's scripts, so EVALSHA rarely meets NOSCRIPT (the script
  * cache is Redis's, not the connection's). A private or one-shot one does
@@ -399,8 +464,14 @@ static void backend_send_prelude(struct backend_conn *conn)
     struct evbuffer *buf;
 
     backend_reauth(conn);
+    /* A private connection asks for its client's protocol just before
+     * the client's first command (backend_use_resp): whatever sluice
+     * sends first, that it must, or the replies would have the wrong
+     * shape (and RESP3 pushes could not be told from replies). */
     if (conn->oneshot || conn->owner != NULL || conn->spare)
         return;
+    if (conn->resp == 3)
+        backend_send_hello(conn, 3);
     buf = evbuffer_new();
     evbuffer_add(buf, client_id, sizeof(client_id) - 1);
     backend_send_internal(conn, buf, backend_client_id_reply, conn, NULL);
@@ -949,6 +1020,37 @@ void backend_deliver(struct request *req, struct evbuffer *src, size_t len, int 
     request_free(req);
 }
 
+/* Take REQ, at the head of CONN's in-flight queue, off it: its reply is
+ * complete. */
+static void backend_pop(struct backend_conn *conn, struct request *req)
+{
+    TAILQ_REMOVE(&conn->inflight, req, conn_link);
+    conn->inflight_count--;
+    req->conn = NULL;
+}
+
+/* A RESP3 push of LEN bytes heads the input of CONN. It pairs with no
+ * request: it goes to the owner as it comes, which says whether it ended
+ * the request at the head (a SUBSCRIBE is answered by pushes only); that
+ * request then completes with no bytes of its own. A push on a shared
+ * connection has nobody to go to (nothing there subscribes or tracks). */
+static void backend_dispatch_push(struct backend_conn *conn, struct evbuffer *in, size_t len)
+{
+    struct request *head = TAILQ_FIRST(&conn->inflight);
+
+    if (conn->owner == NULL) {   /* shared, one-shot, or its client has gone */
+        if (!conn->oneshot && !conn->released)
+            log_warning("backend %s sent a push message on a shared connection; dropped",
+                        conn->node->name);
+        evbuffer_drain(in, len);
+        return;
+    }
+    if (!client_on_push(conn->owner, head, in, len))
+        return;
+    backend_pop(conn, head);
+    backend_deliver(head, in, 0, REPLY_PUSH);
+}
+
 /* One complete reply of LEN bytes heads the input: hand it on. */
 static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *in, size_t len,
                                    int type)
@@ -959,15 +1061,17 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
         client_on_passthrough(conn->owner, in, len);
         return;
     }
+    if (type == REPLY_PUSH && !conn->passthrough) {
+        backend_dispatch_push(conn, in, len);
+        return;
+    }
     req = TAILQ_FIRST(&conn->inflight);
     if (req == NULL) {
         log_warning("backend %s sent a reply nobody asked for; dropped", conn->node->name);
         evbuffer_drain(in, len);
         return;
     }
-    TAILQ_REMOVE(&conn->inflight, req, conn_link);
-    conn->inflight_count--;
-    req->conn = NULL;
+    backend_pop(conn, req);
     if (type != REPLY_ERROR || backend_reply_filter == NULL ||
         !backend_reply_filter(conn, req, in, len, 0))
         backend_deliver(req, in, len, type);
@@ -1032,7 +1136,7 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
 void backend_write_info(struct evbuffer *out)
 {
     struct backend_node *node;
-    int n = 0, private_count = 0, spare_count = 0;
+    int n = 0, n3 = 0, private_count = 0, spare_count = 0;
 
     TAILQ_FOREACH(node, &backend_nodes, link) {
         for (int i = 0; i < node->pool_size; i++) {
@@ -1040,6 +1144,15 @@ void backend_write_info(struct evbuffer *out)
             evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d,redis_id=%lld,"
                                 "laddr=%s\r\n", n++, node->name, backend_state_names[conn->state],
                                 conn->inflight_count, conn->redis_id, conn->local_addr);
+        }
+        for (int i = 0; i < node->pool_size; i++) {
+            struct backend_conn *conn = node->pool3[i];
+            if (conn != NULL)
+                evbuffer_add_printf(out, "backend_resp3_%d:addr=%s,state=%s,inflight=%d,"
+                                    "redis_id=%lld,laddr=%s\r\n", n3, node->name,
+                                    backend_state_names[conn->state], conn->inflight_count,
+                                    conn->redis_id, conn->local_addr);
+            n3++;
         }
         private_count += node->private_count;
         spare_count += node->spare_count;
@@ -1059,6 +1172,7 @@ void backend_free_all(void)
             event_free(node->spare_ev);
         TAILQ_REMOVE(&backend_nodes, node, link);
         free(node->pool);
+        free(node->pool3);
         free(node);
     }
 }

@@ -49,8 +49,10 @@ typedef int backend_reply_filter_fn(struct backend_conn *conn, struct request *r
                                     struct evbuffer *src, size_t len, int conn_failed);
 void backend_set_reply_filter(backend_reply_filter_fn *fn);
 
-/* The shared connection of NODE that requests of client CLIENT_ID use. */
-struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id);
+/* The shared connection of NODE that requests of client CLIENT_ID, which
+ * speaks RESP (2 or 3), use. RESP2 and RESP3 clients never share one. */
+struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id,
+                                       int resp);
 
 /* A new private connection to NODE for OWNER. NULL when NODE has
  * backend_max_connections private connections already (or on OOM). */
@@ -65,6 +67,14 @@ struct backend_conn *backend_control_conn(struct backend_node *node);
  * are any: after a client's RESET, which logs a Redis connection out. */
 void backend_reauth(struct backend_conn *conn);
 
+/* CONN, a private connection, is to speak RESP (2 or 3) from now on:
+ * queues HELLO RESP when it speaks the other (not while in RESP2 pub/sub,
+ * where Redis refuses HELLO). Called before each request is sent on it. */
+void backend_use_resp(struct backend_conn *conn, int resp);
+
+/* A client's RESET was sent on CONN: Redis's connection is back to RESP2
+ * and logged out; authenticate it again (backend_reauth). */
+void backend_after_reset(struct backend_conn *conn);
 
 /* CONN's client id on Redis's side: 0 while unknown. A private connection's is learned only when a command names
  * its client (clientid.c), from CLIENT LIST, which MONITOR never shows. */

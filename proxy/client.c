@@ -12,6 +12,7 @@
  *      SHARED  -> pool conn (unless the client has a private one)
  *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn
  *   backend reply -> client_on_reply -> head of queue? write : hold
+ *   RESP3 push    -> client_on_push  -> written as it comes (see there)
  *
  *   c->requests:  [r1 sent] [r2 done, held reply] [r3 sent] [r4 deferred] ...
  *                  ^ replies leave from the head only, in order
@@ -36,6 +37,7 @@
 #include <event2/event.h>
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -634,14 +636,15 @@ static void client_refuse(struct client *c, struct request *req, const char *tex
     client_check_output_limit(c);
 }
 
-/* RESET: back to a new connection's name, user, protocol and reply mode
- * (the "default" user, logged out where that needs a password). */
+/* RESET: back to a new connection's name, user and reply mode (the
+ * "default" user, logged out where that needs a password). The protocol
+ * went back to RESP2 as RESET was sent (client_send): what the client
+ * pipelines after it is routed by it. */
 static void client_reset_session(struct client *c)
 {
     c->db = 0;
     free(c->name);
     c->name = NULL;
-    c->resp = 2;
     auth_client_start(c);
     c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
 }
@@ -713,6 +716,72 @@ static int client_is_monitor(const struct client *c)
     return (c->flags & CLIENT_MONITOR) != 0;
 }
 
+/* The push kinds that confirm a (un)subscription, and the count of C's
+ * that each one changes. */
+static const struct {
+    const char *kind;
+    size_t count_off;   /* in struct client_subs */
+} client_push_kinds[] = {
+    {"subscribe", offsetof(struct client_subs, channels)},
+    {"unsubscribe", offsetof(struct client_subs, channels)},
+    {"psubscribe", offsetof(struct client_subs, patterns)},
+    {"punsubscribe", offsetof(struct client_subs, patterns)},
+    {"ssubscribe", offsetof(struct client_subs, shards)},
+    {"sunsubscribe", offsetof(struct client_subs, shards)},
+};
+#define CLIENT_PUSH_KINDS (int)(sizeof(client_push_kinds) / sizeof(client_push_kinds[0]))
+
+/* The kind of the push of LEN bytes at the head of SRC (its first element,
+ * ">3\r\n$9\r\nsubscribe\r\n...") into KIND (size 16), and its last
+ * element when that is an integer (a confirmation's count) into *COUNT
+ * (else -1). */
+static void client_push_kind(struct evbuffer *src, size_t len, char *kind, long long *count)
+{
+    char head[41], tail[24];
+    struct evbuffer_ptr at;
+    size_t n = len < sizeof(head) - 1 ? len : sizeof(head) - 1;
+    size_t t = len < sizeof(tail) ? len : sizeof(tail);
+    char *p, *line;
+    long klen;
+
+    kind[0] = '\0';
+    *count = -1;
+    evbuffer_copyout(src, head, n);
+    head[n] = '\0';   /* strtol stops here at the latest */
+    p = memchr(head, '\n', n);
+    if (p != NULL && p + 1 < head + n && p[1] == '$') {
+        klen = strtol(p + 2, &line, 10);
+        if (klen > 0 && klen < 16 && line + 2 + klen <= head + n)
+            snprintf(kind, 16, "%.*s", (int)klen, line + 2);
+    }
+    /* The last line: after the last LF but the final one. */
+    if (t < 4 || evbuffer_ptr_set(src, &at, len - t, EVBUFFER_PTR_SET) != 0 ||
+        evbuffer_copyout_from(src, &at, tail, t) != (ev_ssize_t)t)
+        return;
+    for (line = tail + t - 2; line > tail && line[-1] != '\n'; line--)
+        ;
+    if (line > tail && line[0] == ':')
+        *count = strtoll(line + 1, NULL, 10);
+}
+
+/* Whether the pub/sub array or push of LEN bytes at the head of SRC is a
+ * message or a (un)subscribe confirmation: what Redis 7.0 sends even under
+ * CLIENT REPLY OFF (a PING's reply in RESP2 pub/sub, ["pong", ""], it does
+ * not). */
+static int client_is_pubsub_message(struct evbuffer *src, size_t len)
+{
+    char kind[16];
+    long long count;
+
+    client_push_kind(src, len, kind, &count);
+    for (int i = 0; i < CLIENT_PUSH_KINDS; i++) {
+        if (strcmp(kind, client_push_kinds[i].kind) == 0)
+            return 1;
+    }
+    return strcmp(kind, "message") == 0 || strcmp(kind, "pmessage") == 0 ||
+           strcmp(kind, "smessage") == 0;
+}
+
 /* The subscription counts a (un)subscribe reply of LEN bytes at the head
  * of SRC carries ("*3 $9 subscribe $N channel :count"): while any is
  * above 0 a RESP2 connection is in Redis's subscribed context. */
@@ -768,19 +837,95 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
         evbuffer_copyout(src, head, len) == (ssize_t)len && memcmp(head, reset_reply, len) == 0) {
         c->flags &= ~(unsigned)CLIENT_PASSTHROUGH;
         backend_set_passthrough(c->private_conn, 0);
-        backend_reauth(c->private_conn);   /* RESET logged Redis's connection out */
+        backend_after_reset(c->private_conn);   /* RESET logged Redis's connection out */
         reset = 1;
         c->subscriptions = c->shard_subscriptions = 0;
         client_reset_session(c);
         throttle_client_changed(c);
     }
-    if (c->flags & CLIENT_REPLY_OFF)
-        evbuffer_drain(src, len);   /* Redis 7.0 sends no messages under REPLY OFF either */
+    if ((c->flags & CLIENT_REPLY_OFF) && !client_is_pubsub_message(src, len))
+        evbuffer_drain(src, len);   /* messages still go, as from Redis 7.0 */
     else
         evbuffer_remove_buffer(src, client_output(c), len);
     if (client_check_output_limit(c) == 0 && reset)
         client_unblock(c);   /* commands after RESET go on, paired again */
     client_leave(c);
+}
+
+/* Count a confirmation of KIND with COUNT into C's subscriptions; returns
+ * its row in client_push_kinds, or -1 for any other push. */
+static int client_count_push(struct client *c, const char *kind, long long count)
+{
+    for (int i = 0; i < CLIENT_PUSH_KINDS; i++) {
+        long long *mine;
+        if (strcmp(kind, client_push_kinds[i].kind) != 0)
+            continue;
+        if (count < 0)
+            return i;
+        mine = (long long *)((char *)&c->subs + client_push_kinds[i].count_off);
+        if (mine == &c->subs.shards) {
+            *mine = count;   /* the shard count is its own */
+        } else {
+            /* Channels and patterns share one count: the change is ours. */
+            *mine += count - c->subs.total;
+            if (*mine < 0)
+                *mine = 0;
+            c->subs.total = count;
+        }
+        return i;
+    }
+    return -1;
+}
+
+/* Whether a confirmation (row ROW) ends HEAD, a RESP3 (un)subscribe of C. */
+static int client_push_ends(struct client *c, struct request *head, int row)
+{
+    const long long *mine;
+
+    if (head == NULL || !(head->flags & REQ_PUSHES) || row < 0 || head->cmd == NULL ||
+        strcmp(head->cmd->name, client_push_kinds[row].kind) != 0)
+        return 0;
+    if (head->pushes_left > 0)
+        return --head->pushes_left == 0;
+    /* UNSUBSCRIBE with no argument: one push per subscription it ends,
+     * or one when there was none. */
+    mine = (const long long *)((const char *)&c->subs + client_push_kinds[row].count_off);
+    return *mine == 0;
+}
+
+/* A RESP3 push goes to the client as it comes. Redis writes replies and
+ * pushes of one connection in one order; every reply before this push
+ * has been paired already, and the replies still in C's queue come after
+ * it, so the push goes straight out (client_flush leaves no complete
+ * reply at the head of the queue), ahead of anything still waiting. */
+int client_on_push(struct client *c, struct request *head, struct evbuffer *src, size_t len)
+{
+    char kind[16];
+    long long count;
+    int row, ends;
+
+    client_enter(c);
+    client_push_kind(src, len, kind, &count);
+    row = client_count_push(c, kind, count);
+    ends = client_push_ends(c, head, row);
+    /* Even under CLIENT REPLY OFF: Redis 7.0 still sends RESP3 pushes. */
+    evbuffer_remove_buffer(src, client_output(c), len);
+    client_check_output_limit(c);
+    client_leave(c);
+    return ends;
+}
+
+int client_subscribed_resp3(const struct client *c)
+{
+    const struct request *req;
+
+    if (c->subs.total > 0 || c->subs.shards > 0)
+        return 1;
+    TAILQ_FOREACH(req, &c->requests, client_link) {
+        if (req->flags & REQ_PUSHES)
+            return 1;   /* confirmations still to come */
+    }
+    return 0;
 }
 
 void client_on_private_lost(struct client *c)
@@ -972,7 +1117,7 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
     }
     if (c->private_conn != NULL && !client_cluster_off_session(c, req))
         return c->private_conn;
-    return backend_pool_conn(router_node_for_request(req, NULL), c->id);
+    return backend_pool_conn(router_node_for_request(req, NULL), c->id, c->resp);
 }
 
 /* Stands for "the shared connections" in c->inflight_conn: in cluster
@@ -1073,6 +1218,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     if (c->flags & CLIENT_IN_MULTI)
         client_count_queued(c, req);
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
+    if (conn == c->private_conn)
+        backend_use_resp(conn, c->resp);
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
         if (!unpaired && client_cluster_retry(c, req, conn, src, err))
             return;
@@ -1085,8 +1232,13 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             client_fail_send(c, req, err);
         return;
     }
-    if ((req->flags & REQ_RESET) && !unpaired)
-        backend_reauth(conn);   /* RESET logs Redis's connection out: never leave it so */
+    if ((req->flags & REQ_RESET) && !unpaired) {
+        /* RESET logs Redis's connection out (never leave it so) and takes
+         * it back to RESP2: what the client pipelines after it too. */
+        backend_after_reset(conn);
+        c->resp = 2;
+        memset(&c->subs, 0, sizeof(c->subs));
+    }
     /* What follows RESET is judged as the user, name and protocol RESET
      * leaves, and in pub/sub must be paired with replies again: so it waits
      * until Redis has answered RESET (client_on_reply, or +RESET seen by
@@ -1219,6 +1371,17 @@ static int client_cluster_defer_multi(struct client *c, struct request *req, str
     return 1;
 }
 
+/* REQ (SUBSCRIBE, UNSUBSCRIBE...) of a RESP3 client: Redis answers it
+ * with one push per argument (UNSUBSCRIBE with none: one per subscription
+ * it ends), and no reply, while other commands go on as usual. So it is
+ * paired like any request, but completed by its pushes (client_on_push).
+ * An error, or +QUEUED in MULTI, is a reply and pairs as one. */
+static void client_expect_pushes(struct request *req)
+{
+    req->flags = (req->flags & ~(unsigned)REQ_PASSTHROUGH) | REQ_PUSHES;
+    req->pushes_left = req->argc > 1 ? req->argc - 1 : -1;
+}
+
 /* A module's command waited to be learned before the gate could judge
  * its keys (auth.c): judge it now. Returns 1 when REQ was refused (and
  * answered), 0 when it goes on. */
@@ -1323,6 +1486,8 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         return -1;   /* released once Redis said its ids (client_release_held) */
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);
+    if ((req->flags & REQ_PASSTHROUGH) && c->resp == 3 && client_role(req) != ROLE_MONITOR)
+        client_expect_pushes(req);
     /* Pub/sub replies stream unpaired: such requests wait in no queue. */
     if (!(req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
@@ -1761,7 +1926,8 @@ void client_cron(uint64_t now_ms)
         if (client_probe_closed(c) || idle_ms == 0)
             continue;
         /* Like Redis: blocked and subscribed clients are not idle. */
-        if (!TAILQ_EMPTY(&c->requests) || c->inflight > 0 || (c->flags & CLIENT_PASSTHROUGH))
+        if (!TAILQ_EMPTY(&c->requests) || c->inflight > 0 || (c->flags & CLIENT_PASSTHROUGH) ||
+            c->subs.total > 0 || c->subs.shards > 0)
             continue;
         if (now_ms - c->last_active_ms > idle_ms) {
             log_info("client %llu (%s) closed after %llds idle", (unsigned long long)c->id,

@@ -77,6 +77,11 @@ struct client {
     char *name;                         /* CLIENT SETNAME, NULL when none */
     char *user;                         /* last successful AUTH user, "default" */
     int resp;                           /* protocol it negotiated with HELLO: 2 or 3 */
+    struct client_subs {                /* RESP3: its subscriptions, as the confirmations
+                                           count them (client_on_push) */
+        long long total;                /* channels + patterns: the count Redis sends */
+        long long channels, patterns, shards;
+    } subs;
     const struct user *auth_user;       /* its user in the current user set (auth.c) */
     unsigned char authenticated;        /* logged in with AUTH or HELLO AUTH */
     unsigned char auth_checks;          /* its requests must pass auth_admit */
@@ -136,6 +141,17 @@ void client_write_now(void);
 
 /* A pub/sub or MONITOR message for C: LEN bytes at the head of SRC. */
 void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len);
+
+/* A RESP3 push for C (pub/sub message or confirmation, invalidation): LEN
+ * bytes at the head of SRC, which this moves to C as they come. HEAD is the
+ * request first in line on C's private connection (or NULL). Returns 1
+ * when the push was the last one HEAD (REQ_PUSHES) waited for: then the
+ * caller completes HEAD with an empty reply. */
+int client_on_push(struct client *c, struct request *head, struct evbuffer *src, size_t len);
+
+/* Whether C, a RESP3 client, is (or may be about to be) subscribed:
+ * confirmations counted, or a (un)subscribe still waiting for them. */
+int client_subscribed_resp3(const struct client *c);
 
 /* C's private backend connection is gone: pending replies are errors
  * already; C is closed once they are written, since its session is lost. */

@@ -130,7 +130,7 @@ static int clientid_lookup(struct client *c, struct request *req, struct evbuffe
     if (l != NULL && bytes != NULL) {
         l->client_id = c->id;
         evbuffer_add(bytes, list, sizeof(list) - 1);
-        rc = backend_send_internal(backend_pool_conn(backend_default_node(), c->id), bytes,
+        rc = backend_send_internal(backend_pool_conn(backend_default_node(), c->id, 2), bytes,
                                    clientid_lookup_reply, l, clientid_lookup_free);
         if (rc != 0)
             l = NULL;   /* freed by clientid_lookup_free */

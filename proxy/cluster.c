@@ -240,7 +240,7 @@ static void cluster_ask_map(uint64_t now_ms)
     cluster_refresh_wanted = 0;
     buf = evbuffer_new();
     evbuffer_add(buf, slots, sizeof(slots) - 1);
-    if (backend_send_internal(backend_pool_conn(node, 0), buf, cluster_slots_reply,
+    if (backend_send_internal(backend_pool_conn(node, 0, 2), buf, cluster_slots_reply,
                               (void *)(uintptr_t)cluster_asked_gen, NULL) != 0)
         cluster_refresh_failed(backend_node_name(node), "connection down");
     evbuffer_free(buf);
@@ -307,7 +307,11 @@ int cluster_take_unsent(struct request *req)
 static void cluster_resend(struct request *req, struct backend_node *node, int asking)
 {
     static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
-    struct backend_conn *conn = backend_pool_conn(node, req->client != NULL ? req->client->id : 0);
+    /* A client's request goes on the shared connection of its client's
+     * protocol; sluice's own (locks, parts, buckets) speak RESP2. */
+    struct backend_conn *conn = req->client != NULL
+                                    ? backend_pool_conn(node, req->client->id, req->client->resp)
+                                    : backend_pool_conn(node, 0, 2);
     char err[512];
 
     if (asking) {

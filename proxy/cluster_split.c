@@ -78,6 +78,7 @@ struct split {
     long long concat_count;      /* MERGE_CONCAT: elements in concat */
     struct evbuffer *concat;     /* MERGE_CONCAT: elements; SAME/ANY: the reply kept */
     struct evbuffer *error;      /* the first error reply of a part */
+    int resp;                    /* the client's protocol: its parts speak it too */
     int scan_node;               /* MERGE_SCAN: the node's place, and how many */
     int scan_nodes;
 };
@@ -152,7 +153,7 @@ static void split_write_reply(struct split *s, struct evbuffer *out)
     } else if (evbuffer_get_length(s->concat) > 0) {
         evbuffer_add_buffer(out, s->concat);   /* SAME, ANY */
     } else {
-        evbuffer_add(out, "$-1\r\n", 5);       /* ANY with no key anywhere */
+        evbuffer_add(out, s->resp == 3 ? "_\r\n" : "$-1\r\n", s->resp == 3 ? 3 : 5);   /* no key */
     }
 }
 
@@ -327,7 +328,7 @@ static void split_send(struct split_part *part, struct backend_node *node,
 
     s->parts++;
     s->pending++;
-    if (backend_send_internal(backend_pool_conn(node, client_id), buf, split_part_reply, part,
+    if (backend_send_internal(backend_pool_conn(node, client_id, s->resp), buf, split_part_reply, part,
                               split_part_free) != 0) {
         static const char down[] = "-ERR backend unavailable: a cluster node is down\r\n";
         /* ctx_free ran: PART is gone; S lives on (the maker holds it). */
@@ -539,6 +540,7 @@ int cluster_split_run(struct request *req, int argc, const struct sv *argv)
     s->parent = req;
     s->merge = sc->merge;
     s->parts = 1;   /* the maker's hold: no part may free S meanwhile */
+    s->resp = req->client->resp;
     req->flags |= REQ_DETACHED;
     ok = split_prepare(s, argc) == 0 && (sc->step == 0 || keys != NULL);
     if (ok && s->merge == MERGE_SCAN)

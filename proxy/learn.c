@@ -192,8 +192,8 @@ static int learn_ask(struct learn_entry *e)
     evbuffer_add_printf(buf, "*3\r\n$7\r\nCOMMAND\r\n$4\r\nINFO\r\n$%zu\r\n", e->cmd.len);
     evbuffer_add(buf, e->cmd.name, e->cmd.len);
     evbuffer_add(buf, "\r\n", 2);
-    rc = backend_send_internal(backend_pool_conn(backend_default_node(), 0), buf, learn_on_reply,
-                               e, NULL);
+    rc = backend_send_internal(backend_pool_conn(backend_default_node(), 0, 2), buf,
+                               learn_on_reply, e, NULL);
     evbuffer_free(buf);
     return rc;
 }

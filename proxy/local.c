@@ -168,7 +168,7 @@ static void local_client_getname(struct client *c, int argc, const struct sv *ar
     (void)argc;
     (void)argv;
     if (c->name == NULL)
-        reply_nil(out);
+        reply_nil(out, c->resp);
     else
         reply_bulk(out, c->name, strlen(c->name));
 }
@@ -277,12 +277,19 @@ static int local_hello_parse(struct client *c, int argc, const struct sv *argv,
     for (int i = next; i < argc; i++) {
         int more = argc - 1 - i;
         if (sv_ieq(argv[i], "auth") && more >= 2) {
-            /* HELLO 3 is refused below, without logging in. */
-            if (a->version != 3 && auth_login(c, &argv[i + 1], argv[i + 2]) != 0) {
+            /* Without users of sluice's own, HELLO 2 AUTH goes to Redis
+             * (placement.c); HELLO 3 AUTH cannot: the client's protocol is
+             * sluice's to know. */
+            if (!auth_local()) {
+                reply_error(out, "sluice does not forward HELLO 3 AUTH to Redis: send AUTH, "
+                                 "then HELLO 3");
+                return -1;
+            }
+            if (auth_login(c, &argv[i + 1], argv[i + 2]) != 0) {
                 reply_error(out, "%s", USERS_ERR_WRONGPASS);
                 return -1;
             }
-            a->logged_in = a->version != 3;
+            a->logged_in = 1;
             i += 2;
         } else if (sv_ieq(argv[i], "setname") && more >= 1) {
             a->name = &argv[i + 1];
@@ -335,15 +342,18 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
         throttle_client_changed(c);   /* rules see the new user, whatever follows */
     if (parsed != 0)
         return;
-    if (a.version == 3) {   /* RESP3 is not served yet */
-        reply_error(out, "-NOPROTO sorry, this protocol version is not supported");
-        return;
-    }
     if (auth_required(c)) {
         reply_error(out, "-NOAUTH HELLO must be called with the client already authenticated, "
                          "otherwise the HELLO AUTH <user> <pass> option can be used to "
                          "authenticate the client and select the RESP protocol version at the "
                          "same time");
+        return;
+    }
+    if (a.version == 2 && c->resp == 3 && client_subscribed_resp3(c)) {
+        /* Redis would put the connection in RESP2 pub/sub mode, whose
+         * messages sluice would take for replies (README: known limits). */
+        reply_error(out, "sluice does not support HELLO 2 while subscribed in RESP3; "
+                         "unsubscribe or RESET first");
         return;
     }
     if (a.name != NULL && !local_valid_name(*a.name)) {

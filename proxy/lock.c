@@ -330,7 +330,7 @@ static void lock_send_internal(const struct script *s, const char *key, size_t k
 {
     struct evbuffer *buf = evbuffer_new();
     struct sv keys[1] = {{key, keylen}};
-    struct backend_conn *conn = backend_pool_conn(router_node_for_key(key, keylen), 0);
+    struct backend_conn *conn = backend_pool_conn(router_node_for_key(key, keylen), 0, 2);
     char shown[LOCK_LOG_KEY_MAX * 4 + 16];
 
     scripts_write_eval(buf, s, 1, keys, argc, args);
@@ -526,7 +526,7 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (server_now_ms() >= op->deadline_ms) {
-        reply_nil(client_reply_buffer(op->req->client, op->req));
+        reply_nil(client_reply_buffer(op->req->client, op->req), op->req->client->resp);
         lock_finish(op);
         return;
     }
@@ -614,7 +614,7 @@ static void lock_busy(struct lock_op *op, long long pttl_ms)
     struct timeval tv;
 
     if (!op->wait || now >= op->deadline_ms) {
-        reply_nil(client_reply_buffer(op->req->client, op->req));
+        reply_nil(client_reply_buffer(op->req->client, op->req), op->req->client->resp);
         lock_finish(op);
         return;
     }

@@ -81,9 +81,12 @@ void reply_bulk(struct evbuffer *out, const char *data, size_t len)
     evbuffer_add(out, "\r\n", 2);
 }
 
-void reply_nil(struct evbuffer *out)
+void reply_nil(struct evbuffer *out, int resp)
 {
-    evbuffer_add(out, "$-1\r\n", 5);
+    if (resp == 3)
+        evbuffer_add(out, "_\r\n", 3);
+    else
+        evbuffer_add(out, "$-1\r\n", 5);
 }
 
 void reply_integer(struct evbuffer *out, long long value)
@@ -128,8 +131,8 @@ int reply_parse_ints(const char *buf, size_t len, long long *vals, int max)
     while (count < want && count < max && p < end) {
         if (*p == ':')
             vals[count] = reply_scan_ll(p + 1, end);
-        else if (*p == '$' && p + 1 < end && p[1] == '-')
-            vals[count] = 0;
+        else if ((*p == '$' && p + 1 < end && p[1] == '-') || *p == '_')
+            vals[count] = 0;   /* null: RESP2's $-1, RESP3's _ */
         else
             return -1;
         count++;

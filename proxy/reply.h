@@ -12,7 +12,8 @@ void reply_error(struct evbuffer *out, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void reply_status(struct evbuffer *out, const char *status);
 void reply_bulk(struct evbuffer *out, const char *data, size_t len);
-void reply_nil(struct evbuffer *out);
+/* The null reply in protocol RESP (2 or 3): "$-1" or "_". */
+void reply_nil(struct evbuffer *out, int resp);
 void reply_integer(struct evbuffer *out, long long value);
 void reply_array_header(struct evbuffer *out, long long count);
 
@@ -23,7 +24,7 @@ int reply_format_ll(char *out, long long v);
  * replies are written; returns its length. */
 int reply_format_header(char *out, char type, long long n);
 
-/* The integers of a small reply ":n" or "*k :a :b ..." (nil counts as 0)
+/* The integers of a small reply ":n" or "*k :a :b ..." (nil, $-1 or _, counts as 0)
  * into VALS, at most MAX. Returns how many, or -1 when it is neither. */
 int reply_parse_ints(const char *buf, size_t len, long long *vals, int max);
 

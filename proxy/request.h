@@ -54,7 +54,9 @@ enum request_flag {
     REQ_FENCED = 1 << 8,      /* answered by sluice in pub/sub or MONITOR: its reply waits
                                  for its fence to come back from Redis (client.c) */
     REQ_PROTECTED = 1 << 11,  /* DEBUG, MODULE LOAD...: only from a local client */
-    REQ_DETACHED = 1 << 12,   /* cluster: waits to be sent again (TRYAGAIN, node down) or for
+    REQ_PUSHES = 1 << 12,     /* RESP3 (un)subscribe: answered by pushes, not a reply;
+                                 done after pushes_left of them (client_on_push) */
+    REQ_DETACHED = 1 << 13,   /* cluster: waits to be sent again (TRYAGAIN, node down) or for
                                  its parts; a closing client clears req->client, not frees it */
 };
 
@@ -76,6 +78,8 @@ struct request {
     int slot;                      /* cluster: its keys' hash slot, or -1 (none) */
     int redirects;                 /* cluster: redirections followed so far */
     uint64_t retry_since_ms;       /* cluster: first failed for want of a node (0: never) */
+    int pushes_left;               /* REQ_PUSHES: confirmations still to come; -1: until
+                                      none of its kind is left (UNSUBSCRIBE, no argument) */
     int argc;
     int args_cap;
     struct req_arg *args;          /* args_inline or heap */

@@ -387,7 +387,8 @@ static void throttle_send_ask(struct throttle_ask *a)
     struct sv args[5] = {[4] = {"refund", 6}};
     int nargs = a->refund ? 5 : 4;
     struct evbuffer *buf = evbuffer_new();
-    struct backend_conn *conn = backend_pool_conn(router_node_for_key(keys[0].ptr, keys[0].len), 0);
+    struct backend_conn *conn =
+        backend_pool_conn(router_node_for_key(keys[0].ptr, keys[0].len), 0, 2);
 
     throttle_fmt_double(rate, sizeof(rate), a->ask.rate_per_s);
     throttle_fmt_double(burst, sizeof(burst), a->ask.burst);

@@ -29,25 +29,32 @@
 #   6. TLS: redis-benchmark --tls GET/SET at -c 50, -P 1/16 through sluice's
 #      tls_listen (plain backend), against the same sluice's plain listen and
 #      against Redis's own TLS port (redis-server --tls-port), same rounds.
-#   7. Redis Cluster (3 primaries, no replicas, on this machine): redis-benchmark
+#   7. RESP3 next to RESP2 through sluice: GET/SET, -c 1/50, -P 1/16, with
+#      tools/respbench.c (redis-benchmark has no RESP3 switch), the same
+#      client once after HELLO 3 and once without, on a sluice of its own;
+#      placed on cores like section 3 (Redis on core 0, sluice and the
+#      client on core 1) while it runs. Beside throughput: sluice's CPU time
+#      per request.
+#   8. Redis Cluster (3 primaries, no replicas, on this machine): redis-benchmark
 #      GET/SET -c 50, -P 1/16, random keys over all slots, against the cluster
 #      directly (redis-benchmark --cluster) and through sluice (cluster =),
 #      interleaved rounds; ratio sluice/direct and sluice's CPU per request.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
-# BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N, BENCH_SCALE=F (multiplies request
-# counts), BENCH_SECTIONS="1 2 3 4 5 6" (which sections to run, e.g. "3" for
-# the rules; default "1 2 3 4 5 6 7").
+# BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N, BENCH_SCALE=F
+# (multiplies request counts), BENCH_SECTIONS="1 2 3 4 5 6 7 8" (which sections
+# to run, e.g. "3" for the rules).
 set -eu
 
 sluice=$(readlink -f "$1")
 lockbench=$(readlink -f "$2")
+respbench=$(readlink -f "$3")
 rounds=${BENCH_ROUNDS:-5}
 rules_rounds=${BENCH_RULES_ROUNDS:-9}
 tls_rounds=${BENCH_TLS_ROUNDS:-3}
 scale=${BENCH_SCALE:-1}
 cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -69,10 +76,10 @@ trap "exit 1" INT TERM HUP PIPE   # then EXIT cleans up (PIPE: output piped into
 section() {     # section N: true when section N is to run
     case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac
 }
-section 1 || section 2 || rounds=0
+section 1 || section 2 || section 7 || rounds=0
 section 3 || section 5 || rules_rounds=0
 section 6 || tls_rounds=0
-section 7 || cluster_rounds=0
+section 8 || cluster_rounds=0
 
 free_port() {
     /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -160,7 +167,10 @@ printf '[user bench]\npassword = bench-pw\ncommands = +@all -@dangerous\nkeys = 
     >"$tmp/users.ini"
 set -- $(start_sluice users "" "$tmp/users.ini"); su=$1; pu=$2; pids="$pids $2"
 
-for p in $sport $nport $s0 $s100 $s1 $su; do wait_port "$p"; done
+# Section 7's sluice: RESP2 and RESP3 clients of the same sluice.
+set -- $(start_sluice resp3); s3=$1; p3=$2; pids="$pids $2"
+
+for p in $sport $nport $s0 $s100 $s1 $su $s3; do wait_port "$p"; done
 
 # TLS (section 6): a CA and a server certificate for 127.0.0.1, a Redis
 # with only a TLS port, and a sluice with a plain and a TLS listener in
@@ -202,7 +212,7 @@ if [ "$tls_rounds" -gt 0 ]; then
     done
 fi
 
-# Redis Cluster (section 7): 3 primaries without replicas, and a sluice
+# Redis Cluster (section 8): 3 primaries without replicas, and a sluice
 # with them as seeds.
 if [ "$cluster_rounds" -gt 0 ]; then
     cports=""
@@ -240,6 +250,36 @@ if [ "$cluster_rounds" -gt 0 ]; then
 fi
 
 # ---- running ---------------------------------------------------------------
+resp_pin=""
+if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+    resp_pin="taskset -c 1"
+fi
+
+# resp_round ROUND: section 7's runs of one round, RESP2 and RESP3 back to
+# back for each workload (order rotated), with sluice's CPU ns per request.
+resp_round() {
+    if [ -n "$resp_pin" ]; then
+        taskset -apc 0 "$rpid" >/dev/null
+        taskset -apc 1 "$p3" >/dev/null
+    fi
+    for t in get set; do
+        for c in 1 50; do
+            for p in 1 16; do
+                n=$(n_of "$(base_n $c $p)")
+                for proto in $(rotate $(( $1 + c + p )) resp2 resp3); do
+                    flag=""; [ "$proto" = resp2 ] || flag=-3
+                    ns0=$(cpu_ns "$p3")
+                    v=$($resp_pin "$respbench" -p "$s3" -t "$t" -c "$c" -P "$p" -n "$n" $flag)
+                    ns1=$(cpu_ns "$p3")
+                    echo "$proto $t $c $p ${v:-0} $1" >>"$results"
+                    echo "cpu_$proto $t $c $p $(( (ns1 - ns0) / n )) $1" >>"$results"
+                done
+            done
+        done
+    done
+    [ -z "$resp_pin" ] || taskset -apc "0-$(( $(nproc) - 1 ))" "$rpid" >/dev/null
+}
+
 results="$tmp/results"
 : >"$results"
 
@@ -323,6 +363,7 @@ while [ $r -le "$rounds" ]; do
             done
         done
     done
+    section 7 && resp_round "$r"
     section 2 || { r=$((r + 1)); continue; }
     sha_a=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_acquire.lua)")
     sha_r=$(redis-cli -p "$rport" SCRIPT LOAD "$(cat lua/lock_release.lua)")
@@ -591,7 +632,32 @@ fi
 
 if section 7; then
     echo
-    echo "7. Redis Cluster (3 primaries) at -c 50, random keys over all slots, requests/s"
+    if [ -n "$resp_pin" ]; then
+        echo "7. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench;"
+        echo "   Redis on core 0, sluice and the client on core 1)"
+    else
+        echo "7. RESP3 and RESP2 clients through sluice (median of $rounds, tools/respbench)"
+    fi
+    printf '%-4s %3s %3s %11s %11s %6s %9s %9s %6s\n' cmd -c -P "RESP2 rq/s" "RESP3 rq/s" "3/2" \
+        "RESP2 ns" "RESP3 ns" "2/3"
+    for t in get set; do
+        for c in 1 50; do
+            for p in 1 16; do
+                printf '%-4s %3s %3s %11.0f %11.0f %6s %9.0f %9.0f %6s\n' "$t" "$c" "$p" \
+                    "$(median resp2 $t $c $p)" "$(median resp3 $t $c $p)" \
+                    "$(median_ratio resp3 resp2 "$t" "$c" "$p")" \
+                    "$(median cpu_resp2 $t $c $p)" "$(median cpu_resp3 $t $c $p)" \
+                    "$(median_ratio cpu_resp2 cpu_resp3 "$t" "$c" "$p")"
+            done
+        done
+    done
+    echo "   ns: sluice's CPU time per request (kernel included); 2/3: RESP2's over RESP3's"
+    echo "   target: 3/2 >= 0.97 and 2/3 >= 0.97 on every row"
+fi
+
+if section 8; then
+    echo
+    echo "8. Redis Cluster (3 primaries) at -c 50, random keys over all slots, requests/s"
     echo "   (median of $cluster_rounds): redis-benchmark --cluster against the nodes vs through sluice"
     printf '%-4s %3s %11s %11s %8s %10s\n' cmd -P direct sluice ratio "sluice ns/req"
     for t in get set; do
@@ -605,7 +671,7 @@ if section 7; then
     echo "   targets: ratio >= 0.9 at -P 1, >= 0.6 at -P 16 (predixy: 0.51-0.56 / 0.53-0.90)"
 fi
 
-for f in sluice rules0 rules100 rules1 users sluice-tls sluice-cluster; do
+for f in sluice rules0 rules100 rules1 users sluice-tls resp3 sluice-cluster; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
     fi

@@ -599,3 +599,21 @@ def test_a_rule_on_auth_limits_guessing(redis_factory, sluice_factory, tmp_path)
         assert all(g.startswith("WRONGPASS") for g in got)
         assert c.call("AUTH", "app", "apppw").startswith("THROTTLED")   # even the right one
         assert c.call("GET", "app:1") == Err("NOAUTH Authentication required.")
+
+
+def test_hello_3_authenticates(auth_env):
+    """HELLO 3 AUTH logs in and switches to RESP3 at once (issue 11), as
+    node-redis sends it when given a password; a wrong password changes
+    neither the user nor the protocol."""
+    s, _, _ = auth_env
+    with s.raw() as c:
+        c.send_command("HELLO", "3", "AUTH", "app", "nope")
+        assert c.read_reply().startswith("WRONGPASS")
+        assert c.call_raw("GET", "app:1").startswith(b"-NOAUTH")
+        c.send_command("HELLO", "3", "AUTH", "app", "apppw", "SETNAME", "w3")
+        reply = c.read_reply()
+        assert reply[0] == "map", reply
+        fields = dict(zip(reply[1][0::2], reply[1][1::2]))
+        assert fields[b"proto"] == 3 and fields[b"id"] == c.call("CLIENT", "ID")
+        assert c.call_raw("GET", "app:none") == b"_\r\n"
+        assert c.call("ACL", "WHOAMI") == b"app"

@@ -376,6 +376,25 @@ def test_reload_revoking_a_channel_closes_its_subscribers(reload_env):
         kept.close()
 
 
+def test_reload_revoking_a_channel_closes_resp3_subscribers(reload_env):
+    """The same for a RESP3 subscriber (issue 11), which sluice does not
+    put in pub/sub stream mode."""
+    s, users, _ = reload_env
+    sub = s.raw()
+    try:
+        sub.send_command("HELLO", "3", "AUTH", "app", "apppw")
+        assert sub.read_reply()[0] == "map"
+        sub.send_command("SUBSCRIBE", "news.b")
+        assert sub.read_reply() == [b"subscribe", b"news.b", 1]
+        assert sub.call("PING") == "PONG"
+        users.write_text(USERS_INI.replace("channels = news.*", "channels = sport.*", 1))
+        assert _reload(s) == "OK"
+        with pytest.raises((EOFError, ConnectionError, OSError)):
+            sub.call("PING", timeout=10)
+    finally:
+        sub.close()
+
+
 def test_reload_removing_a_user_mid_pipeline(reload_env):
     """A removed user's client with thousands of requests in flight is
     closed; its replies are swallowed and the others go on."""

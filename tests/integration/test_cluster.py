@@ -800,3 +800,21 @@ def test_backend_password_applies_to_every_node(tmp_path):
         problems = s.stop()
         cl.stop()
     assert not problems, problems
+
+
+def test_resp3_client(csluice, rc):
+    """A RESP3 client (HELLO 3) reaches every node, through MOVED-free
+    routing and split commands alike, with RESP3 replies."""
+    keys = [f"r3:{i}" for i in range(20)]
+    with csluice.raw() as c:
+        hello = c.call("HELLO", "3")
+        assert isinstance(hello, tuple) and hello[0] == "map"
+        fields = dict(zip(hello[1][::2], hello[1][1::2]))
+        assert fields[b"mode"] == b"standalone"
+        for k in keys:
+            assert c.call("SET", k, k) == "OK"
+        assert c.call("MGET", *keys, "r3:missing") == [k.encode() for k in keys] + [None]
+        assert c.call("GET", "r3:missing") is None
+        assert c.call_raw("GET", "r3:missing") == b"_\r\n"
+        assert c.call("DEL", *keys) == 20
+    assert rc.exists(*keys) == 0

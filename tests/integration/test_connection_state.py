@@ -107,24 +107,18 @@ def test_client_id_redispy(sluice):
         b.close()
 
 
-def test_hello_3_noproto(sluice, r):
-    with pytest.raises(redis.ResponseError) as ei:
-        r.execute_command("HELLO", 3)
-    assert str(ei.value).startswith("NOPROTO"), str(ei.value)
-    assert str(ei.value) == "NOPROTO sorry, this protocol version is not supported"
-    # the connection still speaks RESP2 and works
-    assert r.set("h", "1") is True
-    assert r.get("h") == b"1"
-
-
-def test_hello_3_raw(sluice):
+def test_hello_3(sluice, r):
+    """HELLO 3 is answered by sluice (issue 11: RESP3 end to end); the
+    connection speaks RESP3 from then on."""
     with sluice.raw() as c:
         raw = c.call_raw("HELLO", "3")
-        assert raw == b"-NOPROTO sorry, this protocol version is not supported\r\n"
+        assert raw.startswith(b"%7\r\n$6\r\nserver\r\n"), raw
+        assert c.call_raw("GET", "nokey") == b"_\r\n"
         assert c.call("PING") == "PONG"
-        # inline form too
-        c.send(b"HELLO 3\r\n")
-        assert c.read_reply_raw().startswith(b"-NOPROTO")
+        # inline form too, and back to RESP2
+        c.send(b"HELLO 2\r\n")
+        assert c.read_reply_raw().startswith(b"*14\r\n")
+        assert c.call_raw("GET", "nokey") == b"$-1\r\n"
 
 
 def _as_dict(flat):

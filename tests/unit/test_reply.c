@@ -67,13 +67,14 @@ static void test_replies(void)
     reply_array_header(out, 2);
     reply_bulk(out, "tok", 3);
     reply_integer(out, -7);
-    reply_nil(out);
+    reply_nil(out, 2);
     reply_status(out, "OK");
     reply_error(out, "bad\r\nthing %d", 3);
     reply_error(out, "-NOTOWNER not yours");
+    reply_nil(out, 3);
     s = drain_all(out);
     CHECK_STR(s, "*2\r\n$3\r\ntok\r\n:-7\r\n$-1\r\n+OK\r\n-ERR bad  thing 3\r\n"
-                 "-NOTOWNER not yours\r\n");
+                 "-NOTOWNER not yours\r\n_\r\n");
     free(s);
     evbuffer_free(out);
 }
@@ -83,12 +84,14 @@ static void test_parse_ints(void)
     long long v[3] = {0, 0, 0};
     const char *arr = "*3\r\n:1\r\n:-2\r\n:30000\r\n";
     const char *nil = "*2\r\n$-1\r\n:5\r\n";
+    const char *nil3 = "*3\r\n:1\r\n_\r\n:5\r\n";
 
     CHECK(reply_parse_ints(":12\r\n", 5, v, 3) == 1 && v[0] == 12);
     CHECK(reply_parse_ints(arr, strlen(arr), v, 3) == 3);
     CHECK(v[0] == 1 && v[1] == -2 && v[2] == 30000);
     CHECK(reply_parse_ints(arr, strlen(arr), v, 2) == 2);
     CHECK(reply_parse_ints(nil, strlen(nil), v, 3) == 2 && v[0] == 0 && v[1] == 5);
+    CHECK(reply_parse_ints(nil3, strlen(nil3), v, 3) == 3 && v[0] == 1 && v[1] == 0 && v[2] == 5);
     CHECK(reply_parse_ints("+OK\r\n", 5, v, 3) == -1);
 }
 

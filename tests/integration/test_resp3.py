@@ -1,0 +1,383 @@
+"""RESP3 end to end: a client that said HELLO 3 gets every reply in RESP3,
+pushes (pub/sub, tracking invalidations) in order with its replies, and
+never a reply shaped for a RESP2 client (nor the other way round). Raw
+sockets check exact bytes against a real Redis; tests/node/ drives the
+real RESP3 clients node-redis and ioredis (installed by `npm ci`)."""
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from helpers import SLOW, RawConn, encode_command
+
+NODE_DIR = Path(__file__).resolve().parent.parent / "node"
+
+
+def _hello3(c):
+    c.send_command("HELLO", "3")
+    reply = c.read_reply()
+    assert isinstance(reply, tuple) and reply[0] == "map", reply
+    fields = dict(zip(reply[1][0::2], reply[1][1::2]))
+    assert fields[b"proto"] == 3
+    return fields
+
+
+def _frames(c, n, timeout=5 * SLOW):
+    """N raw frames (replies or pushes) from C."""
+    return [c.read_reply_raw(timeout) for _ in range(n)]
+
+
+def _same_on_both(sluice, ref, steps, count_from_ref=True):
+    """Run STEPS on a RESP3 connection to sluice and one to Redis. Each step
+    is (bytes to send, frames to read): pipelined commands, with as many
+    frames as Redis sends for them. Returns the frames of sluice, after
+    asserting they are Redis's, byte for byte."""
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as c:
+            _hello3(c)
+            frames = []
+            for data, n in steps:
+                if callable(data):
+                    data(srv)
+                    continue
+                c.send(data)
+                frames.append(_frames(c, n))
+            got[name] = frames
+    for i, (a, b) in enumerate(zip(got["sluice"], got["redis"])):
+        assert a == b, f"step {i} ({steps[i][0]!r}): sluice {a!r} vs redis {b!r}"
+    return got["sluice"]
+
+
+def _cmds(*cmds):
+    return b"".join(encode_command(*c) for c in cmds)
+
+
+def _publish(channel, message):
+    def run(srv):
+        with srv.raw() as p:
+            assert p.call("PUBLISH", channel, message) == 1
+    return run
+
+
+# ---- exact bytes against Redis ------------------------------------------
+
+
+def test_resp3_types_same_as_redis(sluice, ref, clean, backend):
+    for srv in (backend, ref):
+        c = srv.client()
+        c.hset("h", mapping={"f": "v", "g": "w"})
+        c.sadd("s", "m")
+        c.zadd("z", {"a": 1.5})
+        c.close()
+    _same_on_both(sluice, ref, [
+        (_cmds(("HGETALL", "h"), ("SMEMBERS", "s"), ("ZSCORE", "z", "a"), ("GET", "nokey"),
+               ("HGETALL", "nokey"), ("CONFIG", "GET", "maxmemory-policy"),
+               ("EVAL", "redis.setresp(3); return true", "0"),
+               ("EVAL", "redis.setresp(3); return false", "0"),
+               ("EVAL", "redis.setresp(3); return {double=3.25}", "0"),
+               ("ZRANGE", "z", "0", "-1", "WITHSCORES"), ("CLIENT", "GETNAME")), 11),
+    ])
+
+
+def test_subscribed_client_runs_commands_in_order(sluice, ref, clean):
+    """A RESP3 SUBSCRIBE is answered by pushes only; commands after it pair
+    with their own replies, sluice's own (CLIENT GETNAME) included."""
+    frames = _same_on_both(sluice, ref, [
+        (_cmds(("SUBSCRIBE", "a", "b"), ("CLIENT", "GETNAME"), ("GET", "x"), ("PING",)), 5),
+        (_publish("a", "hi"), 0),
+        (_cmds(("PING", "after")), 2),
+        (_cmds(("UNSUBSCRIBE", "a", "b"), ("CLIENT", "GETNAME")), 3),
+        # (one channel left for UNSUBSCRIBE: the order of several is Redis's hash order)
+        (_cmds(("PSUBSCRIBE", "p*"), ("SUBSCRIBE", "c"), ("UNSUBSCRIBE",), ("CLIENT", "GETNAME"),
+               ("PUNSUBSCRIBE",), ("CLIENT", "GETNAME")), 6),
+        (_cmds(("UNSUBSCRIBE",), ("CLIENT", "GETNAME")), 2),
+        (_cmds(("SSUBSCRIBE", "s1", "s2"), ("SUNSUBSCRIBE", "s1"), ("SUNSUBSCRIBE",),
+               ("CLIENT", "GETNAME")), 5),
+        (_cmds(("SUBSCRIBE", "q"), ("RESET",), ("GET", "x"), ("CLIENT", "GETNAME")), 4),
+    ])
+    assert frames[0][2] == b"_\r\n" and frames[0][4] == b"+PONG\r\n"
+    assert frames[1][0].startswith(b">3\r\n$7\r\nmessage\r\n")
+    assert frames[-1][-2:] == [b"$-1\r\n", b"$-1\r\n"]   # RESET: RESP2 again
+
+
+def test_pushes_under_client_reply_off(sluice, ref, clean):
+    """RESP3 pushes (confirmations, messages, invalidations) still come
+    under CLIENT REPLY OFF, as from Redis; replies do not."""
+    def touch(srv):
+        with srv.raw() as p:
+            assert p.call("PUBLISH", "ch", "hi") == 1
+            assert p.call("SET", "rk", "1") == "OK"
+    frames = _same_on_both(sluice, ref, [
+        (_cmds(("CLIENT", "TRACKING", "ON"), ("GET", "rk"), ("CLIENT", "REPLY", "OFF"),
+               ("SUBSCRIBE", "ch"), ("GET", "x")), 3),
+        (touch, 0),
+        (_cmds(("PING",)), 2),
+        (_cmds(("CLIENT", "REPLY", "ON"), ("PING",)), 2),
+    ])
+    assert frames[2] == [b"+OK\r\n", b"+PONG\r\n"]
+
+
+def test_resp2_pubsub_messages_under_client_reply_off(sluice, ref, clean):
+    """RESP2 too: confirmations and messages still come under CLIENT REPLY
+    OFF (Redis's pubsub unit, keyspace notifications), a PING's reply not."""
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as c:
+            c.send(_cmds(("CLIENT", "REPLY", "OFF"), ("PSUBSCRIBE", "*"), ("PING",)))
+            frames = _frames(c, 1)
+            with srv.raw() as p:
+                assert p.call("PUBLISH", "ch", "hi") == 1
+            frames += _frames(c, 1)
+            c.send(_cmds(("PUNSUBSCRIBE",)))
+            frames += _frames(c, 1)
+            got[name] = frames
+    assert got["sluice"] == got["redis"]
+    assert got["sluice"][1] == b"*4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$2\r\nch\r\n$2\r\nhi\r\n"
+
+
+def test_subscribe_errors_and_multi_pair_as_replies(sluice, ref, clean):
+    _same_on_both(sluice, ref, [
+        (_cmds(("SUBSCRIBE",), ("PING",)), 2),
+        (_cmds(("MULTI",), ("SUBSCRIBE", "m"), ("GET", "x"), ("EXEC",), ("PING",)), 5),
+        (_cmds(("UNSUBSCRIBE",), ("PING",)), 2),
+    ])
+
+
+def test_tracking_invalidation_in_order(sluice, ref, clean):
+    def touch(srv):
+        with srv.raw() as p:
+            assert p.call("SET", "k", "2") == "OK"
+    frames = _same_on_both(sluice, ref, [
+        (_cmds(("CLIENT", "TRACKING", "ON"), ("GET", "k")), 2),
+        (touch, 0),
+        (_cmds(("PING",)), 2),
+    ])
+    assert frames[1] == [b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n", b"+PONG\r\n"]
+
+
+def test_private_connection_follows_hello(sluice, ref, clean):
+    """A private connection speaks its client's protocol, also when HELLO
+    changes it in the middle of a session (and after RESET)."""
+    _same_on_both(sluice, ref, [
+        (_cmds(("SELECT", "1"), ("HSET", "h", "f", "v"), ("HGETALL", "h")), 3),
+        (_cmds(("GET", "nokey"),), 1),
+        (_cmds(("MULTI",), ("HGETALL", "h"), ("GET", "nokey"), ("EXEC",)), 4),
+        (_cmds(("RESET",), ("HGETALL", "h"), ("SELECT", "1"), ("HGETALL", "h")), 4),
+    ])
+    with sluice.raw() as c:
+        c.send(_cmds(("SELECT", "2"), ("HELLO", "3")))
+        c.read_replies(2)
+        c.send(_cmds(("GET", "nokey"), ("HELLO", "2"), ("GET", "nokey"), ("HELLO", "3"),
+                     ("GET", "nokey")))
+        f = _frames(c, 5)
+        assert (f[0], f[2], f[4]) == (b"_\r\n", b"$-1\r\n", b"_\r\n"), f
+
+
+def test_hello_refused_where_redis_or_sluice_cannot_switch(sluice, ref, clean):
+    # RESP2 pub/sub: as Redis.
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            # (one at a time: the order of sluice's own replies in RESP2
+            # pub/sub is another issue's)
+            c.send(_cmds(("SUBSCRIBE", "a")))
+            _frames(c, 1)
+            c.send(_cmds(("HELLO", "3")))
+            assert _frames(c, 1)[0].startswith(b"-ERR Can't execute 'hello'")
+            c.send(_cmds(("PING",)))
+            assert _frames(c, 1) == [b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"]
+    # RESP3 pub/sub to RESP2: sluice's limit, said so; the session goes on.
+    with sluice.raw() as c:
+        _hello3(c)
+        c.send(_cmds(("SUBSCRIBE", "a"), ("HELLO", "2"), ("GET", "nokey")))
+        got = _frames(c, 3)
+        assert got[1].startswith(b"-ERR sluice does not support HELLO 2 while subscribed"), got
+        assert got[2] == b"_\r\n"
+
+
+def test_hello_3_auth_where_redis_authenticates(sluice):
+    """Without users of sluice's own, HELLO 2 AUTH goes to Redis; HELLO 3
+    AUTH cannot (the protocol is sluice's to know): refused, saying what to
+    do instead, and the connection is unchanged."""
+    with sluice.raw() as c:
+        reply = c.call_raw("HELLO", "3", "AUTH", "default", "x")
+        assert reply.startswith(b"-ERR sluice does not forward HELLO 3 AUTH to Redis"), reply
+        assert c.call_raw("GET", "nokey") == b"$-1\r\n"
+
+
+def test_nil_replies_sluice_writes(sluice, clean):
+    """CLIENT GETNAME and a LOCK that finds the lock taken answer nil in the
+    client's protocol."""
+    with sluice.raw() as c3, sluice.raw() as c2:
+        _hello3(c3)
+        assert c3.call_raw("CLIENT", "GETNAME") == b"_\r\n"
+        assert c2.call_raw("CLIENT", "GETNAME") == b"$-1\r\n"
+        token = c3.call("LOCK", "lk", "5000")
+        assert isinstance(token, bytes)
+        assert c3.call_raw("LOCK", "lk", "5000") == b"_\r\n"
+        assert c2.call_raw("LOCK", "lk", "5000") == b"$-1\r\n"
+        assert c3.call_raw("LOCK", "lk", "50", "WAIT", "60") == b"_\r\n"
+        assert c3.call("UNLOCK", "lk") == 0
+
+
+def test_hello_reply_shows_sluice_client_id(sluice):
+    with sluice.raw() as c:
+        fields = _hello3(c)
+        assert fields[b"id"] == c.call("CLIENT", "ID")
+        c.send_command("HELLO", "2")
+        flat = c.read_reply()
+        assert flat[flat.index(b"proto") + 1] == 2
+
+
+def test_push_flood_to_a_client_that_never_reads(redis_factory, sluice_factory):
+    """Hostile: a RESP3 client tracks every key (BCAST) and a subscription
+    and never reads; floods of invalidations and messages count against its
+    client_output_buffer_limit and close it, while others go on."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, client_output_buffer_limit="256kb")
+    slow = RawConn(s.port, rcvbuf=4096, timeout=10 * SLOW)
+    try:
+        _hello3(slow)
+        slow.send(_cmds(("CLIENT", "TRACKING", "ON", "BCAST"), ("SUBSCRIBE", "flood")))
+        other = s.client()
+        payload = b"m" * 10000
+        for i in range(30):                       # 30 MB of messages
+            pipe = other.pipeline(transaction=False)
+            for j in range(100):
+                pipe.set(f"k{i * 100 + j}", j)
+                pipe.publish("flood", payload)
+            pipe.execute()
+        assert other.ping() is True
+        data, closed = slow.read_all_until_eof(20 * SLOW)
+        assert closed, "the client that never read was not closed"
+        assert len(data) < 3000 * len(payload)
+        other.close()
+    finally:
+        slow.close()
+    with s.raw() as c:
+        _hello3(c)
+        assert c.call_raw("GET", "k101") == b"$1\r\n1\r\n"
+
+
+# ---- shared connections per protocol ------------------------------------
+
+
+def _redis_clients(backend):
+    c = backend.client()
+    try:
+        return {int(e["id"]): e for e in c.client_list()}
+    finally:
+        c.close()
+
+
+def test_resp2_and_resp3_pool_apart(sluice, backend, clean):
+    with sluice.raw() as c3, sluice.raw() as c2:
+        _hello3(c3)
+        assert c3.call_raw("GET", "nokey") == b"_\r\n"
+        assert c2.call_raw("GET", "nokey") == b"$-1\r\n"
+        info = sluice.info()
+        assert "backend_resp3_0" in info, info
+        id2 = int(info["backend_0"].split("redis_id=")[1].split(",")[0])
+        id3 = int(info["backend_resp3_0"].split("redis_id=")[1].split(",")[0])
+        clients = _redis_clients(backend)
+        assert clients[id2]["resp"] == "2" and clients[id3]["resp"] == "3"
+        assert info["backend_private_connections"] == "0"
+
+
+def test_interleaved_pipelines_keep_their_shapes(sluice, backend, clean):
+    """Hostile: a RESP3 and a RESP2 client hammer the shared connections
+    with pipelines at once; neither ever gets a reply shaped for the
+    other."""
+    c = backend.client()
+    c.hset("h", mapping={"f": "v"})
+    c.zadd("z", {"m": 2.5})
+    c.close()
+    rounds = 300
+    script = _cmds(("HGETALL", "h"), ("ZSCORE", "z", "m"), ("GET", "nokey")) * rounds
+    want = {3: [b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n", b",2.5\r\n", b"_\r\n"],
+            2: [b"*2\r\n$1\r\nf\r\n$1\r\nv\r\n", b"$3\r\n2.5\r\n", b"$-1\r\n"]}
+    errors = []
+
+    def run(proto):
+        try:
+            with sluice.raw(timeout=30 * SLOW) as conn:
+                if proto == 3:
+                    _hello3(conn)
+                for _ in range(4):
+                    conn.send(script)
+                    got = _frames(conn, 3 * rounds, timeout=30 * SLOW)
+                    if got != want[proto] * rounds:
+                        bad = [g for g in got if g not in want[proto]]
+                        errors.append(f"RESP{proto} client got {bad[:3]!r}")
+                        return
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"RESP{proto}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in (2, 3, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+# ---- real RESP3 clients (tests/node) ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def node_clients():
+    """node and the npm packages of tests/node, installed from its
+    package-lock (npm ci) when node_modules is missing."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for the node-redis/ioredis tests (not found)")
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout
+    if int(version.lstrip("v").split(".")[0] or 0) < 20:
+        pytest.skip(f"node-redis 6 and ioredis 6 need node 20 or newer (found {version.strip()})")
+    if not (NODE_DIR / "node_modules" / "redis").is_dir() or \
+            not (NODE_DIR / "node_modules" / "ioredis").is_dir():
+        r = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR,
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            pytest.fail(f"npm ci in {NODE_DIR} failed:\n{r.stdout}\n{r.stderr}", pytrace=False)
+    return node
+
+
+def _node(node, script, scenario, port, other_port=None):
+    env = dict(os.environ, SLUICE_PORT=str(port), REDIS_PORT=str(other_port or port))
+    r = subprocess.run([node, str(NODE_DIR / script), scenario], cwd=NODE_DIR, env=env,
+                       capture_output=True, text=True, timeout=60 * SLOW)
+    assert r.returncode == 0, f"{script} {scenario} failed:\n{r.stdout}\n{r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("scenario", ["types", "pubsub", "cache", "lock", "mixed"])
+def test_node_redis(node_clients, sluice, backend, clean, scenario):
+    out = _node(node_clients, "noderedis.mjs", scenario, sluice.port, backend.port)
+    assert out["ok"] is True, out
+
+
+@pytest.mark.parametrize("scenario", ["types", "pubsub"])
+def test_ioredis(node_clients, sluice, backend, clean, scenario):
+    out = _node(node_clients, "ioredis.mjs", scenario, sluice.port, backend.port)
+    assert out["ok"] is True, out
+
+
+def test_redis_cli_3_same_as_redis(sluice, ref, backend, clean):
+    """redis-cli -3, by hand: the same output through sluice as from Redis."""
+    for srv in (backend, ref):
+        c = srv.client()
+        c.hset("h", mapping={"f": "v"})
+        c.zadd("z", {"m": 0.5})
+        c.close()
+    for cmd in (["HGETALL", "h"], ["ZSCORE", "z", "m"], ["GET", "nokey"], ["CLIENT", "GETNAME"],
+                ["CONFIG", "GET", "maxmemory"], ["EVAL", "redis.setresp(3); return true", "0"]):
+        out = [subprocess.run(["redis-cli", "-3", "-p", str(port)] + cmd, capture_output=True,
+                              text=True, timeout=10 * SLOW).stdout
+               for port in (sluice.port, ref.port)]
+        assert out[0] == out[1], (cmd, out)
