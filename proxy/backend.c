@@ -20,7 +20,10 @@
  *
  * Every connection of a node is in node->conns, so that sluice knows its
  * own connections' Redis client ids and addresses (CLIENT KILL must not
- * reach them) and can cap how many it opens.
+ * reach them) and can cap how many it opens. Standalone mode has one node;
+ * in cluster mode cluster.c adds a node per primary it learns of
+ * (backend_node_get), and sees error replies first (backend_set_reply_filter)
+ * to follow redirections: requests then keep their bytes until answered.
  */
 #include "backend.h"
 
@@ -94,7 +97,7 @@ struct backend_conn {
 TAILQ_HEAD(backend_conn_list, backend_conn);
 
 struct backend_node {
-    char name[280];                  /* "host:port" as configured */
+    char name[280];                  /* "host:port" as configured or learned */
     struct sockaddr_storage addr;
     socklen_t addrlen;
     struct backend_conn **pool;      /* RESP2 */
@@ -104,18 +107,24 @@ struct backend_node {
     int spare_count;                 /* spare connections, not in private_count */
     struct event *spare_ev;          /* replenish the spares (backend_spares_cb) */
     struct backend_conn_list conns;  /* every connection, pool included */
+    TAILQ_ENTRY(backend_node) link;  /* in backend_nodes */
     /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
     char redis_version[32];
     char redis_mode[16];
     char redis_role[16];
 };
 
+TAILQ_HEAD(backend_node_list, backend_node);
+
 /* Connections with requests this loop pass added: backend_write_now. */
 static struct backend_conn_list backend_write_list = TAILQ_HEAD_INITIALIZER(backend_write_list);
 
 static struct event_base *backend_base;
 static const struct config *backend_cfg;
-static struct backend_node *backend_node_default;
+static struct backend_node_list backend_nodes = TAILQ_HEAD_INITIALIZER(backend_nodes);
+static int backend_cluster_mode;
+/* Cluster mode: sees error replies before they are delivered. */
+static backend_reply_filter_fn *backend_reply_filter;
 
 static void backend_connect(struct backend_conn *conn);
 static void backend_conn_down(struct backend_conn *conn, const char *why);
@@ -164,32 +173,101 @@ static struct backend_conn *backend_conn_new(struct backend_node *node, struct c
     return conn;
 }
 
-int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
+/* A new node for HOSTPORT with its pool connecting, at the end of the
+ * node list. NULL with ERR set when it cannot be resolved (or OOM). */
+static struct backend_node *backend_node_new(const char *hostport, char *err, size_t errlen)
 {
     struct backend_node *node = calloc(1, sizeof(*node));
 
-    backend_base = base;
-    backend_cfg = cfg;
-    if (node == NULL || backend_resolve(node, cfg->backend, err, errlen) != 0) {
+    if (node == NULL || backend_resolve(node, hostport, err, errlen) != 0) {
         free(node);
-        return -1;
+        return NULL;
     }
     TAILQ_INIT(&node->conns);
-    node->pool_size = (int)cfg->backend_connections;
+    node->pool_size = (int)backend_cfg->backend_connections;
     node->pool = calloc((size_t)node->pool_size, sizeof(*node->pool));
     node->pool3 = calloc((size_t)node->pool_size, sizeof(*node->pool3));
+    TAILQ_INSERT_TAIL(&backend_nodes, node, link);
     for (int i = 0; i < node->pool_size; i++) {
         node->pool[i] = backend_conn_new(node, NULL);
         backend_connect(node->pool[i]);
     }
-    backend_node_default = node;
     backend_spares_refill(node);
+    return node;
+}
+
+int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
+{
+    backend_base = base;
+    backend_cfg = cfg;
+    backend_cluster_mode = cfg->cluster_seed_count > 0;
+    if (!backend_cluster_mode)
+        return backend_node_new(cfg->backend, err, errlen) != NULL ? 0 : -1;
+    for (int i = 0; i < cfg->cluster_seed_count; i++) {
+        if (backend_node_new(cfg->cluster_seeds[i], err, errlen) == NULL)
+            return -1;
+    }
     return 0;
 }
 
 struct backend_node *backend_default_node(void)
 {
-    return backend_node_default;
+    struct backend_node *node;
+
+    if (!backend_cluster_mode)
+        return TAILQ_FIRST(&backend_nodes);
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        if (backend_node_up(node))
+            return node;
+    }
+    return TAILQ_FIRST(&backend_nodes);
+}
+
+struct backend_node *backend_node_get(const char *hostport)
+{
+    struct backend_node *node;
+    char err[300];
+
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        if (strcmp(node->name, hostport) == 0)
+            return node;
+    }
+    node = backend_node_new(hostport, err, sizeof(err));
+    if (node == NULL)
+        log_warning("cluster node %s: %s", hostport, err);
+    else
+        log_notice("cluster node %s added", hostport);
+    return node;
+}
+
+struct backend_node *backend_node_next(const struct backend_node *node)
+{
+    return node == NULL ? TAILQ_FIRST(&backend_nodes) : TAILQ_NEXT(node, link);
+}
+
+const char *backend_node_name(const struct backend_node *node)
+{
+    return node->name;
+}
+
+int backend_node_up(const struct backend_node *node)
+{
+    return node->pool[0]->state == BACKEND_UP;
+}
+
+struct backend_node *backend_conn_node(const struct backend_conn *conn)
+{
+    return conn->node;
+}
+
+int backend_conn_is_shared(const struct backend_conn *conn)
+{
+    return conn->owner == NULL && !conn->oneshot;
+}
+
+void backend_set_reply_filter(backend_reply_filter_fn *fn)
+{
+    backend_reply_filter = fn;
 }
 
 /* A RESP3 pool connection is made on first use: a deployment whose
@@ -293,7 +371,8 @@ void backend_server_hello(const struct backend_node *node, const char **version,
                           const char **mode, const char **role)
 {
     *version = node->redis_version;
-    *mode = node->redis_mode;
+    /* A cluster behind sluice looks like one standalone Redis. */
+    *mode = backend_cluster_mode ? "standalone" : node->redis_mode;
     *role = node->redis_role;
 }
 
@@ -423,7 +502,9 @@ static void backend_fail_inflight(struct backend_conn *conn, const char *text)
             continue;
         }
         reply_error(err, "%s", text);
-        backend_deliver(req, err, evbuffer_get_length(err), REPLY_ERROR);
+        if (backend_reply_filter == NULL || !backend_conn_is_shared(conn) ||
+            !backend_reply_filter(conn, req, err, evbuffer_get_length(err), 1))
+            backend_deliver(req, err, evbuffer_get_length(err), REPLY_ERROR);
         evbuffer_drain(err, evbuffer_get_length(err));
     }
     evbuffer_free(err);
@@ -793,19 +874,23 @@ static const char *backend_list_field(const char *line, size_t len, const char *
 
 void backend_learn_redis_ids(const char *text, size_t len)
 {
-    struct backend_node *node = backend_node_default;
+    struct backend_node *node;
     struct backend_conn *conn;
 
-    while (node != NULL && len > 0) {
+    /* Each connection's local address is its own, whichever node it goes to. */
+    while (len > 0) {
         const char *nl = memchr(text, '\n', len);
         size_t line_len = nl != NULL ? (size_t)(nl - text) : len;
         size_t id_len, addr_len;
         const char *id = backend_list_field(text, line_len, "id=", &id_len);
         const char *addr = backend_list_field(text, line_len, "addr=", &addr_len);
-        TAILQ_FOREACH(conn, &node->conns, node_link) {
-            if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
-                strlen(conn->local_addr) == addr_len && memcmp(conn->local_addr, addr, addr_len) == 0)
-                conn->redis_id = strtoll(id, NULL, 10);
+        TAILQ_FOREACH(node, &backend_nodes, link) {
+            TAILQ_FOREACH(conn, &node->conns, node_link) {
+                if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
+                    strlen(conn->local_addr) == addr_len &&
+                    memcmp(conn->local_addr, addr, addr_len) == 0)
+                    conn->redis_id = strtoll(id, NULL, 10);
+            }
         }
         text += line_len + (nl != NULL);
         len -= line_len + (nl != NULL);
@@ -838,20 +923,53 @@ void backend_write_now(void)
     }
 }
 
+/* Append a copy of RAW's bytes to OUT, RAW unchanged. */
+static void backend_copy_raw(struct evbuffer *out, struct evbuffer *raw)
+{
+    struct evbuffer_iovec stack[16], *vec = stack;
+    int n = evbuffer_peek(raw, -1, NULL, NULL, 0);
+
+    if (n > 16 && (vec = malloc((size_t)n * sizeof(*vec))) == NULL) {
+        log_warning("out of memory copying a request");
+        return;
+    }
+    n = evbuffer_peek(raw, -1, NULL, vec, n);
+    for (int i = 0; i < n; i++)
+        evbuffer_add(out, vec[i].iov_base, vec[i].iov_len);
+    if (vec != stack)
+        free(vec);
+}
+
+/* Move or copy REQ's bytes (from SRC, or req->raw when SRC is NULL) to
+ * OUT. In cluster mode a paired request keeps them in req->raw, so that a
+ * redirection can send it again. */
+static void backend_stage(struct evbuffer *out, struct request *req, struct evbuffer *src)
+{
+    if (!backend_cluster_mode || (req->flags & REQ_UNPAIRED)) {
+        if (src != NULL)
+            evbuffer_remove_buffer(src, out, req->raw_len);
+        else
+            evbuffer_add_buffer(out, req->raw);
+        return;
+    }
+    if (src != NULL) {
+        if (req->raw == NULL)
+            req->raw = evbuffer_new();
+        evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
+        evbuffer_remove_buffer(src, req->raw, req->raw_len);
+    }
+    backend_copy_raw(out, req->raw);
+}
+
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen)
 {
-    struct evbuffer *out = conn->staged;
-
     if (conn->state == BACKEND_DOWN || conn->bev == NULL) {
         snprintf(err, errlen, "%s", conn->error[0] ? conn->error : "backend unavailable");
         return -1;
     }
     backend_want_write(conn);
-    if (src != NULL)
-        evbuffer_remove_buffer(src, out, req->raw_len);
-    else
-        evbuffer_add_buffer(out, req->raw);
+    backend_stage(conn->staged, req, src);
     if (req->flags & REQ_UNPAIRED) {
         request_free(req);
         return 0;
@@ -954,7 +1072,9 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
         return;
     }
     backend_pop(conn, req);
-    backend_deliver(req, in, len, type);
+    if (type != REPLY_ERROR || backend_reply_filter == NULL ||
+        !backend_reply_filter(conn, req, in, len, 0))
+        backend_deliver(req, in, len, type);
     if (conn->oneshot && TAILQ_EMPTY(&conn->inflight))
         backend_conn_release(conn);   /* its one request is answered */
 }
@@ -1011,41 +1131,48 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
         backend_protocol_error(conn);
 }
 
+/* The shared connections are numbered across nodes (backend_0, 1...), in
+ * the order the nodes were added; standalone has only its one node's. */
 void backend_write_info(struct evbuffer *out)
 {
-    struct backend_node *node = backend_node_default;
+    struct backend_node *node;
+    int n = 0, n3 = 0, private_count = 0, spare_count = 0;
 
-    if (node == NULL)
-        return;
-    for (int i = 0; i < node->pool_size; i++) {
-        struct backend_conn *conn = node->pool[i];
-        evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d,redis_id=%lld,laddr=%s\r\n",
-                            i, node->name, backend_state_names[conn->state], conn->inflight_count,
-                            conn->redis_id, conn->local_addr);
-    }
-    for (int i = 0; i < node->pool_size; i++) {
-        struct backend_conn *conn = node->pool3[i];
-        if (conn != NULL)
-            evbuffer_add_printf(out, "backend_resp3_%d:addr=%s,state=%s,inflight=%d,redis_id=%lld,"
-                                "laddr=%s\r\n", i, node->name, backend_state_names[conn->state],
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        for (int i = 0; i < node->pool_size; i++) {
+            struct backend_conn *conn = node->pool[i];
+            evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d,redis_id=%lld,"
+                                "laddr=%s\r\n", n++, node->name, backend_state_names[conn->state],
                                 conn->inflight_count, conn->redis_id, conn->local_addr);
+        }
+        for (int i = 0; i < node->pool_size; i++) {
+            struct backend_conn *conn = node->pool3[i];
+            if (conn != NULL)
+                evbuffer_add_printf(out, "backend_resp3_%d:addr=%s,state=%s,inflight=%d,"
+                                    "redis_id=%lld,laddr=%s\r\n", n3, node->name,
+                                    backend_state_names[conn->state], conn->inflight_count,
+                                    conn->redis_id, conn->local_addr);
+            n3++;
+        }
+        private_count += node->private_count;
+        spare_count += node->spare_count;
     }
-    evbuffer_add_printf(out, "backend_private_connections:%d\r\n", node->private_count);
-    evbuffer_add_printf(out, "backend_spare_connections:%d\r\n", node->spare_count);
+    evbuffer_add_printf(out, "backend_private_connections:%d\r\n", private_count);
+    evbuffer_add_printf(out, "backend_spare_connections:%d\r\n", spare_count);
 }
 
 void backend_free_all(void)
 {
-    struct backend_node *node = backend_node_default;
+    struct backend_node *node;
 
-    if (node == NULL)
-        return;
-    while (!TAILQ_EMPTY(&node->conns))
-        backend_conn_free(TAILQ_FIRST(&node->conns));
-    if (node->spare_ev != NULL)
-        event_free(node->spare_ev);
-    free(node->pool);
-    free(node->pool3);
-    free(node);
-    backend_node_default = NULL;
+    while ((node = TAILQ_FIRST(&backend_nodes)) != NULL) {
+        while (!TAILQ_EMPTY(&node->conns))
+            backend_conn_free(TAILQ_FIRST(&node->conns));
+        if (node->spare_ev != NULL)
+            event_free(node->spare_ev);
+        TAILQ_REMOVE(&backend_nodes, node, link);
+        free(node->pool);
+        free(node->pool3);
+        free(node);
+    }
 }

@@ -20,8 +20,34 @@ struct backend_conn;
 int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen);
 void backend_free_all(void);
 
-/* The node for standalone mode (the only one). */
+/* The node for standalone mode (the only one). In cluster mode: the
+ * first node whose first shared connection is up (else the first node),
+ * for keyless commands and sluice's own questions. */
 struct backend_node *backend_default_node(void);
+
+/* Cluster mode: the node named HOSTPORT ("host:port"), made (with its
+ * pool connecting) when new. NULL when it cannot be resolved (logged). */
+struct backend_node *backend_node_get(const char *hostport);
+
+/* The node after NODE (the first for NULL) in the order nodes were added;
+ * NULL after the last. */
+struct backend_node *backend_node_next(const struct backend_node *node);
+const char *backend_node_name(const struct backend_node *node);
+/* Whether NODE's first shared connection is up. */
+int backend_node_up(const struct backend_node *node);
+
+/* CONN's node; whether CONN is a shared (pool) connection. */
+struct backend_node *backend_conn_node(const struct backend_conn *conn);
+int backend_conn_is_shared(const struct backend_conn *conn);
+
+/* Cluster mode: FN sees every error reply (LEN bytes at the head of SRC)
+ * for REQ, just taken off CONN, before it is delivered; CONN_FAILED is set
+ * when the error is sluice's own because CONN went down (FN must then not
+ * send on CONN). It returns 1 when it took the reply (drained SRC and now
+ * owns REQ, e.g. to send it again), 0 to have it delivered as usual. */
+typedef int backend_reply_filter_fn(struct backend_conn *conn, struct request *req,
+                                    struct evbuffer *src, size_t len, int conn_failed);
+void backend_set_reply_filter(backend_reply_filter_fn *fn);
 
 /* The shared connection of NODE that requests of client CLIENT_ID, which
  * speaks RESP (2 or 3), use. RESP2 and RESP3 clients never share one. */
@@ -65,7 +91,9 @@ void backend_release_private(struct backend_conn *conn);
 
 /* Send REQ on CONN: moves req->raw_len bytes from SRC (or, when SRC is
  * NULL, req->raw) to the connection and queues REQ for its reply (unless
- * REQ_UNPAIRED: then REQ is freed). Returns 0, or -1 when CONN is down: then nothing moved and
+ * REQ_UNPAIRED: then REQ is freed). In cluster mode a paired request keeps
+ * its bytes in req->raw (copied out), so that it can be sent again.
+ * Returns 0, or -1 when CONN is down: then nothing moved and
  * ERR holds the error reply text. */
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen);

@@ -47,6 +47,8 @@
 #include "auth.h"
 #include "backend.h"
 #include "clientid.h"
+#include "cluster.h"
+#include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
 #include "local.h"
@@ -321,7 +323,7 @@ static void client_close(struct client *c)
     orphan = c->stalled != NULL && !(c->stalled->flags & REQ_QUEUED) ? c->stalled : NULL;
     while ((req = TAILQ_FIRST(&c->requests)) != NULL) {
         TAILQ_REMOVE(&c->requests, req, client_link);
-        if (req->conn != NULL)
+        if (req->conn != NULL || (req->flags & REQ_DETACHED))
             req->client = NULL;
         else
             request_free(req);
@@ -1053,6 +1055,8 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
         multi_hook_exec(&c->multi, req);   /* sluice's own commands run in their slots */
     multi_locals_free(&c->multi);
     c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
+    if (role == ROLE_RESET)
+        c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
     if (!abort_exec)
         return;
     if (*src != NULL)
@@ -1066,6 +1070,32 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     req->on_reply = client_execabort_reply;
 }
 
+/* Cluster mode: the deferred MULTI goes ahead of the transaction's first
+ * command, on the private connection just made for it. */
+static void client_cluster_start_multi(struct client *c)
+{
+    static const char multi[] = "*1\r\n$5\r\nMULTI\r\n";
+    struct evbuffer *buf;
+
+    if (!(c->flags & CLIENT_MULTI_DEFERRED))
+        return;
+    c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+    buf = evbuffer_new();
+    evbuffer_add(buf, multi, sizeof(multi) - 1);
+    backend_send_internal(c->private_conn, buf, NULL, NULL, NULL);
+    evbuffer_free(buf);
+}
+
+/* Cluster mode: whether REQ, of a client with a private connection, goes
+ * to the shared connections instead: a plain keyed command outside a
+ * transaction or pub/sub whose key another node serves. */
+static int client_cluster_off_session(const struct client *c, const struct request *req)
+{
+    return cluster_enabled() && req->place == PLACE_SHARED && req->slot >= 0 &&
+           !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)) &&
+           router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
+}
+
 /* The backend connection REQ goes to: a shared one, or the client's
  * private one once it has one. NULL for a one-shot connection (made as
  * REQ is sent), and when a private connection is needed but
@@ -1077,27 +1107,67 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
      * would wait for it on (and free) a one-shot connection. */
     if (req->place == PLACE_CONTROL && !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)))
         return NULL;
-    if (c->private_conn == NULL && req->place == PLACE_PRIVATE) {
-        c->private_conn = backend_private_conn(backend_default_node(), c);
+    if (c->private_conn == NULL &&
+        (req->place == PLACE_PRIVATE || (c->flags & CLIENT_MULTI_DEFERRED))) {
+        c->private_conn = backend_private_conn(router_node_for_request(req, NULL), c);
         if (c->private_conn == NULL)
             return NULL;
         log_debug("client %llu now has a private backend connection", (unsigned long long)c->id);
+        client_cluster_start_multi(c);
     }
-    if (c->private_conn != NULL)
+    if (c->private_conn != NULL && !client_cluster_off_session(c, req))
         return c->private_conn;
     return backend_pool_conn(router_node_for_request(req, NULL), c->id, c->resp);
 }
 
-/* Whether REQ must wait before it can be sent on CONN: replies of one
- * client come back in order only from one connection, and a client
- * entering pub/sub must have every earlier reply written first. */
-static int client_must_wait(const struct client *c, const struct request *req,
-                            const struct backend_conn *conn)
+/* Stands for "the shared connections" in c->inflight_conn: in cluster
+ * mode a client's requests may be out on the shared connections of
+ * several nodes at once (replies wait in c->requests for their turn). */
+static char client_shared_marker;
+#define CLIENT_SHARED_CONNS ((struct backend_conn *)(void *)&client_shared_marker)
+
+/* What c->inflight_conn records for a request sent on CONN. */
+static struct backend_conn *client_conn_class(struct backend_conn *conn)
 {
-    if (c->inflight > 0 && c->inflight_conn != conn)
+    return cluster_enabled() && conn != NULL && backend_conn_is_shared(conn) ? CLIENT_SHARED_CONNS
+                                                                             : conn;
+}
+
+/* Whether REQ must wait before it can be sent on CONN: replies of one
+ * client come back in order only from one connection (in cluster mode:
+ * from the shared connections, whose replies c->requests puts in order),
+ * and a client entering pub/sub must have every earlier reply written
+ * first. */
+static int client_must_wait(const struct client *c, const struct request *req,
+                            struct backend_conn *conn)
+{
+    if (c->inflight > 0 && c->inflight_conn != client_conn_class(conn))
         return 1;
     return (req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH) &&
            !TAILQ_EMPTY(&c->requests);
+}
+
+/* Cluster mode: REQ could not be sent on CONN, a shared connection whose
+ * node is down: cluster.c sends it again once the map names a reachable
+ * owner (within cluster_retry_window). It counts as in flight meanwhile.
+ * Returns 1 when taken (its bytes moved from SRC into req->raw). */
+static int client_cluster_retry(struct client *c, struct request *req, struct backend_conn *conn,
+                                struct evbuffer *src, const char *err)
+{
+    if (!cluster_enabled() || !backend_conn_is_shared(conn))
+        return 0;
+    if (src != NULL && request_take_raw(req, src) != 0)
+        return 0;   /* nothing moved: the caller drains SRC */
+    if (!cluster_take_unsent(req)) {
+        STAT_INC(backend_unavailable_replies);
+        client_fail_send(c, req, err);   /* its bytes are in req->raw: nothing to drain */
+        return 1;
+    }
+    c->inflight++;
+    c->inflight_conn = client_conn_class(conn);
+    if (c->inflight >= client_cfg->client_max_inflight)
+        client_over_limit(c);
+    return 1;
 }
 
 /* REQ is sent inside MULTI: count it when Redis queues it, which is all
@@ -1151,6 +1221,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     if (conn == c->private_conn)
         backend_use_resp(conn, c->resp);
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
+        if (!unpaired && client_cluster_retry(c, req, conn, src, err))
+            return;
         STAT_INC(backend_unavailable_replies);
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
@@ -1175,7 +1247,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
         client_block(c);
     if (!unpaired) {
         c->inflight++;
-        c->inflight_conn = conn;
+        c->inflight_conn = client_conn_class(conn);
         if (c->inflight >= client_cfg->client_max_inflight)
             client_over_limit(c);
     }
@@ -1261,6 +1333,42 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
                    c->closing
                ? -1
                : 0;
+}
+
+/* Cluster mode: MULTI of a client without a private connection is
+ * answered here and sent later, ahead of the first command, on a private
+ * connection to that command's node. EXEC or DISCARD with nothing queued
+ * is answered here too. REQ is in C's queue. Returns 1 when answered (its
+ * bytes drained from SRC). */
+static int client_cluster_defer_multi(struct client *c, struct request *req, struct evbuffer *src)
+{
+    enum placement_role role = client_role(req);
+    const char *reply;
+
+    if (!cluster_enabled())
+        return 0;
+    if (role == ROLE_MULTI && c->private_conn == NULL) {
+        c->flags |= CLIENT_MULTI_DEFERRED;
+        reply = "+OK\r\n";
+    } else if ((role == ROLE_EXEC || role == ROLE_DISCARD) && (c->flags & CLIENT_MULTI_DEFERRED)) {
+        c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+        if (req->on_reply == client_execabort_reply)   /* a command was refused: see track_multi */
+            reply = "-EXECABORT Transaction discarded because of previous errors.\r\n";
+        else
+            reply = role == ROLE_EXEC ? "*0\r\n" : "+OK\r\n";
+        req->on_reply = NULL;
+    } else {
+        return 0;
+    }
+    if (src != NULL)
+        evbuffer_drain(src, req->raw_len);
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    evbuffer_add(req->reply, reply, strlen(reply));
+    STAT_INC(total_local);
+    client_complete(c, req);
+    client_check_output_limit(c);
+    return 1;
 }
 
 /* REQ (SUBSCRIBE, UNSUBSCRIBE...) of a RESP3 client: Redis answers it
@@ -1383,6 +1491,15 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     /* Pub/sub replies stream unpaired: such requests wait in no queue. */
     if (!(req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
+    if (client_cluster_defer_multi(c, req, src))
+        return 0;
+    if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
+        if (cluster_split_run(req, req->argc, argv) != 0)
+            client_reply_error(c, req, "OOM sluice is out of memory");
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        return c->closing || (c->flags & CLIENT_OVER_LIMIT) ? -1 : 0;
+    }
     conn = client_route(c, req);
     if (client_must_wait(c, req, conn)) {
         if (src != NULL)
@@ -1404,6 +1521,68 @@ static void client_refuse_placed(struct client *c, struct request *req, const ch
 
     placement_refusal(text, sizeof(text), name, strlen(name), why);
     client_refuse(c, req, text);
+}
+
+/* Answer REQ (framed, not queued) with LINE, a whole reply without its
+ * CRLF: an error is a refusal (client_refuse), a status goes in order. */
+static void client_answer_line(struct client *c, struct request *req, const char *line)
+{
+    if (line[0] == '-') {
+        client_refuse(c, req, line);
+        return;
+    }
+    client_enqueue(c, req);
+    req->reply = evbuffer_new();
+    evbuffer_add_printf(req->reply, "%s\r\n", line);
+    STAT_INC(total_local);
+    client_complete(c, req);
+    client_check_output_limit(c);
+}
+
+/* Cluster mode: a request whose key another node serves than the one
+ * the client's session (private connection) is on cannot join it: in a
+ * transaction it gets CROSSSLOT (and EXEC then aborts), as Redis Cluster
+ * answers; a command needing the session (blocking, WATCH) is refused. */
+static const char *client_cluster_session_answer(const struct client *c,
+                                                 const struct request *req,
+                                                 struct placement place)
+{
+    if ((c->flags & CLIENT_IN_MULTI) && cluster_split_wants(req->cmd, req->slot))
+        return req->slot == CLUSTER_SLOT_CROSS
+                   ? "-CROSSSLOT Keys in request don't hash to the same slot"
+                   : "-ERR sluice cluster mode runs this command on every primary, "
+                     "which it cannot do inside a transaction";
+    if (c->private_conn == NULL || req->slot < 0 ||
+        router_node_for_request(req, NULL) == backend_conn_node(c->private_conn))
+        return NULL;
+    if (c->flags & CLIENT_IN_MULTI)
+        return "-CROSSSLOT Keys in request don't hash to the same slot";
+    if (place.kind == PLACE_SHARED)
+        return NULL;   /* goes to the shared connections: client_cluster_off_session */
+    return "-ERR sluice cluster mode: this connection's session is on another node than "
+           "this command's key; use another connection for it";
+}
+
+/* Cluster mode: what sluice answers itself before routing (CLUSTER as a
+ * standalone Redis, SELECT, CROSSSLOT, no map yet), and the slot REQ goes
+ * to. Returns 1 when REQ was answered (its bytes drained from SRC). */
+static int client_cluster_check(struct client *c, struct request *req, const struct sv *argv,
+                                struct evbuffer *src, struct placement place)
+{
+    const char *line;
+
+    if (!cluster_enabled() || place.kind == PLACE_LOCAL)
+        return 0;
+    req->slot = cluster_request_slot(req->cmd, req->argc, argv);
+    line = cluster_answer(req->cmd, req->argc, argv, req->slot);
+    if (line == NULL)
+        line = client_cluster_session_answer(c, req, place);
+    if (line == NULL)
+        return 0;
+    if (src != NULL)
+        evbuffer_drain(src, req->raw_len);
+    client_answer_line(c, req, line);
+    return 1;
 }
 
 /* Refuse REQ (DEBUG, MODULE LOAD...) of a client that is not local, with
@@ -1464,6 +1643,8 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_refuse(c, req, denied);
+        rc = c->closing ? -1 : 0;
+    } else if (client_cluster_check(c, req, argv, src, place)) {
         rc = c->closing ? -1 : 0;
     } else if (place.kind == PLACE_REFUSED) {
         if (src != NULL)

@@ -34,6 +34,8 @@ enum client_flag {
     CLIENT_MULTI_DIRTY = 1 << 8,       /* a rule refused a command inside MULTI */
     CLIENT_OVER_LIMIT = 1 << 9,        /* over client_max_inflight or _pending_bytes:
                                           not read until its replies drain */
+    CLIENT_MULTI_DEFERRED = 1 << 10,   /* cluster: MULTI answered by sluice, sent with the
+                                          first command (on its key's node) */
 };
 
 struct client {

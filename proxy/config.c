@@ -33,6 +33,52 @@ static int config_set_hostport(struct config *cfg, const struct config_key *key,
                                const char *value, char *err, size_t errlen);
 static int config_set_listen(struct config *cfg, const struct config_key *key,
                              const char *value, char *err, size_t errlen);
+static int config_set_cluster(struct config *cfg, const struct config_key *key,
+                              const char *value, char *err, size_t errlen);
+/* `cluster = host:port [host:port ...]`: the seed nodes, each checked,
+ * none named twice. */
+static int config_set_cluster(struct config *cfg, const struct config_key *key,
+                              const char *value, char *err, size_t errlen)
+{
+    char seed[300], host[256];
+    const char *p = value;
+    size_t n;
+    int port;
+
+    (void)key;
+    while (*p != '\0') {
+        p += strspn(p, " \t");
+        n = strcspn(p, " \t");
+        if (n == 0)
+            break;
+        if (n >= sizeof(seed)) {
+            snprintf(err, errlen, "seed '%.40s...' is too long", p);
+            return -1;
+        }
+        memcpy(seed, p, n);
+        seed[n] = '\0';
+        p += n;
+        if (value_hostport(seed, host, sizeof(host), &port, err, errlen) != 0)
+            return -1;
+        for (int i = 0; i < cfg->cluster_seed_count; i++) {
+            if (strcmp(cfg->cluster_seeds[i], seed) == 0) {
+                snprintf(err, errlen, "seed '%s' is named twice", seed);
+                return -1;
+            }
+        }
+        if (cfg->cluster_seed_count == CONFIG_MAX_SEEDS) {
+            snprintf(err, errlen, "at most %d seed nodes", CONFIG_MAX_SEEDS);
+            return -1;
+        }
+        cfg->cluster_seeds[cfg->cluster_seed_count++] = strdup(seed);
+    }
+    if (cfg->cluster_seed_count == 0) {
+        snprintf(err, errlen, "needs at least one seed node host:port");
+        return -1;
+    }
+    return 0;
+}
+
 static int config_set_int(struct config *cfg, const struct config_key *key,
                           const char *value, char *err, size_t errlen);
 static int config_set_bytes(struct config *cfg, const struct config_key *key,
@@ -53,6 +99,10 @@ static int config_set_tls_protocols(struct config *cfg, const struct config_key 
 static const struct config_key config_keys[] = {
     {"listen", config_set_listen, F(listen), 0, 0, 1},
     {"backend", config_set_hostport, F(backend), 0, 0, 0},
+    {"cluster", config_set_cluster, F(cluster_seeds), 0, 0, 0},
+    {"cluster_refresh_interval", config_set_int, F(cluster_refresh_interval_ms), 100, 3600000, 0},
+    {"cluster_max_redirects", config_set_int, F(cluster_max_redirects), 1, 100, 0},
+    {"cluster_retry_window", config_set_int, F(cluster_retry_window_ms), 0, 60000, 0},
     {"backend_user", config_set_string, F(backend_user), 0, 0, 0},
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0},
     {"rules", config_set_string, F(rules), 0, 0, 0},
@@ -111,6 +161,9 @@ static void config_defaults(struct config *cfg)
     cfg->proto_max_bulk_len = 512LL * 1024 * 1024;
     cfg->proto_max_multibulk_len = 1024 * 1024;
     cfg->shutdown_timeout_ms = 5000;
+    cfg->cluster_refresh_interval_ms = 5000;
+    cfg->cluster_max_redirects = 5;
+    cfg->cluster_retry_window_ms = 3000;
     cfg->tls_auth_clients = CONFIG_TLS_AUTH_YES;   /* Redis's default */
     cfg->tls_protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3;
     cfg->tls_handshake_timeout_ms = 10000;
@@ -369,6 +422,22 @@ static void config_check_tls(const struct config *cfg, struct errlist *errs)
                     "backend_tls_cert_file and backend_tls_key_file go together");
 }
 
+/* Exactly one of `backend` (standalone) and `cluster` (seed nodes). */
+static void config_check_backend(const struct config_parse *p, const char *path,
+                                 struct errlist *errs)
+{
+    int backend_line = p->seen_line[config_find_key("backend") - config_keys];
+    int cluster_line = p->seen_line[config_find_key("cluster") - config_keys];
+
+    if (backend_line == 0 && cluster_line == 0)
+        errlist_add(errs, path, p->section_line,
+                    "missing key 'backend' (or 'cluster' for Redis Cluster) in [proxy]");
+    else if (backend_line != 0 && cluster_line != 0)
+        errlist_add(errs, path, backend_line > cluster_line ? backend_line : cluster_line,
+                    "'backend' (line %d) and 'cluster' (line %d) exclude each other: "
+                    "give one", backend_line, cluster_line);
+}
+
 int config_load(const char *path, struct config *cfg, struct errlist *errs)
 {
     struct config_parse p = {.cfg = cfg};
@@ -381,8 +450,8 @@ int config_load(const char *path, struct config *cfg, struct errlist *errs)
         return -1;
     if (p.section_line == 0)
         errlist_add(errs, path, 1, "missing section [proxy]");
-    else if (cfg->backend == NULL)
-        errlist_add(errs, path, p.section_line, "missing key 'backend' in [proxy]");
+    else
+        config_check_backend(&p, path, errs);
     if (cfg->listen_count == 0)
         cfg->listen[cfg->listen_count++] = strdup("127.0.0.1:6380");
     config_resolve_paths(cfg);
@@ -407,6 +476,8 @@ void config_free(struct config *cfg)
     free(cfg->key_lines);
     free(cfg->path);
     free(cfg->backend);
+    for (int i = 0; i < cfg->cluster_seed_count; i++)
+        free(cfg->cluster_seeds[i]);
     free(cfg->backend_user);
     free(cfg->backend_password);
     free(cfg->rules);

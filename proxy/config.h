@@ -6,6 +6,7 @@
 #include "errlist.h"
 
 #define CONFIG_MAX_LISTEN 16
+#define CONFIG_MAX_SEEDS 64
 
 /* tls_auth_clients, as Redis's tls-auth-clients. */
 enum config_tls_auth { CONFIG_TLS_AUTH_NO, CONFIG_TLS_AUTH_YES, CONFIG_TLS_AUTH_OPTIONAL };
@@ -22,7 +23,12 @@ struct config {
     char *path;
     char *listen[CONFIG_MAX_LISTEN];   /* "host:port" */
     int listen_count;
-    char *backend;                     /* "host:port" */
+    char *backend;                     /* "host:port"; NULL in cluster mode */
+    char *cluster_seeds[CONFIG_MAX_SEEDS]; /* `cluster =`: "host:port" each */
+    int cluster_seed_count;            /* 0: standalone mode */
+    long long cluster_refresh_interval_ms; /* slot map refreshed this often */
+    long long cluster_max_redirects;   /* MOVED/ASK/TRYAGAIN followed per request */
+    long long cluster_retry_window_ms; /* a request retried this long while its node is down */
     char *backend_user;
     char *backend_password;
     char *rules;                       /* resolved against the config's folder */

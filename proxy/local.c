@@ -13,6 +13,7 @@
 #include "backend.h"
 #include "client.h"
 #include "clientid.h"
+#include "cluster.h"
 #include "commands.h"
 #include "reply.h"
 #include "request.h"
@@ -425,6 +426,11 @@ static void local_proxy_reload(struct evbuffer *out)
 
 static void local_proxy_help(struct evbuffer *out);
 
+static void local_proxy_cluster(struct evbuffer *out)
+{
+    cluster_write_map(out);
+}
+
 /* PROXY subcommands: name, handler, help line. */
 static const struct {
     const char *name;
@@ -434,6 +440,8 @@ static const struct {
     {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis)."},
     {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules."},
     {"rules", local_proxy_rules, "    Every rate-limit rule with its counters."},
+    {"cluster", local_proxy_cluster,
+     "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters."},
     {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing)."},
     {"help", local_proxy_help, "    Print this help."},
 };

@@ -13,6 +13,7 @@
 #include "auth.h"
 #include "backend.h"
 #include "client.h"
+#include "cluster.h"
 #include "commands.h"
 #include "config.h"
 #include "listener.h"
@@ -184,6 +185,7 @@ static int main_run(void)
         log_warning("%s", err);
         return 1;
     }
+    cluster_init(server.base, &server.cfg);
     sigint = evsignal_new(server.base, SIGINT, main_signal_cb, NULL);
     sigterm = evsignal_new(server.base, SIGTERM, main_signal_cb, NULL);
     sighup = evsignal_new(server.base, SIGHUP, main_signal_cb, NULL);
@@ -192,13 +194,18 @@ static int main_run(void)
     evsignal_add(sigterm, NULL);
     evsignal_add(sighup, NULL);
     evtimer_add(tick, &tick_tv);
-    log_notice("sluice %s started, pid %d, backend %s", SLUICE_VERSION, (int)getpid(),
-               server.cfg.backend);
+    if (server.cfg.cluster_seed_count > 0)
+        log_notice("sluice %s started, pid %d, cluster seeds %d (first %s)", SLUICE_VERSION,
+                   (int)getpid(), server.cfg.cluster_seed_count, server.cfg.cluster_seeds[0]);
+    else
+        log_notice("sluice %s started, pid %d, backend %s", SLUICE_VERSION, (int)getpid(),
+                   server.cfg.backend);
     main_loop();
 
     listener_stop();
     client_free_all();
     learn_free_all();
+    cluster_free();
     backend_free_all();
     tls_free();
     throttle_shutdown();

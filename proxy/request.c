@@ -31,6 +31,7 @@ struct request *request_new(void)
             return NULL;
     }
     memset(req, 0, sizeof(*req));
+    req->slot = -1;
     req->args = req->args_inline;
     req->args_cap = REQ_ARGS_INLINE;
     return req;

@@ -56,6 +56,8 @@ enum request_flag {
     REQ_PROTECTED = 1 << 11,  /* DEBUG, MODULE LOAD...: only from a local client */
     REQ_PUSHES = 1 << 12,     /* RESP3 (un)subscribe: answered by pushes, not a reply;
                                  done after pushes_left of them (client_on_push) */
+    REQ_DETACHED = 1 << 13,   /* cluster: waits to be sent again (TRYAGAIN, node down) or for
+                                 its parts; a closing client clears req->client, not frees it */
 };
 
 struct req_arg {
@@ -73,6 +75,9 @@ struct request {
     const struct command *cmd;     /* NULL for commands sluice does not know */
     unsigned flags;                /* enum request_flag */
     int place;                     /* enum placement_kind, decided when framed */
+    int slot;                      /* cluster: its keys' hash slot, or -1 (none) */
+    int redirects;                 /* cluster: redirections followed so far */
+    uint64_t retry_since_ms;       /* cluster: first failed for want of a node (0: never) */
     int pushes_left;               /* REQ_PUSHES: confirmations still to come; -1: until
                                       none of its kind is left (UNSUBSCRIBE, no argument) */
     int argc;

@@ -1,6 +1,6 @@
 /* router.h - which backend node serves a request or a key. Standalone:
- * always the one node. Redis Cluster will map a key's slot to its owner
- * here, and nothing else in the request path has to change. */
+ * always the one node. Redis Cluster maps a key's slot to its owner
+ * (cluster.c). Never NULL. */
 #ifndef SLUICE_ROUTER_H
 #define SLUICE_ROUTER_H
 
@@ -14,8 +14,8 @@ struct request;
 /* The node owning KEY's hash slot. */
 struct backend_node *router_node_for_key(const char *key, size_t len);
 
-/* The node for REQ with its ARGV: that of its first key, or any node for
- * keyless commands. */
+/* The node for REQ: in cluster mode that of req->slot (set when it was
+ * framed), or any node for keyless commands. ARGV is unused (may be NULL). */
 struct backend_node *router_node_for_request(const struct request *req, const struct sv *argv);
 
 #endif

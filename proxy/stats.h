@@ -22,7 +22,16 @@ struct evbuffer;
     X(query_limit_disconnects, "clients over client_query_buffer_limit")     \
     X(idle_timeouts, "clients closed for idleness")                          \
     X(swallowed_replies, "replies for clients that had gone")                \
-    X(tls_handshake_failures, "client TLS handshakes failed or timed out")
+    X(tls_handshake_failures, "client TLS handshakes failed or timed out")   \
+    X(cluster_moved, "cluster: MOVED replies followed")                      \
+    X(cluster_ask, "cluster: ASK replies followed")                          \
+    X(cluster_tryagain, "cluster: TRYAGAIN replies retried")                 \
+    X(cluster_redirect_limit, "cluster: requests over cluster_max_redirects")\
+    X(cluster_refreshes, "cluster: slot maps loaded")                        \
+    X(cluster_refresh_failures, "cluster: slot map requests that failed")    \
+    X(cluster_retries, "cluster: requests retried for want of a reachable node")\
+    X(cluster_crossslot, "cluster: requests refused with CROSSSLOT")         \
+    X(cluster_down_replies, "cluster: requests refused for want of a map")
 
 enum stats_id {
 #define X(name, doc) STAT_##name,

@@ -35,11 +35,15 @@
 #      placed on cores like section 3 (Redis on core 0, sluice and the
 #      client on core 1) while it runs. Beside throughput: sluice's CPU time
 #      per request.
+#   8. Redis Cluster (3 primaries, no replicas, on this machine): redis-benchmark
+#      GET/SET -c 50, -P 1/16, random keys over all slots, against the cluster
+#      directly (redis-benchmark --cluster) and through sluice (cluster =),
+#      interleaved rounds; ratio sluice/direct and sluice's CPU per request.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
-# BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_SCALE=F (multiplies request
-# counts), BENCH_SECTIONS="1 2 3 4 5 6 7" (which sections to run, e.g. "3" for
-# the rules).
+# BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N, BENCH_SCALE=F
+# (multiplies request counts), BENCH_SECTIONS="1 2 3 4 5 6 7 8" (which sections
+# to run, e.g. "3" for the rules).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -49,11 +53,13 @@ rounds=${BENCH_ROUNDS:-5}
 rules_rounds=${BENCH_RULES_ROUNDS:-9}
 tls_rounds=${BENCH_TLS_ROUNDS:-3}
 scale=${BENCH_SCALE:-1}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7}
+cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
     tls_rounds=1
+    cluster_rounds=1
     scale=0.1
 fi
 
@@ -73,6 +79,7 @@ section() {     # section N: true when section N is to run
 section 1 || section 2 || section 7 || rounds=0
 section 3 || section 5 || rules_rounds=0
 section 6 || tls_rounds=0
+section 8 || cluster_rounds=0
 
 free_port() {
     /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
@@ -205,6 +212,43 @@ if [ "$tls_rounds" -gt 0 ]; then
     done
 fi
 
+# Redis Cluster (section 8): 3 primaries without replicas, and a sluice
+# with them as seeds.
+if [ "$cluster_rounds" -gt 0 ]; then
+    cports=""
+    for i in 1 2 3; do
+        cp=$(free_port)
+        while [ "$cp" -gt 55535 ]; do cp=$(free_port); done
+        mkdir -p "$tmp/cluster$i"
+        redis-server --port "$cp" --bind 127.0.0.1 --save '' --appendonly no \
+            --cluster-enabled yes --cluster-config-file "$tmp/cluster$i/nodes.conf" \
+            --cluster-node-timeout 1000 --dir "$tmp/cluster$i" --logfile "$tmp/cluster$i.log" &
+        pids="$pids $!"
+        cports="$cports $cp"
+    done
+    seeds=""
+    for cp in $cports; do wait_port "$cp"; seeds="$seeds 127.0.0.1:$cp"; done
+    # shellcheck disable=SC2086
+    redis-cli --cluster create $seeds --cluster-replicas 0 --cluster-yes >"$tmp/cluster-create.log" 2>&1
+    cport1=$(echo $cports | awk '{ print $1 }')
+    i=0
+    until redis-cli -p "$cport1" CLUSTER INFO 2>/dev/null | grep -q 'cluster_state:ok'; do
+        i=$((i + 1)); [ $i -lt 200 ] || { echo "bench: the cluster is not ok" >&2; exit 1; }
+        sleep 0.05
+    done
+    scport=$(free_port)
+    printf '[proxy]\nlisten = 127.0.0.1:%s\ncluster =%s\nlog_level = warning\n' "$scport" "$seeds" \
+        >"$tmp/sluice-cluster.conf"
+    "$sluice" -c "$tmp/sluice-cluster.conf" >"$tmp/sluice-cluster.log" 2>&1 &
+    scpid=$!
+    pids="$pids $scpid"
+    i=0
+    until [ "$(redis-cli -p "$scport" SET bench:ready 1 2>/dev/null)" = OK ]; do
+        i=$((i + 1)); [ $i -lt 200 ] || { echo "bench: sluice does not serve the cluster" >&2; exit 1; }
+        sleep 0.05
+    done
+fi
+
 # ---- running ---------------------------------------------------------------
 resp_pin=""
 if [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
@@ -248,7 +292,7 @@ bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND [PID]
     [ -z "${8:-}" ] || ns0=$(cpu_ns "$8")
     # shellcheck disable=SC2086
     rps=$($client_cpu redis-benchmark -p "$2" $bench_login -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
-          2>/dev/null | awk -F'"' 'NR == 2 { print $4 }')
+          2>/dev/null | awk -F'"' 'header { print $4; exit } /^"test"/ { header = 1 }')
     echo "$1 $3 $4 $5 ${rps:-0} $7" >>"$results"
     if [ -n "${8:-}" ]; then
         ns1=$(cpu_ns "$8")
@@ -518,6 +562,27 @@ if section 3; then
     fi
 fi
 
+r=1
+while [ $r -le "$cluster_rounds" ]; do
+    echo "  cluster round $r/$cluster_rounds ..." >&2
+    for t in get set; do
+        for p in 1 16; do
+            n=$(n_of $((p == 1 ? 200000 : 1000000)))
+            for target in $(rotate $(( r + p )) direct sluice); do
+                if [ "$target" = direct ]; then
+                    bench_login="--cluster"
+                    bench_one cluster_direct "$cport1" "$t" 50 "$p" "$n" "$r"
+                else
+                    bench_login=""
+                    bench_one cluster_sluice "$scport" "$t" 50 "$p" "$n" "$r" "$scpid"
+                fi
+            done
+        done
+    done
+    bench_login=""
+    r=$((r + 1))
+done
+
 if section 4; then
     echo
     echo "4. Fairness: one client pipelines 20000 GETs of 100 KB and never reads;"
@@ -590,7 +655,23 @@ if section 7; then
     echo "   target: 3/2 >= 0.97 and 2/3 >= 0.97 on every row"
 fi
 
-for f in sluice rules0 rules100 rules1 users sluice-tls resp3; do
+if section 8; then
+    echo
+    echo "8. Redis Cluster (3 primaries) at -c 50, random keys over all slots, requests/s"
+    echo "   (median of $cluster_rounds): redis-benchmark --cluster against the nodes vs through sluice"
+    printf '%-4s %3s %11s %11s %8s %10s\n' cmd -P direct sluice ratio "sluice ns/req"
+    for t in get set; do
+        for p in 1 16; do
+            printf '%-4s %3s %11.0f %11.0f %8s %10.0f\n' "$t" "$p" \
+                "$(median cluster_direct $t 50 $p)" "$(median cluster_sluice $t 50 $p)" \
+                "$(median_ratio cluster_sluice cluster_direct $t 50 $p)" \
+                "$(median cpu_cluster_sluice $t 50 $p)"
+        done
+    done
+    echo "   targets: ratio >= 0.9 at -P 1, >= 0.6 at -P 16 (predixy: 0.51-0.56 / 0.53-0.90)"
+fi
+
+for f in sluice rules0 rules100 rules1 users sluice-tls resp3 sluice-cluster; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
     fi

@@ -13,6 +13,8 @@ Fixtures
   sluice          module-scoped sluice in front of `backend`
   r / ref_r       redis-py clients on sluice / reference redis; the data of
                   both servers is flushed before each test that uses them
+  redis_cluster   session-scoped Redis Cluster, 3 primaries + 3 replicas
+                  (cluster_helpers.py), started on first use
 """
 
 import os
@@ -191,7 +193,7 @@ class RedisServer:
 
 class Sluice:
     def __init__(self, tmpdir, backend_port, listen_ports=None, extra=None,
-                 extra_text=""):
+                 extra_text="", cluster_seeds=None):
         self.dir = Path(tmpdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.ports = list(listen_ports) if listen_ports else [free_port()]
@@ -203,7 +205,10 @@ class Sluice:
         self._logf = None
         lines = ["[proxy]"]
         lines += [f"listen = 127.0.0.1:{p}" for p in self.ports]
-        lines.append(f"backend = 127.0.0.1:{backend_port}")
+        if cluster_seeds is not None:
+            lines.append(f"cluster = {cluster_seeds}")
+        else:
+            lines.append(f"backend = 127.0.0.1:{backend_port}")
         extra = dict(extra or {})
         extra.setdefault("log_level", "notice")
         for k, v in extra.items():
@@ -393,6 +398,17 @@ def sluice(module_tmp, backend):
         if problems:
             pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
                         pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster():
+    from cluster_helpers import ClusterRedis
+    with tempfile.TemporaryDirectory(prefix="sluice-cluster-") as d:
+        cl = ClusterRedis(Path(d) / "cluster").start()
+        try:
+            yield cl
+        finally:
+            cl.stop()
 
 
 @pytest.fixture

@@ -125,7 +125,51 @@ static void test_missing_file(void)
     config_free(&cfg);
 }
 
+static void test_cluster_seeds(void)
+{
+    struct config cfg;
+    struct errlist errs;
+
+    CHECK(load("[proxy]\ncluster = 127.0.0.1:7000  10.0.0.2:7001\t[::1]:7002\n"
+               "cluster_max_redirects = 9\n", &cfg, &errs) == 0);
+    CHECK(errs.count == 0);
+    CHECK(cfg.backend == NULL);
+    CHECK(cfg.cluster_seed_count == 3);
+    CHECK_STR(cfg.cluster_seeds[0], "127.0.0.1:7000");
+    CHECK_STR(cfg.cluster_seeds[1], "10.0.0.2:7001");
+    CHECK_STR(cfg.cluster_seeds[2], "[::1]:7002");
+    CHECK(cfg.cluster_max_redirects == 9);
+    CHECK(cfg.cluster_refresh_interval_ms == 5000);
+    CHECK(cfg.cluster_retry_window_ms == 3000);
+    errlist_free(&errs);
+    config_free(&cfg);
+    unlink(path);
+
+    CHECK(load("[proxy]\nbackend = 127.0.0.1:6379\n", &cfg, &errs) == 0);
+    CHECK(cfg.cluster_seed_count == 0);
+    errlist_free(&errs);
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_cluster_errors(void)
+{
+    expect_error("[proxy]\nbackend = h:1\ncluster = h:2\n", 3, "exclude each other");
+    expect_error("[proxy]\ncluster = h:2\n\nbackend = h:1\n", 4, "exclude each other");
+    expect_error("[proxy]\ncluster = h:2 nohostport\n", 2, "'nohostport' is not host:port");
+    expect_error("[proxy]\ncluster = h:2 h:99999\n", 2, "no valid port");
+    expect_error("[proxy]\ncluster = h:2 h:2\n", 2, "named twice");
+    expect_error("[proxy]\ncluster =\n", 2, "cluster");
+    expect_error("[proxy]\ncluster = h:1\ncluster = h:2\n", 3, "duplicate key 'cluster'");
+    expect_error("[proxy]\ncluster = h:1\ncluster_max_redirects = 0\n", 3, "out of range");
+    expect_error("[proxy]\ncluster = h:1\ncluster_refresh_interval = 5\n", 3, "out of range");
+    expect_error("[proxy]\ncluster = h:1\ncluster_retry_window = 60001\n", 3, "out of range");
+    expect_error("\n[proxy]\nlisten = 127.0.0.1:7000\n", 2, "(or 'cluster'");
+}
+
 UNIT_MAIN("config",
+          {"cluster seeds", test_cluster_seeds},
+          {"cluster errors", test_cluster_errors},
           {"good config", test_good_config},
           {"errors carry FILE:LINE", test_errors_have_lines},
           {"TLS keys", test_tls_keys},

@@ -1,0 +1,659 @@
+/* cluster.c - owns Redis Cluster mode: the slot map, its refreshes from
+ * CLUSTER SLOTS, and following redirections between backend and client.
+ * It never writes to a client: a request it takes back from the backend
+ * (backend_set_reply_filter) is sent again or delivered with
+ * backend_deliver, which hands it on as any reply.
+ *
+ *   reply -MOVED s host:port -> map[s] = node, refresh soon, send again there
+ *   reply -ASK s host:port   -> ASKING + request on that node, map unchanged
+ *   reply -TRYAGAIN          -> sent again to the slot's owner at the next tick
+ *   at most cluster_max_redirects per request, then an error reply
+ *   node down, -CLUSTERDOWN  -> refresh soon; sent again by the map at the
+ *                               next tick, for up to cluster_retry_window
+ *
+ * The map is replaced whole, from one CLUSTER SLOTS reply, asked of one
+ * node at a time (known nodes in turn), every cluster_refresh_interval and
+ * soon after a MOVED (at most every CLUSTER_REFRESH_MIN_MS). Nodes are
+ * backend nodes (backend_node_get); a node no longer in the map keeps its
+ * connections for now.
+ */
+#include "cluster.h"
+#include "cluster_split.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "client.h"
+#include "commands.h"
+#include "config.h"
+#include "log.h"
+#include "reply.h"
+#include "request.h"
+#include "respwalk.h"
+#include "server.h"
+#include "slot.h"
+#include "stats.h"
+
+#define CLUSTER_TICK_MS 100
+#define CLUSTER_REFRESH_MIN_MS 200        /* between two map requests at most */
+#define CLUSTER_REFRESH_TIMEOUT_MS 2000   /* a map request unanswered this long is given up */
+#define CLUSTER_TRYAGAIN_DELAY_MS 20
+#define CLUSTER_KEYS_STACK 64
+
+static const struct config *cluster_cfg;
+static struct event *cluster_tick;
+static struct backend_node *cluster_owner[SLOT_COUNT];
+static int cluster_have_map;
+static uint64_t cluster_map_ms;           /* when the map was last loaded, 0: never */
+static uint64_t cluster_asked_ms;         /* when a map was last asked for */
+static uint64_t cluster_asked_gen;        /* number of the map request in flight, 0: none */
+static uint64_t cluster_next_gen = 1;
+static int cluster_refresh_wanted;
+static struct backend_node *cluster_last_asked;
+static char cluster_last_error[200];
+
+/* Requests waiting to be sent again (TRYAGAIN, no reachable node),
+ * oldest first. */
+struct cluster_retry {
+    struct request *req;
+    struct backend_node *node;           /* NULL: the slot's owner by then */
+    uint64_t due_ms;
+    struct cluster_retry *next;
+};
+static struct cluster_retry *cluster_retries;
+static struct cluster_retry **cluster_retries_tail = &cluster_retries;
+
+int cluster_enabled(void)
+{
+    return cluster_cfg != NULL;
+}
+
+struct backend_node *cluster_node_for_slot(int slot)
+{
+    if (slot < 0 || slot >= SLOT_COUNT)
+        return NULL;
+    return cluster_owner[slot];
+}
+
+int cluster_node_is_primary(const struct backend_node *node)
+{
+    for (int s = 0; s < SLOT_COUNT; s++) {
+        if (cluster_owner[s] == node)
+            return 1;
+    }
+    return 0;
+}
+
+void cluster_want_refresh(void)
+{
+    cluster_refresh_wanted = 1;
+}
+
+/* One node entry [ip, port, id, ...] as "host:port" in OUT; an empty or
+ * "?" ip means the node that was asked (ASKED's host). */
+static int respwalk_node(struct respwalk *w, const char *asked, char *out, size_t size)
+{
+    long long fields, port;
+    const char *ip, *colon;
+    size_t ip_len;
+
+    if (respwalk_array(w, &fields) != 0 || fields < 2 ||
+        respwalk_bulk(w, &ip, &ip_len) != 0 || respwalk_int(w, &port) != 0 ||
+        port <= 0 || port > 65535 || ip_len > 255 || respwalk_skip(w, fields - 2) != 0)
+        return -1;
+    if (ip_len == 0 || (ip_len == 1 && ip[0] == '?')) {
+        colon = strrchr(asked, ':');
+        snprintf(out, size, "%.*s:%lld", (int)(colon - asked), asked, port);
+    } else if (memchr(ip, ':', ip_len) != NULL) {
+        snprintf(out, size, "[%.*s]:%lld", (int)ip_len, ip, port);   /* IPv6 */
+    } else {
+        snprintf(out, size, "%.*s:%lld", (int)ip_len, ip, port);
+    }
+    return 0;
+}
+
+/* Parse a CLUSTER SLOTS reply into MAP (NULL for slots nobody serves).
+ * Nodes named in it are made backend nodes. -1 when malformed. */
+static int cluster_parse_slots(const char *buf, size_t len, const char *asked,
+                               struct backend_node **map)
+{
+    struct respwalk w = {buf, buf + len};
+    long long ranges, fields, first, last;
+    char name[300];
+
+    if (respwalk_array(&w, &ranges) != 0)
+        return -1;
+    for (long long i = 0; i < ranges; i++) {
+        struct backend_node *node;
+        if (respwalk_array(&w, &fields) != 0 || fields < 3 ||
+            respwalk_int(&w, &first) != 0 || respwalk_int(&w, &last) != 0 ||
+            first < 0 || last >= SLOT_COUNT || first > last ||
+            respwalk_node(&w, asked, name, sizeof(name)) != 0 ||
+            respwalk_skip(&w, fields - 3) != 0)
+            return -1;
+        node = backend_node_get(name);
+        if (node == NULL)
+            return -1;
+        for (long long s = first; s <= last; s++)
+            map[s] = node;
+    }
+    return w.p == w.end ? 0 : -1;
+}
+
+/* ---------------------------------------------------------------------
+ * Refreshing the map */
+
+static void cluster_refresh_failed(const char *node, const char *why)
+{
+    STAT_INC(cluster_refresh_failures);
+    snprintf(cluster_last_error, sizeof(cluster_last_error), "%s: %s", node, why);
+    log_info("cluster: no slot map from %s: %s", node, why);
+    cluster_asked_gen = 0;
+    cluster_refresh_wanted = 1;   /* the next node is asked at the next tick */
+}
+
+/* Install MAP and log what changed in coverage. */
+static void cluster_install(struct backend_node **map)
+{
+    int served = 0, changed = 0;
+
+    for (int s = 0; s < SLOT_COUNT; s++) {
+        served += map[s] != NULL;
+        changed += map[s] != cluster_owner[s];
+        cluster_owner[s] = map[s];
+    }
+    if (!cluster_have_map || changed > 0)
+        log_notice("cluster: slot map loaded, %d slots served, %d changed", served, changed);
+    cluster_have_map = 1;
+    cluster_map_ms = server_now_ms();
+    if (served < SLOT_COUNT)
+        cluster_refresh_wanted = 1;   /* the cluster may still be forming or failing over */
+    STAT_INC(cluster_refreshes);
+}
+
+/* The reply to CLUSTER SLOTS, asked with generation CTX. */
+static void cluster_slots_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    uint64_t gen = (uint64_t)(uintptr_t)req->ctx;
+    const char *asked = cluster_last_asked != NULL ? backend_node_name(cluster_last_asked) : "?";
+    struct backend_node **map = NULL;
+    const char *buf = (const char *)evbuffer_pullup(src, (ssize_t)len);
+
+    if (gen != cluster_asked_gen) {
+        /* a late answer to a request given up on */
+    } else if (type == REPLY_ERROR || buf == NULL) {
+        char text[160];
+        snprintf(text, sizeof(text), "%.*s", (int)(len < 150 ? len : 150), buf ? buf : "?");
+        text[strcspn(text, "\r\n")] = '\0';
+        cluster_refresh_failed(asked, text);
+    } else if ((map = calloc(SLOT_COUNT, sizeof(*map))) == NULL ||
+               cluster_parse_slots(buf, len, asked, map) != 0) {
+        cluster_refresh_failed(asked, "malformed CLUSTER SLOTS reply");
+    } else {
+        cluster_install(map);
+        cluster_asked_gen = 0;
+        cluster_last_error[0] = '\0';
+    }
+    free(map);
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
+/* The node after NODE, round the list. */
+static struct backend_node *cluster_node_after(const struct backend_node *node)
+{
+    struct backend_node *next = backend_node_next(node);
+
+    return next != NULL ? next : backend_node_next(NULL);
+}
+
+/* The node to ask next: the first that is up after the last asked, else
+ * simply the next one (its connection may come up meanwhile). */
+static struct backend_node *cluster_pick_node(void)
+{
+    struct backend_node *start = cluster_node_after(cluster_last_asked), *node = start;
+
+    do {
+        if (node == NULL || backend_node_up(node))
+            return node;
+        node = cluster_node_after(node);
+    } while (node != start);
+    return start;
+}
+
+static void cluster_ask_map(uint64_t now_ms)
+{
+    static const char slots[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+    struct evbuffer *buf;
+    struct backend_node *node = cluster_pick_node();
+
+    if (node == NULL)
+        return;
+    cluster_last_asked = node;
+    cluster_asked_ms = now_ms;
+    cluster_asked_gen = cluster_next_gen++;
+    cluster_refresh_wanted = 0;
+    buf = evbuffer_new();
+    evbuffer_add(buf, slots, sizeof(slots) - 1);
+    if (backend_send_internal(backend_pool_conn(node, 0, 2), buf, cluster_slots_reply,
+                              (void *)(uintptr_t)cluster_asked_gen, NULL) != 0)
+        cluster_refresh_failed(backend_node_name(node), "connection down");
+    evbuffer_free(buf);
+}
+
+/* Whether a map should be asked for now. */
+static int cluster_refresh_due(uint64_t now_ms)
+{
+    if (cluster_asked_gen != 0 && now_ms - cluster_asked_ms < CLUSTER_REFRESH_TIMEOUT_MS)
+        return 0;   /* one is in flight */
+    if (now_ms - cluster_asked_ms < CLUSTER_REFRESH_MIN_MS)
+        return 0;
+    return cluster_refresh_wanted || !cluster_have_map ||
+           now_ms - cluster_map_ms >= (uint64_t)cluster_cfg->cluster_refresh_interval_ms;
+}
+
+/* ---------------------------------------------------------------------
+ * Redirections */
+
+/* Deliver the error TEXT for REQ as its reply. */
+static void cluster_fail(struct request *req, const char *text)
+{
+    struct evbuffer *err = evbuffer_new();
+
+    reply_error(err, "%s", text);
+    backend_deliver(req, err, evbuffer_get_length(err), REPLY_ERROR);
+    evbuffer_free(err);
+}
+
+static void cluster_retry_later(struct request *req, struct backend_node *node);
+
+/* Whether REQ, which found no reachable node, may be tried again: for
+ * cluster_retry_window from its first such failure. */
+static int cluster_may_retry(struct request *req)
+{
+    uint64_t now = server_now_ms();
+
+    if (req->retry_since_ms == 0)
+        req->retry_since_ms = now;
+    return now - req->retry_since_ms < (uint64_t)cluster_cfg->cluster_retry_window_ms;
+}
+
+/* REQ found no reachable node (or a node said CLUSTERDOWN): read the map
+ * again and send REQ once more later, by its slot. Returns 0 when its
+ * window has passed: then nothing was done. */
+static int cluster_retry_unreachable(struct request *req)
+{
+    if (!cluster_may_retry(req))
+        return 0;
+    STAT_INC(cluster_retries);
+    cluster_want_refresh();
+    cluster_retry_later(req, NULL);
+    return 1;
+}
+
+int cluster_take_unsent(struct request *req)
+{
+    return cluster_enabled() && req->raw != NULL && cluster_retry_unreachable(req);
+}
+
+/* Send REQ (its bytes in req->raw) to NODE's shared connection, after
+ * ASKING when ASKING is set. When NODE cannot be reached REQ waits to be
+ * sent again (within its window) or gets the error. */
+static void cluster_resend(struct request *req, struct backend_node *node, int asking)
+{
+    static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
+    /* A client's request goes on the shared connection of its client's
+     * protocol; sluice's own (locks, parts, buckets) speak RESP2. */
+    struct backend_conn *conn = req->client != NULL
+                                    ? backend_pool_conn(node, req->client->id, req->client->resp)
+                                    : backend_pool_conn(node, 0, 2);
+    char err[512];
+
+    if (asking) {
+        struct evbuffer *buf = evbuffer_new();
+        evbuffer_add(buf, asking_cmd, sizeof(asking_cmd) - 1);
+        backend_send_internal(conn, buf, NULL, NULL, NULL);
+        evbuffer_free(buf);
+    }
+    if (backend_send(conn, req, NULL, err, sizeof(err)) != 0 && !cluster_retry_unreachable(req))
+        cluster_fail(req, err);
+}
+
+static void cluster_retry_later(struct request *req, struct backend_node *node)
+{
+    struct cluster_retry *r = calloc(1, sizeof(*r));
+
+    if (r == NULL) {
+        cluster_fail(req, "OOM sluice is out of memory");
+        return;
+    }
+    req->flags |= REQ_DETACHED;
+    r->req = req;
+    r->node = node;
+    r->due_ms = server_now_ms() + CLUSTER_TRYAGAIN_DELAY_MS;
+    *cluster_retries_tail = r;
+    cluster_retries_tail = &r->next;
+}
+
+/* Send again the requests whose delay has passed; free those whose
+ * client has gone. */
+static void cluster_run_retries(uint64_t now_ms)
+{
+    struct cluster_retry *r;
+
+    while ((r = cluster_retries) != NULL && r->due_ms <= now_ms) {
+        struct request *req = r->req;
+        struct backend_node *node = r->node != NULL ? r->node : cluster_node_for_slot(req->slot);
+        cluster_retries = r->next;
+        if (cluster_retries == NULL)
+            cluster_retries_tail = &cluster_retries;
+        req->flags &= ~(unsigned)REQ_DETACHED;
+        if (req->client == NULL && req->on_reply == NULL)
+            request_free(req);
+        else
+            cluster_resend(req, node != NULL ? node : backend_default_node(), 0);
+        free(r);
+    }
+}
+
+enum cluster_redirect { REDIRECT_NONE, REDIRECT_MOVED, REDIRECT_ASK, REDIRECT_TRYAGAIN };
+
+/* What the error TEXT asks: MOVED/ASK with *SLOT and TARGET, or TRYAGAIN. */
+static enum cluster_redirect cluster_classify(const char *text, int *slot, char *target,
+                                              size_t size)
+{
+    enum cluster_redirect kind;
+    const char *p;
+    char *end;
+    long s;
+
+    if (strncmp(text, "-TRYAGAIN", 9) == 0)
+        return REDIRECT_TRYAGAIN;
+    if (strncmp(text, "-MOVED ", 7) == 0)
+        kind = REDIRECT_MOVED, p = text + 7;
+    else if (strncmp(text, "-ASK ", 5) == 0)
+        kind = REDIRECT_ASK, p = text + 5;
+    else
+        return REDIRECT_NONE;
+    s = strtol(p, &end, 10);
+    if (end == p || *end != ' ' || s < 0 || s >= SLOT_COUNT)
+        return REDIRECT_NONE;
+    p = end + 1;
+    if (strlen(p) == 0 || strlen(p) >= size || strchr(p, ':') == NULL)
+        return REDIRECT_NONE;
+    snprintf(target, size, "%s", p);
+    *slot = (int)s;
+    return kind;
+}
+
+/* "host:port" of a redirection, with the host of FROM when Redis left it
+ * out (":port", when it does not know the address it announces). */
+static void cluster_full_target(char *target, size_t size, const struct backend_node *from)
+{
+    const char *name = backend_node_name(from), *colon = strrchr(name, ':');
+    size_t host_len = (size_t)(colon - name), len = strlen(target);
+
+    if (target[0] != ':' || host_len + len >= size)
+        return;
+    memmove(target + host_len, target, len + 1);
+    memcpy(target, name, host_len);
+}
+
+/* The backend filter: see cluster.h's contract via backend_reply_filter_fn. */
+static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
+                                struct evbuffer *src, size_t len, int conn_failed)
+{
+    char text[320] = {0}, target[300];
+    enum cluster_redirect kind;
+    struct backend_node *node;
+    int slot = -1;
+
+    if (!backend_conn_is_shared(conn) || req->raw == NULL ||
+        (req->client == NULL && req->on_reply == NULL) || req->on_reply == cluster_slots_reply)
+        return 0;   /* a session's connection, nobody waits, or the map's own request */
+    evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+    text[strcspn(text, "\r\n")] = '\0';
+    kind = cluster_classify(text, &slot, target, sizeof(target));
+    if (conn_failed || strncmp(text, "-CLUSTERDOWN", 12) == 0) {
+        /* A failover may be under way: again later, by the new map. */
+        if (!cluster_retry_unreachable(req))
+            return 0;
+        evbuffer_drain(src, len);
+        return 1;
+    }
+    if (kind == REDIRECT_NONE)
+        return 0;
+    evbuffer_drain(src, len);
+    if (++req->redirects > cluster_cfg->cluster_max_redirects) {
+        STAT_INC(cluster_redirect_limit);
+        log_info("cluster: a request gave up after %lld redirections (last: %s)",
+                 cluster_cfg->cluster_max_redirects, text);
+        cluster_want_refresh();
+        cluster_fail(req, "-TRYAGAIN sluice followed cluster_max_redirects redirections "
+                          "without an answer; try again");
+        return 1;
+    }
+    if (kind == REDIRECT_TRYAGAIN) {
+        /* Again from the slot's owner: after an ASK, the target's TRYAGAIN
+         * is for the source to sort out (it asks again when it must). */
+        STAT_INC(cluster_tryagain);
+        node = cluster_node_for_slot(req->slot);
+        cluster_retry_later(req, node != NULL ? node : backend_conn_node(conn));
+        return 1;
+    }
+    cluster_full_target(target, sizeof(target), backend_conn_node(conn));
+    node = backend_node_get(target);
+    if (node == NULL) {
+        cluster_fail(req, "-CLUSTERDOWN sluice cannot reach the node a redirection named");
+        return 1;
+    }
+    if (kind == REDIRECT_MOVED) {
+        STAT_INC(cluster_moved);
+        cluster_owner[slot] = node;
+        cluster_want_refresh();
+    } else {
+        STAT_INC(cluster_ask);
+    }
+    cluster_resend(req, node, kind == REDIRECT_ASK);
+    return 1;
+}
+
+/* ---------------------------------------------------------------------
+ * Requests */
+
+int cluster_request_slot(const struct command *cmd, int argc, const struct sv *argv)
+{
+    int stack[CLUSTER_KEYS_STACK], *keys = stack, n, slot = CLUSTER_SLOT_NONE;
+
+    if (cmd == NULL)
+        return CLUSTER_SLOT_NONE;
+    if (argc > CLUSTER_KEYS_STACK && (keys = malloc((size_t)argc * sizeof(*keys))) == NULL)
+        return CLUSTER_SLOT_NONE;
+    n = commands_keys(cmd, argc, argv, keys, argc > CLUSTER_KEYS_STACK ? argc : CLUSTER_KEYS_STACK);
+    for (int i = 0; i < n; i++) {
+        int s = slot_for_key(argv[keys[i]].ptr, argv[keys[i]].len);
+        if (slot == CLUSTER_SLOT_NONE) {
+            slot = s;
+        } else if (s != slot) {
+            slot = CLUSTER_SLOT_CROSS;
+            break;
+        }
+    }
+    if (keys != stack)
+        free(keys);
+    return slot;
+}
+
+/* Keyless commands that, sent to one node, would answer for a part of the
+ * keyspace only: refused until sluice runs them across the primaries
+ * (cluster_split.c runs the others that are). */
+static const char *const cluster_not_yet[] = {"wait", "function|restore"};
+
+static int cluster_is_cluster_command(const struct command *cmd)
+{
+    const char *n = cmd->name;
+
+    return strncmp(n, "cluster", 7) == 0 && (n[7] == '\0' || n[7] == '|') ? 1
+           : strcmp(n, "asking") == 0 || strcmp(n, "readonly") == 0 ||
+                     strcmp(n, "readwrite") == 0;
+}
+
+/* SELECT DB as Redis Cluster answers it: only database 0 exists. */
+static const char *cluster_select_answer(struct sv db)
+{
+    char text[32], *end;
+    long long n;
+
+    if (db.len == 0 || db.len >= sizeof(text))
+        return "-ERR value is not an integer or out of range";
+    memcpy(text, db.ptr, db.len);
+    text[db.len] = '\0';
+    n = strtoll(text, &end, 10);
+    if (*end != '\0' || text[0] == ' ')
+        return "-ERR value is not an integer or out of range";
+    return n == 0 ? "+OK" : "-ERR SELECT is not allowed in cluster mode";
+}
+
+const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv, int slot)
+{
+    static char text[200];
+
+    if (cmd != NULL && cluster_is_cluster_command(cmd))
+        return "-ERR This instance has cluster support disabled";
+    if (cmd != NULL && strcmp(cmd->name, "select") == 0 && argc == 2)
+        return cluster_select_answer(argv[1]);
+    for (size_t i = 0; cmd != NULL && i < sizeof(cluster_not_yet) / sizeof(cluster_not_yet[0]); i++) {
+        if (strcmp(cmd->name, cluster_not_yet[i]) == 0) {
+            snprintf(text, sizeof(text), "-ERR sluice does not support '%s' in cluster mode yet",
+                     cmd->name);
+            return text;
+        }
+    }
+    if (slot == CLUSTER_SLOT_CROSS && !cluster_split_wants(cmd, slot)) {
+        STAT_INC(cluster_crossslot);
+        return "-CROSSSLOT Keys in request don't hash to the same slot";
+    }
+    if (!cluster_have_map) {
+        STAT_INC(cluster_down_replies);
+        return "-CLUSTERDOWN sluice has no slot map yet: no seed node has answered "
+               "CLUSTER SLOTS";
+    }
+    return NULL;   /* a slot the map does not name goes to any node, which knows better */
+}
+
+/* ---------------------------------------------------------------------
+ * PROXY CLUSTER */
+
+void cluster_write_map(struct evbuffer *out)
+{
+    struct evbuffer *text = evbuffer_new();
+    uint64_t now = server_now_ms();
+    struct backend_node *node = NULL;
+    int start = 0;
+
+    evbuffer_add_printf(text, "# Cluster\r\ncluster_enabled:%d\r\ncluster_have_map:%d\r\n",
+                        cluster_enabled(), cluster_have_map);
+    if (cluster_enabled())
+        evbuffer_add_printf(text, "cluster_last_refresh_ms_ago:%lld\r\ncluster_last_error:%s\r\n",
+                            cluster_map_ms ? (long long)(now - cluster_map_ms) : -1LL,
+                            cluster_last_error);
+    evbuffer_add_printf(text, "\r\n# Slots\r\n");
+    for (int s = 1; s <= SLOT_COUNT && cluster_enabled(); s++) {
+        if (s < SLOT_COUNT && cluster_owner[s] == cluster_owner[start])
+            continue;
+        evbuffer_add_printf(text, "slots:%d-%d %s\r\n", start, s - 1,
+                            cluster_owner[start] ? backend_node_name(cluster_owner[start])
+                                                 : "(not served)");
+        start = s;
+    }
+    evbuffer_add_printf(text, "\r\n# Nodes\r\n");
+    while (cluster_enabled() && (node = backend_node_next(node)) != NULL) {
+        int slots = 0;
+        for (int s = 0; s < SLOT_COUNT; s++)
+            slots += cluster_owner[s] == node;
+        evbuffer_add_printf(text, "node:%s,state=%s,slots=%d\r\n", backend_node_name(node),
+                            backend_node_up(node) ? "up" : "down", slots);
+    }
+    evbuffer_add_printf(text, "\r\n# Counters\r\nmoved:%llu\r\nask:%llu\r\ntryagain:%llu\r\n"
+                              "retries:%llu\r\nredirect_limit:%llu\r\nrefreshes:%llu\r\n"
+                              "refresh_failures:%llu\r\ncrossslot:%llu\r\nclusterdown_replies:%llu\r\n",
+                        (unsigned long long)stats[STAT_cluster_moved],
+                        (unsigned long long)stats[STAT_cluster_ask],
+                        (unsigned long long)stats[STAT_cluster_tryagain],
+                        (unsigned long long)stats[STAT_cluster_retries],
+                        (unsigned long long)stats[STAT_cluster_redirect_limit],
+                        (unsigned long long)stats[STAT_cluster_refreshes],
+                        (unsigned long long)stats[STAT_cluster_refresh_failures],
+                        (unsigned long long)stats[STAT_cluster_crossslot],
+                        (unsigned long long)stats[STAT_cluster_down_replies]);
+    evbuffer_add_printf(out, "$%zu\r\n", evbuffer_get_length(text));
+    evbuffer_add_buffer(out, text);
+    evbuffer_add(out, "\r\n", 2);
+    evbuffer_free(text);
+}
+
+/* ---------------------------------------------------------------------
+ * Life cycle */
+
+/* Whether a node the map names owner of slots cannot be reached: the
+ * cluster may have promoted a replica meanwhile. */
+static int cluster_owner_down(void)
+{
+    const struct backend_node *last = NULL;
+
+    for (int s = 0; s < SLOT_COUNT; s++) {
+        if (cluster_owner[s] == last || cluster_owner[s] == NULL)
+            continue;
+        last = cluster_owner[s];
+        if (!backend_node_up(last))
+            return 1;
+    }
+    return 0;
+}
+
+static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    uint64_t now = server_now_ms();
+
+    (void)fd;
+    (void)what;
+    (void)arg;
+    cluster_run_retries(now);
+    if (cluster_have_map && cluster_owner_down())
+        cluster_refresh_wanted = 1;
+    if (cluster_refresh_due(now))
+        cluster_ask_map(now);
+}
+
+void cluster_init(struct event_base *base, const struct config *cfg)
+{
+    struct timeval tv = {0, CLUSTER_TICK_MS * 1000};
+
+    if (cfg->cluster_seed_count == 0)
+        return;
+    cluster_cfg = cfg;
+    backend_set_reply_filter(cluster_reply_filter);
+    cluster_tick = event_new(base, -1, EV_PERSIST, cluster_tick_cb, NULL);
+    evtimer_add(cluster_tick, &tv);
+    cluster_ask_map(server_now_ms());
+}
+
+void cluster_free(void)
+{
+    struct cluster_retry *r;
+
+    while ((r = cluster_retries) != NULL) {
+        cluster_retries = r->next;
+        request_free(r->req);
+        free(r);
+    }
+    cluster_retries_tail = &cluster_retries;
+    if (cluster_tick != NULL)
+        event_free(cluster_tick);
+    cluster_tick = NULL;
+}

@@ -1,0 +1,62 @@
+/* cluster.h - Redis Cluster mode: the slot map (which primary serves each
+ * hash slot), kept fresh from CLUSTER SLOTS, and the redirections
+ * (MOVED, ASK, TRYAGAIN) that sluice follows so that clients never see
+ * them. Inactive unless the config names `cluster =` seeds. */
+#ifndef SLUICE_CLUSTER_H
+#define SLUICE_CLUSTER_H
+
+#include <stddef.h>
+
+#include "sv.h"
+
+struct event_base;
+struct evbuffer;
+struct config;
+struct command;
+struct backend_node;
+struct request;
+
+#define CLUSTER_SLOT_NONE (-1)   /* the request has no keys */
+#define CLUSTER_SLOT_CROSS (-2)  /* its keys hash to different slots */
+
+/* Start cluster mode when CFG names seeds: ask them for the slot map now
+ * and every cluster_refresh_interval, and follow redirections. After
+ * backend_init. Nothing happens in standalone mode. */
+void cluster_init(struct event_base *base, const struct config *cfg);
+void cluster_free(void);
+
+/* Whether sluice runs in cluster mode. */
+int cluster_enabled(void);
+
+/* The primary serving SLOT, or NULL when the map names none. */
+struct backend_node *cluster_node_for_slot(int slot);
+
+/* The slot of every key of a request for CMD (ARGC arguments ARGV):
+ * the slot, CLUSTER_SLOT_NONE without keys (or CMD NULL), or
+ * CLUSTER_SLOT_CROSS when keys hash to different slots. */
+int cluster_request_slot(const struct command *cmd, int argc, const struct sv *argv);
+
+/* What sluice itself answers, in cluster mode, to a request for CMD
+ * (NULL: unknown command) with ARGC arguments ARGV before any routing:
+ * a whole reply line without its CRLF ("-ERR ..." or "+OK"), or NULL when
+ * the request goes on. Includes -CLUSTERDOWN while there is no slot map
+ * and -CROSSSLOT. */
+const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv,
+                           int slot);
+
+/* Whether the map names NODE the owner of any slot. */
+int cluster_node_is_primary(const struct backend_node *node);
+
+/* REQ (its bytes in req->raw) could not be sent, its node being down:
+ * take it to send again later (cluster_retry_window). Returns 1 when
+ * taken (REQ_DETACHED meanwhile), 0 when the caller answers the error. */
+int cluster_take_unsent(struct request *req);
+
+/* Ask for a new slot map soon (rate-limited). */
+void cluster_want_refresh(void);
+
+/* PROXY CLUSTER: the map as a bulk string (ranges -> node, node states,
+ * last refresh, counters). */
+void cluster_write_map(struct evbuffer *out);
+
+#endif

@@ -1,0 +1,557 @@
+/* cluster_split.c - owns commands that cluster mode runs in parts: a
+ * multi-key command whose keys hash to several slots (MGET, MSET, DEL,
+ * UNLINK, EXISTS, TOUCH) becomes one command per slot, and a whole-keyspace
+ * command (DBSIZE, KEYS, RANDOMKEY, FLUSHALL, FLUSHDB, SCRIPT LOAD/EXISTS/
+ * FLUSH, FUNCTION LOAD/DELETE/FLUSH) is sent as it is to every primary; the
+ * parts go out at once and their replies are merged into the one reply the
+ * client gets, in its request order.
+ *
+ *   client req (parent, in the client's queue, REQ_DETACHED)
+ *      |-- part: MGET k1 k4   (slot 12)  --> node A  --\
+ *      |-- part: MGET k2      (slot 900) --> node B  ---+-> merged: *4 v1 v2 v3 v4
+ *      '-- part: MGET k3      (slot 77)  --> node A  --/
+ *
+ * Parts are sluice's own requests on the client's shared connection of
+ * each node (so its later commands to that node run after them), and are
+ * redirected like any request (cluster.c). The first error of any part is
+ * the reply. The split lives while any part does: parts freed unanswered
+ * (at exit) free it, and the parent when its client has gone. */
+#include "cluster_split.h"
+
+#include <event2/buffer.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "client.h"
+#include "cluster.h"
+#include "commands.h"
+#include "reply.h"
+#include "request.h"
+#include "respwalk.h"
+#include "router.h"
+#include "slot.h"
+
+enum split_merge {
+    MERGE_ARRAY,   /* MGET: one element per key, in key order */
+    MERGE_SUM,     /* DEL, UNLINK, EXISTS, TOUCH, DBSIZE: integers added */
+    MERGE_OK,      /* MSET, FLUSHALL...: +OK when every part said so */
+    MERGE_CONCAT,  /* KEYS: every part's elements, one array */
+    MERGE_AND,     /* SCRIPT EXISTS: 1 where every part says 1 */
+    MERGE_SAME,    /* SCRIPT LOAD, FUNCTION LOAD: one part's reply (all agree) */
+    MERGE_ANY,     /* RANDOMKEY: a part's non-nil reply, else nil */
+    MERGE_SCAN,    /* SCAN: one node's page, its cursor made sluice's */
+};
+
+/* SCAN's cursor for the client: the node's cursor shifted left, the
+ * node's place among the primaries (sorted by name) in the low bits. */
+#define SPLIT_SCAN_NODE_BITS 10
+#define SPLIT_SCAN_MAX_NODES (1 << SPLIT_SCAN_NODE_BITS)
+
+/* Commands run in parts: name, merge, arguments per key (0: the whole
+ * command to every primary). */
+static const struct split_command {
+    const char *name;
+    enum split_merge merge;
+    int step;
+} split_commands[] = {
+    {"mget", MERGE_ARRAY, 1}, {"mset", MERGE_OK, 2}, {"del", MERGE_SUM, 1},
+    {"unlink", MERGE_SUM, 1}, {"exists", MERGE_SUM, 1}, {"touch", MERGE_SUM, 1},
+    {"dbsize", MERGE_SUM, 0}, {"keys", MERGE_CONCAT, 0}, {"randomkey", MERGE_ANY, 0},
+    {"flushall", MERGE_OK, 0}, {"flushdb", MERGE_OK, 0},
+    {"script|load", MERGE_SAME, 0}, {"script|exists", MERGE_AND, 0},
+    {"script|flush", MERGE_OK, 0}, {"function|load", MERGE_SAME, 0},
+    {"function|delete", MERGE_OK, 0}, {"function|flush", MERGE_OK, 0},
+    {"scan", MERGE_SCAN, 0},
+};
+
+struct split {
+    struct request *parent;
+    enum split_merge merge;
+    int pending;                 /* parts not yet answered */
+    int parts;                   /* parts not yet freed, plus the maker's hold */
+    long long sum;               /* MERGE_SUM */
+    int nkeys;                   /* MERGE_ARRAY: keys; MERGE_AND: scripts asked */
+    struct evbuffer **elems;     /* MERGE_ARRAY: each key's reply element */
+    long long *all_ones;         /* MERGE_AND: per script, 1 while every part said 1 */
+    long long concat_count;      /* MERGE_CONCAT: elements in concat */
+    struct evbuffer *concat;     /* MERGE_CONCAT: elements; SAME/ANY: the reply kept */
+    struct evbuffer *error;      /* the first error reply of a part */
+    int resp;                    /* the client's protocol: its parts speak it too */
+    int scan_node;               /* MERGE_SCAN: the node's place, and how many */
+    int scan_nodes;
+};
+
+struct split_part {
+    struct split *split;
+    int count;                   /* keys in this part */
+    int *key_index;              /* their positions in the parent's key order */
+};
+
+static const struct split_command *split_find(const struct command *cmd)
+{
+    for (size_t i = 0; cmd != NULL && i < sizeof(split_commands) / sizeof(split_commands[0]); i++) {
+        if (strcmp(cmd->name, split_commands[i].name) == 0)
+            return &split_commands[i];
+    }
+    return NULL;
+}
+
+int cluster_split_wants(const struct command *cmd, int slot)
+{
+    const struct split_command *sc = split_find(cmd);
+
+    if (sc == NULL)
+        return 0;
+    return sc->step == 0 || slot == CLUSTER_SLOT_CROSS;
+}
+
+/* ---------------------------------------------------------------------
+ * Merging */
+
+static void split_free(struct split *s)
+{
+    for (int i = 0; s->elems != NULL && i < s->nkeys; i++) {
+        if (s->elems[i] != NULL)
+            evbuffer_free(s->elems[i]);
+    }
+    free(s->elems);
+    free(s->all_ones);
+    if (s->concat != NULL)
+        evbuffer_free(s->concat);
+    if (s->error != NULL)
+        evbuffer_free(s->error);
+    free(s);
+}
+
+/* Write the merged reply of S to OUT. */
+static void split_write_reply(struct split *s, struct evbuffer *out)
+{
+    if (s->error != NULL) {
+        evbuffer_add_buffer(out, s->error);
+    } else if (s->merge == MERGE_SUM) {
+        evbuffer_add_printf(out, ":%lld\r\n", s->sum);
+    } else if (s->merge == MERGE_OK) {
+        evbuffer_add(out, "+OK\r\n", 5);
+    } else if (s->merge == MERGE_ARRAY) {
+        evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
+        for (int i = 0; i < s->nkeys; i++)
+            evbuffer_add_buffer(out, s->elems[i]);
+    } else if (s->merge == MERGE_AND) {
+        evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
+        for (int i = 0; i < s->nkeys; i++)
+            evbuffer_add_printf(out, ":%lld\r\n", s->all_ones[i]);
+    } else if (s->merge == MERGE_CONCAT) {
+        evbuffer_add_printf(out, "*%lld\r\n", s->concat_count);
+        evbuffer_add_buffer(out, s->concat);
+    } else if (s->merge == MERGE_SCAN) {
+        char cursor[32];
+        int n = snprintf(cursor, sizeof(cursor), "%llu", (unsigned long long)s->sum);
+        evbuffer_add_printf(out, "*2\r\n$%d\r\n%s\r\n", n, cursor);
+        evbuffer_add_buffer(out, s->concat);
+    } else if (evbuffer_get_length(s->concat) > 0) {
+        evbuffer_add_buffer(out, s->concat);   /* SAME, ANY */
+    } else {
+        evbuffer_add(out, s->resp == 3 ? "_\r\n" : "$-1\r\n", s->resp == 3 ? 3 : 5);   /* no key */
+    }
+}
+
+/* Every part has answered: the merged reply goes to the parent's client
+ * (or the parent is freed, its client gone). */
+static void split_answer(struct split *s)
+{
+    struct request *parent = s->parent;
+    struct client *c = parent->client;
+
+    s->parent = NULL;
+    parent->flags &= ~(unsigned)REQ_DETACHED;
+    if (c == NULL) {
+        request_free(parent);
+        return;
+    }
+    split_write_reply(s, client_reply_buffer(c, parent));
+    client_answer(c, parent);
+}
+
+static void split_part_error(struct split *s, const char *text, size_t len)
+{
+    if (s->error != NULL)
+        return;
+    s->error = evbuffer_new();
+    evbuffer_add(s->error, text, len);
+}
+
+/* Take PART's array reply (LEN bytes at BUF) into S: MGET's element i is
+ * key i's; KEYS' elements are appended; SCRIPT EXISTS' are ANDed. */
+static int split_take_array(struct split *s, struct split_part *part, const char *buf,
+                            size_t len)
+{
+    struct respwalk w = {buf, buf + len};
+    long long n, v;
+
+    if (respwalk_array(&w, &n) != 0)
+        return -1;
+    if (s->merge == MERGE_CONCAT) {
+        s->concat_count += n;
+        evbuffer_add(s->concat, w.p, (size_t)(w.end - w.p));
+        return 0;
+    }
+    if (n != (s->merge == MERGE_AND ? s->nkeys : part->count))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        const char *start = w.p;
+        if (s->merge == MERGE_AND) {
+            if (respwalk_int(&w, &v) != 0)
+                return -1;
+            s->all_ones[i] = s->all_ones[i] && v == 1;
+            continue;
+        }
+        if (respwalk_skip(&w, 1) != 0)
+            return -1;
+        evbuffer_add(s->elems[part->key_index[i]], start, (size_t)(w.p - start));
+    }
+    return 0;
+}
+
+/* SCAN's page [cursor, [keys...]] from node number s->scan_node: the
+ * keys as they are, the cursor made sluice's (the next node's start when
+ * this node is done, 0 after the last). */
+static int split_take_scan(struct split *s, const char *buf, size_t len)
+{
+    struct respwalk w = {buf, buf + len};
+    unsigned long long next;
+    long long n;
+    const char *text;
+    size_t text_len;
+    char digits[24];
+
+    if (respwalk_array(&w, &n) != 0 || n != 2 || respwalk_bulk(&w, &text, &text_len) != 0 ||
+        text_len == 0 || text_len >= sizeof(digits))
+        return -1;
+    memcpy(digits, text, text_len);
+    digits[text_len] = '\0';
+    next = strtoull(digits, NULL, 10);
+    if (next >> (64 - SPLIT_SCAN_NODE_BITS) != 0)
+        return -1;   /* a cursor too large to carry the node as well */
+    if (next != 0)
+        s->sum = (long long)((next << SPLIT_SCAN_NODE_BITS) | (unsigned)s->scan_node);
+    else if (s->scan_node + 1 < s->scan_nodes)
+        s->sum = s->scan_node + 1;
+    else
+        s->sum = 0;
+    evbuffer_add(s->concat, w.p, (size_t)(w.end - w.p));
+    return 0;
+}
+
+/* Merge one part's reply (not an error), LEN bytes at BUF of TYPE, into
+ * S. -1 when it is not what the command answers. */
+static int split_take(struct split *s, struct split_part *part, const char *buf, size_t len,
+                      int type)
+{
+    switch (s->merge) {
+    case MERGE_SUM:
+        if (type != REPLY_INTEGER)
+            return -1;
+        s->sum += strtoll(buf + 1, NULL, 10);
+        return 0;
+    case MERGE_OK:
+        return type == REPLY_STATUS ? 0 : -1;
+    case MERGE_SCAN:
+        return type == REPLY_ARRAY ? split_take_scan(s, buf, len) : -1;
+    case MERGE_SAME:
+    case MERGE_ANY:
+        if (evbuffer_get_length(s->concat) == 0 && type != REPLY_NIL)
+            evbuffer_add(s->concat, buf, len);
+        return 0;
+    default:
+        return type == REPLY_ARRAY ? split_take_array(s, part, buf, len) : -1;
+    }
+}
+
+static void split_part_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct split_part *part = req->ctx;
+    struct split *s = part->split;
+    const char *buf = (const char *)evbuffer_pullup(src, (ssize_t)len);
+    static const char bad[] = "-ERR sluice could not merge a cluster node's reply\r\n";
+
+    if (buf == NULL || type == REPLY_ERROR)
+        split_part_error(s, buf != NULL ? buf : bad, buf != NULL ? len : sizeof(bad) - 1);
+    else if (split_take(s, part, buf, len, type) != 0)
+        split_part_error(s, bad, sizeof(bad) - 1);
+    evbuffer_drain(src, len);
+    if (--s->pending == 0 && s->parent != NULL)
+        split_answer(s);
+    request_free(req);
+}
+
+/* Drop one hold on S (a part freed, or the maker's): the last frees it. */
+static void split_unhold(struct split *s)
+{
+    if (--s->parts > 0)
+        return;
+    if (s->parent != NULL && s->parent->client == NULL)
+        request_free(s->parent);   /* never answered (exit), and nobody waits */
+    else if (s->parent != NULL)
+        s->parent->flags &= ~(unsigned)REQ_DETACHED;
+    split_free(s);
+}
+
+static void split_part_free(struct request *req)
+{
+    struct split_part *part = req->ctx;
+    struct split *s = part->split;
+
+    free(part->key_index);
+    free(part);
+    req->ctx = NULL;
+    split_unhold(s);
+}
+
+/* ---------------------------------------------------------------------
+ * Splitting */
+
+static void split_add_arg(struct evbuffer *buf, const struct sv *v)
+{
+    evbuffer_add_printf(buf, "$%zu\r\n", v->len);
+    evbuffer_add(buf, v->ptr, v->len);
+    evbuffer_add(buf, "\r\n", 2);
+}
+
+/* Send PART, whose bytes are in BUF (freed here), to NODE on the shared
+ * connection of CLIENT_ID. A part that cannot be sent makes the error. */
+static void split_send(struct split_part *part, struct backend_node *node,
+                       unsigned long long client_id, struct evbuffer *buf)
+{
+    struct split *s = part->split;
+
+    s->parts++;
+    s->pending++;
+    if (backend_send_internal(backend_pool_conn(node, client_id, s->resp), buf, split_part_reply, part,
+                              split_part_free) != 0) {
+        static const char down[] = "-ERR backend unavailable: a cluster node is down\r\n";
+        /* ctx_free ran: PART is gone; S lives on (the maker holds it). */
+        s->pending--;
+        split_part_error(s, down, sizeof(down) - 1);
+    }
+    evbuffer_free(buf);
+}
+
+static struct split_part *split_part_new(struct split *s, int max)
+{
+    struct split_part *part = calloc(1, sizeof(*part));
+
+    if (part == NULL)
+        return NULL;
+    part->split = s;
+    part->key_index = malloc((size_t)(max > 0 ? max : 1) * sizeof(int));
+    if (part->key_index == NULL) {
+        free(part);
+        return NULL;
+    }
+    return part;
+}
+
+/* Key positions ordered by slot, then by position (qsort). */
+struct split_key {
+    int slot;
+    int index;
+};
+
+static int split_key_cmp(const void *a, const void *b)
+{
+    const struct split_key *x = a, *y = b;
+
+    if (x->slot != y->slot)
+        return x->slot < y->slot ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* The part for the run of ORDER[from..to) (one slot): the command NAME
+ * with STEP arguments for each of its keys. */
+static void split_send_slot(struct split *s, unsigned long long client_id,
+                            const struct split_command *sc, const struct sv *argv,
+                            const int *keys, const struct split_key *order, int from, int to)
+{
+    struct split_part *part = split_part_new(s, to - from);
+    struct evbuffer *buf = evbuffer_new();
+    const struct sv name = {sc->name, strlen(sc->name)};
+    const struct sv *first = &argv[keys[order[from].index]];
+
+    if (part == NULL || buf == NULL) {
+        split_part_error(s, "-OOM sluice is out of memory\r\n", 30);
+        free(part != NULL ? part->key_index : NULL);
+        free(part);
+        if (buf != NULL)
+            evbuffer_free(buf);
+        return;
+    }
+    evbuffer_add_printf(buf, "*%d\r\n", 1 + (to - from) * sc->step);
+    split_add_arg(buf, &name);
+    for (int i = from; i < to; i++) {
+        part->key_index[part->count++] = order[i].index;
+        for (int a = 0; a < sc->step; a++)
+            split_add_arg(buf, &argv[keys[order[i].index] + a]);
+    }
+    split_send(part, router_node_for_key(first->ptr, first->len), client_id, buf);
+}
+
+/* One part per slot among the keys KEYS (NKEYS of them) of ARGV. */
+static int split_by_slot(struct split *s, unsigned long long client_id,
+                         const struct split_command *sc, const struct sv *argv,
+                         const int *keys, int nkeys)
+{
+    struct split_key *order = malloc((size_t)nkeys * sizeof(*order));
+    int from = 0;
+
+    if (order == NULL)
+        return -1;
+    for (int i = 0; i < nkeys; i++) {
+        order[i].slot = slot_for_key(argv[keys[i]].ptr, argv[keys[i]].len);
+        order[i].index = i;
+    }
+    qsort(order, (size_t)nkeys, sizeof(*order), split_key_cmp);
+    for (int i = 1; i <= nkeys; i++) {
+        if (i == nkeys || order[i].slot != order[from].slot) {
+            split_send_slot(s, client_id, sc, argv, keys, order, from, i);
+            from = i;
+        }
+    }
+    free(order);
+    return 0;
+}
+
+/* The whole request, ARGC arguments ARGV, to every primary of the map. */
+static void split_by_primary(struct split *s, unsigned long long client_id, int argc,
+                             const struct sv *argv)
+{
+    struct backend_node *node = NULL;
+
+    while ((node = backend_node_next(node)) != NULL) {
+        struct split_part *part;
+        struct evbuffer *buf;
+        if (!cluster_node_is_primary(node) || (part = split_part_new(s, 0)) == NULL)
+            continue;
+        buf = evbuffer_new();
+        evbuffer_add_printf(buf, "*%d\r\n", argc);
+        for (int i = 0; i < argc; i++)
+            split_add_arg(buf, &argv[i]);
+        split_send(part, node, client_id, buf);
+    }
+}
+
+static int split_node_name_cmp(const void *a, const void *b)
+{
+    return strcmp(backend_node_name(*(struct backend_node *const *)a),
+                  backend_node_name(*(struct backend_node *const *)b));
+}
+
+/* SCAN with the client's CURSOR (ARGV[1]): the rest of the command to
+ * the node the cursor names, with that node's own cursor. */
+static void split_scan(struct split *s, unsigned long long client_id, int argc,
+                       const struct sv *argv)
+{
+    static struct backend_node *nodes[SPLIT_SCAN_MAX_NODES];
+    struct backend_node *node = NULL;
+    unsigned long long cursor = 0;
+    struct split_part *part;
+    struct evbuffer *buf;
+    char text[24];
+    int n = 0;
+
+    if (argc < 2) {
+        static const char arity[] = "-ERR wrong number of arguments for 'scan' command\r\n";
+        split_part_error(s, arity, sizeof(arity) - 1);
+        return;
+    }
+    for (size_t i = 0; i < argv[1].len || i == 0; i++) {
+        if (argv[1].len == 0 || argv[1].len > 20 || argv[1].ptr[i] < '0' || argv[1].ptr[i] > '9' ||
+            cursor > (~0ULL - 9) / 10) {
+            split_part_error(s, "-ERR invalid cursor\r\n", 21);
+            return;
+        }
+        cursor = cursor * 10 + (unsigned)(argv[1].ptr[i] - '0');
+    }
+    while ((node = backend_node_next(node)) != NULL && n < SPLIT_SCAN_MAX_NODES) {
+        if (cluster_node_is_primary(node))
+            nodes[n++] = node;
+    }
+    qsort(nodes, (size_t)n, sizeof(*nodes), split_node_name_cmp);
+    s->scan_nodes = n;
+    s->scan_node = (int)(cursor & (SPLIT_SCAN_MAX_NODES - 1));
+    if (s->scan_node >= n || (part = split_part_new(s, 0)) == NULL) {
+        s->concat_count = 0;   /* past the last node: an empty last page */
+        evbuffer_add(s->concat, "*0\r\n", 4);
+        return;
+    }
+    snprintf(text, sizeof(text), "%llu", cursor >> SPLIT_SCAN_NODE_BITS);
+    buf = evbuffer_new();
+    evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", argc, strlen(text), text);
+    for (int i = 2; i < argc; i++)
+        split_add_arg(buf, &argv[i]);
+    split_send(part, nodes[s->scan_node], client_id, buf);
+}
+
+/* Drop the maker's hold; answer when every part already has. */
+static void split_release(struct split *s)
+{
+    if (s->pending == 0 && s->parent != NULL)
+        split_answer(s);
+    split_unhold(s);
+}
+
+/* Make what MERGE needs beyond the split itself. -1 on OOM. */
+static int split_prepare(struct split *s, int argc)
+{
+    if (s->merge == MERGE_ARRAY) {
+        s->elems = calloc((size_t)(s->nkeys > 0 ? s->nkeys : 1), sizeof(*s->elems));
+        if (s->elems == NULL)
+            return -1;
+        for (int i = 0; i < s->nkeys; i++) {
+            if ((s->elems[i] = evbuffer_new()) == NULL)
+                return -1;
+        }
+    } else if (s->merge == MERGE_AND) {
+        s->nkeys = argc > 2 ? argc - 2 : 0;   /* SCRIPT EXISTS sha1 [sha1 ...] */
+        s->all_ones = malloc((size_t)(s->nkeys > 0 ? s->nkeys : 1) * sizeof(*s->all_ones));
+        if (s->all_ones == NULL)
+            return -1;
+        for (int i = 0; i < s->nkeys; i++)
+            s->all_ones[i] = 1;
+    } else if (s->merge == MERGE_CONCAT || s->merge == MERGE_SAME || s->merge == MERGE_ANY ||
+               s->merge == MERGE_SCAN) {
+        if ((s->concat = evbuffer_new()) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+int cluster_split_run(struct request *req, int argc, const struct sv *argv)
+{
+    const struct split_command *sc = split_find(req->cmd);
+    struct split *s;
+    int *keys = NULL, ok;
+
+    if (sc == NULL || (s = calloc(1, sizeof(*s))) == NULL)
+        return -1;
+    if (sc->step > 0 && (keys = malloc((size_t)argc * sizeof(int))) != NULL)
+        s->nkeys = commands_keys(req->cmd, argc, argv, keys, argc);
+    s->parent = req;
+    s->merge = sc->merge;
+    s->parts = 1;   /* the maker's hold: no part may free S meanwhile */
+    s->resp = req->client->resp;
+    req->flags |= REQ_DETACHED;
+    ok = split_prepare(s, argc) == 0 && (sc->step == 0 || keys != NULL);
+    if (ok && s->merge == MERGE_SCAN)
+        split_scan(s, req->client->id, argc, argv);
+    else if (ok && sc->step == 0)
+        split_by_primary(s, req->client->id, argc, argv);
+    else if (ok)
+        ok = split_by_slot(s, req->client->id, sc, argv, keys, s->nkeys) == 0;
+    if (!ok)
+        split_part_error(s, "-OOM sluice is out of memory\r\n", 30);
+    free(keys);
+    split_release(s);
+    return 0;
+}

@@ -1,0 +1,820 @@
+"""Redis Cluster behind sluice: unmodified non-cluster clients (redis-py's
+redis.Redis, redis-cli, raw RESP) through sluice, checked against a
+cluster-aware RedisCluster client talking to the nodes directly.
+
+One cluster (3 primaries + 3 replicas, the session-scoped redis_cluster
+fixture) and one sluice in front of it serve the module; tests that move
+slots put them back, and each test uses keys of its own.
+"""
+
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+from cluster_helpers import ClusterRedis
+from conftest import Sluice, _read_log
+from helpers import RawConn, encode_command, Err, SLOW, wait_until
+
+
+_SLOT_TAGS = {}
+
+
+def key_for_slot(slot, prefix="k"):
+    """A key hashing to SLOT: PREFIX{tag}, with a tag found once per slot."""
+    from redis.crc import key_slot
+    if not _SLOT_TAGS:
+        i = 0
+        while len(_SLOT_TAGS) < 16384:
+            _SLOT_TAGS.setdefault(key_slot(str(i).encode()), str(i))
+            i += 1
+    return f"{prefix}{{{_SLOT_TAGS[slot]}}}"
+
+
+def slot_of(key):
+    from redis.crc import key_slot
+    return key_slot(key if isinstance(key, bytes) else key.encode())
+
+
+@pytest.fixture(scope="module")
+def csluice(redis_cluster, module_tmp):
+    # A retry window well past a failover's few seconds: requests for a dead
+    # primary's slots wait for its replica instead of failing.
+    s = Sluice(module_tmp / "csluice", None, cluster_seeds=redis_cluster.seeds,
+               extra={"cluster_retry_window": 10000})
+    try:
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="sluice to load the slot map")
+        yield s
+    finally:
+        problems = s.stop()
+        if problems:
+            pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
+                        pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _csluice_health(request):
+    yield
+    if "csluice" not in request.fixturenames:
+        return
+    s = request.getfixturevalue("csluice")
+    if s.proc is not None and s.proc.poll() is not None:
+        code = s.proc.returncode
+        s.proc = None
+        pytest.fail(f"sluice died during this test (exit status {code})\n"
+                    f"log:\n{_read_log(s.log_path)}", pytrace=False)
+    if s.sanitizer_report() is not None:
+        pytest.fail(f"sanitizer report in sluice log\nlog:\n{_read_log(s.log_path)}",
+                    pytrace=False)
+
+
+def cluster_info(s, password=None):
+    """PROXY CLUSTER parsed: 'key:value' lines into a dict, slot ranges and
+    nodes into lists."""
+    with s.raw() as c:
+        if password is not None:
+            assert c.call(b"AUTH", password) == "OK"
+        text = c.call(b"PROXY", b"CLUSTER")
+    out = {"slots": [], "nodes": []}
+    for line in text.decode().splitlines():
+        if line.startswith("slots:"):
+            out["slots"].append(line[6:])
+        elif line.startswith("node:"):
+            out["nodes"].append(line[5:])
+        elif ":" in line and not line.startswith("#"):
+            k, v = line.split(":", 1)
+            out[k] = v
+    return out
+
+
+@pytest.fixture
+def sr(csluice):
+    c = csluice.client()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def rc(redis_cluster):
+    c = redis_cluster.cluster_client()
+    yield c
+    c.close()
+
+
+def test_keys_over_all_slots_both_ways(sr, rc):
+    """A key in every one of the 16384 slots, written through sluice, is
+    readable directly from its node, and the other way round."""
+    keys = [key_for_slot(s, "both:") for s in range(0, 16384)]
+    p = sr.pipeline(transaction=False)
+    for i, k in enumerate(keys):
+        p.set(k, f"v{i}")
+    assert all(p.execute())
+    sample = keys[::97] + keys[-3:]
+    for k in sample:
+        assert rc.get(k) == f"v{keys.index(k)}".encode()
+    for k in sample:
+        rc.set(k, b"direct:" + k.encode())
+    p = sr.pipeline(transaction=False)
+    for k in sample:
+        p.get(k)
+    assert p.execute() == [b"direct:" + k.encode() for k in sample]
+    p = sr.pipeline(transaction=False)
+    for k in keys:
+        p.delete(k)
+    assert p.execute() == [1] * len(keys)
+
+
+def test_binary_safe_keys_and_values(sr, rc):
+    cases = [(b"bin:\x00key", b""), (b"bin:\xff\x00\r\n", b"\x00\x00"),
+             (b"bin:{\x00}a", b"v\r\nv"), (b"", b"empty key"), (b"bin:big", b"\x00x" * 100000)]
+    for k, v in cases:
+        assert sr.set(k, v) is True
+        assert rc.get(k) == v
+        assert sr.get(k) == v
+        assert sr.strlen(k) == len(v)
+    for k, _ in cases:
+        assert sr.delete(k) == 1
+
+
+def test_pipeline_of_10000_spanning_all_slots_in_order(csluice, rc):
+    """10,000 commands over keys of every primary, one connection, sent at
+    once: every reply comes back in request order."""
+    keys = [f"pipe:{i}" for i in range(5000)]
+    data = b"".join(encode_command("SET", k, f"val-{k}") + encode_command("GET", k)
+                    for k in keys)
+    with csluice.raw(timeout=30 * SLOW) as c:
+        c.send(data)
+        replies = [c.read_reply() for _ in range(10000)]
+    for i, k in enumerate(keys):
+        assert replies[2 * i] == "OK"
+        assert replies[2 * i + 1] == f"val-{k}".encode(), (i, k, replies[2 * i + 1])
+    assert rc.get(keys[1234]) == f"val-{keys[1234]}".encode()
+    with csluice.raw() as c:
+        for k in keys:
+            c.send_command("DEL", k)
+        assert [c.read_reply() for _ in keys] == [1] * len(keys)
+
+
+def test_crossslot_refused_and_nothing_sent(sr, rc):
+    a, b = key_for_slot(1, "cs:"), key_for_slot(9000, "cs:")
+    with pytest.raises(redis.ResponseError, match="^CROSSSLOT Keys in request don't hash "
+                                                  "to the same slot$"):
+        sr.execute_command("MSETNX", a, "1", b, "2")
+    assert rc.exists(a) == 0 and rc.exists(b) == 0
+    with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
+        sr.execute_command("SUNIONSTORE", a, b)
+    with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
+        sr.execute_command("RENAME", a, b)
+    with pytest.raises(redis.ResponseError, match="CROSSSLOT"):
+        sr.eval("return 1", 2, a, b)
+    # Keys with one hash tag share a slot: fine.
+    assert sr.mset({"{tag}x": "1", "{tag}y": "2"}) is True
+    assert rc.mget("{tag}x", "{tag}y") == [b"1", b"2"]
+    assert sr.eval("return redis.call('get', KEYS[1])", 1, "{tag}y") == b"2"
+    assert sr.delete("{tag}x", "{tag}y") == 2
+    # A request refused with CROSSSLOT leaves the pipeline in order.
+    p = sr.pipeline(transaction=False)
+    p.set("{p}a", 1)
+    p.execute_command("RENAME", a, b)
+    p.get("{p}a")
+    res = p.execute(raise_on_error=False)
+    assert res[0] is True and isinstance(res[1], redis.ResponseError) and res[2] == b"1"
+    sr.delete("{p}a")
+
+
+def test_looks_like_a_standalone_redis(sr, csluice):
+    for cmd in (("CLUSTER", "INFO"), ("CLUSTER", "SLOTS"), ("CLUSTER", "NODES"),
+                ("CLUSTER", "SHARDS"), ("READONLY",), ("ASKING",)):
+        with pytest.raises(redis.ResponseError,
+                           match="^This instance has cluster support disabled$"):
+            sr.execute_command(*cmd)
+    assert sr.execute_command("SELECT", "0") is True
+    with pytest.raises(redis.ResponseError, match="^SELECT is not allowed in cluster mode$"):
+        sr.execute_command("SELECT", "1")
+    assert sr.ping() is True
+    hello = sr.execute_command("HELLO", "2")
+    fields = dict(zip(hello[::2], hello[1::2]))
+    assert fields[b"mode"] == b"standalone", fields
+    out = subprocess.run(["redis-cli", "-p", str(csluice.port), "CLUSTER", "INFO"],
+                         capture_output=True, timeout=10)
+    assert b"cluster support disabled" in out.stdout
+    # redis-cli -c stays a plain client: sluice never redirects.
+    out = subprocess.run(["redis-cli", "-c", "-p", str(csluice.port), "SET", "cli:k", "v"],
+                         capture_output=True, timeout=10)
+    assert out.stdout.strip() == b"OK"
+    out = subprocess.run(["redis-cli", "-p", str(csluice.port), "GET", "cli:k"],
+                         capture_output=True, timeout=10)
+    assert out.stdout.strip() == b"v"
+    sr.delete("cli:k")
+
+
+def test_whole_keyspace_commands_refused_not_half_answered(sr):
+    for cmd in (("WAIT", "0", "0"),):
+        with pytest.raises(redis.ResponseError, match="in cluster mode yet"):
+            sr.execute_command(*cmd)
+
+
+def test_whole_keyspace_commands_on_every_primary(csluice, sr, redis_cluster, rc):
+    """KEYS merges, RANDOMKEY finds keys wherever they are, SCRIPT LOAD and
+    FLUSH reach every primary (EVALSHA then works on every key's node),
+    SCRIPT EXISTS is 1 only where every primary has the script."""
+    keys = [f"wk:{i}" for i in range(60)]
+    sr.mset({k: 1 for k in keys})
+    assert sorted(sr.keys("wk:*")) == sorted(k.encode() for k in keys)
+    assert sr.randomkey() is not None
+    sha = sr.script_load("return 'loaded'")
+    for k in keys[:20]:
+        assert sr.evalsha(sha, 1, k) == b"loaded"
+    assert sr.script_exists(sha, "0" * 40) == [True, False]
+    # Loaded on one primary only: not there "everywhere".
+    one = redis_cluster.primaries()[0]
+    with redis_cluster.node_by_port(one).client() as c:
+        sha2 = c.script_load("return 'one'")
+    assert sr.script_exists(sha2) == [False]
+    assert sr.script_flush() is True
+    assert sr.script_exists(sha) == [False]
+    sr.delete(*keys)
+    assert sr.keys("wk:*") == []
+    # FLUSHALL empties every primary (the test's own keys only remain gone).
+    sr.mset({k: 1 for k in keys})
+    assert sr.dbsize() >= 60
+    assert sr.flushall() is True
+    assert sr.dbsize() == 0
+    assert sr.randomkey() is None
+    assert rc.exists(*keys) == 0
+
+
+def test_proxy_cluster_shows_the_map(csluice, redis_cluster):
+    info = cluster_info(csluice)
+    assert info["cluster_enabled"] == "1"
+    assert info["cluster_have_map"] == "1"
+    covered = 0
+    for line in info["slots"]:
+        rng, node = line.split(" ")
+        lo, hi = map(int, rng.split("-"))
+        covered += hi - lo + 1
+        assert node != "(not served)"
+        assert int(node.rsplit(":", 1)[1]) == redis_cluster.slot_owner_port(lo)
+    assert covered == 16384
+    assert any("state=up" in n for n in info["nodes"])
+    assert int(info["refreshes"]) >= 1
+    # PROXY INFO carries the same counters.
+    assert "cluster_moved" in csluice.info()
+
+
+def migrate_slot(cluster, slot, src_port, dst_port, keys=(), finish=True):
+    """Move SLOT from SRC to DST by hand (CLUSTER SETSLOT), migrating KEYS.
+    With FINISH false the slot is left half-migrated (ASK)."""
+    src, dst = cluster.node_by_port(src_port), cluster.node_by_port(dst_port)
+    src_id, dst_id = cluster.node_id(src_port), cluster.node_id(dst_port)
+    with src.client() as s, dst.client() as d:
+        d.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        for k in keys:
+            s.execute_command("MIGRATE", "127.0.0.1", dst_port, k, 0, 5000)
+        if finish:
+            finish_migration(cluster, slot, dst_port)
+
+
+def finish_migration(cluster, slot, dst_port):
+    """SETSLOT NODE everywhere, importing node first (it takes a new config
+    epoch), then wait until every node agrees: moving the slot again before
+    the epochs have spread can leave the nodes disagreeing for good."""
+    dst_id = cluster.node_id(dst_port)
+    for p in [dst_port] + [p for p in cluster.primaries() if p != dst_port]:
+        with cluster.node_by_port(p).client() as c:
+            c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    cluster.wait_ok()
+
+
+def test_moved_after_migration_is_invisible(csluice, sr, redis_cluster, rc):
+    slot = 777
+    k = key_for_slot(slot, "mv:")
+    assert sr.set(k, "before") is True
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    moved_before = int(cluster_info(csluice)["moved"])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[k])
+    try:
+        # sluice's map still names SRC: the MOVED is followed, not shown.
+        p = sr.pipeline(transaction=False)
+        for i in range(50):
+            p.set(k, f"v{i}")
+            p.get(k)
+        res = p.execute()
+        assert res == [x for i in range(50) for x in (True, f"v{i}".encode())]
+        assert int(cluster_info(csluice)["moved"]) > moved_before
+        wait_until(lambda: any(line.startswith(f"{slot}-") and line.endswith(f":{dst}")
+                               for line in cluster_info(csluice)["slots"]),
+                   5 * SLOW, msg="the map to name the new owner")
+    finally:
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+        redis_cluster.wait_ok()
+    assert sr.get(k) == b"v49"
+    assert sr.delete(k) == 1
+
+
+def test_ask_during_migration_is_invisible(csluice, sr, redis_cluster):
+    slot = 4242
+    moved_key, stay_key = key_for_slot(slot, "ask:a"), key_for_slot(slot, "ask:b")
+    sr.set(moved_key, "m")
+    sr.set(stay_key, "s")
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    ask_before = int(cluster_info(csluice)["ask"])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[moved_key], finish=False)
+    try:
+        assert sr.get(moved_key) == b"m"        # ASK to DST
+        assert sr.get(stay_key) == b"s"         # still on SRC
+        assert sr.set(moved_key, "m2") is True
+        assert sr.get(moved_key) == b"m2"
+        assert int(cluster_info(csluice)["ask"]) > ask_before
+        # The map was not changed by ASK.
+        assert any(line.startswith(f"{slot}-") or (
+            int(line.split("-")[0]) <= slot <= int(line.split(" ")[0].split("-")[1]))
+            and line.endswith(f":{src}") for line in cluster_info(csluice)["slots"])
+    finally:
+        with redis_cluster.node_by_port(src).client() as s:
+            keys = s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            for kk in keys:
+                s.execute_command("MIGRATE", "127.0.0.1", dst, kk, 0, 5000)
+        finish_migration(redis_cluster, slot, dst)
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+        redis_cluster.wait_ok()
+    assert sr.get(moved_key) == b"m2"
+    assert sr.delete(moved_key, stay_key) == 0 or True
+    sr.delete(moved_key)
+    sr.delete(stay_key)
+
+
+def test_start_with_seeds_down_then_cluster_comes_up(tmp_path):
+    """sluice starts with no seed answering, says CLUSTERDOWN clearly, and
+    serves once the cluster is up."""
+    cl = ClusterRedis(tmp_path / "late")
+    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds)
+    try:
+        s.start()
+        c = s.client()
+        with pytest.raises(redis.ResponseError, match="^CLUSTERDOWN sluice has no slot map"):
+            c.get("x")
+        assert cluster_info(s)["cluster_have_map"] == "0"
+        cl.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 15 * SLOW,
+                   msg="sluice to load the map")
+        # A map read while the cluster was forming is refreshed soon.
+        wait_until(lambda: all("(not served)" not in x for x in cluster_info(s)["slots"]),
+                   15 * SLOW, msg="sluice's map to cover every slot")
+        for i in range(200):
+            assert c.set(f"late:{i}", i) is True
+        rcl = cl.cluster_client()
+        assert rcl.get("late:123") == b"123"
+        rcl.close()
+        c.close()
+    finally:
+        problems = s.stop()
+        cl.stop()
+    assert not problems, problems
+
+
+def keys_per_primary(cluster, prefix):
+    """One key (with a hash tag) per primary, and a second in its slot."""
+    out = []
+    for port in cluster.primaries():
+        slot = next(s for s in range(0, 16384, 50) if cluster.slot_owner_port(s) == port)
+        k = key_for_slot(slot, prefix)
+        out.append((k, k.replace(prefix, prefix + "2", 1)))
+    return out
+
+
+def test_transactions_on_every_primary(csluice, redis_cluster, rc):
+    """MULTI is sent with the transaction's first key, to its node: a
+    transaction works whichever primary serves its keys."""
+    for k1, k2 in keys_per_primary(redis_cluster, "tx:"):
+        assert slot_of(k1) == slot_of(k2)
+        with csluice.client() as c:
+            p = c.pipeline(transaction=True)
+            p.set(k1, "a")
+            p.incr(k2)
+            p.get(k1)
+            assert p.execute() == [True, 1, b"a"]
+        assert rc.get(k2) == b"1"
+        rc.delete(k1, k2)
+
+
+def test_transaction_across_nodes_aborts_whole(csluice, redis_cluster, rc):
+    (a, _), (b, _) = keys_per_primary(redis_cluster, "txx:")[:2]
+    with csluice.raw() as c:
+        assert c.call("MULTI") == "OK"
+        assert c.call("SET", a, "1") == "QUEUED"
+        r = c.call("SET", b, "1")
+        assert isinstance(r, Err) and r.startswith("CROSSSLOT")
+        r = c.call("EXEC")
+        assert isinstance(r, Err) and r.startswith("EXECABORT")
+        assert c.call("GET", a) is None           # nothing applied, client usable
+        assert c.call("SET", b, "after") == "OK"  # other node: shared connection
+    assert rc.exists(a) == 0
+    assert rc.get(b) == b"after"
+    rc.delete(b)
+
+
+def test_empty_transactions_and_multi_state(csluice):
+    with csluice.raw() as c:
+        assert c.call("MULTI") == "OK"
+        assert c.call("EXEC") == []
+        assert c.call("MULTI") == "OK"
+        assert c.call("DISCARD") == "OK"
+        r = c.call("EXEC")
+        assert isinstance(r, Err) and "EXEC without MULTI" in r
+        assert c.call("MULTI") == "OK"
+        r = c.call("KEYS", "*")
+        assert isinstance(r, Err)
+        r = c.call("EXEC")
+        assert isinstance(r, Err) and r.startswith("EXECABORT")
+
+
+def test_session_then_keys_of_other_nodes(csluice, redis_cluster, rc):
+    """A client with a session (BLPOP, WATCH) on one node still reaches
+    keys of the others for plain commands."""
+    pairs = keys_per_primary(redis_cluster, "sess:")
+    (qa, _), (kb, _), (kc, _) = pairs
+    rc.rpush(qa, "job")
+    with csluice.client() as c:
+        assert c.blpop([qa], timeout=1) == (qa.encode(), b"job")
+        assert c.set(kb, "b") is True
+        assert c.set(kc, "c") is True
+        assert c.get(kb) == b"b" and c.get(kc) == b"c"
+        # WATCH on the session's node, then a transaction there.
+        with c.pipeline(transaction=True) as p:
+            p.watch(qa)
+            p.multi()
+            p.rpush(qa, "x")
+            assert p.execute() == [1]
+        with pytest.raises(redis.ResponseError, match="session is on another node"):
+            c.blpop([kb], timeout=1)
+    assert rc.lrange(qa, 0, -1) == [b"x"]
+    rc.delete(qa, kb, kc)
+
+
+def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
+    """A multi-key command whose keys are split by a migration gets
+    TRYAGAIN from Redis: sluice retries a bounded number of times, then
+    answers a clear error (never a redirection); once the migration is
+    over the command works. A client that leaves while its request waits
+    for a retry harms nobody."""
+    slot = 9999
+    a, b = key_for_slot(slot, "ta:a"), key_for_slot(slot, "ta:b")
+    sr.set(a, "1")
+    sr.set(b, "2")
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    before = int(cluster_info(csluice)["tryagain"])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[a], finish=False)
+    try:
+        with pytest.raises(redis.ResponseError, match="^TRYAGAIN sluice followed "
+                                                      "cluster_max_redirects"):
+            sr.mget(a, b)
+        assert int(cluster_info(csluice)["tryagain"]) > before
+        for _ in range(20):
+            with csluice.raw() as c:
+                c.send_command("MGET", a, b)
+            # closed at once, its request waiting for a retry
+        assert sr.get(b) == b"2"
+    finally:
+        with redis_cluster.node_by_port(src).client() as s:
+            for kk in s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                s.execute_command("MIGRATE", "127.0.0.1", dst, kk, 0, 5000)
+        finish_migration(redis_cluster, slot, dst)
+    assert sr.mget(a, b) == [b"1", b"2"]
+    with redis_cluster.node_by_port(dst).client() as d:
+        keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+    migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    redis_cluster.wait_ok()
+    assert sr.delete(a, b) == 2
+
+
+def test_locks_on_every_primary(csluice, redis_cluster, rc):
+    """LOCK/UNLOCK/RENEW go to the primary of the lock's slot; the fence
+    counter stays in that slot; a held lock makes others wait."""
+    for k, _ in keys_per_primary(redis_cluster, "lk:"):
+        for name in (k, "plain-" + k.replace("{", "").replace("}", "")):
+            with csluice.client() as a, csluice.client() as b:
+                tok, fence = a.execute_command("LOCK", name, 10000, "OWNER", "a", "FENCE")
+                assert tok == b"a" and fence >= 1
+                assert rc.hgetall(name) == {b"a": b"1"}
+                assert b.execute_command("LOCK", name, 10000) is None
+                assert a.execute_command("RENEW", name, 20000, "OWNER", "a") == b"OK"
+                assert 10000 < rc.pttl(name) <= 20000
+                assert a.execute_command("UNLOCK", name, "OWNER", "a") == 0
+                tok2, fence2 = b.execute_command("LOCK", name, 1000, "FENCE")
+                assert fence2 > fence
+                assert b.execute_command("UNLOCK", name) == 0
+            assert rc.exists(name) == 0
+
+
+def test_lock_follows_moved(csluice, redis_cluster, rc, sr):
+    slot = 12345
+    name = key_for_slot(slot, "lkm:")
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    migrate_slot(redis_cluster, slot, src, dst)
+    try:
+        tok = sr.execute_command("LOCK", name, 10000, "OWNER", "me")
+        assert tok == b"me"
+        assert rc.hgetall(name) == {b"me": b"1"}
+        assert sr.execute_command("UNLOCK", name, "OWNER", "me") == 0
+    finally:
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    assert rc.exists(name) == 0
+
+
+def test_multi_key_commands_split_by_slot(csluice, sr, rc):
+    keys = [f"split:{i}" for i in range(300)]
+    assert len({slot_of(k) for k in keys}) > 100
+    assert sr.mset({k: f"v{i}" for i, k in enumerate(keys)}) is True
+    assert rc.get(keys[17]) == b"v17"
+    got = sr.mget(keys + ["split:missing"])
+    assert got == [f"v{i}".encode() for i in range(300)] + [None]
+    assert sr.exists(*keys, "split:missing", keys[0]) == 301
+    assert sr.touch(*keys[:50]) == 50
+    rc.rpush("split:list", "x")                  # MGET of a non-string: nil
+    assert sr.mget(keys[0], "split:list", keys[1]) == [b"v0", None, b"v1"]
+    assert sr.delete(*keys[:100]) == 100
+    assert sr.unlink(*keys[100:], "split:list") == 201
+    assert rc.exists(*keys) == 0
+    # Binary keys and values, empty values, one pipeline in order.
+    bkeys = [b"sb\x00%d" % i for i in range(20)]
+    p = sr.pipeline(transaction=False)
+    p.mset({k: b"" if i % 2 else b"\x00\r\n" for i, k in enumerate(bkeys)})
+    p.mget(bkeys)
+    p.get(bkeys[3])
+    p.delete(*bkeys)
+    p.mget(bkeys)
+    res = p.execute()
+    assert res[0] is True
+    assert res[1] == [b"" if i % 2 else b"\x00\r\n" for i in range(20)]
+    assert res[2] == b""
+    assert res[3] == 20
+    assert res[4] == [None] * 20
+
+
+def test_dbsize_sums_the_primaries(csluice, sr, rc, redis_cluster):
+    keys = [f"dbs:{i}" for i in range(100)]
+    base = sum(redis_cluster.node_by_port(p).client().dbsize()
+               for p in redis_cluster.primaries())
+    assert sr.dbsize() == base
+    sr.mset({k: 1 for k in keys})
+    assert sr.dbsize() == base + 100
+    sr.delete(*keys)
+    assert sr.dbsize() == base
+
+
+def test_split_through_moved_and_clients_leaving(csluice, sr, rc, redis_cluster):
+    slot = 3333
+    moved = [key_for_slot(slot, f"spm{i}:") for i in range(3)]
+    others = [f"spm-o{i}" for i in range(30)]
+    sr.mset({k: k for k in moved + others})
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    migrate_slot(redis_cluster, slot, src, dst, keys=moved)
+    try:
+        assert sr.mget(moved + others) == [k.encode() for k in moved + others]
+        # Clients sending split commands and leaving at once.
+        for _ in range(30):
+            with csluice.raw() as c:
+                c.send(encode_command("MGET", *(moved + others)) +
+                       encode_command("DEL", "spm-none1", "spm-none2") +
+                       encode_command("DBSIZE"))
+        assert sr.exists(*(moved + others)) == 33
+    finally:
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    assert sr.delete(*(moved + others)) == 33
+
+
+def test_split_commands_in_a_transaction_are_crossslot(csluice):
+    with csluice.raw() as c:
+        assert c.call("MULTI") == "OK"
+        assert c.call("SET", "{tx}a", "1") == "QUEUED"
+        r = c.call("MGET", "{tx}a", "other-key-slot")
+        assert isinstance(r, Err) and r.startswith("CROSSSLOT")
+        r = c.call("DBSIZE")
+        assert isinstance(r, Err) and "inside a transaction" in r
+        r = c.call("EXEC")
+        assert isinstance(r, Err) and r.startswith("EXECABORT")
+        assert c.call("GET", "{tx}a") is None
+
+
+class Traffic:
+    """A thread writing and reading keys over every primary through
+    sluice with a plain client, recording each error and when it came."""
+
+    def __init__(self, sluice, prefix):
+        import threading
+        self.sluice = sluice
+        self.prefix = prefix
+        self.errors = []
+        self.ops = 0
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        c = self.sluice.client(socket_timeout=5)
+        i = 0
+        while not self.stop_event.is_set():
+            k = f"{self.prefix}:{i % 500}"
+            try:
+                c.set(k, i)
+                got = c.get(k)
+                if got != str(i).encode():
+                    self.errors.append((time.monotonic(), f"GET {k}: {got!r} != {i}"))
+                self.ops += 1
+            except redis.RedisError as e:
+                self.errors.append((time.monotonic(), repr(e)))
+                time.sleep(0.01)
+            i += 1
+        c.close()
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join(30)
+
+
+def replica_of(cluster, primary_port):
+    """The port of a replica of PRIMARY_PORT, once it is attached and in
+    sync (replicas appear in CLUSTER SLOTS a moment after creation)."""
+    def find():
+        with cluster.node_by_port(primary_port).client() as c:
+            for s in c.execute_command("CLUSTER", "SLOTS"):
+                if int(s[2][1]) == primary_port and len(s) > 3:
+                    port = int(s[3][1])
+                    with cluster.node_by_port(port).client() as r:
+                        if r.info("replication").get("master_link_status") == "up":
+                            return port
+        return None
+    return wait_until(find, 30 * SLOW, interval=0.1, msg=f"a replica of {primary_port}")
+
+
+def test_manual_failover_under_traffic_no_errors(csluice, redis_cluster):
+    """CLUSTER FAILOVER on a replica while a client writes and reads keys
+    of every primary through sluice: the client sees no error."""
+    old = redis_cluster.primaries()[0]
+    new = replica_of(redis_cluster, old)
+    with Traffic(csluice, "mfo") as t:
+        wait_until(lambda: t.ops > 200, 10 * SLOW, msg="traffic to start")
+        with redis_cluster.node_by_port(new).client() as c:
+            assert c.execute_command("CLUSTER", "FAILOVER") == b"OK"
+        wait_until(lambda: new in redis_cluster.primaries(), 20 * SLOW,
+                   msg="the replica to take over")
+        redis_cluster.wait_ok()
+        done = t.ops
+        wait_until(lambda: t.ops > done + 300, 10 * SLOW, msg="traffic after the failover")
+    assert t.errors == [], t.errors[:5]
+    assert any(line.endswith(f":{new}") for line in cluster_info(csluice)["slots"])
+
+
+def test_primary_killed_then_served_again(csluice, redis_cluster):
+    """A primary dies under traffic: its requests wait (cluster_retry_window)
+    until the cluster has promoted its replica, so the client sees no
+    error, and every slot is served again."""
+    victim = redis_cluster.primaries()[-1]
+    heir = replica_of(redis_cluster, victim)
+    node = redis_cluster.node_by_port(victim)
+    try:
+        with Traffic(csluice, "kill") as t:
+            wait_until(lambda: t.ops > 200, 10 * SLOW, msg="traffic to start")
+            killed_at = time.monotonic()
+            node.stop()
+            wait_until(lambda: heir in redis_cluster.primaries(), 30 * SLOW,
+                       msg="the replica to be promoted")
+            redis_cluster.wait_ok()
+            healthy_at = time.monotonic()
+
+            def all_served():
+                with csluice.client() as c:
+                    for s in range(0, 16384, 128):
+                        c.set(key_for_slot(s, "killchk:"), 1)
+                return True
+            wait_until(all_served, 10 * SLOW, interval=0.05, msg="sluice to serve every slot")
+            served_at = time.monotonic()
+            done = t.ops
+            wait_until(lambda: t.ops > done + 300, 10 * SLOW, msg="traffic after recovery")
+        print(f"\nprimary killed: {len(t.errors)} client errors; cluster healthy "
+              f"{healthy_at - killed_at:.2f} s after the kill; sluice served every slot "
+              f"{served_at - healthy_at:.2f} s after that")
+        assert t.errors == [], t.errors[:5]
+        assert int(cluster_info(csluice)["retries"]) > 0
+        assert int(csluice.info()["cluster_retries"]) > 0
+    finally:
+        node.start()   # it comes back as a replica of its heir
+        redis_cluster.wait_ok(60)
+    with csluice.client() as c:
+        c.delete(*[key_for_slot(s, "killchk:") for s in range(0, 16384, 128)])
+
+
+def test_scan_walks_every_primary(csluice, sr, rc):
+    """SCAN returns every key present throughout, with a cursor a client
+    may treat as an integer; MATCH, COUNT and TYPE pass through."""
+    keys = {f"scan:{i}" for i in range(500)}
+    sr.mset({k: 1 for k in keys})
+    rc.rpush("scan:list", "x")
+    seen, cursor, calls = [], 0, 0
+    while True:
+        cursor, page = sr.scan(cursor, match="scan:*", count=50)
+        assert isinstance(cursor, int)
+        seen += [k.decode() for k in page]
+        calls += 1
+        assert calls < 2000
+        if cursor == 0:
+            break
+    assert set(seen) == keys | {"scan:list"}
+    assert {k.decode() for k in sr.scan_iter(match="scan:*", _type="list")} == {"scan:list"}
+    for bad in ("abc", "-1", "", "99999999999999999999999"):
+        with pytest.raises(redis.ResponseError, match="invalid cursor"):
+            sr.execute_command("SCAN", bad)
+    with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
+        sr.execute_command("SCAN")
+    assert sr.delete(*keys, "scan:list") == 501
+
+
+def test_pubsub_and_sharded_pubsub(csluice, redis_cluster):
+    """PUBLISH reaches subscribers wherever they are (the cluster
+    broadcasts); SSUBSCRIBE and SPUBLISH go by the channel's slot."""
+    for ch in ("news", "{other}chan", "x" * 3):
+        with csluice.raw() as sub, csluice.raw() as pub, csluice.raw() as spub:
+            assert sub.call("SUBSCRIBE", ch) == [b"subscribe", ch.encode(), 1]
+            # the subscription is on a private connection to some node
+            assert isinstance(pub.call("PUBLISH", ch, "hello"), int)   # that node's count
+            assert sub.read_reply() == [b"message", ch.encode(), b"hello"]
+        with csluice.raw() as sub, csluice.raw() as spub:
+            assert sub.call("SSUBSCRIBE", ch) == [b"ssubscribe", ch.encode(), 1]
+            assert spub.call("SPUBLISH", ch, "shard") == 1
+            assert sub.read_reply() == [b"smessage", ch.encode(), b"shard"]
+
+
+def test_cluster_aware_client_does_not_bypass_sluice(csluice):
+    """A cluster-aware client pointed at sluice finds no cluster there
+    (so it cannot learn the nodes and go around sluice)."""
+    from redis.cluster import RedisCluster
+    from redis.exceptions import RedisClusterException
+    with pytest.raises((RedisClusterException, redis.ResponseError)):
+        RedisCluster(host="127.0.0.1", port=csluice.port, socket_timeout=5)
+
+
+def test_backend_password_applies_to_every_node(tmp_path):
+    """backend_password authenticates sluice on every node (map requests,
+    keys of every primary, split commands)."""
+    cl = ClusterRedis(tmp_path / "pw", replicas=0, password="s3cret")
+    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds,
+               extra={"backend_password": "s3cret"})
+    try:
+        cl.start()
+        s.start()
+        wait_until(lambda: cluster_info(s, "s3cret").get("cluster_have_map") == "1",
+                   10 * SLOW, msg="sluice to load the map with a password")
+        with s.client(password="s3cret") as c:
+            keys = [f"pw:{i}" for i in range(100)]
+            assert c.mset({k: k for k in keys}) is True
+            assert c.mget(keys) == [k.encode() for k in keys]
+            assert c.dbsize() == 100
+        rcl = cl.cluster_client()
+        assert rcl.get("pw:42") == b"pw:42"
+        rcl.close()
+        assert "refused sluice's own request" not in _read_log(s.log_path)
+    finally:
+        problems = s.stop()
+        cl.stop()
+    assert not problems, problems
+
+
+def test_resp3_client(csluice, rc):
+    """A RESP3 client (HELLO 3) reaches every node, through MOVED-free
+    routing and split commands alike, with RESP3 replies."""
+    keys = [f"r3:{i}" for i in range(20)]
+    with csluice.raw() as c:
+        hello = c.call("HELLO", "3")
+        assert isinstance(hello, tuple) and hello[0] == "map"
+        fields = dict(zip(hello[1][::2], hello[1][1::2]))
+        assert fields[b"mode"] == b"standalone"
+        for k in keys:
+            assert c.call("SET", k, k) == "OK"
+        assert c.call("MGET", *keys, "r3:missing") == [k.encode() for k in keys] + [None]
+        assert c.call("GET", "r3:missing") is None
+        assert c.call_raw("GET", "r3:missing") == b"_\r\n"
+        assert c.call("DEL", *keys) == 20
+    assert rc.exists(*keys) == 0
