@@ -518,6 +518,7 @@ static void backend_conn_reset_io(struct backend_conn *conn)
     /* Staged bytes belong to requests that fail with this connection. */
     evbuffer_drain(conn->staged, evbuffer_get_length(conn->staged));
     conn->write_off = 0;   /* a new bufferevent starts with writing on */
+    respframe_release(&conn->frame);   /* a reply cut off mid-way may hold levels */
     respframe_init(&conn->frame);
     conn->hold_until = 0;
 }

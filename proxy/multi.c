@@ -127,8 +127,10 @@ static int multi_rewrite(struct client *c, struct multi_locals *m, struct evbuff
         ssize_t n;
         respframe_init(&f);
         n = respframe_next(&f, all, &type);
-        if (n <= 0)
+        if (n <= 0) {
+            respframe_release(&f);
             return -1;
+        }
         if (next < m->count && m->slots[next].index == i) {
             evbuffer_drain(all, (size_t)n);
             multi_run_slot(c, &m->slots[next++], out);

@@ -84,8 +84,44 @@ void respframe_init(struct respframe *f)
     f->missing = 0;
     f->type = 0;
     f->depth = 0;
+    f->deep = NULL;
+    f->deep_cap = 0;
     f->line_max = RESPFRAME_LINE_MAX;
     f->err[0] = '\0';
+}
+
+void respframe_release(struct respframe *f)
+{
+    free(f->deep);
+    f->deep = NULL;
+    f->deep_cap = 0;
+}
+
+/* Level I of the open aggregates (0 <= I < depth). */
+static inline struct respframe_level *respframe_level_at(struct respframe *f, int i)
+{
+    return i < RESPFRAME_STACK_INLINE ? &f->stack[i] : &f->deep[i - RESPFRAME_STACK_INLINE];
+}
+
+/* Room for one more open aggregate: the inline stack, then the heap,
+ * grown by doubling. NULL past RESPFRAME_MAX_DEPTH or out of memory. */
+static struct respframe_level *respframe_push(struct respframe *f)
+{
+    int i = f->depth - RESPFRAME_STACK_INLINE;
+
+    if (i < 0)
+        return &f->stack[f->depth];
+    if (f->depth >= RESPFRAME_MAX_DEPTH)
+        return NULL;
+    if (i >= f->deep_cap) {
+        int cap = f->deep_cap > 0 ? 2 * f->deep_cap : RESPFRAME_STACK_INLINE;
+        struct respframe_level *grown = realloc(f->deep, sizeof(*grown) * (size_t)cap);
+        if (grown == NULL)
+            return NULL;
+        f->deep = grown;
+        f->deep_cap = cap;
+    }
+    return &f->deep[i];
 }
 
 size_t respframe_missing(const struct respframe *f)
@@ -102,6 +138,7 @@ static int respframe_fail(struct respframe *f, const char *fmt, ...)
     va_end(ap);
     if (f->err[0] == '\0')
         snprintf(f->err, sizeof f->err, "protocol error");
+    respframe_release(f);
     return RF_ERR;
 }
 
@@ -188,6 +225,7 @@ static int respframe_bad_number(struct respframe *f, const char *p, size_t n, co
 static int respframe_line(struct respframe *f, const char *p, size_t n, size_t next)
 {
     const struct respframe_byte *b = &respframe_bytes[(unsigned char)p[0]];
+    struct respframe_level *level;
     int64_t v;
 
     if (f->depth == 0)
@@ -245,10 +283,10 @@ static int respframe_line(struct respframe *f, const char *p, size_t n, size_t n
             return respframe_bad_number(f, p, n, "count");
         if (v == 0)
             return b->attr ? RF_OPEN : RF_VALUE;
-        if (f->depth == RESPFRAME_MAX_DEPTH)
+        if ((level = respframe_push(f)) == NULL)
             return respframe_fail(f, "replies nested deeper than %d", RESPFRAME_MAX_DEPTH);
-        f->stack[f->depth].left = (uint64_t)v * b->per;
-        f->stack[f->depth].attr = b->attr;
+        level->left = (uint64_t)v * b->per;
+        level->attr = b->attr;
         f->depth++;
         return RF_OPEN;
     default:
@@ -261,7 +299,7 @@ static int respframe_line(struct respframe *f, const char *p, size_t n, size_t n
 static inline int respframe_value_done(struct respframe *f)
 {
     while (f->depth > 0) {
-        struct respframe_level *l = &f->stack[f->depth - 1];
+        struct respframe_level *l = respframe_level_at(f, f->depth - 1);
         if (--l->left > 0)
             return 0;
         f->depth--;
@@ -432,8 +470,8 @@ int respframe_fast(struct respframe *f, const char *p, const char *end, const ch
                     goto out;
                 q += v + 2;
             } else if (v > 0) {
-                if (f->depth == RESPFRAME_MAX_DEPTH)
-                    goto out;
+                if (f->depth >= RESPFRAME_STACK_INLINE)
+                    goto out;   /* deeper: the general path grows the stack */
                 if (f->depth == 0)
                     f->type = t;
                 f->stack[f->depth].left = v * b->per;
@@ -585,8 +623,10 @@ static size_t respframe_min_missing(const struct respframe *f, size_t total)
     uint64_t values = 0;
     size_t now;
 
-    for (int i = 0; i < f->depth; i++)
-        values += f->stack[i].left - 1 + (uint64_t)f->stack[i].attr;
+    for (int i = 0; i < f->depth; i++) {
+        const struct respframe_level *l = respframe_level_at((struct respframe *)f, i);
+        values += l->left - 1 + (uint64_t)l->attr;
+    }
     if (f->bulk_end != 0)
         now = f->bulk_end - total;
     else if (f->pos < total)
@@ -621,6 +661,8 @@ __attribute__((noinline)) static ssize_t respframe_resume(struct respframe *f,
         len = f->pos;
         *type = f->type;
         f->pos = 0;
+        if (f->deep != NULL)
+            respframe_release(f);   /* a very deep reply is rare: hold nothing after it */
         return (ssize_t)len;
     }
     if (rc == RF_MORE)

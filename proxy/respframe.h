@@ -11,7 +11,12 @@
 
 struct evbuffer;
 
-#define RESPFRAME_MAX_DEPTH 128           /* open aggregates at once */
+#define RESPFRAME_STACK_INLINE 128        /* open aggregates kept in the struct */
+/* Open aggregates at most. Redis nests a reply as deep as a script's Lua
+ * stack allows (a recursive table: about 8,000 levels), and one client's
+ * reply must not close a shared connection; levels past the inline ones
+ * live on the heap (16 bytes each) while such a reply is framed. */
+#define RESPFRAME_MAX_DEPTH (64 * 1024)
 /* Bytes of one line before its CRLF, by default. Redis writes status and
  * error lines as long as a script makes them (redis.status_reply), and one
  * client's script must not get the shared connection closed for everyone:
@@ -37,13 +42,21 @@ struct respframe {
     size_t verb_colon;   /* nonzero: where a verbatim string's ':' must be */
     size_t missing;      /* after a 0 return: bytes still needed at least */
     int type;            /* enum reply_type of the reply being framed */
-    int depth;           /* open aggregates in stack[] */
-    struct respframe_level stack[RESPFRAME_MAX_DEPTH];
+    int depth;           /* open aggregates: stack[], then deep[] */
+    struct respframe_level stack[RESPFRAME_STACK_INLINE];
+    struct respframe_level *deep; /* levels past the inline ones, or NULL */
+    int deep_cap;
     size_t line_max;     /* longest line accepted (RESPFRAME_LINE_MAX by default) */
     char err[128];       /* protocol error text, set on a -1 return */
 };
 
 void respframe_init(struct respframe *f);
+
+/* Free what F holds beyond its struct (the levels of a very deep reply).
+ * Needed only for a framer left in the middle of a reply: one that
+ * finished or failed holds nothing. F may be used again after
+ * respframe_init. */
+void respframe_release(struct respframe *f);
 
 /* Find the end of the next complete reply at the head of IN. Returns its
  * length in bytes (> 0) and sets *TYPE (enum reply_type; an attribute and

@@ -720,3 +720,29 @@ def test_malformed_input_storm(redis_factory, sluice_factory):
         c.close()
     assert_serves(s)
     s.check_stop()
+
+
+def test_script_reply_nested_8000_deep_keeps_the_shared_connection(redis_factory, sluice_factory):
+    """A script returning a recursive Lua table makes Redis answer with
+    arrays nested about 8,000 deep (Redis's own scripting test). sluice
+    frames it whole and passes it on as Redis wrote it; another client on
+    the same shared connection never notices."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    script = "local a = {}; local b = {a}; a[1] = b; return a"
+    want = {}
+    for name, port in (("redis", srv.port), ("sluice", s.port)):
+        with RawConn(port, timeout=10) as c, RawConn(port, timeout=10) as other:
+            c.send(encode_command("EVAL", script, "0") + encode_command("PING"))
+            other.send(encode_command("SET", "k", "v"))
+            assert other.read_reply() == "OK"
+            data = b""   # raw: the test helpers' parser recurses per level
+            while not data.endswith(b"+PONG\r\n"):
+                chunk = c.sock.recv(1 << 16)
+                assert chunk, f"{name} closed the connection after {len(data)} bytes"
+                data += chunk
+            want[name] = data
+            assert other.call("GET", "k") == b"v"
+    assert want["sluice"] == want["redis"]
+    assert want["sluice"].count(b"*1\r\n") > 7000
+    assert "connection lost" not in s.log_path.read_text()

@@ -19,7 +19,7 @@
  *    accepts a bare CR or LF inside + - : lines, and does not parse ':'
  *    integers at all (":abc" is an integer to it); respframe refuses these.
  *  - hiredis refuses any aggregate nested below 8 others ("depth > 7");
- *    respframe allows 128 open aggregates.
+ *    respframe allows RESPFRAME_MAX_DEPTH open aggregates.
  *  - hiredis accepts counts up to INT_MAX and bulk lengths up to SIZE_MAX;
  *    respframe counts up to 1<<31 and lengths up to 1<<40.
  *  - hiredis refuses RESP3 type bytes; respframe frames them (RESP3 replies
@@ -257,6 +257,7 @@ static void rfdiff_respframe(const char *data, size_t len, size_t step, struct r
             given += add;
         }
     }
+    respframe_release(&f);
     evbuffer_free(in);
 }
 

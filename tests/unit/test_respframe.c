@@ -66,6 +66,7 @@ static void frame_all(const char *input, size_t len, size_t step, int one_byte_c
         }
         given += add;
     }
+    respframe_release(&f);   /* input that ends inside a deep reply */
     evbuffer_free(in);
 }
 
@@ -297,10 +298,25 @@ static void test_depth(void)
     frame_all(s, len, 1, 0, &out);
     CHECK(out.count == 1 && out.len[0] == len);
     free(s);
+    /* Past the inline levels the stack grows: a script returning a
+     * recursive table makes Redis nest about 8,000 deep, and one client's
+     * reply must not close a shared connection. */
     s = nested(129, &len);
     frame_all(s, len, 0, 0, &out);
+    CHECK(out.count == 1 && out.len[0] == len);
+    free(s);
+    s = nested(8000, &len);
+    frame_all(s, len, 0, 0, &out);
+    CHECK(out.count == 1 && out.len[0] == len && out.type[0] == REPLY_ARRAY);
+    frame_all(s, len, 7, 1, &out);   /* in pieces, across chains */
+    CHECK(out.count == 1 && out.len[0] == len);
+    frame_all(s, len - 4, 5, 0, &out);   /* cut off inside: nothing, nothing held */
+    CHECK(out.count == 0 && out.end == 0);
+    free(s);
+    s = nested(RESPFRAME_MAX_DEPTH + 1, &len);
+    frame_all(s, len, 0, 0, &out);
     CHECK(out.count == 0 && out.end == -1);
-    CHECK_STR(out.err, "replies nested deeper than 128");
+    CHECK_STR(out.err, "replies nested deeper than 65536");
     free(s);
     /* An attribute counts as a level while it is open. */
     s = nested(128, &len);
