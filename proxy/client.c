@@ -1938,6 +1938,19 @@ void client_cron(uint64_t now_ms)
     }
 }
 
+struct backend_conn *client_private_now(struct client *c)
+{
+    if (c->private_conn != NULL || c->closing)
+        return c->private_conn;
+    c->private_conn = backend_private_conn(backend_default_node(), c);
+    if (c->private_conn != NULL) {
+        backend_use_resp(c->private_conn, c->resp);
+        log_debug("client %llu now has a private backend connection (a tracking redirect "
+                  "names it)", (unsigned long long)c->id);
+    }
+    return c->private_conn;
+}
+
 void client_users_changed(void)
 {
     struct client *c, *next;

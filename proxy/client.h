@@ -178,6 +178,12 @@ void client_shutdown_all(void);
 /* Free every client at exit. */
 void client_free_all(void);
 
+/* Give C its own backend connection now, speaking C's protocol, when it
+ * has none: another client's CLIENT TRACKING ... REDIRECT names it, and
+ * Redis sends invalidations to a connection. Returns it, or NULL at
+ * backend_max_connections. */
+struct backend_conn *client_private_now(struct client *c);
+
 /* The users file was reloaded: every client takes its user's new entry,
  * and those whose user is gone are closed (auth_rebind). */
 void client_users_changed(void);

@@ -64,12 +64,16 @@ static int clientid_positions(const struct request *req, int argc, const struct 
 }
 
 /* The Redis id for sluice id ID: its private connection's, NOBODY, or 0
- * when that is not known yet (and not looked up for REQ already). */
-static long long clientid_resolve(const struct request *req, uint64_t id)
+ * when that is not known yet (and not looked up for REQ already). A
+ * client named by CLIENT TRACKING ... REDIRECT gets a private connection
+ * (OPEN) if it has none: Redis needs one to send its invalidations to. */
+static long long clientid_resolve(const struct request *req, uint64_t id, int open)
 {
     struct client *t = client_find(id);
     long long rid;
 
+    if (t != NULL && t->private_conn == NULL && open && !(req->flags & REQ_IDS_SOUGHT))
+        client_private_now(t);
     if (t == NULL || t->private_conn == NULL)
         return CLIENTID_NOBODY;
     rid = backend_conn_redis_id(t->private_conn);
@@ -506,7 +510,7 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
 
     for (int k = 0; k < n; k++) {
         uint64_t id = clientid_parse(argv[pos[k]]);
-        ids[k] = id == 0 ? 0 : clientid_resolve(req, id);
+        ids[k] = id == 0 ? 0 : clientid_resolve(req, id, clientid_is(req, "client|tracking"));
         if (id == 0) {
             pos[k] = -1;   /* not an id: Redis answers the error */
             continue;

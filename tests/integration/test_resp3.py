@@ -161,6 +161,35 @@ def test_tracking_invalidation_in_order(sluice, ref, clean):
     assert frames[1] == [b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n", b"+PONG\r\n"]
 
 
+@pytest.mark.parametrize("target_resp", [2, 3])
+def test_tracking_redirect_to_a_client_with_no_session(sluice, ref, clean, target_resp):
+    """CLIENT TRACKING ... REDIRECT names a client that has done nothing
+    but HELLO and CLIENT ID (Redis's own tracking test): sluice gives it a
+    connection of its own for Redis to redirect to, and the invalidation
+    reaches it as Redis would send it (a push in RESP3; in RESP2 a message
+    on __redis__:invalidate, once it subscribes)."""
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as target, srv.raw() as tracker, srv.raw() as writer:
+            if target_resp == 3:
+                _hello3(target)
+            else:
+                target.send_command("SUBSCRIBE", "__redis__:invalidate")
+                _frames(target, 1)
+            target_id = target.call("CLIENT", "ID") if target_resp == 3 else None
+            if target_id is None:   # a subscribed RESP2 client cannot say CLIENT ID
+                with srv.raw() as probe:
+                    target_id = next(int(l.split(b"id=")[1].split()[0])
+                                     for l in probe.call("CLIENT", "LIST").splitlines()
+                                     if b"cmd=subscribe" in l)
+            assert tracker.call("CLIENT", "TRACKING", "ON", "REDIRECT", str(target_id)) == "OK"
+            assert tracker.call("GET", "k") is None
+            assert writer.call("SET", "k", "1") == "OK"
+            got[name] = _frames(target, 1)
+    assert got["sluice"] == got["redis"]
+    assert b"invalidate" in got["sluice"][0]
+
+
 def test_private_connection_follows_hello(sluice, ref, clean):
     """A private connection speaks its client's protocol, also when HELLO
     changes it in the middle of a session (and after RESET)."""
