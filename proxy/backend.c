@@ -48,6 +48,7 @@
 #include "request.h"
 #include "respframe.h"
 #include "scripts.h"
+#include "sockaddr.h"
 #include "stats.h"
 #include "tls.h"
 #include "value.h"
@@ -661,29 +662,13 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
 }
 
 /* Remember the address Redis sees for CONN ("ip:port" or "[ip6]:port", as
- * CLIENT LIST's addr shows it). */
+ * CLIENT LIST's addr shows it and CLIENT KILL ADDR must name it); "" when
+ * the socket has none. */
 static void backend_note_local_addr(struct backend_conn *conn, int fd)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-
-    conn->local_addr[0] = '\0';
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
-        return;
-    if (ss.ss_family == AF_INET) {
-        const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
-        port = ntohs(sin->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
-        port = ntohs(sin6->sin6_port);
-    }
-    /* Redis brackets an IPv6 address, as CLIENT KILL ADDR must name it. */
-    snprintf(conn->local_addr, sizeof(conn->local_addr),
-             ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
+    if (sockaddr_format_local(fd, SOCKADDR_BRACKET_IP6, conn->local_addr,
+                              sizeof(conn->local_addr)) != 0)
+        conn->local_addr[0] = '\0';
 }
 
 static void backend_event_cb(struct bufferevent *bev, short what, void *arg)

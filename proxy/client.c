@@ -61,6 +61,7 @@
 #include "placement.h"
 #include "reply.h"
 #include "server.h"
+#include "sockaddr.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
@@ -130,23 +131,13 @@ struct client *client_next(struct client *prev)
     return c;
 }
 
+/* Fill C's address texts from C->addr: "ip:port" (IPv6 unbracketed) and
+ * "ip", and whether it is a local peer. */
 static void client_format_addr(struct client *c)
 {
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-
-    if (c->addr.ss_family == AF_INET) {
-        struct sockaddr_in *sin = (struct sockaddr_in *)&c->addr;
-        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
-        port = ntohs(sin->sin_port);
-    } else if (c->addr.ss_family == AF_INET6) {
-        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&c->addr;
-        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
-        port = ntohs(sin6->sin6_port);
-    }
-    snprintf(c->addr_text, sizeof(c->addr_text), "%s:%d", ip, port);
-    snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
-    c->local_peer = strcmp(ip, "127.0.0.1") == 0 || strcmp(ip, "::1") == 0;
+    sockaddr_ip(&c->addr, c->ip_text, sizeof(c->ip_text));
+    sockaddr_format(&c->addr, 0, c->addr_text, sizeof(c->addr_text));
+    c->local_peer = strcmp(c->ip_text, "127.0.0.1") == 0 || strcmp(c->ip_text, "::1") == 0;
 }
 
 /* Start or stop reading C's socket. While it is not read, client_cron

@@ -22,6 +22,7 @@
 #include "reply.h"
 #include "request.h"
 #include "server.h"
+#include "sockaddr.h"
 
 /* An id Redis never gives (it counts up from 1): names nobody. */
 #define CLIENTID_NOBODY LLONG_MAX
@@ -526,23 +527,11 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
 
 /* ---- CLIENT LIST / CLIENT INFO ---- */
 
+/* C's local address as CLIENT LIST's laddr= shows it and CLIENT KILL
+ * LADDR matches it: "ip:port" ("?:0" when the socket has none). */
 static void clientid_laddr(const struct client *c, char *out, size_t size)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-
-    if (getsockname(c->fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_INET) {
-        const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
-        port = ntohs(sin->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
-        port = ntohs(sin6->sin6_port);
-    }
-    snprintf(out, size, "%s:%d", ip, port);
+    sockaddr_format_local(c->fd, 0, out, size);
 }
 
 static void clientid_flags(const struct client *c, char *out)

@@ -1,0 +1,47 @@
+/* sockaddr.c - owns turning a socket address into text. It only formats:
+ * no connection state, no policy about which form a caller shows. */
+#include "sockaddr.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+int sockaddr_ip(const struct sockaddr_storage *ss, char *ip, size_t ip_size)
+{
+    snprintf(ip, ip_size, "?");
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &sin->sin_addr, ip, ip_size);
+        return ntohs(sin->sin_port);
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, ip_size);
+        return ntohs(sin6->sin6_port);
+    }
+    return 0;
+}
+
+void sockaddr_format(const struct sockaddr_storage *ss, int flags, char *out, size_t size)
+{
+    char ip[INET6_ADDRSTRLEN];
+    int port = sockaddr_ip(ss, ip, sizeof(ip));
+    int bracket = (flags & SOCKADDR_BRACKET_IP6) && ss->ss_family == AF_INET6;
+
+    snprintf(out, size, bracket ? "[%s]:%d" : "%s:%d", ip, port);
+}
+
+int sockaddr_format_local(int fd, int flags, char *out, size_t size)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int rc = 0;
+
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
+        memset(&ss, 0, sizeof(ss));   /* AF_UNSPEC: "?:0" */
+        rc = -1;
+    }
+    sockaddr_format(&ss, flags, out, size);
+    return rc;
+}
