@@ -12,7 +12,7 @@ import time
 import pytest
 import redis
 
-from conftest import RedisServer, Sluice, parse_info
+from conftest import auth_servers, parse_info
 from helpers import Err, RawConn, encode_command, wait_until
 
 BACKEND_PW = "backend-pw"
@@ -58,25 +58,7 @@ ACL_USERS = [
 
 @pytest.fixture(scope="module")
 def auth_env(module_tmp):
-    backend = RedisServer(module_tmp / "auth-backend").start()
-    backend.client().config_set("requirepass", BACKEND_PW)
-    ref = RedisServer(module_tmp / "auth-ref").start()
-    admin = ref.client()
-    for rule in ACL_USERS[1:] + ACL_USERS[:1]:   # default last: it locks this client out
-        admin.execute_command("ACL", "SETUSER", *rule)
-    admin.close()
-    users = module_tmp / "auth-sluice" / "users.ini"
-    users.parent.mkdir(parents=True, exist_ok=True)
-    users.write_text(USERS_INI)
-    s = Sluice(module_tmp / "auth-sluice", backend.port,
-               extra={"users": "users.ini", "backend_password": BACKEND_PW})
-    s.start()
-    yield s, ref, backend
-    problems = s.stop()
-    backend.stop()
-    ref.stop()
-    if problems:
-        pytest.fail("; ".join(problems), pytrace=False)
+    yield from auth_servers(module_tmp, "auth", USERS_INI, ACL_USERS, BACKEND_PW)
 
 
 def _replies(port, script):
