@@ -1029,6 +1029,7 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
 {
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
     enum placement_role role = client_role(req);
+    struct evbuffer *bytes;
     int abort_exec;
 
     if (role == ROLE_MULTI) {
@@ -1050,14 +1051,9 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
         c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
     if (!abort_exec)
         return;
-    if (*src != NULL)
-        evbuffer_drain(*src, req->raw_len);
-    *src = NULL;
-    if (req->raw == NULL)
-        req->raw = evbuffer_new();
-    evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
-    evbuffer_add(req->raw, discard, sizeof(discard) - 1);
-    req->raw_len = sizeof(discard) - 1;
+    bytes = evbuffer_new();
+    evbuffer_add(bytes, discard, sizeof(discard) - 1);
+    request_replace_raw(req, bytes, src);
     req->on_reply = client_execabort_reply;
 }
 

@@ -428,24 +428,16 @@ static int clientid_append(struct request *req, const struct sv *argv, int argc,
 
     if (out == NULL)
         return -1;
-    evbuffer_add_printf(out, "*%d\r\n", argc + nmore);
+    reply_array_header(out, argc + nmore);
     for (int i = 0; i < argc + nmore; i++) {
         struct sv a = i < argc ? argv[i] : more[i - argc];
         if (a.ptr == NULL) {
             evbuffer_free(out);
             return -1;
         }
-        evbuffer_add_printf(out, "$%zu\r\n", a.len);
-        evbuffer_add(out, a.ptr, a.len);
-        evbuffer_add(out, "\r\n", 2);
+        reply_bulk(out, a.ptr, a.len);
     }
-    if (*src != NULL)
-        evbuffer_drain(*src, req->raw_len);
-    *src = NULL;
-    if (req->raw != NULL)
-        evbuffer_free(req->raw);
-    req->raw = out;
-    req->raw_len = evbuffer_get_length(out);
+    request_replace_raw(req, out, src);
     req->argc = argc + nmore;
     return 0;
 }
@@ -460,30 +452,21 @@ static int clientid_rewrite(struct request *req, const struct sv *argv, const in
 
     if (out == NULL)
         return -1;
-    evbuffer_add_printf(out, "*%d\r\n", req->argc);
+    reply_array_header(out, req->argc);
     for (int i = 0; i < req->argc; i++) {
         int k = 0;
         while (k < n && pos[k] != i)
             k++;
         if (k < n) {
-            int len = snprintf(num, sizeof(num), "%lld", ids[k]);
-            evbuffer_add_printf(out, "$%d\r\n%s\r\n", len, num);
+            reply_bulk(out, num, (size_t)snprintf(num, sizeof(num), "%lld", ids[k]));
         } else if (argv[i].ptr == NULL) {
             evbuffer_free(out);
             return -1;
         } else {
-            evbuffer_add_printf(out, "$%zu\r\n", argv[i].len);
-            evbuffer_add(out, argv[i].ptr, argv[i].len);
-            evbuffer_add(out, "\r\n", 2);
+            reply_bulk(out, argv[i].ptr, argv[i].len);
         }
     }
-    if (*src != NULL)
-        evbuffer_drain(*src, req->raw_len);
-    *src = NULL;
-    if (req->raw != NULL)
-        evbuffer_free(req->raw);
-    req->raw = out;
-    req->raw_len = evbuffer_get_length(out);
+    request_replace_raw(req, out, src);
     return 0;
 }
 

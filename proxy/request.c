@@ -239,3 +239,14 @@ int request_take_raw(struct request *req, struct evbuffer *src)
     }
     return evbuffer_remove_buffer(src, req->raw, req->raw_len) == (int)req->raw_len ? 0 : -1;
 }
+
+void request_replace_raw(struct request *req, struct evbuffer *out, struct evbuffer **src)
+{
+    if (*src != NULL)
+        evbuffer_drain(*src, req->raw_len);
+    *src = NULL;
+    if (req->raw != NULL)
+        evbuffer_free(req->raw);
+    req->raw = out;
+    req->raw_len = evbuffer_get_length(out);
+}

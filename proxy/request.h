@@ -134,4 +134,10 @@ void request_argv_close(struct req_argv *a);
  * into req->raw. */
 int request_take_raw(struct request *req, struct evbuffer *src);
 
+/* Make OUT (taken) REQ's bytes; raw_len becomes its length. REQ's old bytes
+ * are dropped: its own, or the raw_len bytes at the head of *SRC when it did
+ * not own them. *SRC is set to NULL either way: the caller takes nothing
+ * more from it for REQ. */
+void request_replace_raw(struct request *req, struct evbuffer *out, struct evbuffer **src);
+
 #endif
