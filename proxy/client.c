@@ -1008,16 +1008,14 @@ static void client_note_session(struct request *req, int argc, const struct sv *
 /* The reply to the DISCARD sent for an EXEC that must fail. */
 static void client_execabort_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
+    struct client *c = request_hook_client(req, src, len);
+
     (void)type;
-    evbuffer_drain(src, len);
-    if (req->client == NULL) {   /* its client has gone */
-        request_free(req);
+    if (c == NULL)   /* its client has gone */
         return;
-    }
-    req->on_reply = NULL;
-    req->reply = evbuffer_new();
+    evbuffer_drain(src, len);
     reply_error(req->reply, "-EXECABORT Transaction discarded because of previous errors.");
-    client_answer(req->client, req);
+    client_answer(c, req);
 }
 
 /* Follow MULTI ... EXEC/DISCARD/RESET. Redis never saw a command a rule

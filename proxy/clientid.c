@@ -281,18 +281,12 @@ static void clientid_kill_free(struct request *req)
  * clients. Any other reply (an error) goes to the client as it is. */
 static void clientid_kill_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
-    struct client *c = req->client;
-    struct clientid_kill *k = req->ctx;
+    struct clientid_kill *k = req->ctx;   /* read before REQ may be freed */
+    struct client *c = request_hook_client(req, src, len);
     long long n;
 
-    if (c == NULL) {
-        evbuffer_drain(src, len);
-        request_free(req);
+    if (c == NULL)
         return;
-    }
-    req->on_reply = NULL;
-    if (req->reply == NULL)
-        req->reply = evbuffer_new();
     if (type != REPLY_INTEGER) {
         evbuffer_remove_buffer(src, req->reply, len);
         client_answer(c, req);
@@ -358,16 +352,10 @@ unchanged:
  * reply. */
 static void clientid_listing_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
-    struct client *c = req->client;
+    struct client *c = request_hook_client(req, src, len);
 
-    if (c == NULL) {
-        evbuffer_drain(src, len);
-        request_free(req);
+    if (c == NULL)
         return;
-    }
-    req->on_reply = NULL;
-    if (req->reply == NULL)
-        req->reply = evbuffer_new();
     if (type == REPLY_ERROR) {
         evbuffer_remove_buffer(src, req->reply, len);
     } else {

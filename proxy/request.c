@@ -250,3 +250,16 @@ void request_replace_raw(struct request *req, struct evbuffer *out, struct evbuf
     req->raw = out;
     req->raw_len = evbuffer_get_length(out);
 }
+
+struct client *request_hook_client(struct request *req, struct evbuffer *src, size_t len)
+{
+    if (req->client == NULL) {
+        evbuffer_drain(src, len);
+        request_free(req);
+        return NULL;
+    }
+    req->on_reply = NULL;
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    return req->client;
+}
