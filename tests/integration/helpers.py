@@ -78,6 +78,13 @@ class Incomplete(Exception):
     pass
 
 
+def raw_replies(port, script, timeout=10):
+    """Each command of SCRIPT (command tuples) on one new connection to
+    PORT, a command at a time: the list of raw replies."""
+    with RawConn(port, timeout=timeout) as c:
+        return [c.call_raw(*cmd) for cmd in script]
+
+
 def assert_same_replies(sluice, ref, script, pipelined=False):
     """Run SCRIPT (a list of command tuples) on one connection to sluice and
     one to Redis, a command at a time or, PIPELINED, all sent at once, and

@@ -7,13 +7,12 @@ The replies are checked against a real redis-server given the same users
 with ACL SETUSER: what sluice answers must be what Redis answers."""
 
 import subprocess
-import time
 
 import pytest
 import redis
 
 from conftest import auth_servers, parse_info
-from helpers import Err, RawConn, encode_command, wait_until
+from helpers import Err, RawConn, encode_command, raw_replies, wait_until
 
 BACKEND_PW = "backend-pw"
 
@@ -61,16 +60,10 @@ def auth_env(module_tmp):
     yield from auth_servers(module_tmp, "auth", USERS_INI, ACL_USERS, BACKEND_PW)
 
 
-def _replies(port, script):
-    """Each command of SCRIPT on one new connection, a reply each (raw)."""
-    with RawConn(port, timeout=10) as c:
-        return [c.call_raw(*cmd) for cmd in script]
-
-
 def _same_as_redis(auth_env, script):
     s, ref, _ = auth_env
-    got = _replies(s.port, script)
-    want = _replies(ref.port, script)
+    got = raw_replies(s.port, script)
+    want = raw_replies(ref.port, script)
     for cmd, g, w in zip(script, got, want):
         assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
 
@@ -468,8 +461,8 @@ def test_default_without_password_needs_no_login(redis_factory, sluice_factory, 
     script = [("GET", "pub:1"), ("GET", "x"), ("SET", "pub:1", "v"), ("AUTH", "any"),
               ("AUTH", "default", "any"), ("AUTH", "u", "upw"), ("SET", "x", "1"), ("RESET",),
               ("SET", "x", "1")]
-    got = _replies(s.port, script)
-    want = _replies(ref.port, script)
+    got = raw_replies(s.port, script)
+    want = raw_replies(ref.port, script)
     assert got == want
 
 

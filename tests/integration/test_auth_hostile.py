@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SLUICE_BIN, auth_servers
-from helpers import Err, RawConn, encode_command, wait_until
+from helpers import Err, encode_command, raw_replies, wait_until
 
 BACKEND_PW = "backend-pw"
 MODULE = Path(SLUICE_BIN).parent / "sluicetest.so"
@@ -71,18 +71,13 @@ def env(module_tmp):
                             redis_args=_module_args())
 
 
-def _replies(port, script):
-    with RawConn(port, timeout=10) as c:
-        return [c.call_raw(*cmd) for cmd in script]
-
-
 def _same_as_redis(env, script):
     s, ref, backend = env
     ref.client(username="admin", password="adminpw").flushall()
     backend.client(password=BACKEND_PW).flushall()
-    got = _replies(s.port, script)
+    got = raw_replies(s.port, script)
     ref.client(username="admin", password="adminpw").flushall()
-    want = _replies(ref.port, script)
+    want = raw_replies(ref.port, script)
     for cmd, g, w in zip(script, got, want):
         assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
 
