@@ -550,12 +550,11 @@ static void clientid_line(const struct client *c, struct evbuffer *out)
 /* TEXT as Redis replies CLIENT LIST/INFO: a bulk string, verbatim in RESP3. */
 static void clientid_reply_text(const struct client *c, struct evbuffer *text, struct evbuffer *out)
 {
-    size_t len = evbuffer_get_length(text);
-
-    if (c->resp == 3)
-        evbuffer_add_printf(out, "=%zu\r\ntxt:", len + 4);
-    else
-        evbuffer_add_printf(out, "$%zu\r\n", len);
+    if (c->resp != 3) {
+        reply_bulk_buffer(out, text);
+        return;
+    }
+    evbuffer_add_printf(out, "=%zu\r\ntxt:", evbuffer_get_length(text) + 4);
     evbuffer_add_buffer(out, text);
     evbuffer_add(out, "\r\n", 2);
 }
