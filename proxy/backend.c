@@ -31,7 +31,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -51,7 +50,6 @@
 #include "sockaddr.h"
 #include "stats.h"
 #include "tls.h"
-#include "value.h"
 
 #define BACKEND_HIGH_WATER (4 * 1024 * 1024)
 #define BACKEND_LOW_WATER (1024 * 1024)
@@ -134,21 +132,8 @@ static void backend_spares_refill(struct backend_node *node);
 
 static int backend_resolve(struct backend_node *node, const char *hostport, char *err, size_t errlen)
 {
-    char host[256], port_text[16];
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
-    int port, rc;
-
-    if (value_hostport(hostport, host, sizeof(host), &port, err, errlen) != 0)
+    if (sockaddr_resolve(hostport, 0, "backend", &node->addr, &node->addrlen, err, errlen) != 0)
         return -1;
-    snprintf(port_text, sizeof(port_text), "%d", port);
-    rc = getaddrinfo(host, port_text, &hints, &res);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve backend %s: %s", hostport, gai_strerror(rc));
-        return -1;
-    }
-    memcpy(&node->addr, res->ai_addr, res->ai_addrlen);
-    node->addrlen = res->ai_addrlen;
-    freeaddrinfo(res);
     snprintf(node->name, sizeof(node->name), "%s", hostport);
     return 0;
 }

@@ -1,11 +1,15 @@
-/* sockaddr.c - owns turning a socket address into text. It only formats:
- * no connection state, no policy about which form a caller shows. */
+/* sockaddr.c - owns turning a socket address into text, and "host:port"
+ * into a socket address. No connection state, no policy about which form
+ * a caller shows. */
 #include "sockaddr.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "value.h"
 
 int sockaddr_ip(const struct sockaddr_storage *ss, char *ip, size_t ip_size)
 {
@@ -44,4 +48,26 @@ int sockaddr_format_local(int fd, int flags, char *out, size_t size)
     }
     sockaddr_format(&ss, flags, out, size);
     return rc;
+}
+
+int sockaddr_resolve(const char *hostport, int passive, const char *what,
+                     struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen)
+{
+    char host[256], port_text[16];
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
+    struct addrinfo *res;
+    int port, rc;
+
+    if (value_hostport(hostport, host, sizeof(host), &port, err, errlen) != 0)
+        return -1;
+    snprintf(port_text, sizeof(port_text), "%d", port);
+    rc = getaddrinfo(host, port_text, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve %s %s: %s", what, hostport, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
 }

@@ -1,5 +1,6 @@
 /* sockaddr.h - socket addresses as text ("ip:port"), written one way for
- * clients, backends and CLIENT LIST. */
+ * clients, backends and CLIENT LIST; and "host:port" resolved, one way for
+ * listeners and backends. */
 #ifndef SLUICE_SOCKADDR_H
 #define SLUICE_SOCKADDR_H
 
@@ -21,5 +22,12 @@ void sockaddr_format(const struct sockaddr_storage *ss, int flags, char *out, si
 /* sockaddr_format for the local end of socket FD (getsockname). Returns 0,
  * or -1 when getsockname fails: then OUT holds "?:0". */
 int sockaddr_format_local(int fd, int flags, char *out, size_t size);
+
+/* Resolve HOSTPORT ("host:port", as value_hostport reads it) to its first
+ * TCP address in *SS and *LEN; PASSIVE for an address to listen on.
+ * Returns 0, or -1 with ERR set: value_hostport's message, or "cannot
+ * resolve WHAT HOSTPORT: reason". */
+int sockaddr_resolve(const char *hostport, int passive, const char *what,
+                     struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen);
 
 #endif
