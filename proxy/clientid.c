@@ -217,8 +217,8 @@ static int clientid_kill_parse(struct clientid_kill *k, int argc, const struct s
 static void clientid_laddr(const struct client *c, char *out, size_t size);
 static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
                                      struct evbuffer **src);
-static int clientid_append(struct request *req, const struct sv *argv, int argc,
-                           const struct sv *more, int nmore, struct evbuffer **src);
+static int clientid_append_nobody(struct request *req, const struct sv *argv, int argc,
+                                  struct evbuffer **src);
 
 /* Whether T, seen by C, matches K. */
 static int clientid_kill_matches(const struct clientid_kill *k, const struct client *c,
@@ -311,10 +311,7 @@ static void clientid_kill_reply(struct request *req, struct evbuffer *src, size_
 static void clientid_kill(struct client *c, struct request *req, const struct sv *argv,
                           struct evbuffer **src)
 {
-    static const struct sv id = {"ID", 2};
-    struct sv extra[4];
     struct clientid_kill *k = malloc(sizeof(*k));
-    char nobody[24];
     int old_form = req->argc == 3;
 
     if (k == NULL || req->argc < 3)
@@ -329,13 +326,8 @@ static void clientid_kill(struct client *c, struct request *req, const struct sv
     }
 rewrite_only:
     free(k);
-    snprintf(nobody, sizeof(nobody), "%lld", (long long)CLIENTID_NOBODY);
-    extra[0] = argv[0];
-    extra[1] = argv[1];
-    extra[2] = id;
-    extra[3] = (struct sv){nobody, strlen(nobody)};
-    if (clientid_append(req, old_form ? extra : argv, old_form ? 2 : req->argc, extra + 2, 2,
-                        src) != 0 && req->on_reply == clientid_kill_reply) {
+    if (clientid_append_nobody(req, argv, old_form ? 2 : req->argc, src) != 0 &&
+        req->on_reply == clientid_kill_reply) {
         req->on_reply = NULL;   /* not rewritten: nothing to run after it */
         clientid_kill_free(req);
         req->ctx_free = NULL;
@@ -378,10 +370,7 @@ static void clientid_listing_free(struct request *req)
 static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
                                      struct evbuffer **src)
 {
-    static const struct sv id = {"ID", 2};
     struct evbuffer *answer = evbuffer_new();
-    struct sv args[4];
-    char nobody[24];
     int is_list = clientid_is(req, "client|list");
 
     if (answer == NULL)
@@ -390,12 +379,7 @@ static void clientid_checked_listing(struct client *c, struct request *req, cons
         clientid_list(c, req->argc, argv, answer);
     else
         clientid_info(c, answer);
-    snprintf(nobody, sizeof(nobody), "%lld", (long long)CLIENTID_NOBODY);
-    args[0] = argv[0];
-    args[1] = argv[1];
-    args[2] = id;
-    args[3] = (struct sv){nobody, strlen(nobody)};
-    if (is_list && req->argc >= 2 && clientid_append(req, args, 2, args + 2, 2, src) != 0) {
+    if (is_list && req->argc >= 2 && clientid_append_nobody(req, argv, 2, src) != 0) {
         evbuffer_free(answer);
         return;
     }
@@ -406,27 +390,30 @@ static void clientid_checked_listing(struct client *c, struct request *req, cons
 
 /* ---- rewriting ---- */
 
-/* Replace REQ's bytes with ARGV[0..ARGC) then MORE[0..NMORE): RESP of
- * arguments sluice has in memory (views of ARGV are never NULL for the
- * CLIENT commands). Returns 0, or -1 (nothing changed). */
-static int clientid_append(struct request *req, const struct sv *argv, int argc,
-                           const struct sv *more, int nmore, struct evbuffer **src)
+/* Replace REQ's bytes with ARGV[0..ARGC) then "ID <nobody>": Redis then
+ * checks the command as usual but matches none of its connections, sluice's
+ * own or others'. Arguments are ones sluice has in memory (views of ARGV are
+ * never NULL for the CLIENT commands). Returns 0, or -1 (nothing changed). */
+static int clientid_append_nobody(struct request *req, const struct sv *argv, int argc,
+                                  struct evbuffer **src)
 {
     struct evbuffer *out = evbuffer_new();
+    char nobody[24];
 
     if (out == NULL)
         return -1;
-    reply_array_header(out, argc + nmore);
-    for (int i = 0; i < argc + nmore; i++) {
-        struct sv a = i < argc ? argv[i] : more[i - argc];
-        if (a.ptr == NULL) {
+    reply_array_header(out, argc + 2);
+    for (int i = 0; i < argc; i++) {
+        if (argv[i].ptr == NULL) {
             evbuffer_free(out);
             return -1;
         }
-        reply_bulk(out, a.ptr, a.len);
+        reply_bulk(out, argv[i].ptr, argv[i].len);
     }
+    reply_bulk(out, "ID", 2);
+    reply_bulk(out, nobody, (size_t)snprintf(nobody, sizeof(nobody), "%lld", CLIENTID_NOBODY));
     request_replace_raw(req, out, src);
-    req->argc = argc + nmore;
+    req->argc = argc + 2;
     return 0;
 }
 
