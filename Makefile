@@ -70,12 +70,12 @@ bench: deps
 	tools/bench.sh $(BUILD)/sluice $(BUILD)/lockbench $(BUILD)/respbench
 
 # The lock benchmark's client (a tool, not part of sluice).
-$(BUILD)/lockbench: tools/lockbench.c tools/benchconn.h
+$(BUILD)/lockbench: tools/lockbench.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 
 # The RESP2/RESP3 GET/SET benchmark's client (redis-benchmark has no RESP3).
-$(BUILD)/respbench: tools/respbench.c tools/benchconn.h
+$(BUILD)/respbench: tools/respbench.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 

@@ -14,13 +14,13 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "benchconn.h"
 
 struct bench_conn {
     struct bufferevent *bev;
@@ -141,11 +141,22 @@ static void bench_read_cb(struct bufferevent *bev, void *arg)
         bench_batch(bc);
 }
 
+static void bench_event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)arg;
+    if (what & (BEV_EVENT_ERROR | BEV_EVENT_EOF)) {
+        fprintf(stderr, "respbench: connection lost\n");
+        exit(1);
+    }
+}
+
 int main(int argc, char **argv)
 {
+    struct sockaddr_in sin = {.sin_family = AF_INET};
     int conns = 50, port = 0, opt;
     const char *test = NULL;
-    struct timespec t0;
+    struct timespec t0, t1;
 
     while ((opt = getopt(argc, argv, "p:c:P:n:t:3")) != -1) {
         switch (opt) {
@@ -165,12 +176,19 @@ int main(int argc, char **argv)
         return 2;
     }
     bench_set = strcmp(test, "set") == 0;
-    benchconn_prog = "respbench";
+    sin.sin_port = htons((uint16_t)port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     bench_base = event_base_new();
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < conns; i++) {
         struct bench_conn *bc = calloc(1, sizeof(*bc));
-        bc->bev = benchconn_open(bench_base, port, bench_read_cb, bc);
+        bc->bev = bufferevent_socket_new(bench_base, -1, BEV_OPT_CLOSE_ON_FREE);
+        bufferevent_setcb(bc->bev, bench_read_cb, NULL, bench_event_cb, bc);
+        bufferevent_enable(bc->bev, EV_READ | EV_WRITE);
+        if (bufferevent_socket_connect(bc->bev, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+            perror("respbench: connect");
+            return 1;
+        }
         bench_open++;
         if (bench_resp3) {
             bc->hello = 1;
@@ -180,7 +198,8 @@ int main(int argc, char **argv)
         }
     }
     event_base_dispatch(bench_base);
-    double secs = benchconn_seconds_since(&t0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     printf("%.0f\n", (double)bench_done / secs);
     event_base_free(bench_base);
     return 0;
