@@ -31,7 +31,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -48,9 +47,9 @@
 #include "request.h"
 #include "respframe.h"
 #include "scripts.h"
+#include "sockaddr.h"
 #include "stats.h"
 #include "tls.h"
-#include "value.h"
 
 #define BACKEND_HIGH_WATER (4 * 1024 * 1024)
 #define BACKEND_LOW_WATER (1024 * 1024)
@@ -133,21 +132,8 @@ static void backend_spares_refill(struct backend_node *node);
 
 static int backend_resolve(struct backend_node *node, const char *hostport, char *err, size_t errlen)
 {
-    char host[256], port_text[16];
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
-    int port, rc;
-
-    if (value_hostport(hostport, host, sizeof(host), &port, err, errlen) != 0)
+    if (sockaddr_resolve(hostport, 0, "backend", &node->addr, &node->addrlen, err, errlen) != 0)
         return -1;
-    snprintf(port_text, sizeof(port_text), "%d", port);
-    rc = getaddrinfo(host, port_text, &hints, &res);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve backend %s: %s", hostport, gai_strerror(rc));
-        return -1;
-    }
-    memcpy(&node->addr, res->ai_addr, res->ai_addrlen);
-    node->addrlen = res->ai_addrlen;
-    freeaddrinfo(res);
     snprintf(node->name, sizeof(node->name), "%s", hostport);
     return 0;
 }
@@ -662,29 +648,13 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
 }
 
 /* Remember the address Redis sees for CONN ("ip:port" or "[ip6]:port", as
- * CLIENT LIST's addr shows it). */
+ * CLIENT LIST's addr shows it and CLIENT KILL ADDR must name it); "" when
+ * the socket has none. */
 static void backend_note_local_addr(struct backend_conn *conn, int fd)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-
-    conn->local_addr[0] = '\0';
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
-        return;
-    if (ss.ss_family == AF_INET) {
-        const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
-        port = ntohs(sin->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
-        port = ntohs(sin6->sin6_port);
-    }
-    /* Redis brackets an IPv6 address, as CLIENT KILL ADDR must name it. */
-    snprintf(conn->local_addr, sizeof(conn->local_addr),
-             ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
+    if (sockaddr_format_local(fd, SOCKADDR_BRACKET_IP6, conn->local_addr,
+                              sizeof(conn->local_addr)) != 0)
+        conn->local_addr[0] = '\0';
 }
 
 static void backend_event_cb(struct bufferevent *bev, short what, void *arg)

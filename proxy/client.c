@@ -61,6 +61,7 @@
 #include "placement.h"
 #include "reply.h"
 #include "server.h"
+#include "sockaddr.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
@@ -130,23 +131,13 @@ struct client *client_next(struct client *prev)
     return c;
 }
 
+/* Fill C's address texts from C->addr: "ip:port" (IPv6 unbracketed) and
+ * "ip", and whether it is a local peer. */
 static void client_format_addr(struct client *c)
 {
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-
-    if (c->addr.ss_family == AF_INET) {
-        struct sockaddr_in *sin = (struct sockaddr_in *)&c->addr;
-        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
-        port = ntohs(sin->sin_port);
-    } else if (c->addr.ss_family == AF_INET6) {
-        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&c->addr;
-        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
-        port = ntohs(sin6->sin6_port);
-    }
-    snprintf(c->addr_text, sizeof(c->addr_text), "%s:%d", ip, port);
-    snprintf(c->ip_text, sizeof(c->ip_text), "%s", ip);
-    c->local_peer = strcmp(ip, "127.0.0.1") == 0 || strcmp(ip, "::1") == 0;
+    sockaddr_ip(&c->addr, c->ip_text, sizeof(c->ip_text));
+    sockaddr_format(&c->addr, 0, c->addr_text, sizeof(c->addr_text));
+    c->local_peer = strcmp(c->ip_text, "127.0.0.1") == 0 || strcmp(c->ip_text, "::1") == 0;
 }
 
 /* Start or stop reading C's socket. While it is not read, client_cron
@@ -1017,16 +1008,14 @@ static void client_note_session(struct request *req, int argc, const struct sv *
 /* The reply to the DISCARD sent for an EXEC that must fail. */
 static void client_execabort_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
+    struct client *c = request_hook_client(req, src, len);
+
     (void)type;
-    evbuffer_drain(src, len);
-    if (req->client == NULL) {   /* its client has gone */
-        request_free(req);
+    if (c == NULL)   /* its client has gone */
         return;
-    }
-    req->on_reply = NULL;
-    req->reply = evbuffer_new();
+    evbuffer_drain(src, len);
     reply_error(req->reply, "-EXECABORT Transaction discarded because of previous errors.");
-    client_answer(req->client, req);
+    client_answer(c, req);
 }
 
 /* Follow MULTI ... EXEC/DISCARD/RESET. Redis never saw a command a rule
@@ -1038,6 +1027,7 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
 {
     static const char discard[] = "*1\r\n$7\r\nDISCARD\r\n";
     enum placement_role role = client_role(req);
+    struct evbuffer *bytes;
     int abort_exec;
 
     if (role == ROLE_MULTI) {
@@ -1059,14 +1049,9 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
         c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
     if (!abort_exec)
         return;
-    if (*src != NULL)
-        evbuffer_drain(*src, req->raw_len);
-    *src = NULL;
-    if (req->raw == NULL)
-        req->raw = evbuffer_new();
-    evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
-    evbuffer_add(req->raw, discard, sizeof(discard) - 1);
-    req->raw_len = sizeof(discard) - 1;
+    bytes = evbuffer_new();
+    evbuffer_add(bytes, discard, sizeof(discard) - 1);
+    request_replace_raw(req, bytes, src);
     req->on_reply = client_execabort_reply;
 }
 

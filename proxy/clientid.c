@@ -22,6 +22,7 @@
 #include "reply.h"
 #include "request.h"
 #include "server.h"
+#include "sockaddr.h"
 
 /* An id Redis never gives (it counts up from 1): names nobody. */
 #define CLIENTID_NOBODY LLONG_MAX
@@ -220,8 +221,8 @@ static int clientid_kill_parse(struct clientid_kill *k, int argc, const struct s
 static void clientid_laddr(const struct client *c, char *out, size_t size);
 static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
                                      struct evbuffer **src);
-static int clientid_append(struct request *req, const struct sv *argv, int argc,
-                           const struct sv *more, int nmore, struct evbuffer **src);
+static int clientid_append_nobody(struct request *req, const struct sv *argv, int argc,
+                                  struct evbuffer **src);
 
 /* Whether T, seen by C, matches K. */
 static int clientid_kill_matches(const struct clientid_kill *k, const struct client *c,
@@ -284,18 +285,12 @@ static void clientid_kill_free(struct request *req)
  * clients. Any other reply (an error) goes to the client as it is. */
 static void clientid_kill_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
-    struct client *c = req->client;
-    struct clientid_kill *k = req->ctx;
+    struct clientid_kill *k = req->ctx;   /* read before REQ may be freed */
+    struct client *c = request_hook_client(req, src, len);
     long long n;
 
-    if (c == NULL) {
-        evbuffer_drain(src, len);
-        request_free(req);
+    if (c == NULL)
         return;
-    }
-    req->on_reply = NULL;
-    if (req->reply == NULL)
-        req->reply = evbuffer_new();
     if (type != REPLY_INTEGER) {
         evbuffer_remove_buffer(src, req->reply, len);
         client_answer(c, req);
@@ -320,10 +315,7 @@ static void clientid_kill_reply(struct request *req, struct evbuffer *src, size_
 static void clientid_kill(struct client *c, struct request *req, const struct sv *argv,
                           struct evbuffer **src)
 {
-    static const struct sv id = {"ID", 2};
-    struct sv extra[4];
     struct clientid_kill *k = malloc(sizeof(*k));
-    char nobody[24];
     int old_form = req->argc == 3;
 
     if (k == NULL || req->argc < 3)
@@ -338,13 +330,8 @@ static void clientid_kill(struct client *c, struct request *req, const struct sv
     }
 rewrite_only:
     free(k);
-    snprintf(nobody, sizeof(nobody), "%lld", (long long)CLIENTID_NOBODY);
-    extra[0] = argv[0];
-    extra[1] = argv[1];
-    extra[2] = id;
-    extra[3] = (struct sv){nobody, strlen(nobody)};
-    if (clientid_append(req, old_form ? extra : argv, old_form ? 2 : req->argc, extra + 2, 2,
-                        src) != 0 && req->on_reply == clientid_kill_reply) {
+    if (clientid_append_nobody(req, argv, old_form ? 2 : req->argc, src) != 0 &&
+        req->on_reply == clientid_kill_reply) {
         req->on_reply = NULL;   /* not rewritten: nothing to run after it */
         clientid_kill_free(req);
         req->ctx_free = NULL;
@@ -361,16 +348,10 @@ unchanged:
  * reply. */
 static void clientid_listing_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
-    struct client *c = req->client;
+    struct client *c = request_hook_client(req, src, len);
 
-    if (c == NULL) {
-        evbuffer_drain(src, len);
-        request_free(req);
+    if (c == NULL)
         return;
-    }
-    req->on_reply = NULL;
-    if (req->reply == NULL)
-        req->reply = evbuffer_new();
     if (type == REPLY_ERROR) {
         evbuffer_remove_buffer(src, req->reply, len);
     } else {
@@ -393,10 +374,7 @@ static void clientid_listing_free(struct request *req)
 static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
                                      struct evbuffer **src)
 {
-    static const struct sv id = {"ID", 2};
     struct evbuffer *answer = evbuffer_new();
-    struct sv args[4];
-    char nobody[24];
     int is_list = clientid_is(req, "client|list");
 
     if (answer == NULL)
@@ -405,12 +383,7 @@ static void clientid_checked_listing(struct client *c, struct request *req, cons
         clientid_list(c, req->argc, argv, answer);
     else
         clientid_info(c, answer);
-    snprintf(nobody, sizeof(nobody), "%lld", (long long)CLIENTID_NOBODY);
-    args[0] = argv[0];
-    args[1] = argv[1];
-    args[2] = id;
-    args[3] = (struct sv){nobody, strlen(nobody)};
-    if (is_list && req->argc >= 2 && clientid_append(req, args, 2, args + 2, 2, src) != 0) {
+    if (is_list && req->argc >= 2 && clientid_append_nobody(req, argv, 2, src) != 0) {
         evbuffer_free(answer);
         return;
     }
@@ -421,35 +394,30 @@ static void clientid_checked_listing(struct client *c, struct request *req, cons
 
 /* ---- rewriting ---- */
 
-/* Replace REQ's bytes with ARGV[0..ARGC) then MORE[0..NMORE): RESP of
- * arguments sluice has in memory (views of ARGV are never NULL for the
- * CLIENT commands). Returns 0, or -1 (nothing changed). */
-static int clientid_append(struct request *req, const struct sv *argv, int argc,
-                           const struct sv *more, int nmore, struct evbuffer **src)
+/* Replace REQ's bytes with ARGV[0..ARGC) then "ID <nobody>": Redis then
+ * checks the command as usual but matches none of its connections, sluice's
+ * own or others'. Arguments are ones sluice has in memory (views of ARGV are
+ * never NULL for the CLIENT commands). Returns 0, or -1 (nothing changed). */
+static int clientid_append_nobody(struct request *req, const struct sv *argv, int argc,
+                                  struct evbuffer **src)
 {
     struct evbuffer *out = evbuffer_new();
+    char nobody[24];
 
     if (out == NULL)
         return -1;
-    evbuffer_add_printf(out, "*%d\r\n", argc + nmore);
-    for (int i = 0; i < argc + nmore; i++) {
-        struct sv a = i < argc ? argv[i] : more[i - argc];
-        if (a.ptr == NULL) {
+    reply_array_header(out, argc + 2);
+    for (int i = 0; i < argc; i++) {
+        if (argv[i].ptr == NULL) {
             evbuffer_free(out);
             return -1;
         }
-        evbuffer_add_printf(out, "$%zu\r\n", a.len);
-        evbuffer_add(out, a.ptr, a.len);
-        evbuffer_add(out, "\r\n", 2);
+        reply_bulk(out, argv[i].ptr, argv[i].len);
     }
-    if (*src != NULL)
-        evbuffer_drain(*src, req->raw_len);
-    *src = NULL;
-    if (req->raw != NULL)
-        evbuffer_free(req->raw);
-    req->raw = out;
-    req->raw_len = evbuffer_get_length(out);
-    req->argc = argc + nmore;
+    reply_bulk(out, "ID", 2);
+    reply_bulk(out, nobody, (size_t)snprintf(nobody, sizeof(nobody), "%lld", CLIENTID_NOBODY));
+    request_replace_raw(req, out, src);
+    req->argc = argc + 2;
     return 0;
 }
 
@@ -463,30 +431,21 @@ static int clientid_rewrite(struct request *req, const struct sv *argv, const in
 
     if (out == NULL)
         return -1;
-    evbuffer_add_printf(out, "*%d\r\n", req->argc);
+    reply_array_header(out, req->argc);
     for (int i = 0; i < req->argc; i++) {
         int k = 0;
         while (k < n && pos[k] != i)
             k++;
         if (k < n) {
-            int len = snprintf(num, sizeof(num), "%lld", ids[k]);
-            evbuffer_add_printf(out, "$%d\r\n%s\r\n", len, num);
+            reply_bulk(out, num, (size_t)snprintf(num, sizeof(num), "%lld", ids[k]));
         } else if (argv[i].ptr == NULL) {
             evbuffer_free(out);
             return -1;
         } else {
-            evbuffer_add_printf(out, "$%zu\r\n", argv[i].len);
-            evbuffer_add(out, argv[i].ptr, argv[i].len);
-            evbuffer_add(out, "\r\n", 2);
+            reply_bulk(out, argv[i].ptr, argv[i].len);
         }
     }
-    if (*src != NULL)
-        evbuffer_drain(*src, req->raw_len);
-    *src = NULL;
-    if (req->raw != NULL)
-        evbuffer_free(req->raw);
-    req->raw = out;
-    req->raw_len = evbuffer_get_length(out);
+    request_replace_raw(req, out, src);
     return 0;
 }
 
@@ -530,23 +489,11 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
 
 /* ---- CLIENT LIST / CLIENT INFO ---- */
 
+/* C's local address as CLIENT LIST's laddr= shows it and CLIENT KILL
+ * LADDR matches it: "ip:port" ("?:0" when the socket has none). */
 static void clientid_laddr(const struct client *c, char *out, size_t size)
 {
-    struct sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    char ip[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-
-    if (getsockname(c->fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_INET) {
-        const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
-        port = ntohs(sin->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-        const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
-        port = ntohs(sin6->sin6_port);
-    }
-    snprintf(out, size, "%s:%d", ip, port);
+    sockaddr_format_local(c->fd, 0, out, size);
 }
 
 static void clientid_flags(const struct client *c, char *out)
@@ -594,12 +541,11 @@ static void clientid_line(const struct client *c, struct evbuffer *out)
 /* TEXT as Redis replies CLIENT LIST/INFO: a bulk string, verbatim in RESP3. */
 static void clientid_reply_text(const struct client *c, struct evbuffer *text, struct evbuffer *out)
 {
-    size_t len = evbuffer_get_length(text);
-
-    if (c->resp == 3)
-        evbuffer_add_printf(out, "=%zu\r\ntxt:", len + 4);
-    else
-        evbuffer_add_printf(out, "$%zu\r\n", len);
+    if (c->resp != 3) {
+        reply_bulk_buffer(out, text);
+        return;
+    }
+    evbuffer_add_printf(out, "=%zu\r\ntxt:", evbuffer_get_length(text) + 4);
     evbuffer_add_buffer(out, text);
     evbuffer_add(out, "\r\n", 2);
 }

@@ -591,9 +591,7 @@ void cluster_write_map(struct evbuffer *out)
                         (unsigned long long)stats[STAT_cluster_refresh_failures],
                         (unsigned long long)stats[STAT_cluster_crossslot],
                         (unsigned long long)stats[STAT_cluster_down_replies]);
-    evbuffer_add_printf(out, "$%zu\r\n", evbuffer_get_length(text));
-    evbuffer_add_buffer(out, text);
-    evbuffer_add(out, "\r\n", 2);
+    reply_bulk_buffer(out, text);
     evbuffer_free(text);
 }
 

@@ -312,13 +312,6 @@ static void split_part_free(struct request *req)
 /* ---------------------------------------------------------------------
  * Splitting */
 
-static void split_add_arg(struct evbuffer *buf, const struct sv *v)
-{
-    evbuffer_add_printf(buf, "$%zu\r\n", v->len);
-    evbuffer_add(buf, v->ptr, v->len);
-    evbuffer_add(buf, "\r\n", 2);
-}
-
 /* Send PART, whose bytes are in BUF (freed here), to NODE on the shared
  * connection of CLIENT_ID. A part that cannot be sent makes the error. */
 static void split_send(struct split_part *part, struct backend_node *node,
@@ -376,7 +369,6 @@ static void split_send_slot(struct split *s, unsigned long long client_id,
 {
     struct split_part *part = split_part_new(s, to - from);
     struct evbuffer *buf = evbuffer_new();
-    const struct sv name = {sc->name, strlen(sc->name)};
     const struct sv *first = &argv[keys[order[from].index]];
 
     if (part == NULL || buf == NULL) {
@@ -387,12 +379,13 @@ static void split_send_slot(struct split *s, unsigned long long client_id,
             evbuffer_free(buf);
         return;
     }
-    evbuffer_add_printf(buf, "*%d\r\n", 1 + (to - from) * sc->step);
-    split_add_arg(buf, &name);
+    reply_array_header(buf, 1 + (to - from) * sc->step);
+    reply_bulk(buf, sc->name, strlen(sc->name));
     for (int i = from; i < to; i++) {
+        const struct sv *key = &argv[keys[order[i].index]];
         part->key_index[part->count++] = order[i].index;
         for (int a = 0; a < sc->step; a++)
-            split_add_arg(buf, &argv[keys[order[i].index] + a]);
+            reply_bulk(buf, key[a].ptr, key[a].len);
     }
     split_send(part, router_node_for_key(first->ptr, first->len), client_id, buf);
 }
@@ -434,9 +427,9 @@ static void split_by_primary(struct split *s, unsigned long long client_id, int 
         if (!cluster_node_is_primary(node) || (part = split_part_new(s, 0)) == NULL)
             continue;
         buf = evbuffer_new();
-        evbuffer_add_printf(buf, "*%d\r\n", argc);
+        reply_array_header(buf, argc);
         for (int i = 0; i < argc; i++)
-            split_add_arg(buf, &argv[i]);
+            reply_bulk(buf, argv[i].ptr, argv[i].len);
         split_send(part, node, client_id, buf);
     }
 }
@@ -489,7 +482,7 @@ static void split_scan(struct split *s, unsigned long long client_id, int argc,
     buf = evbuffer_new();
     evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", argc, strlen(text), text);
     for (int i = 2; i < argc; i++)
-        split_add_arg(buf, &argv[i]);
+        reply_bulk(buf, argv[i].ptr, argv[i].len);
     split_send(part, nodes[s->scan_node], client_id, buf);
 }
 

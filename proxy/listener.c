@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/listener.h>
-#include <netdb.h>
+#include <sys/socket.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +15,7 @@
 #include "config.h"
 #include "log.h"
 #include "server.h"
-#include "value.h"
+#include "sockaddr.h"
 
 /* How long accepting pauses after accept found no descriptor or memory,
  * and how often such a failure may be logged. */
@@ -105,23 +105,15 @@ static void listener_error_cb(struct evconnlistener *l, void *arg)
 static int listener_open(struct event_base *base, const char *hostport, int tls, char *err,
                          size_t errlen)
 {
-    char host[256], port_text[16];
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *res;
+    struct sockaddr_storage ss;
+    socklen_t len;
     struct evconnlistener *l;
-    int port, rc;
 
-    if (value_hostport(hostport, host, sizeof(host), &port, err, errlen) != 0)
+    if (sockaddr_resolve(hostport, 1, "listen address", &ss, &len, err, errlen) != 0)
         return -1;
-    snprintf(port_text, sizeof(port_text), "%d", port);
-    rc = getaddrinfo(host, port_text, &hints, &res);
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve listen address %s: %s", hostport, gai_strerror(rc));
-        return -1;
-    }
     l = evconnlistener_new_bind(base, listener_accept_cb, tls ? &listener_tls : NULL,
                                 LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
-                                511, res->ai_addr, (int)res->ai_addrlen);
-    freeaddrinfo(res);
+                                511, (struct sockaddr *)&ss, (int)len);
     if (l == NULL) {
         snprintf(err, errlen, "cannot listen on %s: %s", hostport, strerror(errno));
         return -1;

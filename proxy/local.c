@@ -397,9 +397,7 @@ static void local_proxy_info(struct evbuffer *out)
     evbuffer_add_printf(text, "\r\n# Auth\r\nusers_file:%s\r\n",
                         server.cfg.users != NULL ? server.cfg.users : "");
     auth_write_info(text);
-    evbuffer_add_printf(out, "$%zu\r\n", evbuffer_get_length(text));
-    evbuffer_add_buffer(out, text);
-    evbuffer_add(out, "\r\n", 2);
+    reply_bulk_buffer(out, text);
     evbuffer_free(text);
 }
 

@@ -145,17 +145,11 @@ static int multi_rewrite(struct client *c, struct multi_locals *m, struct evbuff
  * (EXECABORT, a nil for a failed WATCH) goes as it is, and no slot runs. */
 static void multi_exec_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
-    struct client *c = req->client;
+    struct client *c = request_hook_client(req, src, len);
     struct evbuffer *all;
 
-    if (c == NULL) {   /* its client has gone */
-        evbuffer_drain(src, len);
-        request_free(req);
+    if (c == NULL)   /* its client has gone */
         return;
-    }
-    req->on_reply = NULL;
-    if (req->reply == NULL)
-        req->reply = evbuffer_new();
     if (type != REPLY_ARRAY || (all = evbuffer_new()) == NULL) {
         evbuffer_remove_buffer(src, req->reply, len);
     } else {

@@ -81,6 +81,16 @@ void reply_bulk(struct evbuffer *out, const char *data, size_t len)
     evbuffer_add(out, "\r\n", 2);
 }
 
+void reply_bulk_buffer(struct evbuffer *out, struct evbuffer *text)
+{
+    char head[24];
+    size_t len = evbuffer_get_length(text);
+
+    evbuffer_add(out, head, (size_t)reply_format_header(head, '$', (long long)len));
+    evbuffer_add_buffer(out, text);
+    evbuffer_add(out, "\r\n", 2);
+}
+
 void reply_nil(struct evbuffer *out, int resp)
 {
     if (resp == 3)

@@ -12,6 +12,8 @@ void reply_error(struct evbuffer *out, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void reply_status(struct evbuffer *out, const char *status);
 void reply_bulk(struct evbuffer *out, const char *data, size_t len);
+/* TEXT's bytes as one bulk string; they are moved (TEXT is left empty). */
+void reply_bulk_buffer(struct evbuffer *out, struct evbuffer *text);
 /* The null reply in protocol RESP (2 or 3): "$-1" or "_". */
 void reply_nil(struct evbuffer *out, int resp);
 void reply_integer(struct evbuffer *out, long long value);

@@ -239,3 +239,27 @@ int request_take_raw(struct request *req, struct evbuffer *src)
     }
     return evbuffer_remove_buffer(src, req->raw, req->raw_len) == (int)req->raw_len ? 0 : -1;
 }
+
+void request_replace_raw(struct request *req, struct evbuffer *out, struct evbuffer **src)
+{
+    if (*src != NULL)
+        evbuffer_drain(*src, req->raw_len);
+    *src = NULL;
+    if (req->raw != NULL)
+        evbuffer_free(req->raw);
+    req->raw = out;
+    req->raw_len = evbuffer_get_length(out);
+}
+
+struct client *request_hook_client(struct request *req, struct evbuffer *src, size_t len)
+{
+    if (req->client == NULL) {
+        evbuffer_drain(src, len);
+        request_free(req);
+        return NULL;
+    }
+    req->on_reply = NULL;
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    return req->client;
+}

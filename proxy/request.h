@@ -134,4 +134,17 @@ void request_argv_close(struct req_argv *a);
  * into req->raw. */
 int request_take_raw(struct request *req, struct evbuffer *src);
 
+/* Make OUT (taken) REQ's bytes; raw_len becomes its length. REQ's old bytes
+ * are dropped: its own, or the raw_len bytes at the head of *SRC when it did
+ * not own them. *SRC is set to NULL either way: the caller takes nothing
+ * more from it for REQ. */
+void request_replace_raw(struct request *req, struct evbuffer *out, struct evbuffer **src);
+
+/* The start of an on_reply hook that answers REQ's client from Redis's
+ * reply (LEN bytes at the head of SRC). When the client has gone: drops
+ * those bytes, frees REQ, returns NULL (the hook just returns). Else
+ * unhooks REQ (on_reply = NULL), makes sure req->reply exists, and returns
+ * the client; the reply's bytes are still in SRC for the hook. */
+struct client *request_hook_client(struct request *req, struct evbuffer *src, size_t len);
+
 #endif

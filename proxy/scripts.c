@@ -84,15 +84,6 @@ static char *scripts_put_bulk(char *p, const char *ptr, size_t len)
     return p;
 }
 
-static void scripts_write_bulk(struct evbuffer *out, const char *ptr, size_t len)
-{
-    char head[32];
-
-    evbuffer_add(out, head, (size_t)(scripts_put_header(head, '$', len) - head));
-    evbuffer_add(out, ptr, len);
-    evbuffer_add(out, "\r\n", 2);
-}
-
 /* A call whose first two arguments (verb, and script or SHA1) are HEAD,
  * already in RESP. Built in one piece on the stack when it fits (every
  * EVALSHA sluice sends does), so the lock and bucket paths make one
@@ -113,11 +104,11 @@ static void scripts_write_call(struct evbuffer *out, const char *head, size_t he
         evbuffer_add(out, first,
                      (size_t)(scripts_put_header(first, '*', (size_t)(3 + numkeys + argc)) - first));
         evbuffer_add(out, head, headlen);
-        scripts_write_bulk(out, num, (size_t)n);
+        reply_bulk(out, num, (size_t)n);
         for (int i = 0; i < numkeys; i++)
-            scripts_write_bulk(out, keys[i].ptr, keys[i].len);
+            reply_bulk(out, keys[i].ptr, keys[i].len);
         for (int i = 0; i < argc; i++)
-            scripts_write_bulk(out, args[i].ptr, args[i].len);
+            reply_bulk(out, args[i].ptr, args[i].len);
         return;
     }
     p = scripts_put_header(p, '*', (size_t)(3 + numkeys + argc));
@@ -146,5 +137,5 @@ void scripts_write_eval(struct evbuffer *out, const struct script *s, int numkey
 void scripts_write_load(struct evbuffer *out, const struct script *s)
 {
     evbuffer_add(out, "*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n", 26);
-    scripts_write_bulk(out, s->body, strlen(s->body));
+    reply_bulk(out, s->body, strlen(s->body));
 }

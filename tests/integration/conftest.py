@@ -324,6 +324,40 @@ def parse_info(text):
     return out
 
 
+def auth_servers(tmp, name, users_ini, acl_users, backend_password, redis_args=()):
+    """For a module fixture on client authentication (`yield from` it):
+    a backend with requirepass BACKEND_PASSWORD, a reference Redis given
+    ACL_USERS (ACL SETUSER argument lists; "default" is set last, as it
+    locks the setting connection out), and a sluice with USERS_INI as its
+    users file (TMP/NAME-sluice/users.ini) that logs in to the backend.
+    REDIS_ARGS go to both redis-servers. Yields (sluice, ref, backend) and
+    stops all three; a sluice that reported problems fails the module."""
+    started = []
+    try:
+        backend = RedisServer(tmp / f"{name}-backend", extra_args=redis_args).start()
+        started.append(backend)
+        backend.client().config_set("requirepass", backend_password)
+        ref = RedisServer(tmp / f"{name}-ref", extra_args=redis_args).start()
+        started.append(ref)
+        admin = ref.client()
+        for rule in sorted(acl_users, key=lambda rule: rule[0] == "default"):
+            admin.execute_command("ACL", "SETUSER", *rule)
+        admin.close()
+        d = tmp / f"{name}-sluice"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "users.ini").write_text(users_ini)
+        s = Sluice(d, backend.port,
+                   extra={"users": "users.ini", "backend_password": backend_password})
+        s.start()
+        yield s, ref, backend
+        problems = s.stop()
+        if problems:
+            pytest.fail("; ".join(problems), pytrace=False)
+    finally:
+        for srv in started:
+            srv.stop()
+
+
 # --------------------------------------------------------------------------
 # fixtures
 

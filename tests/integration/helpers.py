@@ -78,6 +78,21 @@ class Incomplete(Exception):
     pass
 
 
+def busy_eval(us):
+    """EVAL arguments of a script that keeps Redis busy for US microseconds
+    (by its own clock), then returns 1."""
+    return (b"EVAL", b"local s = redis.call('TIME') local t = s "
+            b"while (t[1] - s[1]) * 1000000 + (t[2] - s[2]) < %d do "
+            b"t = redis.call('TIME') end return 1" % us, b"0")
+
+
+def raw_replies(port, script, timeout=10):
+    """Each command of SCRIPT (command tuples) on one new connection to
+    PORT, a command at a time: the list of raw replies."""
+    with RawConn(port, timeout=timeout) as c:
+        return [c.call_raw(*cmd) for cmd in script]
+
+
 def assert_same_replies(sluice, ref, script, pipelined=False):
     """Run SCRIPT (a list of command tuples) on one connection to sluice and
     one to Redis, a command at a time or, PIPELINED, all sent at once, and

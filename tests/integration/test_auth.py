@@ -7,13 +7,12 @@ The replies are checked against a real redis-server given the same users
 with ACL SETUSER: what sluice answers must be what Redis answers."""
 
 import subprocess
-import time
 
 import pytest
 import redis
 
-from conftest import RedisServer, Sluice, parse_info
-from helpers import Err, RawConn, encode_command, wait_until
+from conftest import auth_servers, parse_info
+from helpers import Err, RawConn, encode_command, raw_replies, wait_until
 
 BACKEND_PW = "backend-pw"
 
@@ -58,37 +57,13 @@ ACL_USERS = [
 
 @pytest.fixture(scope="module")
 def auth_env(module_tmp):
-    backend = RedisServer(module_tmp / "auth-backend").start()
-    backend.client().config_set("requirepass", BACKEND_PW)
-    ref = RedisServer(module_tmp / "auth-ref").start()
-    admin = ref.client()
-    for rule in ACL_USERS[1:] + ACL_USERS[:1]:   # default last: it locks this client out
-        admin.execute_command("ACL", "SETUSER", *rule)
-    admin.close()
-    users = module_tmp / "auth-sluice" / "users.ini"
-    users.parent.mkdir(parents=True, exist_ok=True)
-    users.write_text(USERS_INI)
-    s = Sluice(module_tmp / "auth-sluice", backend.port,
-               extra={"users": "users.ini", "backend_password": BACKEND_PW})
-    s.start()
-    yield s, ref, backend
-    problems = s.stop()
-    backend.stop()
-    ref.stop()
-    if problems:
-        pytest.fail("; ".join(problems), pytrace=False)
-
-
-def _replies(port, script):
-    """Each command of SCRIPT on one new connection, a reply each (raw)."""
-    with RawConn(port, timeout=10) as c:
-        return [c.call_raw(*cmd) for cmd in script]
+    yield from auth_servers(module_tmp, "auth", USERS_INI, ACL_USERS, BACKEND_PW)
 
 
 def _same_as_redis(auth_env, script):
     s, ref, _ = auth_env
-    got = _replies(s.port, script)
-    want = _replies(ref.port, script)
+    got = raw_replies(s.port, script)
+    want = raw_replies(ref.port, script)
     for cmd, g, w in zip(script, got, want):
         assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
 
@@ -486,8 +461,8 @@ def test_default_without_password_needs_no_login(redis_factory, sluice_factory, 
     script = [("GET", "pub:1"), ("GET", "x"), ("SET", "pub:1", "v"), ("AUTH", "any"),
               ("AUTH", "default", "any"), ("AUTH", "u", "upw"), ("SET", "x", "1"), ("RESET",),
               ("SET", "x", "1")]
-    got = _replies(s.port, script)
-    want = _replies(ref.port, script)
+    got = raw_replies(s.port, script)
+    want = raw_replies(ref.port, script)
     assert got == want
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SLUICE_BIN, RedisServer, Sluice, parse_info
-from helpers import Err, RawConn, encode_command, wait_until
+from conftest import SLUICE_BIN, auth_servers
+from helpers import Err, encode_command, raw_replies, wait_until
 
 BACKEND_PW = "backend-pw"
 MODULE = Path(SLUICE_BIN).parent / "sluicetest.so"
@@ -67,38 +67,17 @@ def _module_args():
 
 @pytest.fixture(scope="module")
 def env(module_tmp):
-    backend = RedisServer(module_tmp / "hostile-backend", extra_args=_module_args()).start()
-    backend.client().config_set("requirepass", BACKEND_PW)
-    ref = RedisServer(module_tmp / "hostile-ref", extra_args=_module_args()).start()
-    admin = ref.client()
-    for rule in ACL_USERS:   # default last: it locks this client out
-        admin.execute_command("ACL", "SETUSER", *rule)
-    admin.close()
-    d = module_tmp / "hostile-sluice"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "users.ini").write_text(USERS_INI)
-    s = Sluice(d, backend.port, extra={"users": "users.ini", "backend_password": BACKEND_PW})
-    s.start()
-    yield s, ref, backend
-    problems = s.stop()
-    backend.stop()
-    ref.stop()
-    if problems:
-        pytest.fail("; ".join(problems), pytrace=False)
-
-
-def _replies(port, script):
-    with RawConn(port, timeout=10) as c:
-        return [c.call_raw(*cmd) for cmd in script]
+    yield from auth_servers(module_tmp, "hostile", USERS_INI, ACL_USERS, BACKEND_PW,
+                            redis_args=_module_args())
 
 
 def _same_as_redis(env, script):
     s, ref, backend = env
     ref.client(username="admin", password="adminpw").flushall()
     backend.client(password=BACKEND_PW).flushall()
-    got = _replies(s.port, script)
+    got = raw_replies(s.port, script)
     ref.client(username="admin", password="adminpw").flushall()
-    want = _replies(ref.port, script)
+    want = raw_replies(ref.port, script)
     for cmd, g, w in zip(script, got, want):
         assert g == w, f"{cmd}: sluice {g!r} vs redis {w!r}"
 

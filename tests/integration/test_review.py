@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from helpers import SLOW, RawConn, wait_until
+from helpers import SLOW, RawConn, busy_eval, wait_until
 
 
 def _redis_client_id(backend, cmd):
@@ -120,9 +120,7 @@ def test_blocked_client_input_is_bounded(redis_factory, sluice_factory):
     busy.close()
 
 
-SLOW_EVAL = (b"EVAL", b"local s = redis.call('TIME') local t = s "
-             b"while (t[1] - s[1]) * 1000000 + (t[2] - s[2]) < 300000 do "
-             b"t = redis.call('TIME') end return 1", b"0")
+SLOW_EVAL = busy_eval(300000)
 
 
 def test_reply_order_after_leaving_pubsub(redis_factory, sluice_factory):

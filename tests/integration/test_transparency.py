@@ -4,11 +4,10 @@ queue like Redis's, and empty requests are skipped."""
 
 import pytest
 
-from helpers import SLOW, RawConn, assert_same_replies, encode_command as enc, wait_until
+from helpers import (SLOW, RawConn, assert_same_replies, busy_eval, encode_command as enc,
+                     wait_until)
 
-SLOW_EVAL = (b"EVAL", b"local s = redis.call('TIME') local t = s "
-             b"while (t[1] - s[1]) * 1000000 + (t[2] - s[2]) < 200000 do "
-             b"t = redis.call('TIME') end return 1", b"0")
+SLOW_EVAL = busy_eval(200000)
 
 
 # ---- 1. every reply leaves in request order, whoever produced it ----

@@ -4,19 +4,12 @@
 import assert from 'node:assert/strict';
 import Redis from 'ioredis';
 
+import { runScenario, until } from './scenario.mjs';
+
 const port = Number(process.env.SLUICE_PORT);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function connect(opts = {}) {
   return new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1, ...opts });
-}
-
-async function until(pred, what) {
-  for (let i = 0; i < 200; i++) {
-    if (await pred()) return;
-    await sleep(25);
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 const scenarios = {
@@ -61,8 +54,4 @@ const scenarios = {
   },
 };
 
-const name = process.argv[2];
-if (!scenarios[name]) throw new Error(`unknown scenario ${name}`);
-const out = await scenarios[name]();
-console.log(JSON.stringify({ ok: true, scenario: name, ...out }));
-process.exit(0);
+await runScenario(scenarios);

@@ -5,23 +5,16 @@
 import assert from 'node:assert/strict';
 import { createClient, BasicClientSideCache } from 'redis';
 
+import { runScenario, until } from './scenario.mjs';
+
 const url = `redis://127.0.0.1:${process.env.SLUICE_PORT}`;
 const direct = `redis://127.0.0.1:${process.env.REDIS_PORT}`;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 async function connect(opts = {}) {
   const c = createClient({ url, ...opts });
   c.on('error', (e) => { throw e; });
   await c.connect();
   return c;
-}
-
-async function until(pred, what) {
-  for (let i = 0; i < 200; i++) {
-    if (await pred()) return;
-    await sleep(25);
-  }
-  throw new Error(`timed out waiting for ${what}`);
 }
 
 const scenarios = {
@@ -148,8 +141,4 @@ const scenarios = {
   },
 };
 
-const name = process.argv[2];
-if (!scenarios[name]) throw new Error(`unknown scenario ${name}`);
-const out = await scenarios[name]();
-console.log(JSON.stringify({ ok: true, scenario: name, ...out }));
-process.exit(0);
+await runScenario(scenarios);

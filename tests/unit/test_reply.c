@@ -79,6 +79,23 @@ static void test_replies(void)
     evbuffer_free(out);
 }
 
+/* A buffer's text as one bulk (PROXY INFO, CLIENT LIST): moved, not copied. */
+static void test_bulk_buffer(void)
+{
+    struct evbuffer *out = evbuffer_new(), *text = evbuffer_new();
+    char *s;
+
+    evbuffer_add(text, "a:1\r\nb:2\r\n", 10);
+    reply_bulk_buffer(out, text);
+    CHECK(evbuffer_get_length(text) == 0);
+    reply_bulk_buffer(out, text);
+    s = drain_all(out);
+    CHECK_STR(s, "$10\r\na:1\r\nb:2\r\n\r\n$0\r\n\r\n");
+    free(s);
+    evbuffer_free(text);
+    evbuffer_free(out);
+}
+
 static void test_parse_ints(void)
 {
     long long v[3] = {0, 0, 0};
@@ -97,4 +114,4 @@ static void test_parse_ints(void)
 
 UNIT_MAIN("reply", {"format_ll_matches_printf", test_format_ll_matches_printf},
           {"format_header", test_format_header}, {"replies", test_replies},
-          {"parse_ints", test_parse_ints})
+          {"bulk_buffer", test_bulk_buffer}, {"parse_ints", test_parse_ints})
