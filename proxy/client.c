@@ -1405,6 +1405,31 @@ static void client_local_in_multi(struct client *c, struct request *req, const s
     }
 }
 
+/* Split REQ by slot (cluster_split.c), which copies every argument. An
+ * argument sluice left unread (over 64 KB, lying across chains: its view
+ * is {NULL, len}) is read first: REQ takes its bytes from *SRC (then set
+ * to NULL), makes them one run and is viewed again. Returns 0, or -1 when
+ * out of memory (REQ not split). */
+static int client_split(struct request *req, const struct sv *argv, struct evbuffer **src)
+{
+    struct req_argv whole;
+    int unread = 0, rc;
+
+    for (int i = 0; i < req->argc && !unread; i++)
+        unread = argv[i].ptr == NULL;
+    if (!unread)
+        return cluster_split_run(req, req->argc, argv);
+    if (*src != NULL && request_take_raw(req, *src) != 0)
+        return -1;
+    *src = NULL;
+    if (evbuffer_pullup(req->raw, -1) == NULL)
+        return -1;
+    rc = request_argv_open(&whole, req, req->raw) == 0
+             ? cluster_split_run(req, req->argc, whole.argv) : -1;
+    request_argv_close(&whole);
+    return rc;
+}
+
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
@@ -1479,7 +1504,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     if (client_cluster_defer_multi(c, req, src))
         return 0;
     if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
-        if (cluster_split_run(req, req->argc, argv) != 0)
+        if (client_split(req, argv, &src) != 0)
             client_reply_error(c, req, "OOM sluice is out of memory");
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);

@@ -818,3 +818,17 @@ def test_resp3_client(csluice, rc):
         assert c.call_raw("GET", "r3:missing") == b"_\r\n"
         assert c.call("DEL", *keys) == 20
     assert rc.exists(*keys) == 0
+
+
+def test_split_commands_with_values_over_64kb(csluice, rc):
+    """MSET/MGET across slots with values larger than what sluice reads in
+    place (64 KB, arriving in several chains): the split copies every
+    argument, so those are read first (once crashed sluice)."""
+    values = {f"big:{i}".encode(): bytes([65 + i]) * (300 * 1024 + i) for i in range(4)}
+    with csluice.raw(timeout=30) as c:
+        args = [a for kv in values.items() for a in kv]
+        assert c.call("MSET", *args) == "OK"
+        assert c.call("MGET", *values) == list(values.values())
+        assert c.call("DEL", *values) == len(values)
+    for k in values:
+        assert rc.get(k) is None
