@@ -47,6 +47,7 @@
 #include "request.h"
 #include "respframe.h"
 #include "scripts.h"
+#include "server.h"
 #include "sockaddr.h"
 #include "stats.h"
 #include "tls.h"
@@ -73,6 +74,7 @@ struct backend_conn {
     size_t hold_until;               /* frame nothing until the input has this many */
     struct request_queue inflight;
     int inflight_count;
+    uint64_t progress_ms;            /* last reply, or first request sent while idle */
     enum backend_state state;
     struct client *owner;            /* private connection's client; NULL: pool */
     int oneshot;                     /* a control connection: freed once answered */
@@ -946,10 +948,18 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
         return 0;
     }
     req->conn = conn;
+    if (conn->inflight_count == 0)
+        conn->progress_ms = server_pass_now_us() / 1000;   /* an idle one starts now */
     TAILQ_INSERT_TAIL(&conn->inflight, req, conn_link);
     conn->inflight_count++;
     STAT_INC(total_forwarded);
     return 0;
+}
+
+int backend_stalled(const struct backend_conn *conn)
+{
+    return conn->inflight_count > 0 &&
+           server_pass_now_us() / 1000 - conn->progress_ms > BACKEND_STALL_MS;
 }
 
 void backend_set_passthrough(struct backend_conn *conn, int on)
@@ -998,6 +1008,7 @@ static void backend_pop(struct backend_conn *conn, struct request *req)
     TAILQ_REMOVE(&conn->inflight, req, conn_link);
     conn->inflight_count--;
     req->conn = NULL;
+    conn->progress_ms = server_pass_now_us() / 1000;
 }
 
 /* A RESP3 push of LEN bytes heads the input of CONN. It pairs with no

@@ -114,6 +114,15 @@ void backend_write_now(void);
  * MONITOR). Off again after RESET. */
 void backend_set_passthrough(struct backend_conn *conn, int on);
 
+/* A shared connection with requests out and no reply for this long is
+ * stalled: Redis is in a long script or a slow command. */
+#define BACKEND_STALL_MS 100
+
+/* Whether CONN is stalled (BACKEND_STALL_MS). Redis answers other
+ * connections then as it sees fit (-BUSY during a script); requests that
+ * need not keep order with CONN's go around it. */
+int backend_stalled(const struct backend_conn *conn);
+
 /* Non-zero while CONN's output is above its high watermark; then the caller
  * waits (backend_wait) and is resumed through client_resume. */
 int backend_congested(const struct backend_conn *conn);

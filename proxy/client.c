@@ -1081,6 +1081,32 @@ static int client_cluster_off_session(const struct client *c, const struct reque
            router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
 }
 
+/* CONN, the shared connection REQ of C would go on, unless it is stalled
+ * (a long script or slow command holds it: backend_stalled) and C has
+ * nothing out on it to keep order with. Then REQ goes on a one-shot
+ * connection (NULL, PLACE_CONTROL), where Redis answers it as it answers
+ * any other connection meanwhile: -BUSY during a script, or at once
+ * after it; queued behind the script it would wait for it to end. */
+static struct backend_conn *client_detour(struct client *c, struct request *req,
+                                          struct backend_conn *conn)
+{
+    static uint64_t logged_ms;
+    uint64_t now_ms;
+
+    if (req->place != PLACE_SHARED || !backend_stalled(conn) || cluster_enabled() ||
+        (c->inflight > 0 && c->inflight_conn == conn))
+        return conn;
+    STAT_INC(stalled_detours);
+    now_ms = server_pass_now_us() / 1000;
+    if (now_ms - logged_ms >= 1000) {
+        log_info("a shared backend connection is stalled (a long script or slow command): "
+                 "requests go around it on connections of their own");
+        logged_ms = now_ms;
+    }
+    req->place = PLACE_CONTROL;
+    return NULL;
+}
+
 /* The backend connection REQ goes to: a shared one, or the client's
  * private one once it has one. NULL for a one-shot connection (made as
  * REQ is sent), and when a private connection is needed but
@@ -1102,7 +1128,8 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
     }
     if (c->private_conn != NULL && !client_cluster_off_session(c, req))
         return c->private_conn;
-    return backend_pool_conn(router_node_for_request(req, NULL), c->id, c->resp);
+    return client_detour(c, req, backend_pool_conn(router_node_for_request(req, NULL), c->id,
+                                                   c->resp));
 }
 
 /* Stands for "the shared connections" in c->inflight_conn: in cluster
@@ -1183,8 +1210,11 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     char err[512];
     int unpaired;
 
-    if (conn == NULL && req->place == PLACE_CONTROL)
+    if (conn == NULL && req->place == PLACE_CONTROL) {
         conn = backend_control_conn(backend_default_node());
+        if (conn != NULL)
+            backend_use_resp(conn, c->resp);   /* its reply in the client's protocol */
+    }
     if (conn == NULL) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);

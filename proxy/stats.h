@@ -22,6 +22,7 @@ struct evbuffer;
     X(query_limit_disconnects, "clients over client_query_buffer_limit")     \
     X(idle_timeouts, "clients closed for idleness")                          \
     X(swallowed_replies, "replies for clients that had gone")                \
+    X(stalled_detours, "requests sent around a stalled shared connection")   \
     X(tls_handshake_failures, "client TLS handshakes failed or timed out")   \
     X(cluster_moved, "cluster: MOVED replies followed")                      \
     X(cluster_ask, "cluster: ASK replies followed")                          \

@@ -746,3 +746,29 @@ def test_script_reply_nested_8000_deep_keeps_the_shared_connection(redis_factory
     assert want["sluice"] == want["redis"]
     assert want["sluice"].count(b"*1\r\n") > 7000
     assert "connection lost" not in s.log_path.read_text()
+
+
+@pytest.mark.parametrize("resp", [2, 3])
+def test_busy_script_others_get_busy_not_a_hang(redis_factory, sluice_factory, resp):
+    """A client's script that runs on (while true) holds the shared
+    connection it runs on. Redis answers every other connection -BUSY
+    meanwhile; through sluice the others' commands go around the stalled
+    connection and get the same answer instead of waiting behind it, and
+    all is well again after SCRIPT KILL (Redis's own scripting test)."""
+    srv = redis_factory()
+    srv.client().config_set("lua-time-limit", 10)   # BUSY after 10 ms, as the test sets
+    s = sluice_factory(srv.port)
+    with s.raw() as runner, s.raw() as other:
+        if resp == 3:   # both on the RESP3 shared connection
+            other.call("HELLO", "3")
+            runner.call("HELLO", "3")
+        runner.send_command("EVAL", "while true do end", "0")
+        time.sleep(0.3)
+        reply = other.call("PING", timeout=5 * SLOW)
+        assert isinstance(reply, Err) and reply.startswith("BUSY"), reply
+        assert other.call("SCRIPT", "KILL", timeout=5 * SLOW) == "OK"
+        killed = runner.read_reply(timeout=5 * SLOW)
+        assert isinstance(killed, Err) and "killed" in killed.lower(), killed
+        wait_until(lambda: other.call("PING") == "PONG", 5 * SLOW, msg="PONG after the kill")
+        assert runner.call("PING") == "PONG"
+        assert int(s.info()["stalled_detours"]) >= 1
