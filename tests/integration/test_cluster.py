@@ -8,6 +8,7 @@ slots put them back, and each test uses keys of its own.
 """
 
 import subprocess
+import threading
 import tempfile
 import time
 from pathlib import Path
@@ -929,3 +930,106 @@ def test_reshard_under_traffic_no_errors(csluice, redis_cluster, rc):
         assert rc.get(k) == t.expected[k]
     with csluice.client() as c:
         assert c.delete(*keys) == len(keys)
+
+
+@pytest.fixture(scope="module")
+def csluice2(redis_cluster, module_tmp):
+    """A second sluice in front of the same cluster."""
+    s = Sluice(module_tmp / "csluice2", None, cluster_seeds=redis_cluster.seeds,
+               extra={"cluster_retry_window": 10000})
+    try:
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="the second sluice to load the slot map")
+        yield s
+    finally:
+        problems = s.stop()
+        if problems:
+            pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
+                        pytrace=False)
+
+
+def test_stock_deduction_two_sluices_on_the_cluster(csluice, csluice2, redis_cluster, rc):
+    """The standalone stock test on the cluster: 2,000 items, 40 clients
+    over two sluices, each LOCK WAIT / GET / SET / UNLOCK, with the lock on
+    one primary and the stock on another. The stock ends at exactly 0 and
+    the clients sold 2,000 between them: no double sale."""
+    (lock, _), (stock, _) = keys_per_primary(redis_cluster, "stk:")[:2]
+    assert redis_cluster.slot_owner_port(slot_of(lock)) != \
+        redis_cluster.slot_owner_port(slot_of(stock))
+    rc.set(stock, 2000)
+    moved_before = [int(cluster_info(s)["moved"]) for s in (csluice, csluice2)]
+    counts, errors = [], []
+    guard = threading.Lock()
+
+    def worker(s):
+        c = s.client(single_connection_client=True, socket_timeout=30)
+        n = 0
+        try:
+            while True:
+                tok = c.execute_command("LOCK", lock, "5000", "WAIT", "10000")
+                if tok is None:
+                    continue
+                left = int(c.get(stock))
+                if left <= 0:
+                    c.execute_command("UNLOCK", lock)
+                    break
+                c.set(stock, left - 1)
+                n += 1
+                assert c.execute_command("UNLOCK", lock) == 0
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            c.close()
+        with guard:
+            counts.append(n)
+
+    threads = [threading.Thread(target=worker, args=(csluice if i % 2 else csluice2,))
+               for i in range(40)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(300)
+    assert not errors, errors[:3]
+    assert int(rc.get(stock)) == 0
+    assert sum(counts) == 2000
+    assert rc.exists(lock) == 0
+    # Every LOCK/UNLOCK went straight to its slot's primary.
+    assert [int(cluster_info(s)["moved"]) for s in (csluice, csluice2)] == moved_before
+    rc.delete(stock)
+
+
+def test_lock_wait_keep_and_release_on_disconnect_on_every_primary(csluice, csluice2,
+                                                                  redis_cluster, rc):
+    """On a key of each primary: a waiter on the other sluice is woken by
+    the release; KEEP holds past its TTL; a lock without OWNER is released
+    when its client disconnects, one with OWNER is not."""
+    for k, k2 in keys_per_primary(redis_cluster, "lkw:"):
+        holder = csluice.client(single_connection_client=True)
+        assert holder.execute_command("LOCK", k, "60000", "KEEP") is not None
+        result = {}
+
+        def waiter():
+            with csluice2.client(single_connection_client=True) as c:
+                result["tok"] = c.execute_command("LOCK", k, "1000", "WAIT", "10000")
+                c.execute_command("UNLOCK", k)
+
+        th = threading.Thread(target=waiter)
+        th.start()
+        time.sleep(0.3)
+        assert "tok" not in result
+        assert holder.execute_command("UNLOCK", k) == 0
+        th.join(10)
+        assert result["tok"] is not None and len(result["tok"]) == 32
+
+        kept = csluice.client(single_connection_client=True)
+        assert kept.execute_command("LOCK", k, "300", "KEEP") is not None
+        assert kept.execute_command("LOCK", k2, "60000", "OWNER", "stays") == b"stays"
+        time.sleep(1.0)
+        assert rc.exists(k) == 1 and 0 < rc.pttl(k) <= 300
+        kept.connection_pool.disconnect()
+        kept.close()
+        wait_until(lambda: rc.exists(k) == 0, 2 * SLOW, msg="release on disconnect")
+        assert rc.hget(k2, "stays") == b"1"
+        holder.close()
+        rc.delete(k2)
