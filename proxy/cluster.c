@@ -14,8 +14,9 @@
  * The map is replaced whole, from one CLUSTER SLOTS reply, asked of one
  * node at a time (known nodes in turn), every cluster_refresh_interval and
  * soon after a MOVED (at most every CLUSTER_REFRESH_MIN_MS). Nodes are
- * backend nodes (backend_node_get); a node no longer in the map keeps its
- * connections for now.
+ * backend nodes (backend_node_get); a node no longer in the map is
+ * retired (backend_node_retire: its shared connections close once
+ * answered) until the map or a redirection names it again.
  */
 #include "cluster.h"
 #include "cluster_split.h"
@@ -157,6 +158,16 @@ static void cluster_refresh_failed(const char *node, const char *why)
     cluster_refresh_wanted = 1;   /* the next node is asked at the next tick */
 }
 
+/* Retire the nodes that serve no slot of the map (seeds that are
+ * replicas, demoted or removed primaries); bring back those that do. */
+static void cluster_retire_absent(void)
+{
+    struct backend_node *node;
+
+    for (node = backend_node_next(NULL); node != NULL; node = backend_node_next(node))
+        backend_node_retire(node, !cluster_node_is_primary(node));
+}
+
 /* Install MAP and log what changed in coverage. */
 static void cluster_install(struct backend_node **map)
 {
@@ -171,6 +182,7 @@ static void cluster_install(struct backend_node **map)
         log_notice("cluster: slot map loaded, %d slots served, %d changed", served, changed);
     cluster_have_map = 1;
     cluster_map_ms = server_now_ms();
+    cluster_retire_absent();
     if (served < SLOT_COUNT)
         cluster_refresh_wanted = 1;   /* the cluster may still be forming or failing over */
     STAT_INC(cluster_refreshes);
@@ -234,6 +246,8 @@ static void cluster_ask_map(uint64_t now_ms)
 
     if (node == NULL)
         return;
+    if (backend_node_retired(node))
+        backend_node_retire(node, 0);   /* nobody else is up: ask it after all */
     cluster_last_asked = node;
     cluster_asked_ms = now_ms;
     cluster_asked_gen = cluster_next_gen++;
@@ -577,7 +591,10 @@ void cluster_write_map(struct evbuffer *out)
         for (int s = 0; s < SLOT_COUNT; s++)
             slots += cluster_owner[s] == node;
         evbuffer_add_printf(text, "node:%s,state=%s,slots=%d\r\n", backend_node_name(node),
-                            backend_node_up(node) ? "up" : "down", slots);
+                            backend_node_retired(node) ? "closed"
+                            : backend_node_up(node)    ? "up"
+                                                       : "down",
+                            slots);
     }
     evbuffer_add_printf(text, "\r\n# Counters\r\nmoved:%llu\r\nask:%llu\r\ntryagain:%llu\r\n"
                               "retries:%llu\r\nredirect_limit:%llu\r\nrefreshes:%llu\r\n"

@@ -958,6 +958,9 @@ def test_stock_deduction_two_sluices_on_the_cluster(csluice, csluice2, redis_clu
     assert redis_cluster.slot_owner_port(slot_of(lock)) != \
         redis_cluster.slot_owner_port(slot_of(stock))
     rc.set(stock, 2000)
+    for s in (csluice, csluice2):
+        with s.client() as c:     # a MOVED of an earlier test's resharding, if any
+            c.exists(lock, stock)
     moved_before = [int(cluster_info(s)["moved"]) for s in (csluice, csluice2)]
     counts, errors = [], []
     guard = threading.Lock()
@@ -1033,3 +1036,62 @@ def test_lock_wait_keep_and_release_on_disconnect_on_every_primary(csluice, cslu
         assert rc.hget(k2, "stays") == b"1"
         holder.close()
         rc.delete(k2)
+
+
+def sluice_conns_to(sluice, port):
+    """How many established TCP connections the sluice process has to
+    127.0.0.1:PORT (its sockets' inodes looked up in /proc/net/tcp)."""
+    import os
+    inodes = set()
+    fd_dir = f"/proc/{sluice.proc.pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            parts = line.split()
+            remote, state, inode = parts[2], parts[3], parts[9]
+            if state == "01" and inode in inodes and int(remote.split(":")[1], 16) == port:
+                n += 1
+    return n
+
+
+def test_node_leaving_the_map_is_closed_and_comes_back(csluice, csluice2, redis_cluster):
+    """A primary demoted by a failover leaves the map: sluice closes its
+    shared connections (PROXY CLUSTER says state=closed) and opens them
+    again when the node serves slots again, with no client error."""
+    old = redis_cluster.primaries()[0]
+    new = replica_of(redis_cluster, old)
+    assert sluice_conns_to(csluice, old) > 0
+    with Traffic(csluice, "leave") as t:
+        wait_until(lambda: t.ops > 100, 10 * SLOW, msg="traffic to start")
+        with redis_cluster.node_by_port(new).client() as c:
+            assert c.execute_command("CLUSTER", "FAILOVER") == b"OK"
+        wait_until(lambda: new in redis_cluster.primaries(), 20 * SLOW, msg="the failover")
+        redis_cluster.wait_ok()
+        for s in (csluice, csluice2):
+            wait_until(lambda: f"127.0.0.1:{old},state=closed,slots=0" in
+                       cluster_info(s)["nodes"], 10 * SLOW,
+                       msg=f"sluice to close the old primary: {cluster_info(s)['nodes']}")
+        for s in (csluice, csluice2):
+            wait_until(lambda: sluice_conns_to(s, old) == 0, 10 * SLOW,
+                       msg="no connection of sluice's left to the old primary")
+        # And back: the node serves slots again, sluice connects again.
+        replica_of(redis_cluster, new)
+        with redis_cluster.node_by_port(old).client() as c:
+            assert c.execute_command("CLUSTER", "FAILOVER") == b"OK"
+        wait_until(lambda: old in redis_cluster.primaries(), 20 * SLOW, msg="the failback")
+        redis_cluster.wait_ok()
+        wait_until(lambda: f"127.0.0.1:{old},state=up" in
+                   ",".join(cluster_info(csluice)["nodes"]), 10 * SLOW,
+                   msg="sluice to connect to the node again")
+        done = t.ops
+        wait_until(lambda: t.ops > done + 200, 10 * SLOW, msg="traffic after the failback")
+    assert t.errors == [], t.errors[:5]
+    assert any(line.endswith(f":{old}") for line in cluster_info(csluice)["slots"])
