@@ -418,6 +418,48 @@ static void cluster_full_target(char *target, size_t size, const struct backend_
     memcpy(target, name, host_len);
 }
 
+/* A MOVED or ASK (TEXT) for REQ on a session's private connection
+ * CONN: the request cannot go elsewhere (the session's state is on CONN's
+ * node), so the client gets a plain error instead of the redirection;
+ * inside MULTI, Redis has flagged the transaction and EXEC aborts it
+ * (-EXECABORT). A MOVED updates the slot at once; either way the map is
+ * read again soon. Returns 1 when it answered REQ. */
+static int cluster_session_redirect(struct backend_conn *conn, struct request *req,
+                                    struct evbuffer *src, size_t len, const char *text)
+{
+    static const char moved_err[] =
+        "-TRYAGAIN sluice: the key's slot moved to another cluster node while this "
+        "connection's session (transaction, WATCH, blocking command) was on the old one; "
+        "try again\r\n";
+    char target[300];
+    enum cluster_redirect kind;
+    struct backend_node *node;
+    struct evbuffer *out;
+    int slot = -1;
+
+    kind = cluster_classify(text, &slot, target, sizeof(target));
+    if (kind != REDIRECT_MOVED && kind != REDIRECT_ASK)
+        return 0;
+    if (kind == REDIRECT_MOVED) {
+        STAT_INC(cluster_moved);
+        cluster_full_target(target, sizeof(target), backend_conn_node(conn));
+        node = backend_node_get(target);
+        if (node != NULL)
+            cluster_owner[slot] = node;
+    } else {
+        STAT_INC(cluster_ask);
+    }
+    cluster_want_refresh();
+    out = evbuffer_new();
+    if (out == NULL)
+        return 0;
+    evbuffer_drain(src, len);
+    evbuffer_add(out, moved_err, sizeof(moved_err) - 1);
+    backend_deliver(req, out, evbuffer_get_length(out), REPLY_ERROR);
+    evbuffer_free(out);
+    return 1;
+}
+
 /* The backend filter: see cluster.h's contract via backend_reply_filter_fn. */
 static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
                                 struct evbuffer *src, size_t len, int conn_failed)
@@ -427,9 +469,16 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     struct backend_node *node;
     int slot = -1;
 
-    if (!backend_conn_is_shared(conn) || req->raw == NULL ||
-        (req->client == NULL && req->on_reply == NULL) || req->on_reply == cluster_slots_reply)
-        return 0;   /* a session's connection, nobody waits, or the map's own request */
+    if (!backend_conn_is_shared(conn)) {
+        if (conn_failed || req->client == NULL)
+            return 0;
+        evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+        text[strcspn(text, "\r\n")] = '\0';
+        return cluster_session_redirect(conn, req, src, len, text);
+    }
+    if (req->raw == NULL || (req->client == NULL && req->on_reply == NULL) ||
+        req->on_reply == cluster_slots_reply)
+        return 0;   /* nobody waits, or the map's own request */
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
     text[strcspn(text, "\r\n")] = '\0';
     kind = cluster_classify(text, &slot, target, sizeof(target));

@@ -1095,3 +1095,60 @@ def test_node_leaving_the_map_is_closed_and_comes_back(csluice, csluice2, redis_
         wait_until(lambda: t.ops > done + 200, 10 * SLOW, msg="traffic after the failback")
     assert t.errors == [], t.errors[:5]
     assert any(line.endswith(f":{old}") for line in cluster_info(csluice)["slots"])
+
+
+def test_moved_inside_a_transaction_aborts_it_cleanly(csluice, redis_cluster, rc):
+    """A slot moves behind sluice's back (its map is stale); a transaction
+    on the old owner then meets MOVED on its private connection: the client
+    sees a plain TRYAGAIN error (never MOVED), EXEC aborts with EXECABORT
+    (nothing applied), the map names the new owner at once, and the same
+    transaction sent again (on a new connection) runs on the new owner."""
+    slot = 2025
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    other = next(s for s in range(0, 16384, 7)
+                 if s != slot and redis_cluster.slot_owner_port(s) == src)
+    k_other, k_moved = key_for_slot(other, "txm:"), key_for_slot(slot, "txm:")
+    rc.set(k_moved, "old")
+    moved_before = int(cluster_info(csluice)["moved"])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[k_moved])
+    try:
+        with csluice.raw() as c:
+            # Mid-transaction: the first key's node is SRC, the second key's
+            # slot is on DST now but sluice's map still says SRC.
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", k_other, "tx") == "QUEUED"
+            r = c.call("SET", k_moved, "tx")
+            assert isinstance(r, Err) and r.startswith("TRYAGAIN sluice"), r
+            assert "MOVED" not in r
+            r = c.call("EXEC")
+            assert isinstance(r, Err) and r.startswith("EXECABORT"), r
+            assert rc.get(k_other) is None and rc.get(k_moved) == b"old"
+            assert int(cluster_info(csluice)["moved"]) > moved_before
+            assert any(line.endswith(f":{dst}") and
+                       int(line.split("-")[0]) <= slot <= int(line.split(" ")[0].split("-")[1])
+                       for line in cluster_info(csluice)["slots"])
+        # Again (on a new connection: a connection's private one stays on
+        # the node of its first session): MULTI goes with its key to DST.
+        with csluice.raw() as c:
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", k_moved, "tx2") == "QUEUED"
+            assert c.call("GET", k_moved) == "QUEUED"
+            assert c.call("EXEC") == ["OK", b"tx2"]
+    finally:
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    with csluice.raw() as c:
+        # The first command of a transaction meets MOVED: same clean abort
+        # (sluice's map says DST until it reads the map again).
+        if any(line.endswith(f":{dst}") and
+               int(line.split("-")[0]) <= slot <= int(line.split(" ")[0].split("-")[1])
+               for line in cluster_info(csluice)["slots"]):
+            assert c.call("MULTI") == "OK"
+            r = c.call("SET", k_moved, "tx3")
+            assert isinstance(r, Err) and r.startswith("TRYAGAIN sluice"), r
+            r = c.call("EXEC")
+            assert isinstance(r, Err) and r.startswith("EXECABORT"), r
+        assert c.call("GET", k_moved) == b"tx2"
+    rc.delete(k_moved, k_other)
