@@ -1150,19 +1150,28 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
 }
 
 /* CONN, a shared connection of a node out of the map, closes once it has
- * nothing in flight (its last reply delivered). */
+ * nothing in flight (its last reply delivered); a spare goes at once. */
+static int backend_retired_closable(const struct backend_conn *conn)
+{
+    if (!conn->node->retired || !backend_conn_is_shared(conn) || conn->busy || conn->released)
+        return 0;
+    return conn->spare || (conn->state != BACKEND_DOWN && conn->inflight_count == 0);
+}
+
 static void backend_close_if_retired(struct backend_conn *conn)
 {
-    if (!conn->node->retired || !backend_conn_is_shared(conn) || conn->state == BACKEND_DOWN ||
-        conn->inflight_count > 0 || conn->busy)
+    if (!backend_retired_closable(conn))
         return;
-    backend_conn_down(conn, "the node left the cluster's slot map");
+    if (conn->spare)
+        backend_conn_release(conn);
+    else
+        backend_conn_down(conn, "the node left the cluster's slot map");
 }
 
 /* See backend.h. */
 void backend_node_retire(struct backend_node *node, int retired)
 {
-    struct backend_conn *conn, *next;
+    struct backend_conn *conn;
 
     if (node->retired == retired)
         return;
@@ -1182,12 +1191,16 @@ void backend_node_retire(struct backend_node *node, int retired)
     }
     log_notice("cluster node %s left the slot map: its shared connections close once "
                "answered", node->name);
-    for (conn = TAILQ_FIRST(&node->conns); conn != NULL; conn = next) {
-        next = TAILQ_NEXT(conn, node_link);
-        if (conn->spare && !conn->released && !conn->busy)
-            backend_conn_release(conn);
-        else if (backend_conn_is_shared(conn) && !conn->spare)
-            backend_close_if_retired(conn);
+    /* Closing one wakes its waiting clients, which may release other
+     * connections of the list: look again from the start each time. */
+    for (;;) {
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (backend_retired_closable(conn))
+                break;
+        }
+        if (conn == NULL)
+            return;
+        backend_close_if_retired(conn);
     }
 }
 
