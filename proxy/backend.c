@@ -108,6 +108,7 @@ struct backend_node {
     int spare_count;                 /* spare connections, not in private_count */
     struct event *spare_ev;          /* replenish the spares (backend_spares_cb) */
     struct backend_conn_list conns;  /* every connection, pool included */
+    int retired;                     /* cluster: out of the slot map, shared ones closed */
     TAILQ_ENTRY(backend_node) link;  /* in backend_nodes */
     /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
     char redis_version[32];
@@ -130,6 +131,7 @@ static backend_reply_filter_fn *backend_reply_filter;
 static void backend_connect(struct backend_conn *conn);
 static void backend_conn_down(struct backend_conn *conn, const char *why);
 static void backend_read_cb(struct bufferevent *bev, void *arg);
+static void backend_close_if_retired(struct backend_conn *conn);
 static void backend_spares_refill(struct backend_node *node);
 
 static int backend_resolve(struct backend_node *node, const char *hostport, char *err, size_t errlen)
@@ -217,8 +219,10 @@ struct backend_node *backend_node_get(const char *hostport)
     char err[300];
 
     TAILQ_FOREACH(node, &backend_nodes, link) {
-        if (strcmp(node->name, hostport) == 0)
+        if (strcmp(node->name, hostport) == 0) {
+            backend_node_retire(node, 0);   /* named again: connect again */
             return node;
+        }
     }
     node = backend_node_new(hostport, err, sizeof(err));
     if (node == NULL)
@@ -537,7 +541,7 @@ static void backend_retry_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (conn->state == BACKEND_DOWN && (conn->owner != NULL || conn->oneshot))
         backend_conn_down(conn, conn->error);   /* a failure backend_fail_soon deferred */
-    else
+    else if (!conn->node->retired)
         backend_connect(conn);
 }
 
@@ -616,7 +620,9 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
 
     snprintf(conn->error, sizeof(conn->error), "backend unavailable: %s (%s)", conn->node->name,
              why);
-    if (owner == NULL && !conn->oneshot && !conn->spare)
+    if (conn->node->retired && owner == NULL && !conn->oneshot && !conn->spare)
+        log_info("backend %s connection closed: %s", conn->node->name, why);
+    else if (owner == NULL && !conn->oneshot && !conn->spare)
         backend_log_down(conn, why);
     else
         log_debug("backend %s connection down: %s", conn->node->name, why);
@@ -638,6 +644,16 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
         backend_conn_release(conn);
         if (owner != NULL)
             client_on_private_lost(owner);
+        return;
+    }
+    if (conn->node->retired) {
+        /* Out of the map: it connects again only if the node comes back. */
+        if (conn->retry != NULL)
+            evtimer_del(conn->retry);
+        if (conn->write_listed) {
+            TAILQ_REMOVE(&backend_write_list, conn, write_link);
+            conn->write_listed = 0;
+        }
         return;
     }
     if (conn->retry == NULL)
@@ -756,7 +772,7 @@ static void backend_spares_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    while (node->spare_count < backend_cfg->backend_spare_connections &&
+    while (!node->retired && node->spare_count < backend_cfg->backend_spare_connections &&
            node->private_count + node->spare_count < backend_cfg->backend_max_connections) {
         conn = backend_conn_new(node, NULL);
         if (conn == NULL)
@@ -1111,6 +1127,68 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
     }
     if (len < 0 && conn->bev == bev)
         backend_protocol_error(conn);
+    else
+        backend_close_if_retired(conn);
+}
+
+/* CONN, a shared connection of a node out of the map, closes once it has
+ * nothing in flight (its last reply delivered); a spare goes at once. */
+static int backend_retired_closable(const struct backend_conn *conn)
+{
+    if (!conn->node->retired || !backend_conn_is_shared(conn) || conn->busy || conn->released)
+        return 0;
+    return conn->spare || (conn->state != BACKEND_DOWN && conn->inflight_count == 0);
+}
+
+static void backend_close_if_retired(struct backend_conn *conn)
+{
+    if (!backend_retired_closable(conn))
+        return;
+    if (conn->spare)
+        backend_conn_release(conn);
+    else
+        backend_conn_down(conn, "the node left the cluster's slot map");
+}
+
+/* See backend.h. */
+void backend_node_retire(struct backend_node *node, int retired)
+{
+    struct backend_conn *conn;
+
+    if (node->retired == retired)
+        return;
+    node->retired = retired;
+    if (!retired) {
+        log_notice("cluster node %s is back in the slot map", node->name);
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (backend_conn_is_shared(conn) && !conn->spare && conn->state == BACKEND_DOWN) {
+                if (conn->retry != NULL)
+                    evtimer_del(conn->retry);
+                conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
+                backend_connect(conn);
+            }
+        }
+        backend_spares_refill(node);
+        return;
+    }
+    log_notice("cluster node %s left the slot map: its shared connections close once "
+               "answered", node->name);
+    /* Closing one wakes its waiting clients, which may release other
+     * connections of the list: look again from the start each time. */
+    for (;;) {
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (backend_retired_closable(conn))
+                break;
+        }
+        if (conn == NULL)
+            return;
+        backend_close_if_retired(conn);
+    }
+}
+
+int backend_node_retired(const struct backend_node *node)
+{
+    return node->retired;
 }
 
 /* The shared connections are numbered across nodes (backend_0, 1...), in

@@ -29,6 +29,14 @@ struct backend_node *backend_default_node(void);
  * pool connecting) when new. NULL when it cannot be resolved (logged). */
 struct backend_node *backend_node_get(const char *hostport);
 
+/* Cluster mode: RETIRED 1 when NODE left the slot map: its shared
+ * connections close, each once its in-flight requests are answered, and
+ * do not reconnect; its spares close; private connections stay with their
+ * clients. RETIRED 0 (and backend_node_get of its name) connects it again.
+ * The node itself stays known (its name may come back). */
+void backend_node_retire(struct backend_node *node, int retired);
+int backend_node_retired(const struct backend_node *node);
+
 /* The node after NODE (the first for NULL) in the order nodes were added;
  * NULL after the last. */
 struct backend_node *backend_node_next(const struct backend_node *node);

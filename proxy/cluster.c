@@ -14,8 +14,9 @@
  * The map is replaced whole, from one CLUSTER SLOTS reply, asked of one
  * node at a time (known nodes in turn), every cluster_refresh_interval and
  * soon after a MOVED (at most every CLUSTER_REFRESH_MIN_MS). Nodes are
- * backend nodes (backend_node_get); a node no longer in the map keeps its
- * connections for now.
+ * backend nodes (backend_node_get); a node no longer in the map is
+ * retired (backend_node_retire: its shared connections close once
+ * answered) until the map or a redirection names it again.
  */
 #include "cluster.h"
 #include "cluster_split.h"
@@ -157,6 +158,16 @@ static void cluster_refresh_failed(const char *node, const char *why)
     cluster_refresh_wanted = 1;   /* the next node is asked at the next tick */
 }
 
+/* Retire the nodes that serve no slot of the map (seeds that are
+ * replicas, demoted or removed primaries); bring back those that do. */
+static void cluster_retire_absent(void)
+{
+    struct backend_node *node;
+
+    for (node = backend_node_next(NULL); node != NULL; node = backend_node_next(node))
+        backend_node_retire(node, !cluster_node_is_primary(node));
+}
+
 /* Install MAP and log what changed in coverage. */
 static void cluster_install(struct backend_node **map)
 {
@@ -171,6 +182,7 @@ static void cluster_install(struct backend_node **map)
         log_notice("cluster: slot map loaded, %d slots served, %d changed", served, changed);
     cluster_have_map = 1;
     cluster_map_ms = server_now_ms();
+    cluster_retire_absent();
     if (served < SLOT_COUNT)
         cluster_refresh_wanted = 1;   /* the cluster may still be forming or failing over */
     STAT_INC(cluster_refreshes);
@@ -234,6 +246,8 @@ static void cluster_ask_map(uint64_t now_ms)
 
     if (node == NULL)
         return;
+    if (backend_node_retired(node))
+        backend_node_retire(node, 0);   /* nobody else is up: ask it after all */
     cluster_last_asked = node;
     cluster_asked_ms = now_ms;
     cluster_asked_gen = cluster_next_gen++;
@@ -404,6 +418,48 @@ static void cluster_full_target(char *target, size_t size, const struct backend_
     memcpy(target, name, host_len);
 }
 
+/* A MOVED or ASK (TEXT) for REQ on a session's private connection
+ * CONN: the request cannot go elsewhere (the session's state is on CONN's
+ * node), so the client gets a plain error instead of the redirection;
+ * inside MULTI, Redis has flagged the transaction and EXEC aborts it
+ * (-EXECABORT). A MOVED updates the slot at once; either way the map is
+ * read again soon. Returns 1 when it answered REQ. */
+static int cluster_session_redirect(struct backend_conn *conn, struct request *req,
+                                    struct evbuffer *src, size_t len, const char *text)
+{
+    static const char moved_err[] =
+        "-TRYAGAIN sluice: the key's slot moved to another cluster node while this "
+        "connection's session (transaction, WATCH, blocking command) was on the old one; "
+        "try again\r\n";
+    char target[300];
+    enum cluster_redirect kind;
+    struct backend_node *node;
+    struct evbuffer *out;
+    int slot = -1;
+
+    kind = cluster_classify(text, &slot, target, sizeof(target));
+    if (kind != REDIRECT_MOVED && kind != REDIRECT_ASK)
+        return 0;
+    if (kind == REDIRECT_MOVED) {
+        STAT_INC(cluster_moved);
+        cluster_full_target(target, sizeof(target), backend_conn_node(conn));
+        node = backend_node_get(target);
+        if (node != NULL)
+            cluster_owner[slot] = node;
+    } else {
+        STAT_INC(cluster_ask);
+    }
+    cluster_want_refresh();
+    out = evbuffer_new();
+    if (out == NULL)
+        return 0;
+    evbuffer_drain(src, len);
+    evbuffer_add(out, moved_err, sizeof(moved_err) - 1);
+    backend_deliver(req, out, evbuffer_get_length(out), REPLY_ERROR);
+    evbuffer_free(out);
+    return 1;
+}
+
 /* The backend filter: see cluster.h's contract via backend_reply_filter_fn. */
 static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
                                 struct evbuffer *src, size_t len, int conn_failed)
@@ -413,9 +469,16 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     struct backend_node *node;
     int slot = -1;
 
-    if (!backend_conn_is_shared(conn) || req->raw == NULL ||
-        (req->client == NULL && req->on_reply == NULL) || req->on_reply == cluster_slots_reply)
-        return 0;   /* a session's connection, nobody waits, or the map's own request */
+    if (!backend_conn_is_shared(conn)) {
+        if (conn_failed || req->client == NULL)
+            return 0;
+        evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+        text[strcspn(text, "\r\n")] = '\0';
+        return cluster_session_redirect(conn, req, src, len, text);
+    }
+    if (req->raw == NULL || (req->client == NULL && req->on_reply == NULL) ||
+        req->on_reply == cluster_slots_reply)
+        return 0;   /* nobody waits, or the map's own request */
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
     text[strcspn(text, "\r\n")] = '\0';
     kind = cluster_classify(text, &slot, target, sizeof(target));
@@ -577,7 +640,10 @@ void cluster_write_map(struct evbuffer *out)
         for (int s = 0; s < SLOT_COUNT; s++)
             slots += cluster_owner[s] == node;
         evbuffer_add_printf(text, "node:%s,state=%s,slots=%d\r\n", backend_node_name(node),
-                            backend_node_up(node) ? "up" : "down", slots);
+                            backend_node_retired(node) ? "closed"
+                            : backend_node_up(node)    ? "up"
+                                                       : "down",
+                            slots);
     }
     evbuffer_add_printf(text, "\r\n# Counters\r\nmoved:%llu\r\nask:%llu\r\ntryagain:%llu\r\n"
                               "retries:%llu\r\nredirect_limit:%llu\r\nrefreshes:%llu\r\n"

@@ -578,9 +578,13 @@ static void lock_write_call(struct lock_op *op)
 }
 
 /* Send OP's script call. When it cannot be sent, client.c says so
- * through lock_on_reply like any error reply. */
+ * through lock_on_reply like any error reply. In cluster mode it goes to
+ * the lock's slot (LOCK is placed locally, so nothing else set it), and
+ * each attempt of a waiting LOCK has its own cluster_max_redirects. */
 static void lock_send(struct lock_op *op)
 {
+    op->req->slot = slot_for_key(op->key, op->keylen);
+    op->req->redirects = 0;
     lock_write_call(op);
     op->inflight = 1;
     client_forward(op->req->client, op->req);

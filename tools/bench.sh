@@ -39,6 +39,9 @@
 #      GET/SET -c 50, -P 1/16, random keys over all slots, against the cluster
 #      directly (redis-benchmark --cluster) and through sluice (cluster =),
 #      interleaved rounds; ratio sluice/direct and sluice's CPU per request.
+#      Plus LOCK+UNLOCK pairs (-c 50, a key per connection) through sluice vs
+#      the same EVALSHA pairs from a cluster-aware client (lockbench -m
+#      cluster: each connection on its key's primary), same rounds.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N, BENCH_SCALE=F
@@ -246,6 +249,10 @@ if [ "$cluster_rounds" -gt 0 ]; then
     until [ "$(redis-cli -p "$scport" SET bench:ready 1 2>/dev/null)" = OK ]; do
         i=$((i + 1)); [ $i -lt 200 ] || { echo "bench: sluice does not serve the cluster" >&2; exit 1; }
         sleep 0.05
+    done
+    for cp in $cports; do
+        csha_a=$(redis-cli -p "$cp" SCRIPT LOAD "$(cat lua/lock_acquire.lua)")
+        csha_r=$(redis-cli -p "$cp" SCRIPT LOAD "$(cat lua/lock_release.lua)")
     done
 fi
 
@@ -580,6 +587,19 @@ while [ $r -le "$cluster_rounds" ]; do
         done
     done
     bench_login=""
+    n=$(n_of 100000)
+    for target in $(rotate "$r" direct sluice); do
+        if [ "$target" = direct ]; then
+            v=$($client_cpu "$lockbench" -p "$cport1" -c 50 -n "$n" -m cluster -a "$csha_a" -r "$csha_r")
+            echo "clock_direct pairs 50 1 ${v:-0} $r" >>"$results"
+        else
+            ns0=$(cpu_ns "$scpid")
+            v=$($client_cpu "$lockbench" -p "$scport" -c 50 -n "$n" -m sluice)
+            ns1=$(cpu_ns "$scpid")
+            echo "clock_sluice pairs 50 1 ${v:-0} $r" >>"$results"
+            echo "cpu_clock_sluice pairs 50 1 $(( (ns1 - ns0) / (2 * n) )) $r" >>"$results"
+        fi
+    done
     r=$((r + 1))
 done
 
@@ -669,6 +689,12 @@ if section 8; then
         done
     done
     echo "   targets: ratio >= 0.9 at -P 1, >= 0.6 at -P 16 (predixy: 0.51-0.56 / 0.53-0.90)"
+    printf '%-8s %14s %14s %8s %10s\n' "" "EVALSHA direct" "LOCK sluice" ratio "sluice ns/req"
+    printf '%-8s %14.0f %14.0f %8s %10.0f\n' "pairs/s" \
+        "$(median clock_direct pairs 50 1)" "$(median clock_sluice pairs 50 1)" \
+        "$(median_ratio clock_sluice clock_direct pairs 50 1)" "$(median cpu_clock_sluice pairs 50 1)"
+    echo "   LOCK+UNLOCK pairs/s at -c 50 (a key per connection): through sluice vs the same"
+    echo "   EVALSHA pairs from a cluster-aware client on each key's primary (lockbench -m cluster)"
 fi
 
 for f in sluice rules0 rules100 rules1 users sluice-tls resp3 sluice-cluster; do

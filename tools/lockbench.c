@@ -10,7 +10,12 @@
  * The direct form is what sluice itself sends, so the ratio of the two is
  * what sluice's parsing, rewriting and routing cost.
  *
- *   lockbench -p PORT [-c CONNS] [-n PAIRS] -m sluice|direct [-a SHA -r SHA]
+ *   -m cluster the direct form against a Redis Cluster node, as a
+ *              cluster-aware client: a connection answered -MOVED moves to
+ *              the named node (on this host) and sends the request again
+ *              (a key's slot never changes: each connection moves once).
+ *
+ *   lockbench -p PORT [-c CONNS] [-n PAIRS] -m sluice|direct|cluster [-a SHA -r SHA]
  */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -33,7 +38,7 @@ struct bench_conn {
 
 static struct event_base *bench_base;
 static long bench_pairs_wanted = 100000, bench_pairs_started, bench_pairs_done;
-static int bench_direct, bench_open;
+static int bench_direct, bench_cluster, bench_open;
 static const char *bench_sha_acquire, *bench_sha_release;
 
 /* Append one RESP command of ARGC C strings. */
@@ -84,6 +89,8 @@ static void bench_next(struct bench_conn *bc)
     bench_send(bc);
 }
 
+static int bench_follow_moved(struct bench_conn *bc, const char *text);
+
 static void bench_read_cb(struct bufferevent *bev, void *arg)
 {
     struct bench_conn *bc = arg;
@@ -96,6 +103,10 @@ static void bench_read_cb(struct bufferevent *bev, void *arg)
     evbuffer_drain(in, len);
     while (redisReaderGetReply(bc->reader, &r) == REDIS_OK && r != NULL) {
         reply = r;
+        if (reply->type == REDIS_REPLY_ERROR && bench_follow_moved(bc, reply->str)) {
+            freeReplyObject(reply);
+            return;   /* the rest of this input was the old connection's */
+        }
         if (reply->type == REDIS_REPLY_ERROR || reply->type == REDIS_REPLY_NIL) {
             fprintf(stderr, "lockbench: unexpected reply: %s\n",
                     reply->type == REDIS_REPLY_NIL ? "(nil)" : reply->str);
@@ -113,6 +124,43 @@ static void bench_read_cb(struct bufferevent *bev, void *arg)
     }
 }
 
+static void bench_event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* A new connection of BC to 127.0.0.1:PORT (its old one, if any, closed). */
+static int bench_connect(struct bench_conn *bc, int port)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+
+    if (bc->bev != NULL)
+        bufferevent_free(bc->bev);
+    sin.sin_port = htons((uint16_t)port);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bc->bev = bufferevent_socket_new(bench_base, -1, BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(bc->bev, bench_read_cb, NULL, bench_event_cb, bc);
+    bufferevent_enable(bc->bev, EV_READ | EV_WRITE);
+    if (bufferevent_socket_connect(bc->bev, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        perror("lockbench: connect");
+        return -1;
+    }
+    return 0;
+}
+
+/* -m cluster: a -MOVED reply (TEXT) moves BC to the node it names and the
+ * request goes again. 1 when it did. */
+static int bench_follow_moved(struct bench_conn *bc, const char *text)
+{
+    const char *colon = strrchr(text, ':');
+
+    if (!bench_cluster || strncmp(text, "MOVED ", 6) != 0 || colon == NULL)
+        return 0;
+    redisReaderFree(bc->reader);
+    bc->reader = redisReaderCreate();
+    if (bench_connect(bc, atoi(colon + 1)) != 0)
+        exit(1);
+    bench_send(bc);
+    return 1;
+}
+
 static void bench_event_cb(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
@@ -125,7 +173,6 @@ static void bench_event_cb(struct bufferevent *bev, short what, void *arg)
 
 int main(int argc, char **argv)
 {
-    struct sockaddr_in sin = {.sin_family = AF_INET};
     int conns = 50, port = 0, opt;
     struct timespec t0, t1;
 
@@ -134,32 +181,28 @@ int main(int argc, char **argv)
         case 'p': port = atoi(optarg); break;
         case 'c': conns = atoi(optarg); break;
         case 'n': bench_pairs_wanted = atol(optarg); break;
-        case 'm': bench_direct = strcmp(optarg, "direct") == 0; break;
+        case 'm':
+            bench_cluster = strcmp(optarg, "cluster") == 0;
+            bench_direct = bench_cluster || strcmp(optarg, "direct") == 0;
+            break;
         case 'a': bench_sha_acquire = optarg; break;
         case 'r': bench_sha_release = optarg; break;
         default: return 2;
         }
     }
     if (port <= 0 || conns <= 0 || (bench_direct && (!bench_sha_acquire || !bench_sha_release))) {
-        fprintf(stderr, "usage: lockbench -p PORT [-c CONNS] [-n PAIRS] -m sluice|direct "
+        fprintf(stderr, "usage: lockbench -p PORT [-c CONNS] [-n PAIRS] -m sluice|direct|cluster "
                         "[-a SHA -r SHA]\n");
         return 2;
     }
-    sin.sin_port = htons((uint16_t)port);
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     bench_base = event_base_new();
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < conns; i++) {
         struct bench_conn *bc = calloc(1, sizeof(*bc));
         bc->id = i;
         bc->reader = redisReaderCreate();
-        bc->bev = bufferevent_socket_new(bench_base, -1, BEV_OPT_CLOSE_ON_FREE);
-        bufferevent_setcb(bc->bev, bench_read_cb, NULL, bench_event_cb, bc);
-        bufferevent_enable(bc->bev, EV_READ | EV_WRITE);
-        if (bufferevent_socket_connect(bc->bev, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
-            perror("lockbench: connect");
+        if (bench_connect(bc, port) != 0)
             return 1;
-        }
         bench_open++;
         bench_next(bc);
     }

@@ -8,6 +8,7 @@ slots put them back, and each test uses keys of its own.
 """
 
 import subprocess
+import threading
 import tempfile
 import time
 from pathlib import Path
@@ -832,3 +833,336 @@ def test_split_commands_with_values_over_64kb(csluice, rc):
         assert c.call("DEL", *values) == len(values)
     for k in values:
         assert rc.get(k) is None
+
+
+def reshard(cluster, src_port, dst_port, nslots):
+    """`redis-cli --cluster reshard`: NSLOTS slots from SRC to DST, keys
+    migrated a few at a time (so clients meet ASK, TRYAGAIN and MOVED)."""
+    args = ["redis-cli", "--cluster", "reshard", f"127.0.0.1:{src_port}",
+            "--cluster-from", cluster.node_id(src_port),
+            "--cluster-to", cluster.node_id(dst_port),
+            "--cluster-slots", str(nslots), "--cluster-yes",
+            "--cluster-pipeline", "5"]
+    out = subprocess.run(args, capture_output=True, timeout=120)
+    assert out.returncode == 0, (out.stdout + out.stderr).decode(errors="replace")[-3000:]
+    cluster.wait_ok()
+
+
+class ReshardTraffic:
+    """Several clients through sluice, each writing and reading its own
+    keys (single-key SET/GET/INCR and split MSET/MGET), remembering what
+    it last wrote, recording every error or wrong answer."""
+
+    def __init__(self, sluice, keys, nclients=4):
+        import threading
+        self.sluice = sluice
+        self.errors = []
+        self.ops = 0
+        self.expected = {}           # key -> bytes last written
+        self.stop_event = threading.Event()
+        self.groups = [keys[i::nclients] for i in range(nclients)]
+        self.threads = [threading.Thread(target=self.run, args=(g,), daemon=True)
+                        for g in self.groups]
+
+    def run(self, keys):
+        c = self.sluice.client(socket_timeout=10)
+        mine = {}
+        i = 0
+        try:
+            while not self.stop_event.is_set():
+                try:
+                    k = keys[i % len(keys)]
+                    if i % 7 == 3:
+                        ks = [keys[(i + j * 13) % len(keys)] for j in range(4)]
+                        vals = {kk: f"m{i}:{kk}".encode() for kk in ks}
+                        c.mset(vals)
+                        mine.update(vals)
+                        got = c.mget(ks)
+                        if got != [vals[kk] for kk in ks]:
+                            self.errors.append(f"MGET {ks}: {got!r}")
+                    else:
+                        v = f"s{i}".encode()
+                        c.set(k, v)
+                        mine[k] = v
+                        got = c.get(k)
+                        if got != v:
+                            self.errors.append(f"GET {k}: {got!r} != {v!r}")
+                    self.ops += 1
+                except redis.RedisError as e:
+                    self.errors.append(repr(e))
+                    time.sleep(0.01)
+                i += 1
+        finally:
+            self.expected.update(mine)
+            c.close()
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(60)
+
+
+def test_reshard_under_traffic_no_errors(csluice, redis_cluster, rc):
+    """`redis-cli --cluster reshard` moves 200 slots from one primary to
+    another and back while four clients write and read keys of those
+    slots (and others) through sluice: no client sees an error or a wrong
+    value, and every key is readable afterwards with its last value."""
+    src, dst = redis_cluster.primaries()[0], redis_cluster.primaries()[1]
+    with redis_cluster.node_by_port(src).client() as c:
+        first = min(int(s[0]) for s in c.execute_command("CLUSTER", "SLOTS")
+                    if int(s[2][1]) == src)
+    nslots = 200
+    # reshard takes the source's lowest slots: traffic on them and beyond.
+    keys = [key_for_slot(first + s, f"rs{i}:") for s in range(0, nslots + 40, 2)
+            for i in range(3)]
+    moved_before = int(cluster_info(csluice)["moved"])
+    ask_before = int(cluster_info(csluice)["ask"])
+    with ReshardTraffic(csluice, keys) as t:
+        wait_until(lambda: t.ops > 300, 10 * SLOW, msg="traffic to start")
+        reshard(redis_cluster, src, dst, nslots)
+        assert redis_cluster.slot_owner_port(first) == dst
+        done = t.ops
+        wait_until(lambda: t.ops > done + 300, 10 * SLOW, msg="traffic after the reshard")
+        reshard(redis_cluster, dst, src, nslots)
+        done = t.ops
+        wait_until(lambda: t.ops > done + 300, 10 * SLOW, msg="traffic after moving back")
+    info = cluster_info(csluice)
+    print(f"\nreshard: {t.ops} ops, {len(t.errors)} errors, "
+          f"moved +{int(info['moved']) - moved_before}, ask +{int(info['ask']) - ask_before}, "
+          f"tryagain {info['tryagain']}")
+    assert t.errors == [], t.errors[:5]
+    assert int(info["moved"]) > moved_before
+    assert len(t.expected) == len(keys)
+    with csluice.client() as c:
+        assert c.mget(keys) == [t.expected[k] for k in keys]
+    for k in keys:
+        assert rc.get(k) == t.expected[k]
+    with csluice.client() as c:
+        assert c.delete(*keys) == len(keys)
+
+
+@pytest.fixture(scope="module")
+def csluice2(redis_cluster, module_tmp):
+    """A second sluice in front of the same cluster."""
+    s = Sluice(module_tmp / "csluice2", None, cluster_seeds=redis_cluster.seeds,
+               extra={"cluster_retry_window": 10000})
+    try:
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="the second sluice to load the slot map")
+        yield s
+    finally:
+        problems = s.stop()
+        if problems:
+            pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
+                        pytrace=False)
+
+
+def test_stock_deduction_two_sluices_on_the_cluster(csluice, csluice2, redis_cluster, rc):
+    """The standalone stock test on the cluster: 2,000 items, 40 clients
+    over two sluices, each LOCK WAIT / GET / SET / UNLOCK, with the lock on
+    one primary and the stock on another. The stock ends at exactly 0 and
+    the clients sold 2,000 between them: no double sale."""
+    (lock, _), (stock, _) = keys_per_primary(redis_cluster, "stk:")[:2]
+    assert redis_cluster.slot_owner_port(slot_of(lock)) != \
+        redis_cluster.slot_owner_port(slot_of(stock))
+    rc.set(stock, 2000)
+    for s in (csluice, csluice2):
+        with s.client() as c:     # a MOVED of an earlier test's resharding, if any
+            c.exists(lock, stock)
+    moved_before = [int(cluster_info(s)["moved"]) for s in (csluice, csluice2)]
+    counts, errors = [], []
+    guard = threading.Lock()
+
+    def worker(s):
+        c = s.client(single_connection_client=True, socket_timeout=30)
+        n = 0
+        try:
+            while True:
+                tok = c.execute_command("LOCK", lock, "5000", "WAIT", "10000")
+                if tok is None:
+                    continue
+                left = int(c.get(stock))
+                if left <= 0:
+                    c.execute_command("UNLOCK", lock)
+                    break
+                c.set(stock, left - 1)
+                n += 1
+                assert c.execute_command("UNLOCK", lock) == 0
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+        finally:
+            c.close()
+        with guard:
+            counts.append(n)
+
+    threads = [threading.Thread(target=worker, args=(csluice if i % 2 else csluice2,))
+               for i in range(40)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(300)
+    assert not errors, errors[:3]
+    assert int(rc.get(stock)) == 0
+    assert sum(counts) == 2000
+    assert rc.exists(lock) == 0
+    # Every LOCK/UNLOCK went straight to its slot's primary.
+    assert [int(cluster_info(s)["moved"]) for s in (csluice, csluice2)] == moved_before
+    rc.delete(stock)
+
+
+def test_lock_wait_keep_and_release_on_disconnect_on_every_primary(csluice, csluice2,
+                                                                  redis_cluster, rc):
+    """On a key of each primary: a waiter on the other sluice is woken by
+    the release; KEEP holds past its TTL; a lock without OWNER is released
+    when its client disconnects, one with OWNER is not."""
+    for k, k2 in keys_per_primary(redis_cluster, "lkw:"):
+        holder = csluice.client(single_connection_client=True)
+        assert holder.execute_command("LOCK", k, "60000", "KEEP") is not None
+        result = {}
+
+        def waiter():
+            with csluice2.client(single_connection_client=True) as c:
+                result["tok"] = c.execute_command("LOCK", k, "1000", "WAIT", "10000")
+                c.execute_command("UNLOCK", k)
+
+        th = threading.Thread(target=waiter)
+        th.start()
+        time.sleep(0.3)
+        assert "tok" not in result
+        assert holder.execute_command("UNLOCK", k) == 0
+        th.join(10)
+        assert result["tok"] is not None and len(result["tok"]) == 32
+
+        kept = csluice.client(single_connection_client=True)
+        assert kept.execute_command("LOCK", k, "300", "KEEP") is not None
+        assert kept.execute_command("LOCK", k2, "60000", "OWNER", "stays") == b"stays"
+        time.sleep(1.0)
+        assert rc.exists(k) == 1 and 0 < rc.pttl(k) <= 300
+        kept.connection_pool.disconnect()
+        kept.close()
+        wait_until(lambda: rc.exists(k) == 0, 2 * SLOW, msg="release on disconnect")
+        assert rc.hget(k2, "stays") == b"1"
+        holder.close()
+        rc.delete(k2)
+
+
+def sluice_conns_to(sluice, port):
+    """How many established TCP connections the sluice process has to
+    127.0.0.1:PORT (its sockets' inodes looked up in /proc/net/tcp)."""
+    import os
+    inodes = set()
+    fd_dir = f"/proc/{sluice.proc.pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            parts = line.split()
+            remote, state, inode = parts[2], parts[3], parts[9]
+            if state == "01" and inode in inodes and int(remote.split(":")[1], 16) == port:
+                n += 1
+    return n
+
+
+def test_node_leaving_the_map_is_closed_and_comes_back(csluice, csluice2, redis_cluster):
+    """A primary demoted by a failover leaves the map: sluice closes its
+    shared connections (PROXY CLUSTER says state=closed) and opens them
+    again when the node serves slots again, with no client error."""
+    old = redis_cluster.primaries()[0]
+    new = replica_of(redis_cluster, old)
+    assert sluice_conns_to(csluice, old) > 0
+    with Traffic(csluice, "leave") as t:
+        wait_until(lambda: t.ops > 100, 10 * SLOW, msg="traffic to start")
+        with redis_cluster.node_by_port(new).client() as c:
+            assert c.execute_command("CLUSTER", "FAILOVER") == b"OK"
+        wait_until(lambda: new in redis_cluster.primaries(), 20 * SLOW, msg="the failover")
+        redis_cluster.wait_ok()
+        for s in (csluice, csluice2):
+            wait_until(lambda: f"127.0.0.1:{old},state=closed,slots=0" in
+                       cluster_info(s)["nodes"], 10 * SLOW,
+                       msg=f"sluice to close the old primary: {cluster_info(s)['nodes']}")
+        for s in (csluice, csluice2):
+            wait_until(lambda: sluice_conns_to(s, old) == 0, 10 * SLOW,
+                       msg="no connection of sluice's left to the old primary")
+        # And back: the node serves slots again, sluice connects again.
+        replica_of(redis_cluster, new)
+        with redis_cluster.node_by_port(old).client() as c:
+            assert c.execute_command("CLUSTER", "FAILOVER") == b"OK"
+        wait_until(lambda: old in redis_cluster.primaries(), 20 * SLOW, msg="the failback")
+        redis_cluster.wait_ok()
+        wait_until(lambda: f"127.0.0.1:{old},state=up" in
+                   ",".join(cluster_info(csluice)["nodes"]), 10 * SLOW,
+                   msg="sluice to connect to the node again")
+        done = t.ops
+        wait_until(lambda: t.ops > done + 200, 10 * SLOW, msg="traffic after the failback")
+    assert t.errors == [], t.errors[:5]
+    assert any(line.endswith(f":{old}") for line in cluster_info(csluice)["slots"])
+
+
+def test_moved_inside_a_transaction_aborts_it_cleanly(csluice, redis_cluster, rc):
+    """A slot moves behind sluice's back (its map is stale); a transaction
+    on the old owner then meets MOVED on its private connection: the client
+    sees a plain TRYAGAIN error (never MOVED), EXEC aborts with EXECABORT
+    (nothing applied), the map names the new owner at once, and the same
+    transaction sent again (on a new connection) runs on the new owner."""
+    slot = 2025
+    src = redis_cluster.slot_owner_port(slot)
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    other = next(s for s in range(0, 16384, 7)
+                 if s != slot and redis_cluster.slot_owner_port(s) == src)
+    k_other, k_moved = key_for_slot(other, "txm:"), key_for_slot(slot, "txm:")
+    rc.set(k_moved, "old")
+    moved_before = int(cluster_info(csluice)["moved"])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[k_moved])
+    try:
+        with csluice.raw() as c:
+            # Mid-transaction: the first key's node is SRC, the second key's
+            # slot is on DST now but sluice's map still says SRC.
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", k_other, "tx") == "QUEUED"
+            r = c.call("SET", k_moved, "tx")
+            assert isinstance(r, Err) and r.startswith("TRYAGAIN sluice"), r
+            assert "MOVED" not in r
+            r = c.call("EXEC")
+            assert isinstance(r, Err) and r.startswith("EXECABORT"), r
+            assert rc.get(k_other) is None and rc.get(k_moved) == b"old"
+            assert int(cluster_info(csluice)["moved"]) > moved_before
+            assert any(line.endswith(f":{dst}") and
+                       int(line.split("-")[0]) <= slot <= int(line.split(" ")[0].split("-")[1])
+                       for line in cluster_info(csluice)["slots"])
+        # Again (on a new connection: a connection's private one stays on
+        # the node of its first session): MULTI goes with its key to DST.
+        with csluice.raw() as c:
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", k_moved, "tx2") == "QUEUED"
+            assert c.call("GET", k_moved) == "QUEUED"
+            assert c.call("EXEC") == ["OK", b"tx2"]
+    finally:
+        with redis_cluster.node_by_port(dst).client() as d:
+            keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+        migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    with csluice.raw() as c:
+        # The first command of a transaction meets MOVED: same clean abort
+        # (sluice's map says DST until it reads the map again).
+        if any(line.endswith(f":{dst}") and
+               int(line.split("-")[0]) <= slot <= int(line.split(" ")[0].split("-")[1])
+               for line in cluster_info(csluice)["slots"]):
+            assert c.call("MULTI") == "OK"
+            r = c.call("SET", k_moved, "tx3")
+            assert isinstance(r, Err) and r.startswith("TRYAGAIN sluice"), r
+            r = c.call("EXEC")
+            assert isinstance(r, Err) and r.startswith("EXECABORT"), r
+        assert c.call("GET", k_moved) == b"tx2"
+    rc.delete(k_moved, k_other)
