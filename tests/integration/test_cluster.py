@@ -1133,12 +1133,19 @@ def test_moved_inside_a_transaction_aborts_it_cleanly(csluice, redis_cluster, rc
             assert c.call("MULTI") == "OK"
             assert c.call("SET", k_other, "tx") == "QUEUED"
             r = c.call("SET", k_moved, "tx")
-            assert isinstance(r, Err) and r.startswith("TRYAGAIN sluice"), r
+            stale = isinstance(r, Err) and r.startswith("TRYAGAIN sluice")
+            # Stale map: Redis's MOVED becomes TRYAGAIN. Should sluice have
+            # read the map again meanwhile (a slow build, a periodic
+            # refresh), it knows the key is elsewhere: CROSSSLOT. Either
+            # way the client never sees MOVED and nothing is applied.
+            assert isinstance(r, Err) and (r.startswith("TRYAGAIN sluice") or
+                                           r.startswith("CROSSSLOT")), r
             assert "MOVED" not in r
             r = c.call("EXEC")
             assert isinstance(r, Err) and r.startswith("EXECABORT"), r
             assert rc.get(k_other) is None and rc.get(k_moved) == b"old"
-            assert int(cluster_info(csluice)["moved"]) > moved_before
+            if stale:   # the MOVED was followed: counted, the map updated at once
+                assert int(cluster_info(csluice)["moved"]) > moved_before
             assert any(line.endswith(f":{dst}") and
                        int(line.split("-")[0]) <= slot <= int(line.split(" ")[0].split("-")[1])
                        for line in cluster_info(csluice)["slots"])
