@@ -18,7 +18,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
                errs.count);
     if (rc == 0) {
         /* What the proxy relies on in a config that loads. */
-        FUZZ_CHECK(cfg.backend != NULL, "a usable config without a backend");
+        FUZZ_CHECK((cfg.backend != NULL) != (cfg.cluster_seed_count > 0),
+                   "a usable config needs exactly one of backend and cluster (%d seeds)",
+                   cfg.cluster_seed_count);
+        for (int i = 0; i < cfg.cluster_seed_count; i++)
+            FUZZ_CHECK(cfg.cluster_seeds[i] != NULL && cfg.cluster_seeds[i][0] != '\0',
+                       "empty cluster seed %d", i);
         FUZZ_CHECK(cfg.listen_count >= 1 && cfg.listen_count <= CONFIG_MAX_LISTEN,
                    "%d listen addresses", cfg.listen_count);
         for (int i = 0; i < cfg.listen_count; i++)
