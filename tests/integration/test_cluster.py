@@ -40,22 +40,28 @@ def slot_of(key):
     return key_slot(key if isinstance(key, bytes) else key.encode())
 
 
-@pytest.fixture(scope="module")
-def csluice(redis_cluster, module_tmp):
+def _cluster_sluice(redis_cluster, folder):
+    """A sluice in front of the shared cluster, its slot map loaded; stopped
+    (and its problems reported) when the generator ends."""
     # A retry window well past a failover's few seconds: requests for a dead
     # primary's slots wait for its replica instead of failing.
-    s = Sluice(module_tmp / "csluice", None, cluster_seeds=redis_cluster.seeds,
+    s = Sluice(folder, None, cluster_seeds=redis_cluster.seeds,
                extra={"cluster_retry_window": 10000})
     try:
         s.start()
         wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
-                   msg="sluice to load the slot map")
+                   msg=f"sluice in {folder} to load the slot map")
         yield s
     finally:
         problems = s.stop()
         if problems:
             pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
                         pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def csluice(redis_cluster, module_tmp):
+    yield from _cluster_sluice(redis_cluster, module_tmp / "csluice")
 
 
 @pytest.fixture(autouse=True)
@@ -949,18 +955,7 @@ def test_reshard_under_traffic_no_errors(csluice, redis_cluster, rc):
 @pytest.fixture(scope="module")
 def csluice2(redis_cluster, module_tmp):
     """A second sluice in front of the same cluster."""
-    s = Sluice(module_tmp / "csluice2", None, cluster_seeds=redis_cluster.seeds,
-               extra={"cluster_retry_window": 10000})
-    try:
-        s.start()
-        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
-                   msg="the second sluice to load the slot map")
-        yield s
-    finally:
-        problems = s.stop()
-        if problems:
-            pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
-                        pytrace=False)
+    yield from _cluster_sluice(redis_cluster, module_tmp / "csluice2")
 
 
 def test_stock_deduction_two_sluices_on_the_cluster(csluice, csluice2, redis_cluster, rc):
