@@ -198,6 +198,11 @@ class ClusterRedis:
                     return int(s[2][1])
         raise AssertionError(f"slot {slot} has no owner")
 
+    def owner_and_other(self, slot):
+        """The port of SLOT's primary, and of another primary to move it to."""
+        src = self.slot_owner_port(slot)
+        return src, next(p for p in self.primaries() if p != src)
+
     def node_by_port(self, port):
         return next(n for n in self.nodes if n.port == port)
 

@@ -421,17 +421,25 @@ def ref(module_tmp):
     srv.stop()
 
 
-@pytest.fixture(scope="module")
-def sluice(module_tmp, backend):
-    s = Sluice(module_tmp / "sluice", backend.port)
+def started_sluice(s, ready=None):
+    """Start sluice S (READY(S) waits for anything more it needs), yield it,
+    and stop it at the end, failing the tests with its log when it did not
+    stop cleanly: for module-scoped fixtures (`yield from`)."""
     try:
         s.start()
+        if ready is not None:
+            ready(s)
         yield s
     finally:
         problems = s.stop()
         if problems:
             pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
                         pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def sluice(module_tmp, backend):
+    yield from started_sluice(Sluice(module_tmp / "sluice", backend.port))
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from cluster_helpers import ClusterRedis
-from conftest import Sluice, _read_log
+from conftest import Sluice, _read_log, started_sluice
 from helpers import RawConn, encode_command, Err, SLOW, wait_until
 
 
@@ -47,16 +47,11 @@ def _cluster_sluice(redis_cluster, folder):
     # primary's slots wait for its replica instead of failing.
     s = Sluice(folder, None, cluster_seeds=redis_cluster.seeds,
                extra={"cluster_retry_window": 10000})
-    try:
-        s.start()
+
+    def map_loaded(s):
         wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
                    msg=f"sluice in {folder} to load the slot map")
-        yield s
-    finally:
-        problems = s.stop()
-        if problems:
-            pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}",
-                        pytrace=False)
+    yield from started_sluice(s, ready=map_loaded)
 
 
 @pytest.fixture(scope="module")
@@ -303,8 +298,7 @@ def test_moved_after_migration_is_invisible(csluice, sr, redis_cluster, rc):
     slot = 777
     k = key_for_slot(slot, "mv:")
     assert sr.set(k, "before") is True
-    src = redis_cluster.slot_owner_port(slot)
-    dst = next(p for p in redis_cluster.primaries() if p != src)
+    src, dst = redis_cluster.owner_and_other(slot)
     moved_before = int(cluster_info(csluice)["moved"])
     migrate_slot(redis_cluster, slot, src, dst, keys=[k])
     try:
@@ -333,8 +327,7 @@ def test_ask_during_migration_is_invisible(csluice, sr, redis_cluster):
     moved_key, stay_key = key_for_slot(slot, "ask:a"), key_for_slot(slot, "ask:b")
     sr.set(moved_key, "m")
     sr.set(stay_key, "s")
-    src = redis_cluster.slot_owner_port(slot)
-    dst = next(p for p in redis_cluster.primaries() if p != src)
+    src, dst = redis_cluster.owner_and_other(slot)
     ask_before = int(cluster_info(csluice)["ask"])
     migrate_slot(redis_cluster, slot, src, dst, keys=[moved_key], finish=False)
     try:
@@ -481,8 +474,7 @@ def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
     a, b = key_for_slot(slot, "ta:a"), key_for_slot(slot, "ta:b")
     sr.set(a, "1")
     sr.set(b, "2")
-    src = redis_cluster.slot_owner_port(slot)
-    dst = next(p for p in redis_cluster.primaries() if p != src)
+    src, dst = redis_cluster.owner_and_other(slot)
     before = int(cluster_info(csluice)["tryagain"])
     migrate_slot(redis_cluster, slot, src, dst, keys=[a], finish=False)
     try:
@@ -530,8 +522,7 @@ def test_locks_on_every_primary(csluice, redis_cluster, rc):
 def test_lock_follows_moved(csluice, redis_cluster, rc, sr):
     slot = 12345
     name = key_for_slot(slot, "lkm:")
-    src = redis_cluster.slot_owner_port(slot)
-    dst = next(p for p in redis_cluster.primaries() if p != src)
+    src, dst = redis_cluster.owner_and_other(slot)
     migrate_slot(redis_cluster, slot, src, dst)
     try:
         tok = sr.execute_command("LOCK", name, 10000, "OWNER", "me")
@@ -591,8 +582,7 @@ def test_split_through_moved_and_clients_leaving(csluice, sr, rc, redis_cluster)
     moved = [key_for_slot(slot, f"spm{i}:") for i in range(3)]
     others = [f"spm-o{i}" for i in range(30)]
     sr.mset({k: k for k in moved + others})
-    src = redis_cluster.slot_owner_port(slot)
-    dst = next(p for p in redis_cluster.primaries() if p != src)
+    src, dst = redis_cluster.owner_and_other(slot)
     migrate_slot(redis_cluster, slot, src, dst, keys=moved)
     try:
         assert sr.mget(moved + others) == [k.encode() for k in moved + others]
@@ -1113,8 +1103,7 @@ def test_moved_inside_a_transaction_aborts_it_cleanly(csluice, redis_cluster, rc
     (nothing applied), the map names the new owner at once, and the same
     transaction sent again (on a new connection) runs on the new owner."""
     slot = 2025
-    src = redis_cluster.slot_owner_port(slot)
-    dst = next(p for p in redis_cluster.primaries() if p != src)
+    src, dst = redis_cluster.owner_and_other(slot)
     other = next(s for s in range(0, 16384, 7)
                  if s != slot and redis_cluster.slot_owner_port(s) == src)
     k_other, k_moved = key_for_slot(other, "txm:"), key_for_slot(slot, "txm:")
