@@ -6,6 +6,7 @@
  *                not logged in, login needed -> -NOAUTH (unknown command and
  *                                               arity errors first, as Redis)
  *                logged in -> command bits -> key globs -> channel globs
+ *                          -> scripts only with every permission
  *                          -> -NOPERM ..., nothing sent, no token taken
  *
  * A client whose user may do everything has c->auth_checks off: then the

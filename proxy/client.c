@@ -3,13 +3,17 @@
  * request order. The one place a client connection is closed is
  * client_close().
  *
- *   socket -> input evbuffer -> reqparse -> request -> placement (where it may run)
+ *   socket (TLS: tls.c) -> input evbuffer -> reqparse -> request -> placement
+ *      DEBUG/MODULE LOAD from a client not local -> Redis's "not allowed"
+ *      -> auth (users, auth.c): -NOAUTH / -NOPERM in order, nothing sent
+ *      cluster (cluster.c): slot of the keys, -CROSSSLOT; split commands
  *      refused by placement -> error in order (REPLCONF, SYNC, CLIENT PAUSE...)
  *      -> throttle (rules): refused -> -THROTTLED in order; delayed -> held, blocked
  *      LOCAL   -> lock verbs -> EVALSHA of lua/ scripts (lock.c)
  *              -> local (PROXY, CLIENT SETNAME, CLIENT REPLY...) -> reply now
  *      LEARN   -> held until Redis said what the command is (learn.c)
- *      SHARED  -> pool conn (unless the client has a private one)
+ *      SHARED  -> pool conn per protocol (unless the client has a private one;
+ *                 around a stalled one: a one-shot conn, client_detour)
  *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn
  *   backend reply -> client_on_reply -> head of queue? write : hold
  *   RESP3 push    -> client_on_push  -> written as it comes (see there)

@@ -75,7 +75,8 @@ struct client {
     char addr_text[64];                 /* "ip:port" */
     char ip_text[INET6_ADDRSTRLEN];     /* "ip", what rules match */
     char *name;                         /* CLIENT SETNAME, NULL when none */
-    char *user;                         /* last successful AUTH user, "default" */
+    char *user;                         /* the user it runs as (rules match it):
+                                           "default" until a login */
     int resp;                           /* protocol it negotiated with HELLO: 2 or 3 */
     struct client_subs {                /* RESP3: its subscriptions, as the confirmations
                                            count them (client_on_push) */
