@@ -51,7 +51,7 @@ $(BUILD)/obj/gen/lua_scripts.o: $(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scri
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"; $(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/unit/%: tests/unit/%.c tests/unit/unit.h $(LIB_OBJS)
+$(BUILD)/unit/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIB_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $< $(LIB_OBJS) $(LDLIBS)
 

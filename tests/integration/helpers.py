@@ -165,6 +165,8 @@ def parse_reply(buf, pos=0):
         return line == b"t", nxt
     if t == b",":
         return float(line), nxt
+    if t == b"(":   # big number: its text, as Redis wrote it
+        return ("bignum", bytes(line)), nxt
     raise ValueError(f"bad RESP type byte {t!r} at {pos}: {bytes(buf[pos:pos + 40])!r}")
 
 

@@ -152,9 +152,8 @@ again:
             return RFD_INVALID;
         *type = REPLY_DOUBLE;
         break;
-    case '(':
-        if (ll < 2 || (p[1] == '-' && ll < 3) ||
-            strspn(p + 1 + (p[1] == '-'), "0123456789") != ll - 1 - (p[1] == '-'))
+    case '(':   /* what a script returns as {big_number=...}: any line */
+        if (ll > 1 && memchr(p + 1, '\n', ll - 1) != NULL)
             return RFD_INVALID;
         *type = REPLY_BIGNUM;
         break;

@@ -110,6 +110,11 @@ static const struct one_reply good_replies[] = {
     {",nan\r\n", REPLY_DOUBLE},
     {"(3492890328409238509324850943850943825024385\r\n", REPLY_BIGNUM},
     {"(-7\r\n", REPLY_BIGNUM},
+    /* Redis passes a script's big_number through as it is, CRLF made
+     * spaces: EVAL "return {big_number='123\\r\\n123'}" replies this. */
+    {"(123  123\r\n", REPLY_BIGNUM},
+    {"(\r\n", REPLY_BIGNUM},
+    {"(12a\r\n", REPLY_BIGNUM},
     {"#t\r\n", REPLY_BOOL},
     {"#f\r\n", REPLY_BOOL},
     {"_\r\n", REPLY_NIL},
@@ -238,7 +243,7 @@ static const char *const bad_replies[] = {
     ":\r\n", ":-\r\n", ":+1\r\n", ":12a\r\n", ": 1\r\n", ":01\r\n", ":-0\r\n",
     ":9223372036854775808\r\n", ":-9223372036854775809\r\n", ":99999999999999999999\r\n",
     ",\r\n", ",abc\r\n", ",1e\r\n", ",.\r\n", ",-\r\n", ",1.5x\r\n", ",infinity\r\n", ",0x10\r\n",
-    "(\r\n", "(-\r\n", "(12a\r\n", "(+1\r\n",
+    "(1\n2\r\n",
     "#x\r\n", "#tt\r\n", "#\r\n", "#T\r\n", "_x\r\n",
     "$?\r\n;4\r\nabcd\r\n;0\r\n", "*?\r\n:1\r\n.\r\n", ";4\r\nabcd\r\n", ".\r\n",
     "?\r\n", "\r\n", "x\r\n", "OK\r\n", "\n\r\n", "\r\r\n",
