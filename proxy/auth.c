@@ -27,6 +27,7 @@
 #include "errlist.h"
 #include "learn.h"
 #include "log.h"
+#include "placement.h"
 #include "server.h"
 #include "users.h"
 
@@ -418,16 +419,7 @@ static int auth_admit_module(const struct user *u, int argc, const struct sv *ar
  * every grant). */
 static int auth_runs_script(const struct command *cmd)
 {
-    static const char *const scripts[] = {"eval", "evalsha", "eval_ro", "evalsha_ro",
-                                          "fcall", "fcall_ro"};
-
-    if (cmd == NULL || !(cmd->acl_categories & ACL_SCRIPTING))
-        return 0;
-    for (size_t i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
-        if (strcmp(cmd->name, scripts[i]) == 0)
-            return 1;
-    }
-    return 0;
+    return placement_role(cmd) == ROLE_SCRIPT;
 }
 
 /* auth_admit's decision, with the refusal in ERR. */

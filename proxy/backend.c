@@ -97,12 +97,23 @@ struct backend_conn {
 
 TAILQ_HEAD(backend_conn_list, backend_conn);
 
+/* The kinds of shared connection. RESP2 and RESP3 clients never share
+ * one; clients' scripts have their own (backend_script_conn). */
+enum backend_pool_kind {
+    BACKEND_POOL_RESP2,
+    BACKEND_POOL_RESP3,
+    BACKEND_POOL_SCRIPTS_RESP2,
+    BACKEND_POOL_SCRIPTS_RESP3,
+    BACKEND_POOL_KINDS
+};
+
 struct backend_node {
     char name[280];                  /* "host:port" as configured or learned */
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    struct backend_conn **pool;      /* RESP2 */
-    struct backend_conn **pool3;     /* RESP3: each made when first needed */
+    /* Shared connections by kind (enum backend_pool_kind), pool_size of
+     * each: RESP2 ones made with the node, the others when first needed. */
+    struct backend_conn **pools[BACKEND_POOL_KINDS];
     int pool_size;
     int private_count;               /* private and one-shot connections */
     int spare_count;                 /* spare connections, not in private_count */
@@ -175,12 +186,12 @@ static struct backend_node *backend_node_new(const char *hostport, char *err, si
     }
     TAILQ_INIT(&node->conns);
     node->pool_size = (int)backend_cfg->backend_connections;
-    node->pool = calloc((size_t)node->pool_size, sizeof(*node->pool));
-    node->pool3 = calloc((size_t)node->pool_size, sizeof(*node->pool3));
+    for (int k = 0; k < BACKEND_POOL_KINDS; k++)
+        node->pools[k] = calloc((size_t)node->pool_size, sizeof(*node->pools[k]));
     TAILQ_INSERT_TAIL(&backend_nodes, node, link);
     for (int i = 0; i < node->pool_size; i++) {
-        node->pool[i] = backend_conn_new(node, NULL);
-        backend_connect(node->pool[i]);
+        node->pools[BACKEND_POOL_RESP2][i] = backend_conn_new(node, NULL);
+        backend_connect(node->pools[BACKEND_POOL_RESP2][i]);
     }
     backend_spares_refill(node);
     return node;
@@ -244,7 +255,7 @@ const char *backend_node_name(const struct backend_node *node)
 
 int backend_node_up(const struct backend_node *node)
 {
-    return node->pool[0]->state == BACKEND_UP;
+    return node->pools[BACKEND_POOL_RESP2][0]->state == BACKEND_UP;
 }
 
 struct backend_node *backend_conn_node(const struct backend_conn *conn)
@@ -262,20 +273,22 @@ void backend_set_reply_filter(backend_reply_filter_fn *fn)
     backend_reply_filter = fn;
 }
 
-/* A RESP3 pool connection is made on first use: a deployment whose
- * clients all speak RESP2 keeps backend_connections connections. Made
+/* Shared connection I of KIND: RESP2 ones exist from the start; the
+ * others are made on first use, so a deployment whose clients all speak
+ * RESP2 and run no scripts keeps backend_connections connections. Made
  * connections are never NULL: a failed one is DOWN and retries. */
-static struct backend_conn *backend_pool3_conn(struct backend_node *node, int i)
+static struct backend_conn *backend_pool_kind_conn(struct backend_node *node,
+                                                   enum backend_pool_kind kind, int i)
 {
-    struct backend_conn *conn = node->pool3[i];
+    struct backend_conn *conn = node->pools[kind][i];
 
     if (conn != NULL)
         return conn;
     conn = backend_conn_new(node, NULL);
-    if (conn == NULL)
-        return node->pool[i];   /* out of memory: RESP2 shapes beat no reply */
-    conn->resp = 3;
-    node->pool3[i] = conn;
+    if (conn == NULL)   /* out of memory: RESP2 shapes on the first pool beat no reply */
+        return node->pools[BACKEND_POOL_RESP2][i];
+    conn->resp = kind == BACKEND_POOL_RESP3 || kind == BACKEND_POOL_SCRIPTS_RESP3 ? 3 : 2;
+    node->pools[kind][i] = conn;
     backend_connect(conn);
     return conn;
 }
@@ -285,7 +298,16 @@ struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long 
 {
     int i = (int)(client_id % (unsigned long long)node->pool_size);
 
-    return resp == 3 ? backend_pool3_conn(node, i) : node->pool[i];
+    return backend_pool_kind_conn(node, resp == 3 ? BACKEND_POOL_RESP3 : BACKEND_POOL_RESP2, i);
+}
+
+struct backend_conn *backend_script_conn(struct backend_node *node, unsigned long long client_id,
+                                         int resp)
+{
+    int i = (int)(client_id % (unsigned long long)node->pool_size);
+
+    return backend_pool_kind_conn(node, resp == 3 ? BACKEND_POOL_SCRIPTS_RESP3
+                                                  : BACKEND_POOL_SCRIPTS_RESP2, i);
 }
 
 /* The reply to a request sluice sent on its own behalf (AUTH, SCRIPT
@@ -1196,23 +1218,23 @@ int backend_node_retired(const struct backend_node *node)
 void backend_write_info(struct evbuffer *out)
 {
     struct backend_node *node;
-    int n = 0, n3 = 0, private_count = 0, spare_count = 0;
+    static const char *const backend_pool_names[BACKEND_POOL_KINDS] = {
+        [BACKEND_POOL_RESP2] = "", [BACKEND_POOL_RESP3] = "resp3_",
+        [BACKEND_POOL_SCRIPTS_RESP2] = "scripts_", [BACKEND_POOL_SCRIPTS_RESP3] = "scripts_resp3_"};
+    int numbers[BACKEND_POOL_KINDS] = {0}, private_count = 0, spare_count = 0;
 
     TAILQ_FOREACH(node, &backend_nodes, link) {
-        for (int i = 0; i < node->pool_size; i++) {
-            struct backend_conn *conn = node->pool[i];
-            evbuffer_add_printf(out, "backend_%d:addr=%s,state=%s,inflight=%d,redis_id=%lld,"
-                                "laddr=%s\r\n", n++, node->name, backend_state_names[conn->state],
-                                conn->inflight_count, conn->redis_id, conn->local_addr);
-        }
-        for (int i = 0; i < node->pool_size; i++) {
-            struct backend_conn *conn = node->pool3[i];
-            if (conn != NULL)
-                evbuffer_add_printf(out, "backend_resp3_%d:addr=%s,state=%s,inflight=%d,"
-                                    "redis_id=%lld,laddr=%s\r\n", n3, node->name,
-                                    backend_state_names[conn->state], conn->inflight_count,
-                                    conn->redis_id, conn->local_addr);
-            n3++;
+        for (int k = 0; k < BACKEND_POOL_KINDS; k++) {
+            for (int i = 0; i < node->pool_size; i++) {
+                struct backend_conn *conn = node->pools[k][i];
+                if (conn != NULL)
+                    evbuffer_add_printf(out, "backend_%s%d:addr=%s,state=%s,inflight=%d,"
+                                        "redis_id=%lld,laddr=%s\r\n", backend_pool_names[k],
+                                        numbers[k] + i, node->name,
+                                        backend_state_names[conn->state], conn->inflight_count,
+                                        conn->redis_id, conn->local_addr);
+            }
+            numbers[k] += node->pool_size;
         }
         private_count += node->private_count;
         spare_count += node->spare_count;
@@ -1231,8 +1253,8 @@ void backend_free_all(void)
         if (node->spare_ev != NULL)
             event_free(node->spare_ev);
         TAILQ_REMOVE(&backend_nodes, node, link);
-        free(node->pool);
-        free(node->pool3);
+        for (int k = 0; k < BACKEND_POOL_KINDS; k++)
+            free(node->pools[k]);
         free(node);
     }
 }

@@ -62,6 +62,13 @@ void backend_set_reply_filter(backend_reply_filter_fn *fn);
 struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id,
                                        int resp);
 
+/* The shared connection of NODE that scripts and functions (EVAL, FCALL...)
+ * of client CLIENT_ID, speaking RESP, run on. A script may keep Redis busy
+ * for long; on connections of their own it holds no other command behind
+ * it, and those get -BUSY from Redis as on any other connection. */
+struct backend_conn *backend_script_conn(struct backend_node *node, unsigned long long client_id,
+                                         int resp);
+
 /* A new private connection to NODE for OWNER. NULL when NODE has
  * backend_max_connections private connections already (or on OOM). */
 struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner);

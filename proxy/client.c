@@ -13,6 +13,7 @@
  *              -> local (PROXY, CLIENT SETNAME, CLIENT REPLY...) -> reply now
  *      LEARN   -> held until Redis said what the command is (learn.c)
  *      SHARED  -> pool conn per protocol (unless the client has a private one;
+ *                 scripts: the script conns, client_shared_conn;
  *                 around a stalled one: a one-shot conn, client_detour)
  *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn
  *   backend reply -> client_on_reply -> head of queue? write : hold
@@ -1111,6 +1112,22 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
     return NULL;
 }
 
+/* The shared connection REQ of C goes to: its node's, for C's protocol.
+ * A script or function goes on the script connections, where a long one
+ * holds no other command behind it: those reach Redis and get its -BUSY,
+ * as on any other connection. C's next command waits for the script's
+ * reply (client_must_wait), so C's own order holds. Not in cluster mode,
+ * where a client's requests out on one node's shared connections are
+ * taken as one (client_conn_class) and would no longer keep their order. */
+static struct backend_conn *client_shared_conn(const struct client *c, const struct request *req)
+{
+    struct backend_node *node = router_node_for_request(req, NULL);
+
+    if (client_role(req) == ROLE_SCRIPT && !cluster_enabled())
+        return backend_script_conn(node, c->id, c->resp);
+    return backend_pool_conn(node, c->id, c->resp);
+}
+
 /* The backend connection REQ goes to: a shared one, or the client's
  * private one once it has one. NULL for a one-shot connection (made as
  * REQ is sent), and when a private connection is needed but
@@ -1132,8 +1149,7 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
     }
     if (c->private_conn != NULL && !client_cluster_off_session(c, req))
         return c->private_conn;
-    return client_detour(c, req, backend_pool_conn(router_node_for_request(req, NULL), c->id,
-                                                   c->resp));
+    return client_detour(c, req, client_shared_conn(c, req));
 }
 
 /* Stands for "the shared connections" in c->inflight_conn: in cluster

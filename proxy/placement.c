@@ -86,6 +86,14 @@ static const struct placement_row placement_rows[] = {
     {"monitor", PLACE_PRIVATE, REQ_PASSTHROUGH, ROLE_MONITOR, NULL, "a stream of replies"},
     {"xread", PLACE_SHARED, 0, ROLE_NONE, placement_check_xread, "blocks with BLOCK"},
     {"xreadgroup", PLACE_SHARED, 0, ROLE_NONE, placement_check_xreadgroup, "blocks with BLOCK"},
+    /* A client's script may run long and hold its connection: standalone,
+     * scripts go on shared connections of their own (client_route). */
+    {"eval", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a script"},
+    {"evalsha", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a script"},
+    {"eval_ro", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a script"},
+    {"evalsha_ro", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a script"},
+    {"fcall", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a function"},
+    {"fcall_ro", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a function"},
     /* Redis's "protected" commands: allowed by enable-debug-command and
      * enable-module-command only from a local connection, which every
      * connection of sluice's is; so sluice asks where its client is. */

@@ -33,6 +33,7 @@ enum placement_role {
     ROLE_RESET,
     ROLE_CLIENT_REPLY,  /* CLIENT REPLY ON/OFF/SKIP */
     ROLE_MONITOR,
+    ROLE_SCRIPT,        /* a client's script or function: the script connections */
 };
 
 struct placement {

@@ -771,4 +771,104 @@ def test_busy_script_others_get_busy_not_a_hang(redis_factory, sluice_factory, r
         assert isinstance(killed, Err) and "killed" in killed.lower(), killed
         wait_until(lambda: other.call("PING") == "PONG", 5 * SLOW, msg="PONG after the kill")
         assert runner.call("PING") == "PONG"
+
+
+def start_busy_script(s, runner):
+    """RUNNER (a RawConn to sluice S) starts a script that keeps Redis busy
+    until SCRIPT KILL; returns once Redis answers others -BUSY."""
+    runner.send_command("EVAL", "while true do end", "0")
+    with s.raw() as probe:
+        wait_until(lambda: isinstance(probe.call("PING", timeout=5 * SLOW), Err),
+                   5 * SLOW, msg="the script to run")
+
+
+def kill_busy_script(s, runner):
+    with s.raw() as killer:
+        assert killer.call("SCRIPT", "KILL", timeout=5 * SLOW) == "OK"
+    killed = runner.read_reply(timeout=5 * SLOW)
+    assert isinstance(killed, Err) and "killed" in killed.lower(), killed
+
+
+@pytest.mark.parametrize("resp", [2, 3])
+def test_command_sent_as_a_script_starts_gets_busy_not_a_hang(redis_factory, sluice_factory,
+                                                              resp):
+    """A command of another client sent the moment a long script starts
+    (before sluice could see it is long) reaches Redis and gets -BUSY, as
+    it would directly: a client's scripts run on connections of their own,
+    so nothing waits behind them. Redis's own test ("can be killed by
+    SCRIPT KILL even when use pcall") sends its PING that early."""
+    srv = redis_factory()
+    srv.client().config_set("lua-time-limit", 10)
+    s = sluice_factory(srv.port)
+    with s.raw() as runner, s.raw() as other:
+        if resp == 3:
+            runner.call("HELLO", "3")
+            other.call("HELLO", "3")
+        runner.send_command("EVAL", "while true do end", "0")
+        time.sleep(0.02)   # well inside the 100 ms before a stalled connection is seen
+        reply = other.call("PING", timeout=5 * SLOW)
+        assert isinstance(reply, Err) and reply.startswith("BUSY"), reply
+        kill_busy_script(s, runner)
+        assert other.call("PING") == "PONG"
+
+
+def test_second_script_during_a_long_one_goes_around_it(redis_factory, sluice_factory):
+    """Another client's script while a long one holds the script connection
+    goes around it once that is stalled, and gets Redis's -BUSY."""
+    srv = redis_factory()
+    srv.client().config_set("lua-time-limit", 10)
+    s = sluice_factory(srv.port)
+    with s.raw() as runner, s.raw() as other:
+        start_busy_script(s, runner)
+        time.sleep(0.2)
+        reply = other.call("EVAL", "return 1", "0", timeout=5 * SLOW)
+        assert isinstance(reply, Err) and reply.startswith("BUSY"), reply
         assert int(s.info()["stalled_detours"]) >= 1
+        kill_busy_script(s, runner)
+        assert other.call("EVAL", "return 2", "0") == 2
+
+
+def test_scripts_and_commands_of_one_client_keep_their_order(sluice, r):
+    """A client pipelining scripts and plain commands sees each take effect
+    in the order it sent them, though scripts run on other connections."""
+    r.delete("order:k")
+    with sluice.raw() as c:
+        cmds = []
+        for i in range(200):
+            if i % 3 == 0:
+                cmds.append(("EVAL", "return redis.call('APPEND', KEYS[1], ARGV[1])", "1",
+                             "order:k", f"e{i},"))
+            elif i % 3 == 1:
+                cmds.append(("APPEND", "order:k", f"a{i},"))
+            else:
+                cmds.append(("GET", "order:k"))
+        c.send(b"".join(encode_command(*cmd) for cmd in cmds))
+        replies = c.read_replies(len(cmds), timeout=10 * SLOW)
+    text = ""
+    for cmd, reply in zip(cmds, replies):
+        if cmd[0] == "GET":
+            assert reply == text.encode(), (cmd, reply)
+        else:
+            text += cmd[-1]
+            assert reply == len(text), (cmd, reply)
+
+
+@pytest.mark.parametrize("resp", [2, 3])
+def test_script_big_number_passed_as_redis_writes_it(redis_factory, sluice_factory, resp):
+    """Redis passes a script's {big_number=...} on as it is, CRLF turned to
+    spaces: "(123  123". sluice frames it and passes it on as Redis wrote
+    it; the connection it came on is not dropped (its other requests are
+    answered)."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    script = "return {big_number='123\\r\\n123'}"
+    got = {}
+    for name, port in (("redis", srv.port), ("sluice", s.port)):
+        with RawConn(port, timeout=5 * SLOW) as c:
+            if resp == 3:
+                c.call("HELLO", "3")
+            c.send(encode_command("EVAL", script, "0") + encode_command("PING"))
+            got[name] = c.read_reply_raw(), c.read_reply_raw()
+    assert got["sluice"] == got["redis"]
+    assert got["sluice"][0] == (b"(123  123\r\n" if resp == 3 else b"$8\r\n123  123\r\n")
+    assert "connection lost" not in s.log_path.read_text()
