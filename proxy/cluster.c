@@ -552,18 +552,49 @@ int cluster_request_slot(const struct command *cmd, int argc, const struct sv *a
     return slot;
 }
 
+/* What cluster_answer does with a command, by command id: made once, on
+ * first use (it is asked on every request). */
+enum cluster_command_class {
+    CLUSTER_CMD_FORWARD,    /* anything else: routed */
+    CLUSTER_CMD_CLUSTER,    /* CLUSTER ..., ASKING, READONLY, READWRITE: as standalone Redis */
+    CLUSTER_CMD_SELECT,     /* only database 0 */
+    CLUSTER_CMD_NOT_YET,    /* keyless, would answer for one node's part of the keyspace */
+};
+static unsigned char *cluster_command_classes;
+
 /* Keyless commands that, sent to one node, would answer for a part of the
  * keyspace only: refused until sluice runs them across the primaries
  * (cluster_split.c runs the others that are). */
 static const char *const cluster_not_yet[] = {"wait", "function|restore"};
 
-static int cluster_is_cluster_command(const struct command *cmd)
+static enum cluster_command_class cluster_class_of_name(const char *n)
 {
-    const char *n = cmd->name;
+    if ((strncmp(n, "cluster", 7) == 0 && (n[7] == '\0' || n[7] == '|')) ||
+        strcmp(n, "asking") == 0 || strcmp(n, "readonly") == 0 || strcmp(n, "readwrite") == 0)
+        return CLUSTER_CMD_CLUSTER;
+    if (strcmp(n, "select") == 0)
+        return CLUSTER_CMD_SELECT;
+    for (size_t i = 0; i < sizeof(cluster_not_yet) / sizeof(cluster_not_yet[0]); i++) {
+        if (strcmp(n, cluster_not_yet[i]) == 0)
+            return CLUSTER_CMD_NOT_YET;
+    }
+    return CLUSTER_CMD_FORWARD;
+}
 
-    return strncmp(n, "cluster", 7) == 0 && (n[7] == '\0' || n[7] == '|') ? 1
-           : strcmp(n, "asking") == 0 || strcmp(n, "readonly") == 0 ||
-                     strcmp(n, "readwrite") == 0;
+static enum cluster_command_class cluster_command_class(const struct command *cmd)
+{
+    if (cmd == NULL)
+        return CLUSTER_CMD_FORWARD;
+    if (cluster_command_classes == NULL) {
+        int n = commands_count();
+        cluster_command_classes = malloc((size_t)n);
+        if (cluster_command_classes == NULL)
+            return cluster_class_of_name(cmd->name);
+        for (int id = 0; id < n; id++)
+            cluster_command_classes[id] =
+                (unsigned char)cluster_class_of_name(commands_by_id(id)->name);
+    }
+    return (enum cluster_command_class)cluster_command_classes[cmd->id];
 }
 
 /* SELECT DB as Redis Cluster answers it: only database 0 exists. */
@@ -586,16 +617,19 @@ const char *cluster_answer(const struct command *cmd, int argc, const struct sv 
 {
     static char text[200];
 
-    if (cmd != NULL && cluster_is_cluster_command(cmd))
+    switch (cluster_command_class(cmd)) {
+    case CLUSTER_CMD_CLUSTER:
         return "-ERR This instance has cluster support disabled";
-    if (cmd != NULL && strcmp(cmd->name, "select") == 0 && argc == 2)
-        return cluster_select_answer(argv[1]);
-    for (size_t i = 0; cmd != NULL && i < sizeof(cluster_not_yet) / sizeof(cluster_not_yet[0]); i++) {
-        if (strcmp(cmd->name, cluster_not_yet[i]) == 0) {
-            snprintf(text, sizeof(text), "-ERR sluice does not support '%s' in cluster mode yet",
-                     cmd->name);
-            return text;
-        }
+    case CLUSTER_CMD_SELECT:
+        if (argc == 2)
+            return cluster_select_answer(argv[1]);
+        break;
+    case CLUSTER_CMD_NOT_YET:
+        snprintf(text, sizeof(text), "-ERR sluice does not support '%s' in cluster mode yet",
+                 cmd->name);
+        return text;
+    case CLUSTER_CMD_FORWARD:
+        break;
     }
     if (slot == CLUSTER_SLOT_CROSS && !cluster_split_wants(cmd, slot)) {
         STAT_INC(cluster_crossslot);

@@ -89,13 +89,30 @@ struct split_part {
     int *key_index;              /* their positions in the parent's key order */
 };
 
+/* split_commands by command id (NULL: not split): looked up on every
+ * request in cluster mode, so made once, on first use. */
+static const struct split_command **split_by_id;
+
+static void split_index(void)
+{
+    int n = commands_count();
+
+    split_by_id = calloc((size_t)n, sizeof(*split_by_id));
+    for (int id = 0; split_by_id != NULL && id < n; id++) {
+        for (size_t i = 0; i < sizeof(split_commands) / sizeof(split_commands[0]); i++) {
+            if (strcmp(commands_by_id(id)->name, split_commands[i].name) == 0)
+                split_by_id[id] = &split_commands[i];
+        }
+    }
+}
+
 static const struct split_command *split_find(const struct command *cmd)
 {
-    for (size_t i = 0; cmd != NULL && i < sizeof(split_commands) / sizeof(split_commands[0]); i++) {
-        if (strcmp(cmd->name, split_commands[i].name) == 0)
-            return &split_commands[i];
-    }
-    return NULL;
+    if (cmd == NULL)
+        return NULL;
+    if (split_by_id == NULL)
+        split_index();
+    return split_by_id != NULL ? split_by_id[cmd->id] : NULL;
 }
 
 int cluster_split_wants(const struct command *cmd, int slot)
