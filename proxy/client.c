@@ -726,11 +726,13 @@ static const struct {
     {"sunsubscribe", offsetof(struct client_subs, shards)},
 };
 #define CLIENT_PUSH_KINDS (int)(sizeof(client_push_kinds) / sizeof(client_push_kinds[0]))
+/* Room for the longest kind Redis sends, "tracking-redir-broken". */
+#define CLIENT_PUSH_KIND_SIZE 24
 
 /* The kind of the push of LEN bytes at the head of SRC (its first element,
- * ">3\r\n$9\r\nsubscribe\r\n...") into KIND (size 16), and its last
- * element when that is an integer (a confirmation's count) into *COUNT
- * (else -1). */
+ * ">3\r\n$9\r\nsubscribe\r\n...") into KIND (size CLIENT_PUSH_KIND_SIZE), and
+ * its last element when that is an integer (a confirmation's count) into
+ * *COUNT (else -1). */
 static void client_push_kind(struct evbuffer *src, size_t len, char *kind, long long *count)
 {
     char head[41], tail[24];
@@ -747,8 +749,8 @@ static void client_push_kind(struct evbuffer *src, size_t len, char *kind, long 
     p = memchr(head, '\n', n);
     if (p != NULL && p + 1 < head + n && p[1] == '$') {
         klen = strtol(p + 2, &line, 10);
-        if (klen > 0 && klen < 16 && line + 2 + klen <= head + n)
-            snprintf(kind, 16, "%.*s", (int)klen, line + 2);
+        if (klen > 0 && klen < CLIENT_PUSH_KIND_SIZE && line + 2 + klen <= head + n)
+            snprintf(kind, CLIENT_PUSH_KIND_SIZE, "%.*s", (int)klen, line + 2);
     }
     /* The last line: after the last LF but the final one. */
     if (t < 4 || evbuffer_ptr_set(src, &at, len - t, EVBUFFER_PTR_SET) != 0 ||
@@ -766,7 +768,7 @@ static void client_push_kind(struct evbuffer *src, size_t len, char *kind, long 
  * not). */
 static int client_is_pubsub_message(struct evbuffer *src, size_t len)
 {
-    char kind[16];
+    char kind[CLIENT_PUSH_KIND_SIZE];
     long long count;
 
     client_push_kind(src, len, kind, &count);
@@ -896,7 +898,7 @@ static int client_push_ends(struct client *c, struct request *head, int row)
  * reply at the head of the queue), ahead of anything still waiting. */
 int client_on_push(struct client *c, struct request *head, struct evbuffer *src, size_t len)
 {
-    char kind[16];
+    char kind[CLIENT_PUSH_KIND_SIZE];
     long long count;
     int row, ends;
 
@@ -905,7 +907,7 @@ int client_on_push(struct client *c, struct request *head, struct evbuffer *src,
     row = client_count_push(c, kind, count);
     ends = client_push_ends(c, head, row);
     /* Even under CLIENT REPLY OFF: Redis 7.0 still sends RESP3 pushes. */
-    evbuffer_remove_buffer(src, client_output(c), len);
+    clientid_push(c, kind, src, len, client_output(c));
     client_check_output_limit(c);
     client_leave(c);
     return ends;

@@ -56,6 +56,8 @@ struct client {
     struct reqparse parser;
     struct request_queue requests;      /* every request not yet answered, in order */
     struct backend_conn *private_conn;  /* own backend connection, once stateful */
+    uint64_t redirect_id;               /* CLIENT TRACKING ... REDIRECT's sluice id, */
+    long long redirect_redis_id;        /* and the Redis id sent for it (clientid.c) */
     struct backend_conn *inflight_conn; /* where its sent requests are */
     int inflight;                       /* requests sent and not yet answered */
     int fences;                         /* fences sent, not yet back (client_fence) */

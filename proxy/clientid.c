@@ -449,6 +449,75 @@ static int clientid_rewrite(struct request *req, const struct sv *argv, const in
     return 0;
 }
 
+/* ---- CLIENT GETREDIR / TRACKINGINFO: the redirect id, sluice's again ---- */
+
+/* Where the id C's tracking redirects to starts in Redis's reply or push
+ * TEXT (LEN bytes): GETREDIR's integer, the one after TRACKINGINFO's
+ * "redirect" field or in a tracking-redir-broken push; NULL when there is
+ * none (an error, QUEUED). */
+static const char *clientid_redirect_field(const char *text, size_t len)
+{
+    static const char *const fields[] = {"\r\nredirect\r\n:", "tracking-redir-broken\r\n:"};
+    const char *at;
+
+    if (len > 0 && text[0] == ':')
+        return text + 1;
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        if ((at = memmem(text, len, fields[i], strlen(fields[i]))) != NULL)
+            return at + strlen(fields[i]);
+    }
+    return NULL;
+}
+
+/* Move the reply or push of LEN bytes at SRC to OUT, the Redis id of C's
+ * redirect target in it (the Redis id of the target's private connection,
+ * remembered when CLIENT TRACKING ... REDIRECT was translated; it stays
+ * after the target is gone: "broken_redirect") made the sluice id C gave.
+ * Anything else passes as it is. */
+static void clientid_move_redirect(const struct client *c, struct evbuffer *src, size_t len,
+                                   struct evbuffer *out)
+{
+    const char *text = (const char *)evbuffer_pullup(src, (ssize_t)len);
+    const char *num = text != NULL ? clientid_redirect_field(text, len) : NULL;
+    const char *end = num != NULL ? memchr(num, '\r', len - (size_t)(num - text)) : NULL;
+    char id[24];
+
+    snprintf(id, sizeof(id), "%lld", c->redirect_redis_id);
+    if (end == NULL || c->redirect_redis_id <= 0 || (size_t)(end - num) != strlen(id) ||
+        memcmp(num, id, (size_t)(end - num)) != 0) {
+        evbuffer_remove_buffer(src, out, len);
+        return;
+    }
+    evbuffer_add(out, text, (size_t)(num - text));
+    evbuffer_add_printf(out, "%llu", (unsigned long long)c->redirect_id);
+    evbuffer_add(out, end, len - (size_t)(end - text));
+    evbuffer_drain(src, len);
+}
+
+/* CLIENT GETREDIR, CLIENT TRACKINGINFO: Redis names the target by its id. */
+static void clientid_redirect_reply(struct request *req, struct evbuffer *src, size_t len,
+                                    int type)
+{
+    struct client *c = request_hook_client(req, src, len);
+
+    if (c == NULL)
+        return;
+    if (type == REPLY_ERROR)
+        evbuffer_remove_buffer(src, req->reply, len);
+    else
+        clientid_move_redirect(c, src, len, req->reply);
+    client_answer(c, req);
+}
+
+void clientid_push(const struct client *c, const char *kind, struct evbuffer *src, size_t len,
+                   struct evbuffer *out)
+{
+    if (c->redirect_id != 0 && strcmp(kind, "tracking-redir-broken") == 0)
+        clientid_move_redirect(c, src, len, out);
+    else
+        evbuffer_remove_buffer(src, out, len);
+}
+
 enum clientid_result clientid_translate(struct client *c, struct request *req,
                                         const struct sv *argv, struct evbuffer **src)
 {
@@ -459,6 +528,11 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
 
     if (clientid_is(req, "client|kill")) {
         clientid_kill(c, req, argv, src);
+        return CLIENTID_FORWARD;
+    }
+    if (clientid_is(req, "client|getredir") || clientid_is(req, "client|trackinginfo")) {
+        if (c->redirect_id != 0)
+            req->on_reply = clientid_redirect_reply;
         return CLIENTID_FORWARD;
     }
     if (clientid_is(req, "client|list") || clientid_is(req, "client|info")) {
@@ -481,6 +555,10 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
             return clientid_translate(c, req, argv, src);
         }
         translated = 1;
+        if (clientid_is(req, "client|tracking")) {   /* for GETREDIR, TRACKINGINFO */
+            c->redirect_id = id;
+            c->redirect_redis_id = ids[k];
+        }
     }
     if (translated)
         clientid_rewrite(req, argv, pos, ids, n, src);   /* else forwarded as it came */

@@ -31,6 +31,12 @@ enum clientid_result {
 enum clientid_result clientid_translate(struct client *c, struct request *req,
                                         const struct sv *argv, struct evbuffer **src);
 
+/* Move C's RESP3 push of KIND, LEN bytes at SRC, to OUT: a
+ * tracking-redir-broken push names the redirect target by the sluice id
+ * C gave in CLIENT TRACKING ... REDIRECT, not by its Redis id. */
+void clientid_push(const struct client *c, const char *kind, struct evbuffer *src, size_t len,
+                   struct evbuffer *out);
+
 /* CLIENT LIST [TYPE type] [ID id...] and CLIENT INFO, for C, into OUT in
  * Redis 7.0's format. */
 void clientid_list(struct client *c, int argc, const struct sv *argv, struct evbuffer *out);

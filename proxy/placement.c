@@ -114,6 +114,8 @@ static const struct placement_row placement_rows[] = {
     {"client|kill", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL,
      "kills sluice's clients: Redis checks it with a filter that matches nobody"},
     {"client|unblock", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL, "names a sluice client id"},
+    {"client|getredir", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL, "answers a sluice client id"},
+    {"client|trackinginfo", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL, "answers a sluice client id"},
 };
 #define PLACEMENT_ROW_COUNT (int)(sizeof(placement_rows) / sizeof(placement_rows[0]))
 

@@ -276,6 +276,34 @@ def test_tracking_redirect_to_sluice_client(sluice, clean):
         assert msg[:2] == [b"message", b"__redis__:invalidate"] and msg[2] == [b"tr:tracked"], msg
 
 
+@pytest.mark.parametrize("resp", [2, 3])
+def test_tracking_redirect_shown_as_the_sluice_id(sluice, clean, resp):
+    """CLIENT GETREDIR and CLIENT TRACKINGINFO name the redirect target by
+    the sluice id the client gave in CLIENT TRACKING ... REDIRECT (Redis
+    knows the Redis id of the target's connection), also once the target
+    is gone (broken_redirect), as Redis's own tracking tests check."""
+    with sluice.raw() as inv, sluice.raw() as reader, sluice.raw() as writer:
+        if resp == 3:
+            reader.call(b"HELLO", b"3")
+        inv_id = inv.call(b"CLIENT", b"ID")
+        assert reader.call(b"CLIENT", b"GETREDIR") == -1
+        assert reader.call(b"CLIENT", b"TRACKING", b"on", b"REDIRECT", inv_id) == "OK"
+        assert reader.call(b"CLIENT", b"GETREDIR") == inv_id
+        info = reader.call(b"CLIENT", b"TRACKINGINFO")
+        fields = info[1] if resp == 3 else info
+        assert fields[fields.index(b"redirect") + 1] == inv_id, info
+        assert reader.call(b"GET", b"tr:redir") is None
+        inv.close()
+        assert writer.call(b"SET", b"tr:redir", b"1") == "OK"
+        if resp == 3:   # Redis tells a RESP3 client with a push
+            assert reader.read_reply(timeout=5 * SLOW) == [b"tracking-redir-broken", inv_id]
+        info = reader.call(b"CLIENT", b"TRACKINGINFO")
+        fields = info[1] if resp == 3 else info
+        assert b"broken_redirect" in fields[fields.index(b"flags") + 1], info
+        assert fields[fields.index(b"redirect") + 1] == inv_id, info
+        assert reader.call(b"CLIENT", b"GETREDIR") == inv_id
+
+
 def test_id_lookup_invisible_to_monitor(sluice, backend, clean):
     """Learning a private connection's Redis id shows nothing in MONITOR."""
     mon = RawConn(backend.port)
