@@ -1088,6 +1088,28 @@ static int client_cluster_off_session(const struct client *c, const struct reque
            router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
 }
 
+/* Cluster mode: whether REQ needs C's private connection on another node
+ * than the one it is on, while that connection holds no session (it only
+ * served blocking commands, a worker's BLPOP on one queue and then on
+ * another): then the client's private connection moves to REQ's node
+ * (client_route), once C has nothing in flight (client_must_wait). */
+static int client_cluster_moves(const struct client *c, const struct request *req)
+{
+    return cluster_enabled() && c->private_conn != NULL && req->place == PLACE_PRIVATE &&
+           req->slot >= 0 &&
+           !(c->flags & (CLIENT_SESSION | CLIENT_IN_MULTI | CLIENT_MULTI_DEFERRED |
+                         CLIENT_PASSTHROUGH)) &&
+           router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
+}
+
+/* Whether REQ, sent on its client's private connection, leaves state
+ * there that another connection would not have: anything placed there
+ * but a blocking command (its connection is as before once answered). */
+static int client_leaves_session(const struct request *req)
+{
+    return req->place == PLACE_PRIVATE && (req->cmd == NULL || !(req->cmd->flags & CMD_BLOCKING));
+}
+
 /* CONN, the shared connection REQ of C would go on, unless it is stalled
  * (a long script or slow command holds it: backend_stalled) and C has
  * nothing out on it to keep order with. Then REQ goes on a one-shot
@@ -1141,6 +1163,12 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
      * would wait for it on (and free) a one-shot connection. */
     if (req->place == PLACE_CONTROL && !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)))
         return NULL;
+    if (client_cluster_moves(c, req) && c->inflight == 0) {
+        log_debug("client %llu: its private backend connection moves to %s",
+                  (unsigned long long)c->id, backend_node_name(router_node_for_request(req, NULL)));
+        backend_release_private(c->private_conn);
+        c->private_conn = NULL;
+    }
     if (c->private_conn == NULL &&
         (req->place == PLACE_PRIVATE || (c->flags & CLIENT_MULTI_DEFERRED))) {
         c->private_conn = backend_private_conn(router_node_for_request(req, NULL), c);
@@ -1175,7 +1203,8 @@ static struct backend_conn *client_conn_class(struct backend_conn *conn)
 static int client_must_wait(const struct client *c, const struct request *req,
                             struct backend_conn *conn)
 {
-    if (c->inflight > 0 && c->inflight_conn != client_conn_class(conn))
+    if (c->inflight > 0 && (c->inflight_conn != client_conn_class(conn) ||
+                            client_cluster_moves(c, req)))
         return 1;
     return (req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH) &&
            !TAILQ_EMPTY(&c->requests);
@@ -1255,8 +1284,11 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     if (c->flags & CLIENT_IN_MULTI)
         client_count_queued(c, req);
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
-    if (conn == c->private_conn)
+    if (conn == c->private_conn) {
         backend_use_resp(conn, c->resp);
+        if (client_leaves_session(req))
+            c->flags |= CLIENT_SESSION;
+    }
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
         if (!unpaired && client_cluster_retry(c, req, conn, src, err))
             return;
@@ -1604,7 +1636,9 @@ static void client_answer_line(struct client *c, struct request *req, const char
 /* Cluster mode: a request whose key another node serves than the one
  * the client's session (private connection) is on cannot join it: in a
  * transaction it gets CROSSSLOT (and EXEC then aborts), as Redis Cluster
- * answers; a command needing the session (blocking, WATCH) is refused. */
+ * answers; a command needing the session (WATCH, a blocking one) is
+ * refused, unless the private connection holds no session yet: then it
+ * moves to the command's node (client_cluster_moves). */
 static const char *client_cluster_session_answer(const struct client *c,
                                                  const struct request *req,
                                                  struct placement place)
@@ -1621,6 +1655,8 @@ static const char *client_cluster_session_answer(const struct client *c,
         return "-CROSSSLOT Keys in request don't hash to the same slot";
     if (place.kind == PLACE_SHARED)
         return NULL;   /* goes to the shared connections: client_cluster_off_session */
+    if (client_cluster_moves(c, req))
+        return NULL;   /* the private connection moves to its node: client_route */
     return "-ERR sluice cluster mode: this connection's session is on another node than "
            "this command's key; use another connection for it";
 }
@@ -2002,6 +2038,8 @@ void client_cron(uint64_t now_ms)
 
 struct backend_conn *client_private_now(struct client *c)
 {
+    if (!c->closing)
+        c->flags |= CLIENT_SESSION;   /* Redis sends the invalidations there */
     if (c->private_conn != NULL || c->closing)
         return c->private_conn;
     c->private_conn = backend_private_conn(backend_default_node(), c);

@@ -36,6 +36,8 @@ enum client_flag {
                                           not read until its replies drain */
     CLIENT_MULTI_DEFERRED = 1 << 10,   /* cluster: MULTI answered by sluice, sent with the
                                           first command (on its key's node) */
+    CLIENT_SESSION = 1 << 11,          /* its private connection holds state (more than
+                                          answered blocking commands): it stays put */
 };
 
 struct client {

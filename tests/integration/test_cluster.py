@@ -464,6 +464,31 @@ def test_session_then_keys_of_other_nodes(csluice, redis_cluster, rc):
     rc.delete(qa, kb, kc)
 
 
+def test_worker_blocks_on_queues_of_several_nodes(csluice, redis_cluster, rc):
+    """A worker's one connection BLPOPs on a queue of one node, then of
+    another, one at a time or pipelined: its private connection (which
+    held nothing but answered BLPOPs) moves to each queue's node, in
+    order, and the old one is closed. A BLPOP still waiting keeps the
+    next one (another node's) behind it, as one Redis connection would."""
+    (qa, _), (qb, _), (qc, _) = keys_per_primary(redis_cluster, "worker:")
+    for q in (qa, qb, qc):
+        rc.rpush(q, q + ":job")
+    with csluice.client() as c:
+        for q in (qa, qb, qc):
+            assert c.blpop([q], timeout=0.2) == (q.encode(), (q + ":job").encode())
+        assert c.blpop([qa], timeout=0.2) is None
+        assert csluice.info()["backend_private_connections"] == "1"
+    with RawConn(csluice.port, timeout=5 * SLOW) as w:
+        w.send(encode_command("BLPOP", qb, "5") + encode_command("BLPOP", qc, "0.1") +
+               encode_command("GET", qa))
+        time.sleep(0.3)   # the first waits on qb's node; the second waits behind it
+        rc.rpush(qc, "early")
+        rc.rpush(qb, "late")
+        assert w.read_replies(3, timeout=10 * SLOW) == [[qb.encode(), b"late"],
+                                                        [qc.encode(), b"early"], None]
+    rc.delete(qa, qb, qc)
+
+
 def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
     """A multi-key command whose keys are split by a migration gets
     TRYAGAIN from Redis: sluice retries a bounded number of times, then
