@@ -565,7 +565,7 @@ static unsigned char *cluster_command_classes;
 /* Keyless commands that, sent to one node, would answer for a part of the
  * keyspace only: refused until sluice runs them across the primaries
  * (cluster_split.c runs the others that are). */
-static const char *const cluster_not_yet[] = {"wait", "function|restore"};
+static const char *const cluster_not_yet[] = {"wait"};
 
 static enum cluster_command_class cluster_class_of_name(const char *n)
 {

@@ -63,6 +63,7 @@ static const struct split_command {
     {"script|load", MERGE_SAME, 0}, {"script|exists", MERGE_AND, 0},
     {"script|flush", MERGE_OK, 0}, {"function|load", MERGE_SAME, 0},
     {"function|delete", MERGE_OK, 0}, {"function|flush", MERGE_OK, 0},
+    {"function|restore", MERGE_OK, 0},
     {"scan", MERGE_SCAN, 0},
 };
 

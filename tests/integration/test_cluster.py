@@ -251,6 +251,23 @@ def test_whole_keyspace_commands_on_every_primary(csluice, sr, redis_cluster, rc
     assert rc.exists(*keys) == 0
 
 
+def test_functions_dumped_and_restored_on_every_primary(csluice, sr, redis_cluster, rc):
+    """FUNCTION LOAD and FUNCTION RESTORE reach every primary: FCALL then
+    works for keys of every node, after a FLUSH and a RESTORE of the DUMP."""
+    lib = "#!lua name=fnlib\nredis.register_function('fnecho', function(keys) return keys[1] end)"
+    keys = [k for k, _ in keys_per_primary(redis_cluster, "fn:")]
+    assert sr.function_load(lib) == b"fnlib"
+    dump = sr.function_dump()
+    assert sr.function_flush() is True
+    for k in keys:
+        with pytest.raises(redis.ResponseError, match="not found|Function not"):
+            sr.fcall("fnecho", 1, k)
+    assert sr.function_restore(dump) is True
+    for k in keys:
+        assert sr.fcall("fnecho", 1, k) == k.encode()
+    assert sr.function_flush() is True
+
+
 def test_proxy_cluster_shows_the_map(csluice, redis_cluster):
     info = cluster_info(csluice)
     assert info["cluster_enabled"] == "1"
