@@ -79,6 +79,7 @@ struct backend_conn {
     struct client *owner;            /* private connection's client; NULL: pool */
     int oneshot;                     /* a control connection: freed once answered */
     int spare;                       /* a private connection nobody owns yet */
+    int scripts;                     /* a shared one for clients' scripts */
     int passthrough;
     int resp;                        /* protocol it speaks: 2, or 3 after HELLO 3 */
     int busy;                        /* inside its read callback */
@@ -268,6 +269,11 @@ int backend_conn_is_shared(const struct backend_conn *conn)
     return conn->owner == NULL && !conn->oneshot;
 }
 
+int backend_conn_runs_scripts(const struct backend_conn *conn)
+{
+    return conn->scripts;
+}
+
 void backend_set_reply_filter(backend_reply_filter_fn *fn)
 {
     backend_reply_filter = fn;
@@ -288,6 +294,7 @@ static struct backend_conn *backend_pool_kind_conn(struct backend_node *node,
     if (conn == NULL)   /* out of memory: RESP2 shapes on the first pool beat no reply */
         return node->pools[BACKEND_POOL_RESP2][i];
     conn->resp = kind == BACKEND_POOL_RESP3 || kind == BACKEND_POOL_SCRIPTS_RESP3 ? 3 : 2;
+    conn->scripts = kind == BACKEND_POOL_SCRIPTS_RESP2 || kind == BACKEND_POOL_SCRIPTS_RESP3;
     node->pools[kind][i] = conn;
     backend_connect(conn);
     return conn;

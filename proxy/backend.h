@@ -47,6 +47,9 @@ int backend_node_up(const struct backend_node *node);
 /* CONN's node; whether CONN is a shared (pool) connection. */
 struct backend_node *backend_conn_node(const struct backend_conn *conn);
 int backend_conn_is_shared(const struct backend_conn *conn);
+/* Whether CONN is one of the shared connections for scripts
+ * (backend_script_conn). */
+int backend_conn_runs_scripts(const struct backend_conn *conn);
 
 /* Cluster mode: FN sees every error reply (LEN bytes at the head of SRC)
  * for REQ, just taken off CONN, before it is delivered; CONN_FAILED is set

@@ -1139,15 +1139,13 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
 /* The shared connection REQ of C goes to: its node's, for C's protocol.
  * A script or function goes on the script connections, where a long one
  * holds no other command behind it: those reach Redis and get its -BUSY,
- * as on any other connection. C's next command waits for the script's
- * reply (client_must_wait), so C's own order holds. Not in cluster mode,
- * where a client's requests out on one node's shared connections are
- * taken as one (client_conn_class) and would no longer keep their order. */
+ * as on any other connection. C's next command that is not a script waits
+ * for the script's reply (client_must_wait), so C's own order holds. */
 static struct backend_conn *client_shared_conn(const struct client *c, const struct request *req)
 {
     struct backend_node *node = router_node_for_request(req, NULL);
 
-    if (client_role(req) == ROLE_SCRIPT && !cluster_enabled())
+    if (client_role(req) == ROLE_SCRIPT)
         return backend_script_conn(node, c->id, c->resp);
     return backend_pool_conn(node, c->id, c->resp);
 }
@@ -1182,17 +1180,22 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
     return client_detour(c, req, client_shared_conn(c, req));
 }
 
-/* Stands for "the shared connections" in c->inflight_conn: in cluster
- * mode a client's requests may be out on the shared connections of
- * several nodes at once (replies wait in c->requests for their turn). */
-static char client_shared_marker;
+/* Stand for "the shared connections" and "the script connections" in
+ * c->inflight_conn: in cluster mode a client's requests may be out on the
+ * shared (or the script) connections of several nodes at once (replies
+ * wait in c->requests for their turn); a client switching between scripts
+ * and other commands waits, since one node's two kinds of connection keep
+ * no order between them. */
+static char client_shared_marker, client_scripts_marker;
 #define CLIENT_SHARED_CONNS ((struct backend_conn *)(void *)&client_shared_marker)
+#define CLIENT_SCRIPT_CONNS ((struct backend_conn *)(void *)&client_scripts_marker)
 
 /* What c->inflight_conn records for a request sent on CONN. */
 static struct backend_conn *client_conn_class(struct backend_conn *conn)
 {
-    return cluster_enabled() && conn != NULL && backend_conn_is_shared(conn) ? CLIENT_SHARED_CONNS
-                                                                             : conn;
+    if (!cluster_enabled() || conn == NULL || !backend_conn_is_shared(conn))
+        return conn;
+    return backend_conn_runs_scripts(conn) ? CLIENT_SCRIPT_CONNS : CLIENT_SHARED_CONNS;
 }
 
 /* Whether REQ must wait before it can be sent on CONN: replies of one

@@ -33,6 +33,7 @@
 #include "commands.h"
 #include "config.h"
 #include "log.h"
+#include "placement.h"
 #include "reply.h"
 #include "request.h"
 #include "respwalk.h"
@@ -322,10 +323,13 @@ static void cluster_resend(struct request *req, struct backend_node *node, int a
 {
     static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
     /* A client's request goes on the shared connection of its client's
-     * protocol; sluice's own (locks, parts, buckets) speak RESP2. */
-    struct backend_conn *conn = req->client != NULL
-                                    ? backend_pool_conn(node, req->client->id, req->client->resp)
-                                    : backend_pool_conn(node, 0, 2);
+     * protocol (a script on a script connection, as client.c sends it);
+     * sluice's own (locks, parts, buckets) speak RESP2. */
+    struct backend_conn *conn =
+        req->client == NULL ? backend_pool_conn(node, 0, 2)
+        : placement_role(req->cmd) == ROLE_SCRIPT
+            ? backend_script_conn(node, req->client->id, req->client->resp)
+            : backend_pool_conn(node, req->client->id, req->client->resp);
     char err[512];
 
     if (asking) {

@@ -4,6 +4,7 @@
  * client code (client_release_held); it never routes anything itself.
  *
  *   FOO.BAR k  -> not in the table, not learned -> client waits
+ *              -> MODULE LIST (none loaded: Redis does not know it either)
  *              -> COMMAND INFO foo.bar (once, however many clients ask)
  *              <- flags, key positions (or nil: Redis does not know it)
  *              -> every waiter dispatched again, now with an answer
@@ -146,13 +147,34 @@ done:
     redisReaderFree(r);
 }
 
+/* E is answered (ERROR set when it could not be learned): every waiter
+ * goes on. */
+static void learn_settle(struct learn_entry *e, const char *error)
+{
+    TAILQ_HEAD(, learn_waiter) waiters = TAILQ_HEAD_INITIALIZER(waiters);
+    struct learn_waiter *w;
+
+    e->pending = 0;
+    e->learned_ms = server_now_ms();
+    /* The waiters go on only once E is settled: dispatching them may ask
+     * again, or make room by dropping E. */
+    TAILQ_CONCAT(&waiters, &e->waiters, link);
+    if (error != NULL)
+        learn_entry_free(e);   /* not learned: the next request asks again */
+    while ((w = TAILQ_FIRST(&waiters)) != NULL) {
+        TAILQ_REMOVE(&waiters, w, link);
+        struct client *c = w->c;
+        struct request *held = w->req;
+        free(w);
+        client_release_held(c, held, error);
+    }
+}
+
 /* The answer to COMMAND INFO for the entry in CTX: learn it, then let
  * every waiter go on. */
 static void learn_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct learn_entry *e = req->ctx;
-    TAILQ_HEAD(, learn_waiter) waiters = TAILQ_HEAD_INITIALIZER(waiters);
-    struct learn_waiter *w;
     char error[160] = {0};
 
     req->ctx = NULL;
@@ -167,24 +189,11 @@ static void learn_on_reply(struct request *req, struct evbuffer *src, size_t len
     }
     evbuffer_drain(src, len);
     request_free(req);
-    e->pending = 0;
-    e->learned_ms = server_now_ms();
-    /* The waiters go on only once E is settled: dispatching them may ask
-     * again, or make room by dropping E. */
-    TAILQ_CONCAT(&waiters, &e->waiters, link);
-    if (error[0])
-        learn_entry_free(e);   /* not learned: the next request asks again */
-    while ((w = TAILQ_FIRST(&waiters)) != NULL) {
-        TAILQ_REMOVE(&waiters, w, link);
-        struct client *c = w->c;
-        struct request *held = w->req;
-        free(w);
-        client_release_held(c, held, error[0] ? error + 1 : NULL);
-    }
+    learn_settle(e, error[0] ? error + 1 : NULL);
 }
 
 /* Send COMMAND INFO for E. Returns -1 when no backend takes it. */
-static int learn_ask(struct learn_entry *e)
+static int learn_ask_command(struct learn_entry *e)
 {
     struct evbuffer *buf = evbuffer_new();
     int rc;
@@ -194,6 +203,44 @@ static int learn_ask(struct learn_entry *e)
     evbuffer_add(buf, "\r\n", 2);
     rc = backend_send_internal(backend_pool_conn(backend_default_node(), 0, 2), buf,
                                learn_on_reply, e, NULL);
+    evbuffer_free(buf);
+    return rc;
+}
+
+/* The answer to MODULE LIST for the entry in CTX: with no module loaded,
+ * a name outside sluice's table is unknown to Redis too; else (or when
+ * sluice may not ask: NOPERM) COMMAND INFO says what it is. */
+static void learn_on_modules(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct learn_entry *e = req->ctx;
+    char head[4] = {0};
+
+    req->ctx = NULL;
+    evbuffer_copyout(src, head, len < sizeof(head) - 1 ? len : sizeof(head) - 1);
+    evbuffer_drain(src, len);
+    request_free(req);
+    if (type == REPLY_ARRAY && strcmp(head, "*0\r") == 0) {
+        e->cmd.known = 0;
+        e->cmd.flags = 0;
+        learn_settle(e, NULL);
+    } else if (learn_ask_command(e) != 0) {
+        learn_settle(e, "ERR backend unavailable: cannot learn the command");
+    }
+}
+
+/* Ask Redis about E: first MODULE LIST, an admin command that MONITOR
+ * never shows (COMMAND INFO would show there, for every typo of a
+ * client's), then, when modules are loaded, COMMAND INFO. Returns -1 when
+ * no backend takes it. */
+static int learn_ask(struct learn_entry *e)
+{
+    static const char modules[] = "*2\r\n$6\r\nMODULE\r\n$4\r\nLIST\r\n";
+    struct evbuffer *buf = evbuffer_new();
+    int rc;
+
+    evbuffer_add(buf, modules, sizeof(modules) - 1);
+    rc = backend_send_internal(backend_pool_conn(backend_default_node(), 0, 2), buf,
+                               learn_on_modules, e, NULL);
     evbuffer_free(buf);
     return rc;
 }

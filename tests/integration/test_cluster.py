@@ -506,6 +506,38 @@ def test_worker_blocks_on_queues_of_several_nodes(csluice, redis_cluster, rc):
     rc.delete(qa, qb, qc)
 
 
+def test_long_script_holds_no_plain_command_of_its_node(csluice, redis_cluster, rc):
+    """A client's script runs on its node's script connection: another
+    client's plain command for a key of that node, sent as the script
+    starts, reaches Redis and gets -BUSY instead of waiting behind it. A
+    client's own scripts and plain commands keep their order across
+    nodes."""
+    (ka, _), (kb, _), _ = keys_per_primary(redis_cluster, "lscript:")
+    port = redis_cluster.slot_owner_port(slot_of(ka))
+    with redis_cluster.node_by_port(port).client() as node:
+        node.config_set("lua-time-limit", 10)
+    with RawConn(csluice.port, timeout=5 * SLOW) as runner, \
+            RawConn(csluice.port, timeout=5 * SLOW) as other:
+        runner.send_command("EVAL", "while true do end", "1", ka)
+        time.sleep(0.02)
+        reply = other.call("GET", ka, timeout=5 * SLOW)
+        assert isinstance(reply, Err) and reply.startswith("BUSY"), reply
+        with redis_cluster.node_by_port(port).client() as node:
+            node.script_kill()
+        killed = runner.read_reply(timeout=5 * SLOW)
+        assert isinstance(killed, Err) and "killed" in killed.lower(), killed
+        append = "return redis.call('APPEND', KEYS[1], ARGV[1])"
+        runner.send(b"".join([
+            encode_command("EVAL", append, "1", ka, "s1,"), encode_command("APPEND", ka, "p2,"),
+            encode_command("EVAL", append, "1", kb, "s3,"), encode_command("GET", ka),
+            encode_command("APPEND", kb, "p4,"), encode_command("EVAL", append, "1", ka, "s5,"),
+            encode_command("GET", kb)]))
+        assert runner.read_replies(7, timeout=10 * SLOW) == [3, 6, 3, b"s1,p2,", 6, 9, b"s3,p4,"]
+    with redis_cluster.node_by_port(port).client() as node:
+        node.config_set("lua-time-limit", 5000)
+    rc.delete(ka, kb)
+
+
 def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
     """A multi-key command whose keys are split by a migration gets
     TRYAGAIN from Redis: sluice retries a bounded number of times, then

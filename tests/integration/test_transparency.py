@@ -304,6 +304,26 @@ def test_tracking_redirect_shown_as_the_sluice_id(sluice, clean, resp):
         assert reader.call(b"CLIENT", b"GETREDIR") == inv_id
 
 
+def test_unknown_command_invisible_to_monitor(sluice, backend, clean):
+    """A name Redis does not know gets Redis's error; sluice's question
+    about it (MODULE LIST, an admin command, when no module is loaded)
+    shows nothing in MONITOR, where COMMAND INFO would show every typo
+    (Redis's own MONITOR test sends one inside MULTI)."""
+    mon = RawConn(backend.port)
+    try:
+        assert mon.call(b"MONITOR") == "OK"
+        with sluice.raw() as c:
+            reply = c.call(b"NOSUCHCMD", b"x")
+            assert isinstance(reply, str) and reply.startswith("ERR unknown command"), reply
+            assert c.call(b"ECHO", b"tr-unknown-last") == b"tr-unknown-last"
+        lines = []
+        while not any(b"tr-unknown-last" in x for x in lines):
+            lines.append(mon.read_reply_raw(timeout=5 * SLOW))
+        assert not any(b"COMMAND" in x.upper() for x in lines), lines
+    finally:
+        mon.close()
+
+
 def test_id_lookup_invisible_to_monitor(sluice, backend, clean):
     """Learning a private connection's Redis id shows nothing in MONITOR."""
     mon = RawConn(backend.port)
