@@ -493,6 +493,11 @@ static void backend_send_prelude(struct backend_conn *conn)
         return;
     if (conn->resp == 3)
         backend_send_hello(conn, 3);
+    /* A script connection is made when a client's first script comes, a
+     * MONITOR may be running: it carries clients' scripts only, nothing of
+     * sluice's, and shows nothing of its own. */
+    if (conn->scripts)
+        return;
     buf = evbuffer_new();
     evbuffer_add(buf, client_id, sizeof(client_id) - 1);
     backend_send_internal(conn, buf, backend_client_id_reply, conn, NULL);

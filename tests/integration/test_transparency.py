@@ -324,6 +324,25 @@ def test_unknown_command_invisible_to_monitor(sluice, backend, clean):
         mon.close()
 
 
+def test_first_script_shows_only_itself_in_monitor(redis_factory, sluice_factory):
+    """The script connection made for a client's first script sends
+    nothing of sluice's that MONITOR shows (Redis's own MONITOR test for
+    scripts reads the EVAL as the first line)."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    with s.raw() as warm:
+        assert warm.call(b"PING") == "PONG"   # the shared connection is up
+    mon = RawConn(srv.port)
+    try:
+        assert mon.call(b"MONITOR") == "OK"
+        with s.raw() as c:
+            assert c.call(b"EVAL", b"return redis.call('ECHO', 'in-script')", b"0") == b"in-script"
+        first = mon.read_reply_raw(timeout=5 * SLOW)
+        assert b'"EVAL"' in first.upper(), first
+    finally:
+        mon.close()
+
+
 def test_id_lookup_invisible_to_monitor(sluice, backend, clean):
     """Learning a private connection's Redis id shows nothing in MONITOR."""
     mon = RawConn(backend.port)
