@@ -62,6 +62,7 @@
 #include "learn.h"
 #include "multi.h"
 #include "netio.h"
+#include "pause.h"
 #include "placement.h"
 #include "reply.h"
 #include "server.h"
@@ -72,6 +73,10 @@
 
 /* libevent reads 16 KB a callback by default: large values want more. */
 #define CLIENT_MAX_SINGLE_READ (256 * 1024)
+/* A tunnel's output (an RDB on its way): past HIGH its backend connection
+ * is not read, until the client has taken it down to LOW. */
+#define CLIENT_TUNNEL_HIGH (4 * 1024 * 1024)
+#define CLIENT_TUNNEL_LOW (1024 * 1024)
 
 static struct event_base *client_base;
 static const struct config *client_cfg;
@@ -88,6 +93,7 @@ static int client_finished(const struct client *c);
 static void client_process_input_loop(struct client *c, struct evbuffer *in);
 static void client_tls_handshake(struct client *c);
 static void client_tls_after_read(struct client *c, long n);
+static void client_tunnel_drained(struct client *c);
 
 /* What C's TLS session holds, read from the socket but not yet returned
  * (tls_read stopped at its limit), is not seen by the socket's read event:
@@ -473,6 +479,7 @@ static void client_write(struct client *c)
         client_close(c);
         return;
     }
+    client_tunnel_drained(c);
     client_check_drained(c);
 }
 
@@ -647,6 +654,10 @@ static void client_reset_session(struct client *c)
 /* Apply what a successful AUTH, HELLO or RESET changed on the session. */
 static void client_apply_session(struct client *c, struct request *req, int type)
 {
+    enum placement_role role = placement_role(req->cmd);
+
+    if (role == ROLE_PAUSE || role == ROLE_UNPAUSE)
+        pause_note_reply(role == ROLE_PAUSE, (c->flags & CLIENT_IN_MULTI) != 0, type);
     if (type == REPLY_ERROR)
         return;
     if (req->ok_db > 0)
@@ -923,6 +934,59 @@ int client_subscribed_resp3(const struct client *c)
     return 0;
 }
 
+/* Tunnels. A client that sent SYNC or PSYNC (REQ_TUNNEL) talks to its
+ * private connection unparsed from then on, as a replica talks to its
+ * primary: the RDB bulk (no CRLF after it), "\n" keepalives, then the
+ * replication stream go to it; what it writes (REPLCONF ACK...) goes to
+ * Redis. Either side closing closes the other: the connection's end
+ * reaches client_on_private_lost, the client's end client_close. */
+static void client_tunnel_start(struct client *c, struct backend_conn *conn)
+{
+    c->flags |= CLIENT_TUNNEL;
+    backend_set_tunnel(conn);
+    log_debug("client %llu: replication tunnel to its private backend connection",
+              (unsigned long long)c->id);
+}
+
+void client_on_tunnel(struct client *c, struct evbuffer *src)
+{
+    client_enter(c);
+    evbuffer_add_buffer(client_output(c), src);
+    if (evbuffer_get_length(c->output) > CLIENT_TUNNEL_HIGH && c->private_conn != NULL &&
+        !(c->flags & CLIENT_TUNNEL_HELD)) {
+        c->flags |= CLIENT_TUNNEL_HELD;
+        backend_hold_reading(c->private_conn, 1);
+    }
+    client_leave(c);
+}
+
+/* C's output went out: a held tunnel reads its connection again. */
+static void client_tunnel_drained(struct client *c)
+{
+    if (!(c->flags & CLIENT_TUNNEL_HELD) || evbuffer_get_length(c->output) > CLIENT_TUNNEL_LOW)
+        return;
+    c->flags &= ~(unsigned)CLIENT_TUNNEL_HELD;
+    if (c->private_conn != NULL)
+        backend_hold_reading(c->private_conn, 0);
+}
+
+/* What C (a tunnel) wrote goes to its connection as it is; while that is
+ * congested C is not read (client_resume goes on). */
+static void client_tunnel_input(struct client *c, struct evbuffer *in)
+{
+    struct backend_conn *conn = c->private_conn;
+
+    if (conn == NULL || backend_send_raw(conn, in) != 0) {
+        evbuffer_drain(in, evbuffer_get_length(in));   /* it closes: the connection is gone */
+        return;
+    }
+    if (backend_congested(conn) && c->waiting_on == NULL) {
+        c->flags |= CLIENT_PAUSED;
+        client_read_off(c);
+        backend_wait(conn, c);
+    }
+}
+
 void client_on_private_lost(struct client *c)
 {
     /* Its session (database, transaction, subscriptions) is gone with the
@@ -981,6 +1045,10 @@ static void client_note_session(struct request *req, int argc, const struct sv *
 {
     enum placement_role role = client_role(req);
 
+    if (role == ROLE_PAUSE || role == ROLE_UNPAUSE) {
+        pause_note_request(role == ROLE_PAUSE, argc, argv);
+        return;
+    }
     if (role == ROLE_AUTH) {
         req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
         return;
@@ -1097,6 +1165,13 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
     static uint64_t logged_ms;
     uint64_t now_ms;
 
+    if (req->place == PLACE_SHARED && !cluster_enabled() && pause_holds(req->cmd)) {
+        /* Redis holds it for a CLIENT PAUSE: on a connection of its own,
+         * that blocks only this client, as Redis would block it. */
+        STAT_INC(pause_detours);
+        req->place = PLACE_CONTROL;
+        return NULL;
+    }
     if (req->place != PLACE_SHARED || !backend_stalled(conn) || cluster_enabled() ||
         (c->inflight > 0 && c->inflight_conn == conn))
         return conn;
@@ -1159,7 +1234,7 @@ static int client_must_wait(const struct client *c, const struct request *req,
 {
     if (c->inflight > 0 && c->inflight_conn != client_conn_class(conn))
         return 1;
-    return (req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH) &&
+    return (req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH) &&
            !TAILQ_EMPTY(&c->requests);
 }
 
@@ -1212,7 +1287,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
                         struct evbuffer *src)
 {
     char err[512];
-    int unpaired;
+    int unpaired, tunnel = (req->flags & REQ_TUNNEL) != 0;
 
     if (conn == NULL && req->place == PLACE_CONTROL) {
         conn = backend_control_conn(backend_default_node());
@@ -1232,8 +1307,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             c->flags |= CLIENT_MONITOR;
         backend_set_passthrough(conn, 1);
     }
-    if (c->flags & CLIENT_PASSTHROUGH)
-        req->flags |= REQ_UNPAIRED;
+    if (c->flags & CLIENT_PASSTHROUGH || tunnel)
+        req->flags |= REQ_UNPAIRED;   /* a tunnel's reply is all it reads from then on */
     if (c->flags & CLIENT_IN_MULTI)
         client_count_queued(c, req);
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
@@ -1251,7 +1326,9 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             client_fail_send(c, req, err);
         return;
     }
-    if ((req->flags & REQ_RESET) && !unpaired) {
+    if (tunnel)
+        client_tunnel_start(c, conn);   /* REQ is freed */
+    else if ((req->flags & REQ_RESET) && !unpaired) {
         /* RESET logs Redis's connection out (never leave it so) and takes
          * it back to RESP2: what the client pipelines after it too. */
         backend_after_reset(conn);
@@ -1532,8 +1609,12 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     client_track_multi(c, req, &src);
     if ((req->flags & REQ_PASSTHROUGH) && c->resp == 3 && client_role(req) != ROLE_MONITOR)
         client_expect_pushes(req);
-    /* Pub/sub replies stream unpaired: such requests wait in no queue. */
-    if (!(req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH))
+    /* In a transaction or pub/sub Redis refuses SYNC: its error pairs. */
+    if (c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH))
+        req->flags &= ~(unsigned)REQ_TUNNEL;
+    /* Pub/sub replies stream unpaired, and a tunnel's too: such requests
+     * wait in no queue. */
+    if (!(req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
     if (client_cluster_defer_multi(c, req, src))
         return 0;
@@ -1781,6 +1862,10 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
     while (c->stalled == NULL &&
            !(c->flags & (CLIENT_PAUSED | CLIENT_BLOCKED | CLIENT_CLOSE_AFTER_REPLY)) &&
            !c->closing) {
+        if (c->flags & CLIENT_TUNNEL) {
+            client_tunnel_input(c, in);
+            return;
+        }
         /* Set before each request: a login changes it only between them. */
         c->parser.must_login = c->auth_checks && auth_required(c);
         switch (reqparse_next(&c->parser, in, &req)) {
@@ -1970,7 +2055,8 @@ void client_cron(uint64_t now_ms)
         if (client_probe_closed(c) || idle_ms == 0)
             continue;
         /* Like Redis: blocked and subscribed clients are not idle. */
-        if (!TAILQ_EMPTY(&c->requests) || c->inflight > 0 || (c->flags & CLIENT_PASSTHROUGH) ||
+        if (!TAILQ_EMPTY(&c->requests) || c->inflight > 0 ||
+            (c->flags & (CLIENT_PASSTHROUGH | CLIENT_TUNNEL)) ||
             c->subs.total > 0 || c->subs.shards > 0)
             continue;
         if (now_ms - c->last_active_ms > idle_ms) {

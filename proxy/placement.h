@@ -33,6 +33,8 @@ enum placement_role {
     ROLE_RESET,
     ROLE_CLIENT_REPLY,  /* CLIENT REPLY ON/OFF/SKIP */
     ROLE_MONITOR,
+    ROLE_PAUSE,         /* CLIENT PAUSE: sluice notes the pause (pause.c) */
+    ROLE_UNPAUSE,       /* CLIENT UNPAUSE: ends it on +OK */
 };
 
 struct placement {
