@@ -1165,7 +1165,9 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
     static uint64_t logged_ms;
     uint64_t now_ms;
 
-    if (req->place == PLACE_SHARED && !cluster_enabled() && pause_holds(req->cmd)) {
+    /* A LOCAL request here is a lock verb's script (lock.c): a write. */
+    if ((req->place == PLACE_SHARED || req->place == PLACE_LOCAL) && !cluster_enabled() &&
+        pause_holds(req->place == PLACE_LOCAL ? NULL : req->cmd)) {
         /* Redis holds it for a CLIENT PAUSE: on a connection of its own,
          * that blocks only this client, as Redis would block it. */
         STAT_INC(pause_detours);

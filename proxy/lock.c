@@ -27,6 +27,7 @@
 #include "log.h"
 #include "reply.h"
 #include "pause.h"
+#include "placement.h"
 #include "request.h"
 #include "router.h"
 #include "scripts.h"
@@ -589,6 +590,7 @@ static void lock_send(struct lock_op *op)
     op->req->redirects = 0;
     lock_write_call(op);
     op->inflight = 1;
+    op->req->place = PLACE_LOCAL;   /* routed afresh: a pause may have begun or ended */
     client_forward(op->req->client, op->req);
 }
 
