@@ -7,14 +7,18 @@
  *      DEBUG/MODULE LOAD from a client not local -> Redis's "not allowed"
  *      -> auth (users, auth.c): -NOAUTH / -NOPERM in order, nothing sent
  *      cluster (cluster.c): slot of the keys, -CROSSSLOT; split commands
- *      refused by placement -> error in order (REPLCONF, SYNC, CLIENT PAUSE...)
+ *      refused by placement -> error in order (REPLCONF ACK; cluster: SYNC, CLIENT PAUSE)
  *      -> throttle (rules): refused -> -THROTTLED in order; delayed -> held, blocked
  *      LOCAL   -> lock verbs -> EVALSHA of lua/ scripts (lock.c)
  *              -> local (PROXY, CLIENT SETNAME, CLIENT REPLY...) -> reply now
  *      LEARN   -> held until Redis said what the command is (learn.c)
  *      SHARED  -> pool conn per protocol (unless the client has a private one;
- *                 around a stalled one: a one-shot conn, client_detour)
- *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn
+ *                 around a stalled one, or what a CLIENT PAUSE holds (pause.c):
+ *                 a one-shot conn, client_detour)
+ *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn (SCRIPT KILL,
+ *                 CLIENT PAUSE/UNPAUSE)
+ *      SYNC/PSYNC (REQ_TUNNEL) -> own conn, then a byte tunnel both ways:
+ *                 input -> client_tunnel_input, backend bytes -> client_on_tunnel
  *   backend reply -> client_on_reply -> head of queue? write : hold
  *   RESP3 push    -> client_on_push  -> written as it comes (see there)
  *

@@ -443,3 +443,58 @@ def test_long_pause_raises_no_error(redis_factory, sluice_factory):
             assert w.read_reply() == Simple("OK")
     finally:
         unpause_direct(srv)
+
+
+# --------------------------------------------------------------------------
+# hostile tunnels
+
+
+def test_sync_pipelined_behind_a_command_waits_for_its_reply(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    t = Tunnel(s.port, 10 * SLOW)
+    try:
+        t.sock.sendall(b"PING\r\nSYNC\r\n")
+        assert t.line() == b"+PONG"
+        t.rdb()
+    finally:
+        t.close()
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_tunnel_client_not_reading_does_not_grow_sluice(redis_factory, sluice_factory):
+    """A replica that does not read its RDB: sluice stops reading its
+    connection (Redis keeps the rest), other clients are served, and once
+    it reads it gets the whole RDB."""
+    srv, s = start_pair(redis_factory, sluice_factory)
+    d = srv.client()
+    blob = bytes(range(256)) * 4096   # 1 MB that LZF cannot shrink much
+    for i in range(40):
+        d.set(f"big:{i}", blob[i:] + blob[:i])
+    d.config_set("rdbcompression", "no")
+    d.close()
+    before = _rss_kb(s.proc.pid)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.settimeout(30 * SLOW)
+    sock.connect(("127.0.0.1", s.port))
+    try:
+        sock.sendall(b"SYNC\r\n")
+        time.sleep(2 * SLOW)   # Redis writes the RDB; nobody reads it
+        with s.raw() as c:
+            assert c.call("PING") == Simple("PONG")
+        grown_mb = (_rss_kb(s.proc.pid) - before) / 1024
+        assert grown_mb < 20, f"sluice grew by {grown_mb:.1f} MB for a 40 MB RDB"
+        t = Tunnel.__new__(Tunnel)
+        t.sock, t.buf = sock, b""
+        data = t.rdb()
+        assert len(data) > 40 * 1024 * 1024
+    finally:
+        sock.close()
+    wait_until(lambda: private_conns(s) == 0, 5 * SLOW, msg="private connection freed")
