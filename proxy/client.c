@@ -620,6 +620,8 @@ static void client_fail_send(struct client *c, struct request *req, const char *
 {
     struct evbuffer *err;
 
+    if (placement_role(req->cmd) == ROLE_PAUSE)
+        pause_note_reply(1, 0, REPLY_ERROR);   /* it never reached Redis */
     if (req->on_reply == NULL) {
         client_reply_error(c, req, text);
         return;

@@ -498,3 +498,19 @@ def test_tunnel_client_not_reading_does_not_grow_sluice(redis_factory, sluice_fa
     finally:
         sock.close()
     wait_until(lambda: private_conns(s) == 0, 5 * SLOW, msg="private connection freed")
+
+
+def test_pause_that_could_not_be_sent_turns_nothing_on(redis_factory, sluice_factory):
+    """CLIENT PAUSE refused for want of a connection never reached Redis:
+    sluice must not go on detouring writes for its timeout."""
+    srv, s = start_pair(redis_factory, sluice_factory, backend_max_connections=1,
+                        backend_spare_connections=0)
+    with s.raw() as tx, s.raw() as admin:
+        assert tx.call("MULTI") == Simple("OK")   # takes the one connection
+        got = admin.call("CLIENT", "PAUSE", "86400000", "WRITE")
+        assert got == Err("ERR max number of backend connections reached "
+                          "(backend_max_connections)"), got
+        for i in range(5):
+            assert admin.call("SET", "np", str(i)) == Simple("OK")
+        assert int(s.info()["pause_detours"]) == 0
+        assert tx.call("DISCARD") == Simple("OK")
