@@ -44,7 +44,7 @@ static long long pause_parse_ms(struct sv v)
 {
     long long ms = 0;
 
-    if (v.ptr == NULL || v.len == 0 || v.len > 15)
+    if (v.ptr == NULL || v.len == 0 || v.len > 18)   /* no overflow past now */
         return -1;
     for (size_t i = 0; i < v.len; i++) {
         if (v.ptr[i] < '0' || v.ptr[i] > '9')
