@@ -514,3 +514,27 @@ def test_pause_that_could_not_be_sent_turns_nothing_on(redis_factory, sluice_fac
             assert admin.call("SET", "np", str(i)) == Simple("OK")
         assert int(s.info()["pause_detours"]) == 0
         assert tx.call("DISCARD") == Simple("OK")
+
+
+def test_shared_rule_bucket_during_pause_does_not_hold_shared_connection(redis_factory,
+                                                                          sluice_factory):
+    """A shared rule asks Redis (a script) before a SET: during a WRITE pause
+    that question is held by Redis, on a one-shot connection, while the one
+    shared connection keeps serving reads."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, start=False, rules="rules.ini", backend_connections=1)
+    (s.dir / "rules.ini").write_text(
+        "[limit sets]\ncommands = SET\nrate = 1000/s\nburst = 1000\nscope = shared\n")
+    s.start()
+    try:
+        with s.raw() as admin, s.raw(10 * SLOW) as writer, s.raw() as reader:
+            assert admin.call("CLIENT", "PAUSE", "60000", "WRITE") == Simple("OK")
+            writer.send_command("SET", "ru", "1")
+            wait_blocked(srv, 1)
+            for _ in range(20):
+                assert reader.call("GET", "ru") is None
+            assert admin.call("CLIENT", "UNPAUSE") == Simple("OK")
+            assert writer.read_reply() == Simple("OK")
+            assert reader.call("GET", "ru") == b"1"
+    finally:
+        unpause_direct(srv)
