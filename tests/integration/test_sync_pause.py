@@ -538,3 +538,27 @@ def test_shared_rule_bucket_during_pause_does_not_hold_shared_connection(redis_f
             assert reader.call("GET", "ru") == b"1"
     finally:
         unpause_direct(srv)
+
+
+def test_redis_cli_replica_shows_writes_through_sluice(redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    proc = subprocess.Popen(["redis-cli", "-p", str(s.port), "--replica"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        seen = []
+
+        def reader():
+            for line in proc.stdout:
+                seen.append(line)
+
+        t = threading.Thread(target=reader, daemon=True)
+        t.start()
+        wait_until(lambda: private_conns(s) == 1, 10 * SLOW, msg="tunnel open")
+        with s.raw() as c:
+            wait_until(lambda: c.call("SET", "cli-replica", "seen") == Simple("OK") and
+                       any(b"cli-replica" in l for l in seen), 10 * SLOW,
+                       msg="the SET in redis-cli --replica's output")
+    finally:
+        proc.kill()
+        proc.wait(5)
+    wait_until(lambda: private_conns(s) == 0, 5 * SLOW, msg="private connection freed")
