@@ -836,6 +836,19 @@ struct backend_conn *backend_control_conn(struct backend_node *node)
     return backend_extra_conn(node, NULL, 1);
 }
 
+void backend_close_orphan(struct backend_conn *conn)
+{
+    struct request *req;
+
+    if (!conn->oneshot || conn->released)
+        return;
+    TAILQ_FOREACH(req, &conn->inflight, conn_link) {
+        if (req->client != NULL)
+            return;
+    }
+    backend_conn_down(conn, "its client has gone");
+}
+
 void backend_release_private(struct backend_conn *conn)
 {
     backend_conn_release(conn);

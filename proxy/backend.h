@@ -93,6 +93,11 @@ long long backend_conn_redis_id(const struct backend_conn *conn);
  * address. */
 void backend_learn_redis_ids(const char *text, size_t len);
 
+/* CONN, a one-shot connection, closes now when none of its requests in
+ * flight has a client any more (they are freed unanswered); else nothing.
+ * For a request Redis holds for a CLIENT PAUSE whose client went. */
+void backend_close_orphan(struct backend_conn *conn);
+
 /* OWNER no longer needs its private connection: close it; its in-flight
  * requests are freed (their client is gone). */
 void backend_release_private(struct backend_conn *conn);

@@ -328,10 +328,16 @@ static void client_close(struct client *c)
     orphan = c->stalled != NULL && !(c->stalled->flags & REQ_QUEUED) ? c->stalled : NULL;
     while ((req = TAILQ_FIRST(&c->requests)) != NULL) {
         TAILQ_REMOVE(&c->requests, req, client_link);
-        if (req->conn != NULL || (req->flags & REQ_DETACHED))
+        if (req->conn != NULL && (req->flags & REQ_PAUSE_HELD)) {
+            /* Held by Redis for a pause: as when a client leaves Redis, its
+             * command goes with it, and so does the connection it held. */
             req->client = NULL;
-        else
+            backend_close_orphan(req->conn);
+        } else if (req->conn != NULL || (req->flags & REQ_DETACHED)) {
+            req->client = NULL;
+        } else {
             request_free(req);
+        }
     }
     request_free(orphan);
     multi_locals_free(&c->multi);
@@ -1178,6 +1184,8 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
          * that blocks only this client, as Redis would block it. */
         STAT_INC(pause_detours);
         req->place = PLACE_CONTROL;
+        if (req->on_reply == NULL)   /* a hook (LOCK's) wants its reply, even late */
+            req->flags |= REQ_PAUSE_HELD;
         return NULL;
     }
     if (req->place != PLACE_SHARED || !backend_stalled(conn) || cluster_enabled() ||
@@ -1996,14 +2004,30 @@ static void client_tls_after_read(struct client *c, long n)
     }
 }
 
+/* Whether a request of C is one Redis holds for a CLIENT PAUSE. */
+static int client_pause_held(const struct client *c)
+{
+    const struct request *req;
+
+    if (!pause_active())
+        return 0;
+    TAILQ_FOREACH(req, &c->requests, client_link) {
+        if (req->flags & REQ_PAUSE_HELD)
+            return 1;
+    }
+    return 0;
+}
+
 /* Reading C's socket met end of file (EOF set) or an error. */
 static void client_read_ended(struct client *c, int eof)
 {
     c->eof_seen = 1;
-    if (eof && c->private_conn == NULL && (!TAILQ_EMPTY(&c->requests) || c->inflight > 0)) {
+    if (eof && c->private_conn == NULL && (!TAILQ_EMPTY(&c->requests) || c->inflight > 0) &&
+        !client_pause_held(c)) {
         /* Half-closed after sending (`printf 'PING\r\n' | nc`): answer what
          * it asked, then close. A client with a session may be blocked
-         * (BLPOP...) and goes at once, as it would from Redis. */
+         * (BLPOP...), or one held by a pause, and goes at once, as it would
+         * from Redis. */
         c->flags |= CLIENT_CLOSE_AFTER_REPLY;
         client_read_off(c);
         return;

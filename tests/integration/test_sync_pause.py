@@ -562,3 +562,32 @@ def test_redis_cli_replica_shows_writes_through_sluice(redis_factory, sluice_fac
         proc.kill()
         proc.wait(5)
     wait_until(lambda: private_conns(s) == 0, 5 * SLOW, msg="private connection freed")
+
+
+def test_writers_leaving_during_pause_free_their_connections(redis_factory, sluice_factory):
+    """Clients whose writes Redis holds, and who then leave, take their
+    one-shot connections with them (as they would leave Redis): a client
+    cannot use up backend_max_connections by writing and leaving during a
+    pause. Redis never runs those writes, as without sluice."""
+    srv, s = start_pair(redis_factory, sluice_factory, backend_max_connections=4,
+                        backend_spare_connections=0)
+    try:
+        with s.raw() as admin:
+            assert admin.call("CLIENT", "PAUSE", "60000", "WRITE") == Simple("OK")
+            for round_ in range(3):
+                conns = [s.raw() for _ in range(4)]
+                for i, c in enumerate(conns):
+                    c.send_command("SET", f"gone:{round_}:{i}", "1")
+                wait_blocked(srv, 4)
+                for c in conns:
+                    c.close()
+                wait_until(lambda: private_conns(s) == 0, 5 * SLOW, msg="one-shots closed")
+                wait_blocked(srv, 0)
+            with s.raw(10 * SLOW) as w:   # room again for a writer who stays
+                w.send_command("SET", "stays", "1")
+                wait_blocked(srv, 1)
+                unpause_direct(srv)
+                assert w.read_reply() == Simple("OK")
+            assert admin.call("EXISTS", "gone:0:0", "gone:2:3") == 0
+    finally:
+        unpause_direct(srv)
