@@ -9,6 +9,7 @@
  *
  *   client C (MULTI/SUBSCRIBE/BLPOP/...) --> private conn (owner C)
  *   SCRIPT KILL, FUNCTION KILL, SHUTDOWN  --> one-shot conn, freed after its reply
+ *   client D (SYNC/PSYNC) --> private conn, then a tunnel: bytes pass unframed
  *
  * A connection speaks one protocol at a time. The pool is kept per
  * protocol (RESP3 connections, made when a RESP3 client first needs one,
@@ -81,6 +82,7 @@ struct backend_conn {
     int spare;                       /* a private connection nobody owns yet */
     int scripts;                     /* a shared one for clients' scripts */
     int passthrough;
+    int tunnel;                      /* a SYNC went: past the replies in flight, raw bytes */
     int resp;                        /* protocol it speaks: 2, or 3 after HELLO 3 */
     int busy;                        /* inside its read callback */
     int released;                    /* free once not busy */
@@ -868,6 +870,19 @@ struct backend_conn *backend_control_conn(struct backend_node *node)
     return backend_extra_conn(node, NULL, 1);
 }
 
+void backend_close_orphan(struct backend_conn *conn)
+{
+    struct request *req;
+
+    if (!conn->oneshot || conn->released)
+        return;
+    TAILQ_FOREACH(req, &conn->inflight, conn_link) {
+        if (req->client != NULL)
+            return;
+    }
+    backend_conn_down(conn, "its client has gone");
+}
+
 void backend_release_private(struct backend_conn *conn)
 {
     backend_conn_release(conn);
@@ -1012,6 +1027,30 @@ int backend_stalled(const struct backend_conn *conn)
            server_pass_now_us() / 1000 - conn->progress_ms > BACKEND_STALL_MS;
 }
 
+void backend_set_tunnel(struct backend_conn *conn)
+{
+    conn->tunnel = 1;
+}
+
+int backend_send_raw(struct backend_conn *conn, struct evbuffer *src)
+{
+    if (conn->state == BACKEND_DOWN || conn->bev == NULL)
+        return -1;
+    backend_want_write(conn);
+    evbuffer_add_buffer(conn->staged, src);
+    return 0;
+}
+
+void backend_hold_reading(struct backend_conn *conn, int hold)
+{
+    if (conn->bev == NULL)
+        return;
+    if (hold)
+        bufferevent_disable(conn->bev, EV_READ);
+    else
+        bufferevent_enable(conn->bev, EV_READ);
+}
+
 void backend_set_passthrough(struct backend_conn *conn, int on)
 {
     conn->passthrough = on;
@@ -1138,15 +1177,30 @@ static void backend_protocol_error(struct backend_conn *conn)
     backend_conn_down(conn, why);
 }
 
+/* Whether CONN is a tunnel with every framed reply it owed delivered:
+ * then the rest of IN goes to its owner unframed. Returns 1 when so. */
+static int backend_tunnel_pass(struct backend_conn *conn, struct evbuffer *in)
+{
+    if (!conn->tunnel || !TAILQ_EMPTY(&conn->inflight))
+        return 0;
+    if (conn->owner != NULL && evbuffer_get_length(in) > 0)
+        client_on_tunnel(conn->owner, in);
+    else
+        evbuffer_drain(in, evbuffer_get_length(in));
+    return 1;
+}
+
 static void backend_read_cb(struct bufferevent *bev, void *arg)
 {
     struct backend_conn *conn = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
-    ssize_t len;
+    ssize_t len = 0;
     int type = 0;
 
     conn->busy++;
     for (;;) {
+        if (backend_tunnel_pass(conn, in))
+            break;
         len = backend_frame(conn, in, &type);
         if (len <= 0)
             break;

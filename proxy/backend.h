@@ -103,6 +103,11 @@ long long backend_conn_redis_id(const struct backend_conn *conn);
  * address. */
 void backend_learn_redis_ids(const char *text, size_t len);
 
+/* CONN, a one-shot connection, closes now when none of its requests in
+ * flight has a client any more (they are freed unanswered); else nothing.
+ * For a request Redis holds for a CLIENT PAUSE whose client went. */
+void backend_close_orphan(struct backend_conn *conn);
+
 /* OWNER no longer needs its private connection: close it; its in-flight
  * requests are freed (their client is gone). */
 void backend_release_private(struct backend_conn *conn);
@@ -127,6 +132,19 @@ int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
 /* Write what this loop pass added to each backend connection, one writev
  * per connection (see netio.h). Called by the loop after each pass. */
 void backend_write_now(void);
+
+/* CONN, a private connection, has just been sent SYNC or PSYNC: once the
+ * replies in flight before it are delivered, every byte it reads goes to
+ * its owner unframed (client_on_tunnel): the RDB, keepalives, the stream. */
+void backend_set_tunnel(struct backend_conn *conn);
+
+/* Move every byte of SRC to CONN (a tunnel) as it is. Returns 0, or -1
+ * when CONN is down (nothing moved). */
+int backend_send_raw(struct backend_conn *conn, struct evbuffer *src);
+
+/* HOLD 1: stop reading CONN (its tunnel's client is not reading what it
+ * gets); 0: read again. */
+void backend_hold_reading(struct backend_conn *conn, int hold);
 
 /* ON: stream every later reply of CONN to its owner unpaired (pub/sub,
  * MONITOR). Off again after RESET. */

@@ -7,15 +7,19 @@
  *      DEBUG/MODULE LOAD from a client not local -> Redis's "not allowed"
  *      -> auth (users, auth.c): -NOAUTH / -NOPERM in order, nothing sent
  *      cluster (cluster.c): slot of the keys, -CROSSSLOT; split commands
- *      refused by placement -> error in order (REPLCONF, SYNC, CLIENT PAUSE...)
+ *      refused by placement -> error in order (REPLCONF ACK; cluster: SYNC, CLIENT PAUSE)
  *      -> throttle (rules): refused -> -THROTTLED in order; delayed -> held, blocked
  *      LOCAL   -> lock verbs -> EVALSHA of lua/ scripts (lock.c)
  *              -> local (PROXY, CLIENT SETNAME, CLIENT REPLY...) -> reply now
  *      LEARN   -> held until Redis said what the command is (learn.c)
  *      SHARED  -> pool conn per protocol (unless the client has a private one;
  *                 scripts: the script conns, client_shared_conn;
- *                 around a stalled one: a one-shot conn, client_detour)
- *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn
+ *                 around a stalled one, or what a CLIENT PAUSE holds (pause.c):
+ *                 a one-shot conn, client_detour)
+ *      PRIVATE -> the client's own conn;  CONTROL -> a one-shot conn (SCRIPT KILL,
+ *                 CLIENT PAUSE/UNPAUSE)
+ *      SYNC/PSYNC (REQ_TUNNEL) -> own conn, then a byte tunnel both ways:
+ *                 input -> client_tunnel_input, backend bytes -> client_on_tunnel
  *   backend reply -> client_on_reply -> head of queue? write : hold
  *   RESP3 push    -> client_on_push  -> written as it comes (see there)
  *
@@ -63,6 +67,7 @@
 #include "learn.h"
 #include "multi.h"
 #include "netio.h"
+#include "pause.h"
 #include "placement.h"
 #include "reply.h"
 #include "server.h"
@@ -73,6 +78,10 @@
 
 /* libevent reads 16 KB a callback by default: large values want more. */
 #define CLIENT_MAX_SINGLE_READ (256 * 1024)
+/* A tunnel's output (an RDB on its way): past HIGH its backend connection
+ * is not read, until the client has taken it down to LOW. */
+#define CLIENT_TUNNEL_HIGH (4 * 1024 * 1024)
+#define CLIENT_TUNNEL_LOW (1024 * 1024)
 
 static struct event_base *client_base;
 static const struct config *client_cfg;
@@ -89,6 +98,7 @@ static int client_finished(const struct client *c);
 static void client_process_input_loop(struct client *c, struct evbuffer *in);
 static void client_tls_handshake(struct client *c);
 static void client_tls_after_read(struct client *c, long n);
+static void client_tunnel_drained(struct client *c);
 
 /* What C's TLS session holds, read from the socket but not yet returned
  * (tls_read stopped at its limit), is not seen by the socket's read event:
@@ -319,10 +329,16 @@ static void client_close(struct client *c)
     orphan = c->stalled != NULL && !(c->stalled->flags & REQ_QUEUED) ? c->stalled : NULL;
     while ((req = TAILQ_FIRST(&c->requests)) != NULL) {
         TAILQ_REMOVE(&c->requests, req, client_link);
-        if (req->conn != NULL || (req->flags & REQ_DETACHED))
+        if (req->conn != NULL && (req->flags & REQ_PAUSE_HELD)) {
+            /* Held by Redis for a pause: as when a client leaves Redis, its
+             * command goes with it, and so does the connection it held. */
             req->client = NULL;
-        else
+            backend_close_orphan(req->conn);
+        } else if (req->conn != NULL || (req->flags & REQ_DETACHED)) {
+            req->client = NULL;
+        } else {
             request_free(req);
+        }
     }
     request_free(orphan);
     multi_locals_free(&c->multi);
@@ -474,6 +490,7 @@ static void client_write(struct client *c)
         client_close(c);
         return;
     }
+    client_tunnel_drained(c);
     client_check_drained(c);
 }
 
@@ -610,6 +627,8 @@ static void client_fail_send(struct client *c, struct request *req, const char *
 {
     struct evbuffer *err;
 
+    if (placement_role(req->cmd) == ROLE_PAUSE)
+        pause_note_reply(1, 0, REPLY_ERROR);   /* it never reached Redis */
     if (req->on_reply == NULL) {
         client_reply_error(c, req, text);
         return;
@@ -648,6 +667,10 @@ static void client_reset_session(struct client *c)
 /* Apply what a successful AUTH, HELLO or RESET changed on the session. */
 static void client_apply_session(struct client *c, struct request *req, int type)
 {
+    enum placement_role role = placement_role(req->cmd);
+
+    if (role == ROLE_PAUSE || role == ROLE_UNPAUSE)
+        pause_note_reply(role == ROLE_PAUSE, (c->flags & CLIENT_IN_MULTI) != 0, type);
     if (type == REPLY_ERROR)
         return;
     if (req->ok_db > 0)
@@ -926,6 +949,59 @@ int client_subscribed_resp3(const struct client *c)
     return 0;
 }
 
+/* Tunnels. A client that sent SYNC or PSYNC (REQ_TUNNEL) talks to its
+ * private connection unparsed from then on, as a replica talks to its
+ * primary: the RDB bulk (no CRLF after it), "\n" keepalives, then the
+ * replication stream go to it; what it writes (REPLCONF ACK...) goes to
+ * Redis. Either side closing closes the other: the connection's end
+ * reaches client_on_private_lost, the client's end client_close. */
+static void client_tunnel_start(struct client *c, struct backend_conn *conn)
+{
+    c->flags |= CLIENT_TUNNEL;
+    backend_set_tunnel(conn);
+    log_debug("client %llu: replication tunnel to its private backend connection",
+              (unsigned long long)c->id);
+}
+
+void client_on_tunnel(struct client *c, struct evbuffer *src)
+{
+    client_enter(c);
+    evbuffer_add_buffer(client_output(c), src);
+    if (evbuffer_get_length(c->output) > CLIENT_TUNNEL_HIGH && c->private_conn != NULL &&
+        !(c->flags & CLIENT_TUNNEL_HELD)) {
+        c->flags |= CLIENT_TUNNEL_HELD;
+        backend_hold_reading(c->private_conn, 1);
+    }
+    client_leave(c);
+}
+
+/* C's output went out: a held tunnel reads its connection again. */
+static void client_tunnel_drained(struct client *c)
+{
+    if (!(c->flags & CLIENT_TUNNEL_HELD) || evbuffer_get_length(c->output) > CLIENT_TUNNEL_LOW)
+        return;
+    c->flags &= ~(unsigned)CLIENT_TUNNEL_HELD;
+    if (c->private_conn != NULL)
+        backend_hold_reading(c->private_conn, 0);
+}
+
+/* What C (a tunnel) wrote goes to its connection as it is; while that is
+ * congested C is not read (client_resume goes on). */
+static void client_tunnel_input(struct client *c, struct evbuffer *in)
+{
+    struct backend_conn *conn = c->private_conn;
+
+    if (conn == NULL || backend_send_raw(conn, in) != 0) {
+        evbuffer_drain(in, evbuffer_get_length(in));   /* it closes: the connection is gone */
+        return;
+    }
+    if (backend_congested(conn) && c->waiting_on == NULL) {
+        c->flags |= CLIENT_PAUSED;
+        client_read_off(c);
+        backend_wait(conn, c);
+    }
+}
+
 void client_on_private_lost(struct client *c)
 {
     /* Its session (database, transaction, subscriptions) is gone with the
@@ -984,6 +1060,10 @@ static void client_note_session(struct request *req, int argc, const struct sv *
 {
     enum placement_role role = client_role(req);
 
+    if (role == ROLE_PAUSE || role == ROLE_UNPAUSE) {
+        pause_note_request(role == ROLE_PAUSE, argc, argv);
+        return;
+    }
     if (role == ROLE_AUTH) {
         req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
         return;
@@ -1122,6 +1202,17 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
     static uint64_t logged_ms;
     uint64_t now_ms;
 
+    /* A LOCAL request here is a lock verb's script (lock.c): a write. */
+    if ((req->place == PLACE_SHARED || req->place == PLACE_LOCAL) && !cluster_enabled() &&
+        pause_holds(req->place == PLACE_LOCAL ? NULL : req->cmd)) {
+        /* Redis holds it for a CLIENT PAUSE: on a connection of its own,
+         * that blocks only this client, as Redis would block it. */
+        STAT_INC(pause_detours);
+        req->place = PLACE_CONTROL;
+        if (req->on_reply == NULL)   /* a hook (LOCK's) wants its reply, even late */
+            req->flags |= REQ_PAUSE_HELD;
+        return NULL;
+    }
     if (req->place != PLACE_SHARED || !backend_stalled(conn) || cluster_enabled() ||
         (c->inflight > 0 && c->inflight_conn == conn))
         return conn;
@@ -1209,7 +1300,7 @@ static int client_must_wait(const struct client *c, const struct request *req,
     if (c->inflight > 0 && (c->inflight_conn != client_conn_class(conn) ||
                             client_cluster_moves(c, req)))
         return 1;
-    return (req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH) &&
+    return (req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH) &&
            !TAILQ_EMPTY(&c->requests);
 }
 
@@ -1262,7 +1353,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
                         struct evbuffer *src)
 {
     char err[512];
-    int unpaired;
+    int unpaired, tunnel = (req->flags & REQ_TUNNEL) != 0;
 
     if (conn == NULL && req->place == PLACE_CONTROL) {
         conn = backend_control_conn(backend_default_node());
@@ -1282,8 +1373,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             c->flags |= CLIENT_MONITOR;
         backend_set_passthrough(conn, 1);
     }
-    if (c->flags & CLIENT_PASSTHROUGH)
-        req->flags |= REQ_UNPAIRED;
+    if (c->flags & CLIENT_PASSTHROUGH || tunnel)
+        req->flags |= REQ_UNPAIRED;   /* a tunnel's reply is all it reads from then on */
     if (c->flags & CLIENT_IN_MULTI)
         client_count_queued(c, req);
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
@@ -1304,7 +1395,9 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             client_fail_send(c, req, err);
         return;
     }
-    if ((req->flags & REQ_RESET) && !unpaired) {
+    if (tunnel)
+        client_tunnel_start(c, conn);   /* REQ is freed */
+    else if ((req->flags & REQ_RESET) && !unpaired) {
         /* RESET logs Redis's connection out (never leave it so) and takes
          * it back to RESP2: what the client pipelines after it too. */
         backend_after_reset(conn);
@@ -1585,8 +1678,12 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     client_track_multi(c, req, &src);
     if ((req->flags & REQ_PASSTHROUGH) && c->resp == 3 && client_role(req) != ROLE_MONITOR)
         client_expect_pushes(req);
-    /* Pub/sub replies stream unpaired: such requests wait in no queue. */
-    if (!(req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH))
+    /* In a transaction or pub/sub Redis refuses SYNC: its error pairs. */
+    if (c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH))
+        req->flags &= ~(unsigned)REQ_TUNNEL;
+    /* Pub/sub replies stream unpaired, and a tunnel's too: such requests
+     * wait in no queue. */
+    if (!(req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
     if (client_cluster_defer_multi(c, req, src))
         return 0;
@@ -1838,6 +1935,10 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
     while (c->stalled == NULL &&
            !(c->flags & (CLIENT_PAUSED | CLIENT_BLOCKED | CLIENT_CLOSE_AFTER_REPLY)) &&
            !c->closing) {
+        if (c->flags & CLIENT_TUNNEL) {
+            client_tunnel_input(c, in);
+            return;
+        }
         /* Set before each request: a login changes it only between them. */
         c->parser.must_login = c->auth_checks && auth_required(c);
         switch (reqparse_next(&c->parser, in, &req)) {
@@ -1960,14 +2061,30 @@ static void client_tls_after_read(struct client *c, long n)
     }
 }
 
+/* Whether a request of C is one Redis holds for a CLIENT PAUSE. */
+static int client_pause_held(const struct client *c)
+{
+    const struct request *req;
+
+    if (!pause_active())
+        return 0;
+    TAILQ_FOREACH(req, &c->requests, client_link) {
+        if (req->flags & REQ_PAUSE_HELD)
+            return 1;
+    }
+    return 0;
+}
+
 /* Reading C's socket met end of file (EOF set) or an error. */
 static void client_read_ended(struct client *c, int eof)
 {
     c->eof_seen = 1;
-    if (eof && c->private_conn == NULL && (!TAILQ_EMPTY(&c->requests) || c->inflight > 0)) {
+    if (eof && c->private_conn == NULL && (!TAILQ_EMPTY(&c->requests) || c->inflight > 0) &&
+        !client_pause_held(c)) {
         /* Half-closed after sending (`printf 'PING\r\n' | nc`): answer what
          * it asked, then close. A client with a session may be blocked
-         * (BLPOP...) and goes at once, as it would from Redis. */
+         * (BLPOP...), or one held by a pause, and goes at once, as it would
+         * from Redis. */
         c->flags |= CLIENT_CLOSE_AFTER_REPLY;
         client_read_off(c);
         return;
@@ -2027,7 +2144,8 @@ void client_cron(uint64_t now_ms)
         if (client_probe_closed(c) || idle_ms == 0)
             continue;
         /* Like Redis: blocked and subscribed clients are not idle. */
-        if (!TAILQ_EMPTY(&c->requests) || c->inflight > 0 || (c->flags & CLIENT_PASSTHROUGH) ||
+        if (!TAILQ_EMPTY(&c->requests) || c->inflight > 0 ||
+            (c->flags & (CLIENT_PASSTHROUGH | CLIENT_TUNNEL)) ||
             c->subs.total > 0 || c->subs.shards > 0)
             continue;
         if (now_ms - c->last_active_ms > idle_ms) {

@@ -36,7 +36,11 @@ enum client_flag {
                                           not read until its replies drain */
     CLIENT_MULTI_DEFERRED = 1 << 10,   /* cluster: MULTI answered by sluice, sent with the
                                           first command (on its key's node) */
-    CLIENT_SESSION = 1 << 11,          /* its private connection holds state (more than
+    CLIENT_TUNNEL = 1 << 11,           /* sent SYNC/PSYNC: bytes pass unparsed both ways
+                                          between it and its private connection */
+    CLIENT_TUNNEL_HELD = 1 << 12,      /* its output is full: its private connection
+                                          is not read until it drains */
+    CLIENT_SESSION = 1 << 13,          /* its private connection holds state (more than
                                           answered blocking commands): it stays put */
 };
 
@@ -157,6 +161,10 @@ int client_on_push(struct client *c, struct request *head, struct evbuffer *src,
 /* Whether C, a RESP3 client, is (or may be about to be) subscribed:
  * confirmations counted, or a (un)subscribe still waiting for them. */
 int client_subscribed_resp3(const struct client *c);
+
+/* C's private connection, a tunnel (CLIENT_TUNNEL), brought the bytes at
+ * SRC: all of them go to C as they are. */
+void client_on_tunnel(struct client *c, struct evbuffer *src);
 
 /* C's private backend connection is gone: pending replies are errors
  * already; C is closed once they are written, since its session is lost. */

@@ -20,6 +20,7 @@
 #include "client.h"
 #include "commands.h"
 #include "reply.h"
+#include "pause.h"
 #include "request.h"
 #include "server.h"
 #include "sockaddr.h"
@@ -135,7 +136,7 @@ static int clientid_lookup(struct client *c, struct request *req, struct evbuffe
     if (l != NULL && bytes != NULL) {
         l->client_id = c->id;
         evbuffer_add(bytes, list, sizeof(list) - 1);
-        rc = backend_send_internal(backend_pool_conn(backend_default_node(), c->id, 2), bytes,
+        rc = backend_send_internal(pause_internal_conn(backend_default_node(), c->id, 0), bytes,
                                    clientid_lookup_reply, l, clientid_lookup_free);
         if (rc != 0)
             l = NULL;   /* freed by clientid_lookup_free */

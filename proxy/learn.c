@@ -24,6 +24,7 @@
 #include "commands.h"
 #include "log.h"
 #include "reply.h"
+#include "pause.h"
 #include "request.h"
 #include "server.h"
 
@@ -201,7 +202,7 @@ static int learn_ask_command(struct learn_entry *e)
     evbuffer_add_printf(buf, "*3\r\n$7\r\nCOMMAND\r\n$4\r\nINFO\r\n$%zu\r\n", e->cmd.len);
     evbuffer_add(buf, e->cmd.name, e->cmd.len);
     evbuffer_add(buf, "\r\n", 2);
-    rc = backend_send_internal(backend_pool_conn(backend_default_node(), 0, 2), buf,
+    rc = backend_send_internal(pause_internal_conn(backend_default_node(), 0, 0), buf,
                                learn_on_reply, e, NULL);
     evbuffer_free(buf);
     return rc;
@@ -239,7 +240,7 @@ static int learn_ask(struct learn_entry *e)
     int rc;
 
     evbuffer_add(buf, modules, sizeof(modules) - 1);
-    rc = backend_send_internal(backend_pool_conn(backend_default_node(), 0, 2), buf,
+    rc = backend_send_internal(pause_internal_conn(backend_default_node(), 0, 0), buf,
                                learn_on_modules, e, NULL);
     evbuffer_free(buf);
     return rc;

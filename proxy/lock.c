@@ -26,6 +26,8 @@
 #include "client.h"
 #include "log.h"
 #include "reply.h"
+#include "pause.h"
+#include "placement.h"
 #include "request.h"
 #include "router.h"
 #include "scripts.h"
@@ -330,7 +332,8 @@ static void lock_send_internal(const struct script *s, const char *key, size_t k
 {
     struct evbuffer *buf = evbuffer_new();
     struct sv keys[1] = {{key, keylen}};
-    struct backend_conn *conn = backend_pool_conn(router_node_for_key(key, keylen), 0, 2);
+    /* During a CLIENT PAUSE Redis holds the script: on a one-shot connection. */
+    struct backend_conn *conn = pause_internal_conn(router_node_for_key(key, keylen), 0, 1);
     char shown[LOCK_LOG_KEY_MAX * 4 + 16];
 
     scripts_write_eval(buf, s, 1, keys, argc, args);
@@ -587,6 +590,7 @@ static void lock_send(struct lock_op *op)
     op->req->redirects = 0;
     lock_write_call(op);
     op->inflight = 1;
+    op->req->place = PLACE_LOCAL;   /* routed afresh: a pause may have begun or ended */
     client_forward(op->req->client, op->req);
 }
 

@@ -18,6 +18,7 @@
 
 #include "auth.h"
 #include "backend.h"
+#include "cluster.h"
 #include "commands.h"
 #include "learn.h"
 #include "request.h"
@@ -35,11 +36,20 @@ struct placement_row {
 };
 
 static placement_check placement_check_xread, placement_check_xreadgroup,
-    placement_check_hello, placement_check_auth;
+    placement_check_hello, placement_check_auth, placement_check_sync,
+    placement_check_replconf, placement_check_pause;
 
-#define WHY_REPLICATION "replication needs a direct connection to Redis"
+#define WHY_REPLICATION "a byte tunnel to the client's own connection from then on"
+#define WHY_REPLCONF "replica handshake state of the connection"
 #define WHY_PROTECTED "only from a local client (127.0.0.1, ::1), as Redis allows it"
-#define WHY_PAUSE "it would stall every client sharing sluice's connections"
+#define WHY_PAUSE "forwarded; while it is on, what Redis holds goes on one-shot connections"
+/* Refusals of the replication and pause rows (cluster mode, and REPLCONF
+ * ACK/GETACK outside a tunnel). */
+#define WHY_CLUSTER_REPLICATION "in cluster mode a replica must connect to a node itself"
+#define WHY_CLUSTER_PAUSE "in cluster mode it would pause one node of many; send it to " \
+    "each node directly"
+#define WHY_REPLCONF_ACK "REPLCONF ACK and GETACK get no reply: only a replica sends them, " \
+    "after SYNC"
 
 static const struct placement_row placement_rows[] = {
     /* Answered by sluice. */
@@ -106,11 +116,13 @@ static const struct placement_row placement_rows[] = {
     {"function|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy function"},
     {"shutdown", PLACE_CONTROL, 0, ROLE_NONE, NULL, "SHUTDOWN NOSAVE works past a busy script"},
     /* Would break the shared connections for everybody. */
-    {"sync", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
-    {"psync", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
-    {"replconf", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_REPLICATION},
-    {"client|pause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
-    {"client|unpause", PLACE_REFUSED, 0, ROLE_NONE, NULL, WHY_PAUSE},
+    /* Replication: a private connection, then a byte tunnel (standalone). */
+    {"sync", PLACE_PRIVATE, REQ_TUNNEL, ROLE_NONE, placement_check_sync, WHY_REPLICATION},
+    {"psync", PLACE_PRIVATE, REQ_TUNNEL, ROLE_NONE, placement_check_sync, WHY_REPLICATION},
+    {"replconf", PLACE_PRIVATE, 0, ROLE_NONE, placement_check_replconf, WHY_REPLCONF},
+    /* Must never wait behind a request Redis holds for the pause. */
+    {"client|pause", PLACE_CONTROL, 0, ROLE_PAUSE, placement_check_pause, WHY_PAUSE},
+    {"client|unpause", PLACE_CONTROL, 0, ROLE_UNPAUSE, placement_check_pause, WHY_PAUSE},
     {"client|kill", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL,
      "kills sluice's clients: Redis checks it with a filter that matches nobody"},
     {"client|unblock", PLACE_SHARED, 0, ROLE_CLIENT_IDS, NULL, "names a sluice client id"},
@@ -151,7 +163,7 @@ static struct placement placement_of_row(const struct placement_row *row, int ar
     if (row->check != NULL) {
         p = row->check(argc, argv);
         p.req_flags |= row->req_flags;
-        if (p.kind == PLACE_REFUSED)
+        if (p.kind == PLACE_REFUSED && p.why == NULL)
             p.why = row->why;
     }
     return p;
@@ -267,4 +279,41 @@ static struct placement placement_check_auth(int argc, const struct sv *argv)
     if (auth_local())
         return (struct placement){PLACE_LOCAL, 0, NULL};
     return argc >= 1 && sv_ieq(argv[0], "acl") ? placement_shared() : placement_private();
+}
+
+/* SYNC and PSYNC: standalone, on the client's own connection, which then
+ * becomes a byte tunnel (REQ_TUNNEL); cluster mode refuses them. */
+static struct placement placement_check_sync(int argc, const struct sv *argv)
+{
+    (void)argc;
+    (void)argv;
+    if (cluster_enabled())
+        return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_REPLICATION};
+    return placement_private();
+}
+
+/* REPLCONF is state of the replica's connection: its own. ACK and GETACK
+ * (at any option position, as Redis reads them) get no reply from Redis,
+ * which would leave the request unanswered: inside a tunnel nothing is
+ * parsed, so only these stray ones are refused. */
+static struct placement placement_check_replconf(int argc, const struct sv *argv)
+{
+    if (cluster_enabled())
+        return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_REPLICATION};
+    for (int i = 1; i < argc; i += 2) {
+        if (sv_ieq(argv[i], "ack") || sv_ieq(argv[i], "getack"))
+            return (struct placement){PLACE_REFUSED, 0, WHY_REPLCONF_ACK};
+    }
+    return placement_private();
+}
+
+/* CLIENT PAUSE and UNPAUSE: a one-shot connection (pause.c follows the
+ * pause); cluster mode refuses them. */
+static struct placement placement_check_pause(int argc, const struct sv *argv)
+{
+    (void)argc;
+    (void)argv;
+    if (cluster_enabled())
+        return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_PAUSE};
+    return (struct placement){PLACE_CONTROL, 0, NULL};
 }

@@ -34,6 +34,8 @@ enum placement_role {
     ROLE_CLIENT_REPLY,  /* CLIENT REPLY ON/OFF/SKIP */
     ROLE_MONITOR,
     ROLE_SCRIPT,        /* a client's script or function: the script connections */
+    ROLE_PAUSE,         /* CLIENT PAUSE: sluice notes the pause (pause.c) */
+    ROLE_UNPAUSE,       /* CLIENT UNPAUSE: ends it on +OK */
 };
 
 struct placement {

@@ -58,6 +58,10 @@ enum request_flag {
                                  done after pushes_left of them (client_on_push) */
     REQ_DETACHED = 1 << 13,   /* cluster: waits to be sent again (TRYAGAIN, node down) or for
                                  its parts; a closing client clears req->client, not frees it */
+    REQ_TUNNEL = 1 << 14,     /* SYNC/PSYNC: once sent, the client's connection is a byte
+                                 tunnel to its private backend connection (client.c) */
+    REQ_PAUSE_HELD = 1 << 15, /* sent on a one-shot connection because a CLIENT PAUSE holds
+                                 it: if its client goes, that connection closes */
 };
 
 struct req_arg {

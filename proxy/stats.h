@@ -23,6 +23,7 @@ struct evbuffer;
     X(idle_timeouts, "clients closed for idleness")                          \
     X(swallowed_replies, "replies for clients that had gone")                \
     X(stalled_detours, "requests sent around a stalled shared connection")   \
+    X(pause_detours, "requests Redis holds for a CLIENT PAUSE, sent on one-shot connections") \
     X(tls_handshake_failures, "client TLS handshakes failed or timed out")   \
     X(cluster_moved, "cluster: MOVED replies followed")                      \
     X(cluster_ask, "cluster: ASK replies followed")                          \

@@ -29,6 +29,7 @@
 #include "errlist.h"
 #include "log.h"
 #include "reply.h"
+#include "pause.h"
 #include "request.h"
 #include "router.h"
 #include "scripts.h"
@@ -387,8 +388,9 @@ static void throttle_send_ask(struct throttle_ask *a)
     struct sv args[5] = {[4] = {"refund", 6}};
     int nargs = a->refund ? 5 : 4;
     struct evbuffer *buf = evbuffer_new();
+    /* During a CLIENT PAUSE Redis holds the script: on a one-shot connection. */
     struct backend_conn *conn =
-        backend_pool_conn(router_node_for_key(keys[0].ptr, keys[0].len), 0, 2);
+        pause_internal_conn(router_node_for_key(keys[0].ptr, keys[0].len), 0, 1);
 
     throttle_fmt_double(rate, sizeof(rate), a->ask.rate_per_s);
     throttle_fmt_double(burst, sizeof(burst), a->ask.burst);

@@ -215,6 +215,22 @@ def test_looks_like_a_standalone_redis(sr, csluice):
     sr.delete("cli:k")
 
 
+@pytest.mark.parametrize("cmd,why", [
+    (("SYNC",), "in cluster mode a replica must connect to a node itself"),
+    (("PSYNC", "?", "-1"), "in cluster mode a replica must connect to a node itself"),
+    (("REPLCONF", "listening-port", "1"),
+     "in cluster mode a replica must connect to a node itself"),
+    (("CLIENT", "PAUSE", "100000", "WRITE"), "in cluster mode it would pause one node of many"),
+    (("CLIENT", "UNPAUSE"), "in cluster mode it would pause one node of many"),
+], ids=["sync", "psync", "replconf", "pause", "unpause"])
+def test_replication_and_pause_refused_with_reason(sr, cmd, why):
+    """Standalone sluice tunnels SYNC and forwards CLIENT PAUSE; in cluster
+    mode they stay refused, saying why."""
+    with pytest.raises(redis.ResponseError, match="sluice does not forward .*" + why):
+        sr.execute_command(*cmd)
+    assert sr.ping()
+
+
 def test_whole_keyspace_commands_refused_not_half_answered(sr):
     for cmd in (("WAIT", "0", "0"),):
         with pytest.raises(redis.ResponseError, match="in cluster mode yet"):

@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "local.h"
 #include "placement.h"
+#include "request.h"
 #include "unit.h"
 
 #define MAX_ARGS 16
@@ -75,16 +76,32 @@ static void test_refused(void)
     char text[256];
 
     setup();
+    /* REPLCONF ACK/GETACK get no reply from Redis outside a replica's
+     * stream (inside a SYNC tunnel nothing is parsed). */
     CHECK(kind_of("REPLCONF ACK 0") == PLACE_REFUSED);
-    CHECK(kind_of("SYNC") == PLACE_REFUSED);
-    CHECK(kind_of("PSYNC ? -1") == PLACE_REFUSED);
-    CHECK(kind_of("CLIENT PAUSE 1000") == PLACE_REFUSED);
-    CHECK(kind_of("CLIENT UNPAUSE") == PLACE_REFUSED);
-    p = decide("SYNC");
+    CHECK(kind_of("REPLCONF listening-port 1 getack *") == PLACE_REFUSED);
+    p = decide("REPLCONF ACK 0");
     CHECK(p.why != NULL);
-    placement_refusal(text, sizeof(text), "sync", 4, p.why);
-    CHECK_STR(text, "-ERR sluice does not forward 'sync': replication needs a direct "
-                    "connection to Redis");
+    placement_refusal(text, sizeof(text), "replconf", 8, p.why);
+    CHECK_STR(text, "-ERR sluice does not forward 'replconf': REPLCONF ACK and GETACK get "
+                    "no reply: only a replica sends them, after SYNC");
+}
+
+/* Standalone: SYNC/PSYNC tunnel on the client's own connection, REPLCONF
+ * is its state, CLIENT PAUSE/UNPAUSE go on one-shot connections. */
+static void test_replication_and_pause(void)
+{
+    setup();
+    CHECK(kind_of("SYNC") == PLACE_PRIVATE);
+    CHECK(decide("SYNC").req_flags & REQ_TUNNEL);
+    CHECK(kind_of("PSYNC ? -1") == PLACE_PRIVATE);
+    CHECK(decide("PSYNC ? -1").req_flags & REQ_TUNNEL);
+    CHECK(kind_of("REPLCONF listening-port 6380") == PLACE_PRIVATE);
+    CHECK(kind_of("REPLCONF capa eof capa psync2") == PLACE_PRIVATE);
+    CHECK(!(decide("REPLCONF capa eof").req_flags & REQ_TUNNEL));
+    CHECK(kind_of("CLIENT PAUSE 1000") == PLACE_CONTROL);
+    CHECK(kind_of("CLIENT PAUSE 1000 WRITE") == PLACE_CONTROL);
+    CHECK(kind_of("CLIENT UNPAUSE") == PLACE_CONTROL);
 }
 
 /* Options are walked as Redis walks them: names of keys, groups and
@@ -123,7 +140,7 @@ static void test_client_kill(void)
     CHECK(kind_of("CLIENT KILL SKIPME no") == PLACE_SHARED);
     CHECK(kind_of("CLIENT LIST") == PLACE_SHARED);
     CHECK(kind_of("CLIENT INFO") == PLACE_SHARED);
-    CHECK(kind_of("CLIENT PAUSE 10") == PLACE_REFUSED);
+    CHECK(kind_of("CLIENT PAUSE 10") == PLACE_CONTROL);   /* forwarded: pause.c follows it */
 }
 
 /* HELLO is sluice's (protocol, name, user); without a users file or
@@ -170,6 +187,7 @@ static void test_unknown_names(void)
 
 UNIT_MAIN("placement", {"defaults by flags", test_defaults_by_flags},
           {"fixed rows", test_fixed_rows}, {"refused", test_refused},
+          {"replication and pause", test_replication_and_pause},
           {"stream reads", test_stream_reads}, {"client kill", test_client_kill},
           {"hello", test_hello}, {"local rows have handlers", test_local_rows_have_handlers},
           {"unknown names", test_unknown_names})
