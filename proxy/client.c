@@ -1363,6 +1363,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     if (conn == NULL) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
+        if (!(req->flags & REQ_QUEUED))
+            client_enqueue(c, req);   /* SYNC, SUBSCRIBE (client_dispatch): the error pairs */
         client_fail_send(c, req, "max number of backend connections reached "
                                  "(backend_max_connections)");
         return;
@@ -1379,7 +1381,10 @@ static void client_send(struct client *c, struct request *req, struct backend_co
         client_count_queued(c, req);
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
     if (conn == c->private_conn) {
-        backend_use_resp(conn, c->resp);
+        /* Not before SYNC: Redis refuses it while HELLO's reply is pending,
+         * and the replication stream is the same bytes in either protocol. */
+        if (!tunnel)
+            backend_use_resp(conn, c->resp);
         if (client_leaves_session(req))
             c->flags |= CLIENT_SESSION;
     }

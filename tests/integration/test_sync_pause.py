@@ -591,3 +591,40 @@ def test_writers_leaving_during_pause_free_their_connections(redis_factory, slui
             assert admin.call("EXISTS", "gone:0:0", "gone:2:3") == 0
     finally:
         unpause_direct(srv)
+
+
+@pytest.mark.parametrize("cmd", [b"SYNC\r\n", b"PSYNC ? -1\r\n", b"SUBSCRIBE ch\r\n"])
+def test_sync_or_subscribe_past_backend_max_connections_gets_the_error(cmd, redis_factory,
+                                                                       sluice_factory):
+    """SYNC (and SUBSCRIBE) wait in no reply queue: when no private
+    connection can be had they still get the error, and sluice keeps nothing
+    of them."""
+    srv, s = start_pair(redis_factory, sluice_factory, backend_connections=1,
+                        backend_max_connections=1, backend_spare_connections=0)
+    first = Tunnel(s.port, 10 * SLOW)
+    try:
+        first.sock.sendall(b"SYNC\r\n")
+        first.rdb()   # the last connection sluice may open
+        with s.raw() as c:
+            c.send(cmd)
+            assert c.read_reply() == Err("ERR max number of backend connections reached "
+                                         "(backend_max_connections)")
+            assert c.call("PING") == Simple("PONG")   # not a tunnel: the client goes on
+    finally:
+        first.close()
+    s.check_stop()
+
+
+def test_sync_in_resp3_gets_the_rdb(redis_factory, sluice_factory):
+    """A RESP3 client's SYNC is Redis's first command on the private
+    connection: a HELLO sent before it would leave a reply pending, and Redis
+    refuses SYNC with pending output."""
+    srv, s = start_pair(redis_factory, sluice_factory)
+    with s.raw() as c:
+        assert c.call("SET", "before", "1") == Simple("OK")
+        assert c.call("HELLO", "3")[0] == "map"
+        t = Tunnel.__new__(Tunnel)
+        t.sock, t.buf = c.sock, b""
+        c.send(b"SYNC\r\n")
+        assert b"before" in t.rdb()
+    s.check_stop()
