@@ -628,7 +628,7 @@ static void client_fail_send(struct client *c, struct request *req, const char *
     struct evbuffer *err;
 
     if (placement_role(req->cmd) == ROLE_PAUSE)
-        pause_note_reply(1, 0, REPLY_ERROR);   /* it never reached Redis */
+        pause_note_reply(1, 0, REPLY_ERROR, 0);   /* it never reached Redis */
     if (req->on_reply == NULL) {
         client_reply_error(c, req, text);
         return;
@@ -670,7 +670,8 @@ static void client_apply_session(struct client *c, struct request *req, int type
     enum placement_role role = placement_role(req->cmd);
 
     if (role == ROLE_PAUSE || role == ROLE_UNPAUSE)
-        pause_note_reply(role == ROLE_PAUSE, (c->flags & CLIENT_IN_MULTI) != 0, type);
+        pause_note_reply(role == ROLE_PAUSE, (c->flags & CLIENT_IN_MULTI) != 0, type,
+                         req->pauses_before);
     if (type == REPLY_ERROR)
         return;
     if (req->ok_db > 0)
@@ -1061,7 +1062,7 @@ static void client_note_session(struct request *req, int argc, const struct sv *
     enum placement_role role = client_role(req);
 
     if (role == ROLE_PAUSE || role == ROLE_UNPAUSE) {
-        pause_note_request(role == ROLE_PAUSE, argc, argv);
+        req->pauses_before = pause_note_request(role == ROLE_PAUSE, argc, argv);
         return;
     }
     if (role == ROLE_AUTH) {

@@ -97,6 +97,7 @@ struct request {
     char *ok_user;                 /* AUTH/HELLO: user to record if Redis says OK */
     char *ok_name;                 /* HELLO SETNAME: name to record if Redis says OK */
     int ok_db;                     /* SELECT: database + 1 to record if Redis says OK */
+    uint64_t pauses_before;        /* CLIENT UNPAUSE: pauses noted when it came (pause.c) */
 };
 
 TAILQ_HEAD(request_queue, request);

@@ -628,3 +628,39 @@ def test_sync_in_resp3_gets_the_rdb(redis_factory, sluice_factory):
         c.send(b"SYNC\r\n")
         assert b"before" in t.rdb()
     s.check_stop()
+
+
+def test_unpause_answered_after_a_later_pause_keeps_it(redis_factory, sluice_factory):
+    """One client's UNPAUSE and another's PAUSE reach Redis in that order
+    (Redis is busy while both come): UNPAUSE's +OK is read after the PAUSE
+    was forwarded, yet Redis is paused. sluice keeps routing around the
+    pause, so a write held by it holds no read of another client."""
+    srv, s = start_pair(redis_factory, sluice_factory, "--enable-debug-command", "yes",
+                        backend_connections=1)
+    try:
+        with s.raw(10 * SLOW) as a, s.raw(10 * SLOW) as b, s.raw(10 * SLOW) as writer, \
+                s.raw() as reader, srv.raw(timeout=10) as d:
+            d.send_command("DEBUG", "SLEEP", "1")
+
+            def asleep():
+                with srv.raw(timeout=0.1) as probe:
+                    try:
+                        probe.call("PING")
+                    except socket.timeout:
+                        return True
+                return False
+            wait_until(asleep, 5 * SLOW, msg="Redis in DEBUG SLEEP")
+            a.send_command("CLIENT", "UNPAUSE")
+            wait_until(lambda: private_conns(s) == 1, 5 * SLOW, msg="UNPAUSE forwarded")
+            b.send_command("CLIENT", "PAUSE", "100000", "WRITE")
+            assert d.read_reply() == Simple("OK")
+            assert a.read_reply() == Simple("OK")
+            assert b.read_reply() == Simple("OK")
+            writer.send_command("SET", "k", "new")
+            wait_blocked(srv, 1)
+            assert reader.call("GET", "k") is None
+            assert b.call("CLIENT", "UNPAUSE") == Simple("OK")
+            assert writer.read_reply() == Simple("OK")
+            assert reader.call("GET", "k") == b"new"
+    finally:
+        unpause_direct(srv)
