@@ -84,6 +84,17 @@ static long long clientid_resolve(const struct request *req, uint64_t id, int op
     return (req->flags & REQ_IDS_SOUGHT) ? CLIENTID_NOBODY : 0;
 }
 
+/* Cluster mode: Redis ids are a node's own, and a client's private
+ * connection may be on any node (a worker's moves to each queue's node):
+ * CLIENT UNBLOCK of sluice id ID goes to (and learns ids from) the node of
+ * that client's private connection, never names a client of another. */
+static void clientid_unblock_node(struct request *req, uint64_t id)
+{
+    struct client *t = client_find(id);
+
+    req->node = t != NULL && t->private_conn != NULL ? backend_conn_node(t->private_conn) : NULL;
+}
+
 /* ---- learning Redis ids: CLIENT LIST on a shared connection ---- */
 
 struct clientid_lookup {
@@ -136,7 +147,9 @@ static int clientid_lookup(struct client *c, struct request *req, struct evbuffe
     if (l != NULL && bytes != NULL) {
         l->client_id = c->id;
         evbuffer_add(bytes, list, sizeof(list) - 1);
-        rc = backend_send_internal(pause_internal_conn(backend_default_node(), c->id, 0), bytes,
+        rc = backend_send_internal(pause_internal_conn(req->node != NULL ? req->node
+                                                                         : backend_default_node(),
+                                                       c->id, 0), bytes,
                                    clientid_lookup_reply, l, clientid_lookup_free);
         if (rc != 0)
             l = NULL;   /* freed by clientid_lookup_free */
@@ -544,6 +557,8 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
 
     for (int k = 0; k < n; k++) {
         uint64_t id = clientid_parse(argv[pos[k]]);
+        if (clientid_is(req, "client|unblock"))
+            clientid_unblock_node(req, id);
         ids[k] = id == 0 ? 0 : clientid_resolve(req, id, clientid_is(req, "client|tracking"));
         if (id == 0) {
             pos[k] = -1;   /* not an id: Redis answers the error */

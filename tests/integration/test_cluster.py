@@ -522,6 +522,30 @@ def test_worker_blocks_on_queues_of_several_nodes(csluice, redis_cluster, rc):
     rc.delete(qa, qb, qc)
 
 
+
+def test_worker_unblocked_on_each_node_it_moves_to(csluice, redis_cluster, rc):
+    """CLIENT UNBLOCK of a worker whose private connection moved to another
+    node reaches it there (Redis ids are each node's own): its BLPOP on
+    each node's queue is unblocked, and no client of another node is."""
+    queues = [q for q, _ in keys_per_primary(redis_cluster, "unblock:")]
+    with RawConn(csluice.port, timeout=5 * SLOW) as w, \
+            RawConn(csluice.port, timeout=5 * SLOW) as other, \
+            RawConn(csluice.port, timeout=5 * SLOW) as admin:
+        wid = w.call("CLIENT", "ID")
+        for q in queues + queues:
+            w.send_command("BLPOP", q, "0")
+            node = redis_cluster.node_by_port(redis_cluster.slot_owner_port(slot_of(q)))
+
+            def blocked():
+                with node.client() as n:
+                    return int(n.info("clients")["blocked_clients"]) == 1
+            wait_until(blocked, 5 * SLOW, msg=f"the worker blocked for {q}")
+            assert admin.call("CLIENT", "UNBLOCK", str(wid), "ERROR") == 1, q
+            reply = w.read_reply()
+            assert isinstance(reply, Err) and reply.startswith("UNBLOCKED"), reply
+        assert other.call("CLIENT", "UNBLOCK", str(wid)) == 0   # blocked no more
+
+
 def test_long_script_holds_no_plain_command_of_its_node(csluice, redis_cluster, rc):
     """A client's script runs on its node's script connection: another
     client's plain command for a key of that node, sent as the script
