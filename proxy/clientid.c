@@ -18,10 +18,12 @@
 
 #include "backend.h"
 #include "client.h"
+#include "cluster.h"
 #include "commands.h"
 #include "reply.h"
 #include "pause.h"
 #include "request.h"
+#include "router.h"
 #include "server.h"
 #include "sockaddr.h"
 
@@ -65,8 +67,24 @@ static int clientid_positions(const struct request *req, int argc, const struct 
     return n;
 }
 
-/* The Redis id for sluice id ID: its private connection's, NOBODY, or 0
- * when that is not known yet (and not looked up for REQ already). A
+/* Whether CONN is on the node REQ goes to: its client's private
+ * connection's, else its own (cluster mode: each node has ids of its own,
+ * and an id of another node's connection may name a stranger here). */
+static int clientid_same_node(const struct request *req, const struct backend_conn *conn)
+{
+    const struct client *c = req->client;
+    struct backend_node *node;
+
+    if (!cluster_enabled())
+        return 1;
+    node = c != NULL && c->private_conn != NULL ? backend_conn_node(c->private_conn)
+                                                : router_node_for_request(req, NULL);
+    return node == backend_conn_node(conn);
+}
+
+/* The Redis id for sluice id ID: its private connection's, NOBODY (also
+ * when that is on another node than REQ goes to), or 0 when that is not
+ * known yet (and not looked up for REQ already). A
  * client named by CLIENT TRACKING ... REDIRECT gets a private connection
  * (OPEN) if it has none: Redis needs one to send its invalidations to. */
 static long long clientid_resolve(const struct request *req, uint64_t id, int open)
@@ -76,7 +94,7 @@ static long long clientid_resolve(const struct request *req, uint64_t id, int op
 
     if (t != NULL && t->private_conn == NULL && open && !(req->flags & REQ_IDS_SOUGHT))
         client_private_now(t);
-    if (t == NULL || t->private_conn == NULL)
+    if (t == NULL || t->private_conn == NULL || !clientid_same_node(req, t->private_conn))
         return CLIENTID_NOBODY;
     rid = backend_conn_redis_id(t->private_conn);
     if (rid > 0)
