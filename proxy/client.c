@@ -628,7 +628,7 @@ static void client_fail_send(struct client *c, struct request *req, const char *
     struct evbuffer *err;
 
     if (placement_role(req->cmd) == ROLE_PAUSE)
-        pause_note_reply(1, 0, REPLY_ERROR);   /* it never reached Redis */
+        pause_note_reply(1, 0, REPLY_ERROR, 0);   /* it never reached Redis */
     if (req->on_reply == NULL) {
         client_reply_error(c, req, text);
         return;
@@ -670,7 +670,8 @@ static void client_apply_session(struct client *c, struct request *req, int type
     enum placement_role role = placement_role(req->cmd);
 
     if (role == ROLE_PAUSE || role == ROLE_UNPAUSE)
-        pause_note_reply(role == ROLE_PAUSE, (c->flags & CLIENT_IN_MULTI) != 0, type);
+        pause_note_reply(role == ROLE_PAUSE, (c->flags & CLIENT_IN_MULTI) != 0, type,
+                         req->pauses_before);
     if (type == REPLY_ERROR)
         return;
     if (req->ok_db > 0)
@@ -1061,7 +1062,7 @@ static void client_note_session(struct request *req, int argc, const struct sv *
     enum placement_role role = client_role(req);
 
     if (role == ROLE_PAUSE || role == ROLE_UNPAUSE) {
-        pause_note_request(role == ROLE_PAUSE, argc, argv);
+        req->pauses_before = pause_note_request(role == ROLE_PAUSE, argc, argv);
         return;
     }
     if (role == ROLE_AUTH) {
@@ -1363,6 +1364,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     if (conn == NULL) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
+        if (!(req->flags & REQ_QUEUED))
+            client_enqueue(c, req);   /* SYNC, SUBSCRIBE (client_dispatch): the error pairs */
         client_fail_send(c, req, "max number of backend connections reached "
                                  "(backend_max_connections)");
         return;
@@ -1379,7 +1382,10 @@ static void client_send(struct client *c, struct request *req, struct backend_co
         client_count_queued(c, req);
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
     if (conn == c->private_conn) {
-        backend_use_resp(conn, c->resp);
+        /* Not before SYNC: Redis refuses it while HELLO's reply is pending,
+         * and the replication stream is the same bytes in either protocol. */
+        if (!tunnel)
+            backend_use_resp(conn, c->resp);
         if (client_leaves_session(req))
             c->flags |= CLIENT_SESSION;
     }

@@ -18,10 +18,12 @@
 
 #include "backend.h"
 #include "client.h"
+#include "cluster.h"
 #include "commands.h"
 #include "reply.h"
 #include "pause.h"
 #include "request.h"
+#include "router.h"
 #include "server.h"
 #include "sockaddr.h"
 
@@ -65,8 +67,24 @@ static int clientid_positions(const struct request *req, int argc, const struct 
     return n;
 }
 
-/* The Redis id for sluice id ID: its private connection's, NOBODY, or 0
- * when that is not known yet (and not looked up for REQ already). A
+/* Whether CONN is on the node REQ goes to: its client's private
+ * connection's, else its own (cluster mode: each node has ids of its own,
+ * and an id of another node's connection may name a stranger here). */
+static int clientid_same_node(const struct request *req, const struct backend_conn *conn)
+{
+    const struct client *c = req->client;
+    struct backend_node *node;
+
+    if (!cluster_enabled())
+        return 1;
+    node = c != NULL && c->private_conn != NULL ? backend_conn_node(c->private_conn)
+                                                : router_node_for_request(req, NULL);
+    return node == backend_conn_node(conn);
+}
+
+/* The Redis id for sluice id ID: its private connection's, NOBODY (also
+ * when that is on another node than REQ goes to), or 0 when that is not
+ * known yet (and not looked up for REQ already). A
  * client named by CLIENT TRACKING ... REDIRECT gets a private connection
  * (OPEN) if it has none: Redis needs one to send its invalidations to. */
 static long long clientid_resolve(const struct request *req, uint64_t id, int open)
@@ -76,12 +94,23 @@ static long long clientid_resolve(const struct request *req, uint64_t id, int op
 
     if (t != NULL && t->private_conn == NULL && open && !(req->flags & REQ_IDS_SOUGHT))
         client_private_now(t);
-    if (t == NULL || t->private_conn == NULL)
+    if (t == NULL || t->private_conn == NULL || !clientid_same_node(req, t->private_conn))
         return CLIENTID_NOBODY;
     rid = backend_conn_redis_id(t->private_conn);
     if (rid > 0)
         return rid;
     return (req->flags & REQ_IDS_SOUGHT) ? CLIENTID_NOBODY : 0;
+}
+
+/* Cluster mode: Redis ids are a node's own, and a client's private
+ * connection may be on any node (a worker's moves to each queue's node):
+ * CLIENT UNBLOCK of sluice id ID goes to (and learns ids from) the node of
+ * that client's private connection, never names a client of another. */
+static void clientid_unblock_node(struct request *req, uint64_t id)
+{
+    struct client *t = client_find(id);
+
+    req->node = t != NULL && t->private_conn != NULL ? backend_conn_node(t->private_conn) : NULL;
 }
 
 /* ---- learning Redis ids: CLIENT LIST on a shared connection ---- */
@@ -136,7 +165,9 @@ static int clientid_lookup(struct client *c, struct request *req, struct evbuffe
     if (l != NULL && bytes != NULL) {
         l->client_id = c->id;
         evbuffer_add(bytes, list, sizeof(list) - 1);
-        rc = backend_send_internal(pause_internal_conn(backend_default_node(), c->id, 0), bytes,
+        rc = backend_send_internal(pause_internal_conn(req->node != NULL ? req->node
+                                                                         : backend_default_node(),
+                                                       c->id, 0), bytes,
                                    clientid_lookup_reply, l, clientid_lookup_free);
         if (rc != 0)
             l = NULL;   /* freed by clientid_lookup_free */
@@ -544,6 +575,8 @@ enum clientid_result clientid_translate(struct client *c, struct request *req,
 
     for (int k = 0; k < n; k++) {
         uint64_t id = clientid_parse(argv[pos[k]]);
+        if (clientid_is(req, "client|unblock"))
+            clientid_unblock_node(req, id);
         ids[k] = id == 0 ? 0 : clientid_resolve(req, id, clientid_is(req, "client|tracking"));
         if (id == 0) {
             pos[k] = -1;   /* not an id: Redis answers the error */

@@ -8,7 +8,7 @@
  *
  *   CLIENT PAUSE t [WRITE|ALL] forwarded -> on now, until now + t (kept if later)
  *   error reply to it                    -> back to what it was before it
- *   CLIENT UNPAUSE answered +OK          -> off
+ *   CLIENT UNPAUSE answered +OK          -> off (kept if a PAUSE came after it)
  *   the end time passes                  -> off
  */
 #include "pause.h"
@@ -30,6 +30,7 @@ struct pause_state {
 
 static struct pause_state pause_now;
 static struct pause_state pause_before;   /* before the last PAUSE noted */
+static uint64_t pause_noted;              /* PAUSEs noted so far */
 
 /* Commands that are not flagged write but that Redis 7.0 holds in WRITE
  * mode, since they may replicate. Scripts are held whatever their shebang
@@ -54,20 +55,21 @@ static long long pause_parse_ms(struct sv v)
     return ms;
 }
 
-void pause_note_request(int pause, int argc, const struct sv *argv)
+uint64_t pause_note_request(int pause, int argc, const struct sv *argv)
 {
     enum pause_mode mode = PAUSE_ALL;
     long long ms;
     uint64_t until;
 
     if (!pause || argc < 3 || argc > 4 || (ms = pause_parse_ms(argv[2])) < 0)
-        return;   /* UNPAUSE ends the pause only once Redis says +OK; a bad PAUSE is refused */
+        return pause_noted;   /* UNPAUSE ends the pause only once Redis says +OK */
     if (argc == 4) {
         if (sv_ieq(argv[3], "write"))
             mode = PAUSE_WRITE;
         else if (!sv_ieq(argv[3], "all"))
-            return;
+            return pause_noted;   /* Redis refuses it */
     }
+    pause_noted++;
     if (!pause_active())
         pause_now.until_ms = 0;
     pause_before = pause_now;
@@ -76,15 +78,16 @@ void pause_note_request(int pause, int argc, const struct sv *argv)
         pause_now.mode = mode;
     if (until > pause_now.until_ms)
         pause_now.until_ms = until;
+    return pause_noted;
 }
 
-void pause_note_reply(int pause, int in_multi, int type)
+void pause_note_reply(int pause, int in_multi, int type, uint64_t pauses_before)
 {
     if (in_multi)
         return;
     if (pause && type == REPLY_ERROR)
         pause_now = pause_before;
-    else if (!pause && type == REPLY_STATUS)
+    else if (!pause && type == REPLY_STATUS && pauses_before == pause_noted)
         pause_now.mode = PAUSE_OFF;
 }
 

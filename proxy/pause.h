@@ -3,6 +3,8 @@
 #ifndef SLUICE_PAUSE_H
 #define SLUICE_PAUSE_H
 
+#include <stdint.h>
+
 #include "sv.h"
 
 struct command;
@@ -13,14 +15,17 @@ struct backend_conn;
  * is being forwarded. A PAUSE that Redis will take (a timeout in ms, then
  * optionally WRITE or ALL) turns the pause on now, before its reply:
  * the requests that follow must already avoid the shared connections.
- * As in Redis, a pause never shortens or relaxes one that is on. */
-void pause_note_request(int pause, int argc, const struct sv *argv);
+ * As in Redis, a pause never shortens or relaxes one that is on.
+ * Returns how many PAUSEs were noted so far, for pause_note_reply. */
+uint64_t pause_note_request(int pause, int argc, const struct sv *argv);
 
 /* Redis answered a CLIENT PAUSE (PAUSE set) or UNPAUSE with a reply of
  * TYPE (enum reply_type). An error to PAUSE takes back what it noted;
- * UNPAUSE's +OK ends the pause. IN_MULTI: the reply is +QUEUED, which
- * says nothing yet. */
-void pause_note_reply(int pause, int in_multi, int type);
+ * UNPAUSE's +OK ends the pause, unless a PAUSE was noted since the
+ * UNPAUSE came (PAUSES_BEFORE, what pause_note_request returned then):
+ * Redis may have taken that PAUSE after the UNPAUSE, so it is kept (to its
+ * end). IN_MULTI: the reply is +QUEUED, which says nothing yet. */
+void pause_note_reply(int pause, int in_multi, int type, uint64_t pauses_before);
 
 /* Whether Redis holds a command CMD (NULL: one sluice does not know) while
  * the pause is on: in ALL mode every command, in WRITE mode those flagged

@@ -18,6 +18,7 @@
 struct evbuffer;
 struct client;
 struct backend_conn;
+struct backend_node;
 struct command;
 struct request;
 
@@ -80,6 +81,8 @@ struct request {
     unsigned flags;                /* enum request_flag */
     int place;                     /* enum placement_kind, decided when framed */
     int slot;                      /* cluster: its keys' hash slot, or -1 (none) */
+    struct backend_node *node;     /* cluster: the node it goes to whatever its slot (NULL:
+                                      by its slot); CLIENT UNBLOCK: its target's */
     int redirects;                 /* cluster: redirections followed so far */
     uint64_t retry_since_ms;       /* cluster: first failed for want of a node (0: never) */
     int pushes_left;               /* REQ_PUSHES: confirmations still to come; -1: until
@@ -97,6 +100,7 @@ struct request {
     char *ok_user;                 /* AUTH/HELLO: user to record if Redis says OK */
     char *ok_name;                 /* HELLO SETNAME: name to record if Redis says OK */
     int ok_db;                     /* SELECT: database + 1 to record if Redis says OK */
+    uint64_t pauses_before;        /* CLIENT UNPAUSE: pauses noted when it came (pause.c) */
 };
 
 TAILQ_HEAD(request_queue, request);

@@ -31,5 +31,7 @@ struct backend_node *router_node_for_request(const struct request *req, const st
     (void)argv;
     if (!cluster_enabled())
         return backend_default_node();
+    if (req->node != NULL)
+        return req->node;
     return router_node_for_slot(req->slot);
 }

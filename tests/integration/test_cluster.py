@@ -522,6 +522,78 @@ def test_worker_blocks_on_queues_of_several_nodes(csluice, redis_cluster, rc):
     rc.delete(qa, qb, qc)
 
 
+
+def test_worker_unblocked_on_each_node_it_moves_to(csluice, redis_cluster, rc):
+    """CLIENT UNBLOCK of a worker whose private connection moved to another
+    node reaches it there (Redis ids are each node's own): its BLPOP on
+    each node's queue is unblocked, and no client of another node is."""
+    queues = [q for q, _ in keys_per_primary(redis_cluster, "unblock:")]
+    with RawConn(csluice.port, timeout=5 * SLOW) as w, \
+            RawConn(csluice.port, timeout=5 * SLOW) as other, \
+            RawConn(csluice.port, timeout=5 * SLOW) as admin:
+        wid = w.call("CLIENT", "ID")
+        for q in queues + queues:
+            w.send_command("BLPOP", q, "0")
+            node = redis_cluster.node_by_port(redis_cluster.slot_owner_port(slot_of(q)))
+
+            def blocked():
+                with node.client() as n:
+                    return int(n.info("clients")["blocked_clients"]) == 1
+            wait_until(blocked, 5 * SLOW, msg=f"the worker blocked for {q}")
+            assert admin.call("CLIENT", "UNBLOCK", str(wid), "ERROR") == 1, q
+            reply = w.read_reply()
+            assert isinstance(reply, Err) and reply.startswith("UNBLOCKED"), reply
+        assert other.call("CLIENT", "UNBLOCK", str(wid)) == 0   # blocked no more
+
+
+
+def test_tracking_redirect_never_names_a_client_of_another_node(redis_cluster, tmp_path):
+    """Redis ids are each node's own: a redirect to a worker whose private
+    connection is on another node than the tracking client's is refused as
+    an unknown id, even when a stranger's connection on the tracking
+    client's node has the worker's id there (its invalidations would go to
+    that stranger), and once sluice knows the worker's id (CLIENT UNBLOCK)."""
+    def next_id(port):
+        with redis_cluster.node_by_port(port).client() as n:
+            return n.client_id()
+
+    def tracking_node():
+        for p in redis_cluster.primaries():
+            with redis_cluster.node_by_port(p).client() as n:
+                if any("flags=t" in line for line in
+                       n.execute_command("CLIENT", "LIST").decode().splitlines()):
+                    return p
+        return None
+    s = Sluice(tmp_path / "strack", None, cluster_seeds=redis_cluster.seeds,
+               extra={"backend_spare_connections": 0})
+    strangers = []
+    for s in started_sluice(s, ready=lambda s: wait_until(
+            lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW)):
+        with RawConn(s.port, timeout=5 * SLOW) as w, RawConn(s.port, timeout=5 * SLOW) as c:
+            try:
+                assert c.call("CLIENT", "TRACKING", "on") == "OK"
+                a = tracking_node()
+                assert c.call("CLIENT", "TRACKING", "off") == "OK"
+                q = next(q for q, _ in keys_per_primary(redis_cluster, "strack:")
+                         if redis_cluster.slot_owner_port(slot_of(q)) != a)
+                b = redis_cluster.slot_owner_port(slot_of(q))
+                while next_id(b) <= next_id(a):   # the worker's id on B is past A's ...
+                    strangers.append(redis_cluster.node_by_port(b).client())
+                    strangers[-1].ping()
+                assert w.call("BLPOP", q, "0.01") is None   # its connection is made on B
+                wid = w.call("CLIENT", "ID")
+                assert c.call("CLIENT", "UNBLOCK", str(wid)) == 0   # sluice learns its id
+                while next_id(a) <= next_id(b):   # ... then a stranger on A has it
+                    strangers.append(redis_cluster.node_by_port(a).client())
+                    strangers[-1].ping()
+                reply = c.call("CLIENT", "TRACKING", "on", "REDIRECT", str(wid))
+                assert reply == Err("ERR The client ID you want redirect to does not exist"), \
+                    reply
+            finally:
+                for n in strangers:
+                    n.close()
+
+
 def test_long_script_holds_no_plain_command_of_its_node(csluice, redis_cluster, rc):
     """A client's script runs on its node's script connection: another
     client's plain command for a key of that node, sent as the script

@@ -591,3 +591,76 @@ def test_writers_leaving_during_pause_free_their_connections(redis_factory, slui
             assert admin.call("EXISTS", "gone:0:0", "gone:2:3") == 0
     finally:
         unpause_direct(srv)
+
+
+@pytest.mark.parametrize("cmd", [b"SYNC\r\n", b"PSYNC ? -1\r\n", b"SUBSCRIBE ch\r\n"])
+def test_sync_or_subscribe_past_backend_max_connections_gets_the_error(cmd, redis_factory,
+                                                                       sluice_factory):
+    """SYNC (and SUBSCRIBE) wait in no reply queue: when no private
+    connection can be had they still get the error, and sluice keeps nothing
+    of them."""
+    srv, s = start_pair(redis_factory, sluice_factory, backend_connections=1,
+                        backend_max_connections=1, backend_spare_connections=0)
+    first = Tunnel(s.port, 10 * SLOW)
+    try:
+        first.sock.sendall(b"SYNC\r\n")
+        first.rdb()   # the last connection sluice may open
+        with s.raw() as c:
+            c.send(cmd)
+            assert c.read_reply() == Err("ERR max number of backend connections reached "
+                                         "(backend_max_connections)")
+            assert c.call("PING") == Simple("PONG")   # not a tunnel: the client goes on
+    finally:
+        first.close()
+    s.check_stop()
+
+
+def test_sync_in_resp3_gets_the_rdb(redis_factory, sluice_factory):
+    """A RESP3 client's SYNC is Redis's first command on the private
+    connection: a HELLO sent before it would leave a reply pending, and Redis
+    refuses SYNC with pending output."""
+    srv, s = start_pair(redis_factory, sluice_factory)
+    with s.raw() as c:
+        assert c.call("SET", "before", "1") == Simple("OK")
+        assert c.call("HELLO", "3")[0] == "map"
+        t = Tunnel.__new__(Tunnel)
+        t.sock, t.buf = c.sock, b""
+        c.send(b"SYNC\r\n")
+        assert b"before" in t.rdb()
+    s.check_stop()
+
+
+def test_unpause_answered_after_a_later_pause_keeps_it(redis_factory, sluice_factory):
+    """One client's UNPAUSE and another's PAUSE reach Redis in that order
+    (Redis is busy while both come): UNPAUSE's +OK is read after the PAUSE
+    was forwarded, yet Redis is paused. sluice keeps routing around the
+    pause, so a write held by it holds no read of another client."""
+    srv, s = start_pair(redis_factory, sluice_factory, "--enable-debug-command", "yes",
+                        backend_connections=1)
+    try:
+        with s.raw(10 * SLOW) as a, s.raw(10 * SLOW) as b, s.raw(10 * SLOW) as writer, \
+                s.raw() as reader, srv.raw(timeout=10) as d:
+            d.send_command("DEBUG", "SLEEP", "1")
+
+            def asleep():
+                with srv.raw(timeout=0.1) as probe:
+                    try:
+                        probe.call("PING")
+                    except socket.timeout:
+                        return True
+                return False
+            wait_until(asleep, 5 * SLOW, msg="Redis in DEBUG SLEEP")
+            a.send_command("CLIENT", "UNPAUSE")
+            wait_until(lambda: private_conns(s) == 1, 5 * SLOW, msg="UNPAUSE forwarded")
+            b.send_command("CLIENT", "PAUSE", "100000", "WRITE")
+            assert d.read_reply() == Simple("OK")
+            assert a.read_reply() == Simple("OK")
+            assert b.read_reply() == Simple("OK")
+            writer.send_command("SET", "k", "new")
+            wait_blocked(srv, 1)
+            assert reader.call("GET", "k") is None
+            assert b.call("CLIENT", "UNPAUSE") == Simple("OK")
+            assert writer.read_reply() == Simple("OK")
+            assert reader.call("GET", "k") == b"new"
+    finally:
+        unpause_direct(srv)
