@@ -910,25 +910,24 @@ static const char *backend_list_field(const char *line, size_t len, const char *
     return NULL;
 }
 
-void backend_learn_redis_ids(const char *text, size_t len)
+void backend_learn_redis_ids(struct backend_node *node, const char *text, size_t len)
 {
-    struct backend_node *node;
     struct backend_conn *conn;
 
-    /* Each connection's local address is its own, whichever node it goes to. */
+    /* Only NODE's connections: two connections to different nodes may
+     * share a local address (the kernel keeps 4-tuples apart, not local
+     * ports), and an id is a node's own. */
     while (len > 0) {
         const char *nl = memchr(text, '\n', len);
         size_t line_len = nl != NULL ? (size_t)(nl - text) : len;
         size_t id_len, addr_len;
         const char *id = backend_list_field(text, line_len, "id=", &id_len);
         const char *addr = backend_list_field(text, line_len, "addr=", &addr_len);
-        TAILQ_FOREACH(node, &backend_nodes, link) {
-            TAILQ_FOREACH(conn, &node->conns, node_link) {
-                if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
-                    strlen(conn->local_addr) == addr_len &&
-                    memcmp(conn->local_addr, addr, addr_len) == 0)
-                    conn->redis_id = strtoll(id, NULL, 10);
-            }
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
+                strlen(conn->local_addr) == addr_len &&
+                memcmp(conn->local_addr, addr, addr_len) == 0)
+                conn->redis_id = strtoll(id, NULL, 10);
         }
         text += line_len + (nl != NULL);
         len -= line_len + (nl != NULL);

@@ -98,10 +98,10 @@ void backend_after_reset(struct backend_conn *conn);
  * its client (clientid.c), from CLIENT LIST, which MONITOR never shows. */
 long long backend_conn_redis_id(const struct backend_conn *conn);
 
-/* Learn the Redis ids of sluice's connections from the CLIENT LIST text
+/* Learn the Redis ids of NODE's connections from NODE's CLIENT LIST text
  * TEXT (LEN bytes), matching each line's addr= with a connection's local
  * address. */
-void backend_learn_redis_ids(const char *text, size_t len);
+void backend_learn_redis_ids(struct backend_node *node, const char *text, size_t len);
 
 /* CONN, a one-shot connection, closes now when none of its requests in
  * flight has a client any more (they are freed unanswered); else nothing.

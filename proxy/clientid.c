@@ -118,6 +118,7 @@ static void clientid_unblock_node(struct request *req, uint64_t id)
 struct clientid_lookup {
     uint64_t client_id;      /* who waits */
     struct request *held;    /* its request, owned here until released */
+    struct backend_node *node;   /* asked: the ids are its connections' */
 };
 
 static void clientid_lookup_free(struct request *ireq)
@@ -140,7 +141,8 @@ static void clientid_lookup_reply(struct request *ireq, struct evbuffer *src, si
     if (type == REPLY_STRING && (text = evbuffer_pullup(src, (ssize_t)len)) != NULL) {
         const unsigned char *body = memchr(text, '\n', len);
         if (body != NULL && len >= (size_t)(body + 1 - text) + 2)
-            backend_learn_redis_ids((const char *)body + 1, len - (size_t)(body + 1 - text) - 2);
+            backend_learn_redis_ids(l->node, (const char *)body + 1,
+                                    len - (size_t)(body + 1 - text) - 2);
     }
     evbuffer_drain(src, len);
     l->held = NULL;
@@ -164,10 +166,9 @@ static int clientid_lookup(struct client *c, struct request *req, struct evbuffe
 
     if (l != NULL && bytes != NULL) {
         l->client_id = c->id;
+        l->node = req->node != NULL ? req->node : backend_default_node();
         evbuffer_add(bytes, list, sizeof(list) - 1);
-        rc = backend_send_internal(pause_internal_conn(req->node != NULL ? req->node
-                                                                         : backend_default_node(),
-                                                       c->id, 0), bytes,
+        rc = backend_send_internal(pause_internal_conn(l->node, c->id, 0), bytes,
                                    clientid_lookup_reply, l, clientid_lookup_free);
         if (rc != 0)
             l = NULL;   /* freed by clientid_lookup_free */
