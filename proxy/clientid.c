@@ -189,11 +189,42 @@ static int clientid_lookup(struct client *c, struct request *req, struct evbuffe
 
 /* ---- CLIENT KILL: sluice's clients, as CLIENT LIST shows them ---- */
 
+/* The kinds of client that CLIENT LIST TYPE and CLIENT KILL TYPE name. */
+enum clientid_kind {
+    CLIENTID_MASTER,    /* Redis's link to its master: sluice has none */
+    CLIENTID_NORMAL,
+    CLIENTID_PUBSUB,
+    CLIENTID_REPLICA,   /* sent SYNC or PSYNC: a tunnel */
+};
+
+static enum clientid_kind clientid_kind_of(const struct client *c)
+{
+    if (c->flags & CLIENT_TUNNEL)
+        return CLIENTID_REPLICA;
+    if ((c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR))
+        return CLIENTID_PUBSUB;
+    return CLIENTID_NORMAL;
+}
+
+/* The kind TYPE names; -1 for a type Redis does not know. */
+static int clientid_kind_named(struct sv type)
+{
+    if (sv_ieq(type, "normal"))
+        return CLIENTID_NORMAL;
+    if (sv_ieq(type, "pubsub"))
+        return CLIENTID_PUBSUB;
+    if (sv_ieq(type, "replica") || sv_ieq(type, "slave"))
+        return CLIENTID_REPLICA;
+    if (sv_ieq(type, "master"))
+        return CLIENTID_MASTER;
+    return -1;
+}
+
 /* CLIENT KILL's filters, as Redis 7.0 reads them. */
 struct clientid_kill {
     int old_form;            /* CLIENT KILL ip:port: +OK or No such client */
     uint64_t id;             /* 0: any */
-    int type;                /* -1: any; else 1 normal, 2 pubsub, 0 master/replica */
+    int type;                /* -1: any; else an enum clientid_kind */
     char user[128];          /* "": any */
     char addr[64];
     char laddr[64];
@@ -228,13 +259,8 @@ static int clientid_kill_parse(struct clientid_kill *k, int argc, const struct s
         struct sv key = argv[i], val = argv[i + 1];
         if (sv_ieq(key, "id") && (k->id = clientid_parse(val)) != 0)
             continue;
-        if (sv_ieq(key, "type") && sv_ieq(val, "normal"))
-            k->type = 1;
-        else if (sv_ieq(key, "type") && sv_ieq(val, "pubsub"))
-            k->type = 2;
-        else if (sv_ieq(key, "type") && (sv_ieq(val, "master") || sv_ieq(val, "replica") ||
-                                         sv_ieq(val, "slave")))
-            k->type = 0;
+        if (sv_ieq(key, "type") && clientid_kind_named(val) >= 0)
+            k->type = clientid_kind_named(val);
         else if (sv_ieq(key, "user"))
             clientid_copy(k->user, sizeof(k->user), val);
         else if (sv_ieq(key, "addr"))
@@ -262,11 +288,10 @@ static int clientid_kill_matches(const struct clientid_kill *k, const struct cli
                                  const struct client *t)
 {
     char laddr[80];
-    int pubsub = (t->flags & CLIENT_PASSTHROUGH) && !(t->flags & CLIENT_MONITOR);
 
     if ((k->skipme && t == c) || (k->id != 0 && t->id != k->id))
         return 0;
-    if (k->type >= 0 && k->type != (pubsub ? 2 : 1))
+    if (k->type >= 0 && k->type != (int)clientid_kind_of(t))
         return 0;
     if ((k->user[0] && strcmp(k->user, t->user != NULL ? t->user : "default") != 0) ||
         (k->addr[0] && strcmp(k->addr, t->addr_text) != 0))
@@ -613,7 +638,9 @@ static void clientid_flags(const struct client *c, char *out)
 {
     int n = 0;
 
-    if (c->flags & CLIENT_MONITOR)
+    if (c->flags & CLIENT_TUNNEL)
+        out[n++] = 'S';
+    else if (c->flags & CLIENT_MONITOR)
         out[n++] = 'O';
     else if (c->flags & CLIENT_PASSTHROUGH)
         out[n++] = 'P';
@@ -676,15 +703,9 @@ void clientid_info(struct client *c, struct evbuffer *out)
  * type Redis does not know. */
 static int clientid_of_type(const struct client *c, struct sv type)
 {
-    int pubsub = (c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR);
+    int kind = clientid_kind_named(type);
 
-    if (sv_ieq(type, "normal"))
-        return !pubsub;
-    if (sv_ieq(type, "pubsub"))
-        return pubsub;
-    if (sv_ieq(type, "master") || sv_ieq(type, "replica") || sv_ieq(type, "slave"))
-        return 0;
-    return -1;
+    return kind < 0 ? -1 : kind == (int)clientid_kind_of(c);
 }
 
 void clientid_list(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)

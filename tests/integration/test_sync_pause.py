@@ -168,6 +168,30 @@ def test_redis_closing_the_replica_closes_the_tunnel_client(redis_factory, sluic
         assert c.call("PING") == Simple("PONG")
 
 
+def test_tunnel_client_listed_and_killed_as_a_replica(redis_factory, sluice_factory):
+    """sluice's CLIENT LIST shows a client that sent SYNC as Redis shows a
+    replica (flags=S, TYPE replica), and CLIENT KILL TYPE replica (or
+    slave) closes it, as an operator would do with Redis."""
+    srv, s = start_pair(redis_factory, sluice_factory)
+    t = Tunnel(s.port, 10 * SLOW)
+    try:
+        t.sock.sendall(b"SYNC\r\n")
+        t.rdb()
+        with s.raw() as c:
+            replicas = c.call("CLIENT", "LIST", "TYPE", "replica").decode().splitlines()
+            assert len(replicas) == 1 and " flags=S " in replicas[0], replicas
+            assert all(" flags=S " not in line for line in
+                       c.call("CLIENT", "LIST", "TYPE", "normal").decode().splitlines())
+            assert c.call("CLIENT", "KILL", "TYPE", "master") == 0
+            assert c.call("CLIENT", "KILL", "TYPE", "slave") == 1
+        with pytest.raises(EOFError):
+            while True:
+                t._more()
+    finally:
+        t.close()
+    wait_until(lambda: private_conns(s) == 0, 5 * SLOW, msg="private connection freed")
+
+
 def test_real_replica_replicates_through_sluice(redis_factory, sluice_factory):
     srv, s = start_pair(redis_factory, sluice_factory)
     with s.raw() as c:
