@@ -967,6 +967,7 @@ static void client_tunnel_start(struct client *c, struct backend_conn *conn)
 void client_on_tunnel(struct client *c, struct evbuffer *src)
 {
     client_enter(c);
+    c->flags |= CLIENT_TUNNEL_FED;
     evbuffer_add_buffer(client_output(c), src);
     if (evbuffer_get_length(c->output) > CLIENT_TUNNEL_HIGH && c->private_conn != NULL &&
         !(c->flags & CLIENT_TUNNEL_HELD)) {
@@ -1011,7 +1012,10 @@ void client_on_private_lost(struct client *c)
     c->inflight_conn = NULL;
     c->flags |= CLIENT_CLOSE_AFTER_REPLY;
     client_read_off(c);
-    if (c->flags & CLIENT_PASSTHROUGH)
+    /* A tunnel gets it only before Redis sent anything: past that, an
+     * error line would land inside the RDB or the stream. */
+    if ((c->flags & CLIENT_PASSTHROUGH) ||
+        (c->flags & (CLIENT_TUNNEL | CLIENT_TUNNEL_FED)) == CLIENT_TUNNEL)
         reply_error(client_output(c), "backend connection lost");
     client_fences_drop(c);
     client_flush(c);

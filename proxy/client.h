@@ -42,6 +42,7 @@ enum client_flag {
                                           is not read until it drains */
     CLIENT_SESSION = 1 << 13,          /* its private connection holds state (more than
                                           answered blocking commands): it stays put */
+    CLIENT_TUNNEL_FED = 1 << 14,       /* its tunnel has passed bytes from Redis */
 };
 
 struct client {

@@ -168,6 +168,24 @@ def test_redis_closing_the_replica_closes_the_tunnel_client(redis_factory, sluic
         assert c.call("PING") == Simple("PONG")
 
 
+def test_sync_with_redis_down_gets_an_error_then_closes(redis_factory, sluice_factory):
+    """SYNC while Redis cannot be reached: the would-be replica reads an
+    error (nothing of an RDB has come), then the connection closes."""
+    srv, s = start_pair(redis_factory, sluice_factory, backend_spare_connections=0)
+    srv.stop()
+    t = Tunnel(s.port, 10 * SLOW)
+    try:
+        t.sock.sendall(b"SYNC\r\n")
+        line = t.line()
+        assert line.startswith(b"-ERR") and b"backend" in line, line
+        with pytest.raises(EOFError):
+            while True:
+                t._more()
+    finally:
+        t.close()
+    assert private_conns(s) == 0
+
+
 def test_tunnel_client_listed_and_killed_as_a_replica(redis_factory, sluice_factory):
     """sluice's CLIENT LIST shows a client that sent SYNC as Redis shows a
     replica (flags=S, TYPE replica), and CLIENT KILL TYPE replica (or
