@@ -473,10 +473,11 @@ void backend_after_reset(struct backend_conn *conn)
 }
 
 /* A new connection first authenticates (when configured). A RESP3 pool
- * connection then asks for RESP3. A shared one
- * also learns its Redis client id (CLIENT KILL must not reach it) and
- * loads sluice's scripts, so EVALSHA rarely meets NOSCRIPT (the script
- * cache is Redis's, not the connection's). A private or one-shot one does
+ * or script connection then asks for RESP3. A pool one also learns its
+ * Redis client id (PROXY INFO shows it) and what Redis says of itself
+ * (sluice's HELLO repeats it), and loads sluice's scripts, so EVALSHA
+ * rarely meets NOSCRIPT (the script cache is Redis's, not the
+ * connection's). A script, private or one-shot one does
  * nothing more: its client's first command should not wait behind
  * sluice's (a blocking XREADGROUP overtaken by another client's DEL), be
  * seen first by MONITOR, or meet -BUSY while a script runs. */

@@ -310,16 +310,23 @@ def paused_pair(redis_factory, sluice_factory):
     unpause_direct(srv)
 
 
+def hold_under_pause(srv, admin, held, reader, cmd, key, value):
+    """ADMIN pauses writes; HELD sends CMD, which Redis holds; READER's GET
+    of KEY (set to VALUE first) is served meanwhile on the one shared
+    connection."""
+    assert admin.call("SET", key, value) == Simple("OK")
+    assert admin.call("CLIENT", "PAUSE", "60000", "WRITE") == Simple("OK")
+    held.send_command(*cmd)
+    wait_blocked(srv, 1)
+    for _ in range(20):
+        assert reader.call("GET", key) == value.encode()
+
+
 def test_write_paused_reads_of_others_served(paused_pair):
     srv, s = paused_pair
     with s.raw() as admin, s.raw(10 * SLOW) as writer, s.raw() as reader:
-        assert admin.call("SET", "k", "old") == Simple("OK")
-        assert admin.call("CLIENT", "PAUSE", "60000", "WRITE") == Simple("OK")
-        writer.send_command("SET", "k", "new")
-        wait_blocked(srv, 1)
+        hold_under_pause(srv, admin, writer, reader, ("SET", "k", "new"), "k", "old")
         # The one shared connection keeps serving reads (and INFO).
-        for _ in range(20):
-            assert reader.call("GET", "k") == b"old"
         assert reader.call("PING") == Simple("PONG")
         assert b"blocked_clients:1" in reader.call("INFO", "clients")
         assert admin.call("CLIENT", "UNPAUSE") == Simple("OK")
@@ -462,12 +469,7 @@ def test_lock_during_pause_does_not_hold_shared_connection(paused_pair):
     pause: it goes on a one-shot connection, the shared one serves on."""
     srv, s = paused_pair
     with s.raw() as admin, s.raw(10 * SLOW) as locker, s.raw() as reader:
-        assert admin.call("SET", "r", "x") == Simple("OK")
-        assert admin.call("CLIENT", "PAUSE", "60000", "WRITE") == Simple("OK")
-        locker.send_command("LOCK", "lk", "10000")
-        wait_blocked(srv, 1)
-        for _ in range(20):
-            assert reader.call("GET", "r") == b"x"
+        hold_under_pause(srv, admin, locker, reader, ("LOCK", "lk", "10000"), "r", "x")
         assert admin.call("CLIENT", "UNPAUSE") == Simple("OK")
         got = locker.read_reply()
         assert isinstance(got, bytes) and got, got   # the lock's token
