@@ -961,25 +961,8 @@ void backend_write_now(void)
     }
 }
 
-/* Append a copy of RAW's bytes to OUT, RAW unchanged. */
-static void backend_copy_raw(struct evbuffer *out, struct evbuffer *raw)
-{
-    struct evbuffer_iovec stack[16], *vec = stack;
-    int n = evbuffer_peek(raw, -1, NULL, NULL, 0);
-
-    if (n > 16 && (vec = malloc((size_t)n * sizeof(*vec))) == NULL) {
-        log_warning("out of memory copying a request");
-        return;
-    }
-    n = evbuffer_peek(raw, -1, NULL, vec, n);
-    for (int i = 0; i < n; i++)
-        evbuffer_add(out, vec[i].iov_base, vec[i].iov_len);
-    if (vec != stack)
-        free(vec);
-}
-
-/* Move or copy REQ's bytes (from SRC, or req->raw when SRC is NULL) to
- * OUT. In cluster mode a paired request keeps them in req->raw, so that a
+/* Move or copy REQ's bytes (from SRC, or those REQ holds when SRC is NULL)
+ * to OUT. In cluster mode a paired request keeps a copy, so that a
  * redirection can send it again. */
 static void backend_stage(struct evbuffer *out, struct request *req, struct evbuffer *src)
 {
@@ -990,13 +973,10 @@ static void backend_stage(struct evbuffer *out, struct request *req, struct evbu
             evbuffer_add_buffer(out, req->raw);
         return;
     }
-    if (src != NULL) {
-        if (req->raw == NULL)
-            req->raw = evbuffer_new();
-        evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
-        evbuffer_remove_buffer(src, req->raw, req->raw_len);
-    }
-    backend_copy_raw(out, req->raw);
+    if (src != NULL)
+        request_move_kept(req, src, out);
+    else
+        request_copy_bytes(req, out);
 }
 
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,

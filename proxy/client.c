@@ -562,6 +562,14 @@ static void client_run_deferred(struct client *c, struct request *req)
     c->held_reply_bytes += evbuffer_get_length(req->reply);
 }
 
+/* The length of REQ's complete reply, waiting in REQ. */
+static size_t client_held_reply_len(const struct request *req)
+{
+    if (req->flags & REQ_REPLY_KEPT)
+        return req->kept_reply_len;
+    return req->reply != NULL ? evbuffer_get_length(req->reply) : 0;
+}
+
 /* Write the replies at the head of the queue that are complete. */
 static void client_flush(struct client *c)
 {
@@ -573,11 +581,13 @@ static void client_flush(struct client *c)
         if (!(req->flags & REQ_DONE))
             break;
         TAILQ_REMOVE(&c->requests, req, client_link);
-        if (req->reply != NULL) {
-            c->held_reply_bytes -= evbuffer_get_length(req->reply);
-            if (!(req->flags & REQ_NOREPLY))   /* CLIENT REPLY OFF/SKIP: dropped */
-                evbuffer_add_buffer(client_output(c), req->reply);
-        }
+        c->held_reply_bytes -= client_held_reply_len(req);
+        if (req->flags & REQ_NOREPLY)
+            ;   /* CLIENT REPLY OFF/SKIP: dropped */
+        else if (req->flags & REQ_REPLY_KEPT)
+            evbuffer_add(client_output(c), req->kept, req->kept_reply_len);
+        else if (req->reply != NULL)
+            evbuffer_add_buffer(client_output(c), req->reply);
         request_free(req);
     }
     if (client_finished(c) && evbuffer_get_length(c->output) == 0)
@@ -588,8 +598,7 @@ static void client_flush(struct client *c)
 static void client_complete(struct client *c, struct request *req)
 {
     req->flags |= REQ_DONE;
-    if (req->reply != NULL)
-        c->held_reply_bytes += evbuffer_get_length(req->reply);
+    c->held_reply_bytes += client_held_reply_len(req);
     client_flush(c);
 }
 
@@ -717,6 +726,15 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         TAILQ_REMOVE(&c->requests, req, client_link);
         request_free(req);
         client_flush(c);
+    } else if (len <= sizeof(req->kept) && req->reply == NULL) {
+        /* A small reply that waits for earlier ones stays in the request:
+         * no buffer made and freed (in cluster mode, most of a pipeline's
+         * replies come before those of an earlier request to another
+         * node). The request's own bytes are not needed again. */
+        evbuffer_remove(src, req->kept, len);
+        req->flags = (req->flags & ~(unsigned)REQ_KEPT) | REQ_REPLY_KEPT;
+        req->kept_reply_len = len;
+        client_complete(c, req);
     } else {
         req->reply = evbuffer_new();
         evbuffer_remove_buffer(src, req->reply, len);

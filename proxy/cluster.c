@@ -313,10 +313,10 @@ static int cluster_retry_unreachable(struct request *req)
 
 int cluster_take_unsent(struct request *req)
 {
-    return cluster_enabled() && req->raw != NULL && cluster_retry_unreachable(req);
+    return cluster_enabled() && request_has_bytes(req) && cluster_retry_unreachable(req);
 }
 
-/* Send REQ (its bytes in req->raw) to NODE's shared connection, after
+/* Send REQ (the bytes it holds) to NODE's shared connection, after
  * ASKING when ASKING is set. When NODE cannot be reached REQ waits to be
  * sent again (within its window) or gets the error. */
 static void cluster_resend(struct request *req, struct backend_node *node, int asking)
@@ -480,7 +480,7 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
         text[strcspn(text, "\r\n")] = '\0';
         return cluster_session_redirect(conn, req, src, len, text);
     }
-    if (req->raw == NULL || (req->client == NULL && req->on_reply == NULL) ||
+    if (!request_has_bytes(req) || (req->client == NULL && req->on_reply == NULL) ||
         req->on_reply == cluster_slots_reply)
         return 0;   /* nobody waits, or the map's own request */
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);

@@ -4,6 +4,7 @@
 #include "request.h"
 
 #include <event2/buffer.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,7 @@ struct request *request_new(void)
         if (req == NULL)
             return NULL;
     }
-    memset(req, 0, sizeof(*req));
+    memset(req, 0, offsetof(struct request, kept));   /* kept is read only under REQ_KEPT */
     req->slot = -1;
     req->args = req->args_inline;
     req->args_cap = REQ_ARGS_INLINE;
@@ -238,6 +239,51 @@ int request_take_raw(struct request *req, struct evbuffer *src)
             return -1;
     }
     return evbuffer_remove_buffer(src, req->raw, req->raw_len) == (int)req->raw_len ? 0 : -1;
+}
+
+void request_move_kept(struct request *req, struct evbuffer *src, struct evbuffer *out)
+{
+    if (req->raw == NULL && req->raw_len <= REQ_KEPT_MAX) {
+        evbuffer_copyout(src, req->kept, req->raw_len);
+        req->flags |= REQ_KEPT;
+        evbuffer_remove_buffer(src, out, req->raw_len);
+        return;
+    }
+    if (req->raw == NULL)
+        req->raw = evbuffer_new();
+    evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
+    evbuffer_remove_buffer(src, req->raw, req->raw_len);
+    request_copy_bytes(req, out);
+}
+
+int request_has_bytes(const struct request *req)
+{
+    return req->raw != NULL || (req->flags & REQ_KEPT);
+}
+
+void request_copy_bytes(const struct request *req, struct evbuffer *out)
+{
+    struct evbuffer_ptr pos;
+
+    if (req->raw == NULL) {
+        if (req->flags & REQ_KEPT)
+            evbuffer_add(out, req->kept, req->raw_len);
+        return;
+    }
+    /* Chunk by chunk, sixteen at a time: one copy, and no allocation that
+     * could fail half way. */
+    evbuffer_ptr_set(req->raw, &pos, 0, EVBUFFER_PTR_SET);
+    for (;;) {
+        struct evbuffer_iovec vec[16];
+        int n = evbuffer_peek(req->raw, -1, &pos, vec, 16);
+        size_t done = 0;
+        for (int i = 0; i < n && i < 16; i++) {
+            evbuffer_add(out, vec[i].iov_base, vec[i].iov_len);
+            done += vec[i].iov_len;
+        }
+        if (n <= 16 || evbuffer_ptr_set(req->raw, &pos, done, EVBUFFER_PTR_ADD) != 0)
+            return;
+    }
 }
 
 void request_replace_raw(struct request *req, struct evbuffer *out, struct evbuffer **src)

@@ -63,6 +63,10 @@ enum request_flag {
                                  tunnel to its private backend connection (client.c) */
     REQ_PAUSE_HELD = 1 << 15, /* sent on a one-shot connection because a CLIENT PAUSE holds
                                  it: if its client goes, that connection closes */
+    REQ_KEPT = 1 << 16,       /* cluster: a copy of its raw_len bytes is in req->kept (sent
+                                 again from there after a redirection) */
+    REQ_REPLY_KEPT = 1 << 17, /* its complete reply, kept_reply_len bytes, is in req->kept
+                                 (not req->reply): a small one that waits for earlier ones */
 };
 
 struct req_arg {
@@ -71,6 +75,11 @@ struct req_arg {
 };
 
 #define REQ_ARGS_INLINE 6
+
+/* Cluster mode keeps a sent request's bytes for a redirection: up to this
+ * many in the request itself (a GET or a small SET: no allocation). A reply
+ * that must wait for earlier ones is kept there too when it fits. */
+#define REQ_KEPT_MAX 96
 
 struct request {
     TAILQ_ENTRY(request) client_link;
@@ -101,6 +110,9 @@ struct request {
     char *ok_name;                 /* HELLO SETNAME: name to record if Redis says OK */
     int ok_db;                     /* SELECT: database + 1 to record if Redis says OK */
     uint64_t pauses_before;        /* CLIENT UNPAUSE: pauses noted when it came (pause.c) */
+    size_t kept_reply_len;         /* REQ_REPLY_KEPT: the reply's length */
+    char kept[REQ_KEPT_MAX];       /* REQ_KEPT: its bytes; REQ_REPLY_KEPT: its reply (last:
+                                      request_new leaves it as is) */
 };
 
 TAILQ_HEAD(request_queue, request);
@@ -141,6 +153,17 @@ void request_argv_close(struct req_argv *a);
 /* Make the request own its bytes: move raw_len bytes from the head of SRC
  * into req->raw. */
 int request_take_raw(struct request *req, struct evbuffer *src);
+
+/* Move REQ's bytes (the raw_len bytes at the head of SRC) to OUT, keeping
+ * a copy with REQ: in req->kept when they fit, else in req->raw. */
+void request_move_kept(struct request *req, struct evbuffer *src, struct evbuffer *out);
+
+/* Whether REQ holds its bytes (req->raw or req->kept): it can be sent
+ * (again) without its client's input. */
+int request_has_bytes(const struct request *req);
+
+/* Append a copy of the bytes REQ holds to OUT (REQ keeps them). */
+void request_copy_bytes(const struct request *req, struct evbuffer *out);
 
 /* Make OUT (taken) REQ's bytes; raw_len becomes its length. REQ's old bytes
  * are dropped: its own, or the raw_len bytes at the head of *SRC when it did
