@@ -2,7 +2,8 @@
  * multi-key command whose keys hash to several slots (MGET, MSET, DEL,
  * UNLINK, EXISTS, TOUCH) becomes one command per slot, and a whole-keyspace
  * command (DBSIZE, KEYS, RANDOMKEY, FLUSHALL, FLUSHDB, SCRIPT LOAD/EXISTS/
- * FLUSH, FUNCTION LOAD/DELETE/FLUSH) is sent as it is to every primary; the
+ * FLUSH/KILL, FUNCTION LOAD/DELETE/FLUSH/RESTORE/KILL) is sent as it is to
+ * every primary; the
  * parts go out at once and their replies are merged into the one reply the
  * client gets, in its request order.
  *
@@ -42,6 +43,8 @@ enum split_merge {
     MERGE_SAME,    /* SCRIPT LOAD, FUNCTION LOAD: one part's reply (all agree) */
     MERGE_ANY,     /* RANDOMKEY: a part's non-nil reply, else nil */
     MERGE_SCAN,    /* SCAN: one node's page, its cursor made sluice's */
+    MERGE_KILL,    /* SCRIPT KILL, FUNCTION KILL: +OK when a part killed one (the script
+                      runs on one node); else a part's error, NOTBUSY last */
 };
 
 /* SCAN's cursor for the client: the node's cursor shifted left, the
@@ -63,7 +66,8 @@ static const struct split_command {
     {"script|load", MERGE_SAME, 0}, {"script|exists", MERGE_AND, 0},
     {"script|flush", MERGE_OK, 0}, {"function|load", MERGE_SAME, 0},
     {"function|delete", MERGE_OK, 0}, {"function|flush", MERGE_OK, 0},
-    {"function|restore", MERGE_OK, 0},
+    {"function|restore", MERGE_OK, 0}, {"script|kill", MERGE_KILL, 0},
+    {"function|kill", MERGE_KILL, 0},
     {"scan", MERGE_SCAN, 0},
 };
 
@@ -72,12 +76,13 @@ struct split {
     enum split_merge merge;
     int pending;                 /* parts not yet answered */
     int parts;                   /* parts not yet freed, plus the maker's hold */
-    long long sum;               /* MERGE_SUM */
+    long long sum;               /* MERGE_SUM; MERGE_KILL: parts that said OK */
     int nkeys;                   /* MERGE_ARRAY: keys; MERGE_AND: scripts asked */
     struct evbuffer **elems;     /* MERGE_ARRAY: each key's reply element */
     long long *all_ones;         /* MERGE_AND: per script, 1 while every part said 1 */
     long long concat_count;      /* MERGE_CONCAT: elements in concat */
-    struct evbuffer *concat;     /* MERGE_CONCAT: elements; SAME/ANY: the reply kept */
+    struct evbuffer *concat;     /* MERGE_CONCAT: elements; SAME/ANY: the reply kept;
+                                    KILL: the first NOTBUSY */
     struct evbuffer *error;      /* the first error reply of a part */
     int resp;                    /* the client's protocol: its parts speak it too */
     int scan_node;               /* MERGE_SCAN: the node's place, and how many */
@@ -146,7 +151,9 @@ static void split_free(struct split *s)
 /* Write the merged reply of S to OUT. */
 static void split_write_reply(struct split *s, struct evbuffer *out)
 {
-    if (s->error != NULL) {
+    if (s->merge == MERGE_KILL && s->sum > 0) {
+        evbuffer_add(out, "+OK\r\n", 5);   /* the node that ran it killed it */
+    } else if (s->error != NULL) {
         evbuffer_add_buffer(out, s->error);
     } else if (s->merge == MERGE_SUM) {
         evbuffer_add_printf(out, ":%lld\r\n", s->sum);
@@ -169,7 +176,7 @@ static void split_write_reply(struct split *s, struct evbuffer *out)
         evbuffer_add_printf(out, "*2\r\n$%d\r\n%s\r\n", n, cursor);
         evbuffer_add_buffer(out, s->concat);
     } else if (evbuffer_get_length(s->concat) > 0) {
-        evbuffer_add_buffer(out, s->concat);   /* SAME, ANY */
+        evbuffer_add_buffer(out, s->concat);   /* SAME, ANY, KILL's NOTBUSY */
     } else {
         evbuffer_add(out, s->resp == 3 ? "_\r\n" : "$-1\r\n", s->resp == 3 ? 3 : 5);   /* no key */
     }
@@ -275,6 +282,9 @@ static int split_take(struct split *s, struct split_part *part, const char *buf,
         return 0;
     case MERGE_OK:
         return type == REPLY_STATUS ? 0 : -1;
+    case MERGE_KILL:
+        s->sum++;
+        return type == REPLY_STATUS ? 0 : -1;
     case MERGE_SCAN:
         return type == REPLY_ARRAY ? split_take_scan(s, buf, len) : -1;
     case MERGE_SAME:
@@ -294,10 +304,16 @@ static void split_part_reply(struct request *req, struct evbuffer *src, size_t l
     const char *buf = (const char *)evbuffer_pullup(src, (ssize_t)len);
     static const char bad[] = "-ERR sluice could not merge a cluster node's reply\r\n";
 
-    if (buf == NULL || type == REPLY_ERROR)
+    if (buf != NULL && s->merge == MERGE_KILL && type == REPLY_ERROR && len >= 8 &&
+        memcmp(buf, "-NOTBUSY", 8) == 0) {
+        /* Nothing runs there: the answer only if nothing ran anywhere. */
+        if (evbuffer_get_length(s->concat) == 0)
+            evbuffer_add(s->concat, buf, len);
+    } else if (buf == NULL || type == REPLY_ERROR) {
         split_part_error(s, buf != NULL ? buf : bad, buf != NULL ? len : sizeof(bad) - 1);
-    else if (split_take(s, part, buf, len, type) != 0)
+    } else if (split_take(s, part, buf, len, type) != 0) {
         split_part_error(s, bad, sizeof(bad) - 1);
+    }
     evbuffer_drain(src, len);
     if (--s->pending == 0 && s->parent != NULL)
         split_answer(s);
@@ -531,7 +547,7 @@ static int split_prepare(struct split *s, int argc)
         for (int i = 0; i < s->nkeys; i++)
             s->all_ones[i] = 1;
     } else if (s->merge == MERGE_CONCAT || s->merge == MERGE_SAME || s->merge == MERGE_ANY ||
-               s->merge == MERGE_SCAN) {
+               s->merge == MERGE_SCAN || s->merge == MERGE_KILL) {
         if ((s->concat = evbuffer_new()) == NULL)
             return -1;
     }

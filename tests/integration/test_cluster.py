@@ -626,6 +626,39 @@ def test_long_script_holds_no_plain_command_of_its_node(csluice, redis_cluster, 
     rc.delete(ka, kb)
 
 
+def test_script_and_function_kill_reach_the_node_that_runs_it(csluice, redis_cluster, rc):
+    """SCRIPT KILL and FUNCTION KILL go to every primary: a long script or
+    function on any node's key is killed through sluice (+OK, as Redis
+    answers), and with nothing running the reply is Redis's NOTBUSY."""
+    lib = ("#!lua name=killlib\n"
+           "redis.register_function('spin', function(keys, args) while true do end end)")
+    keys = [k for k, _ in keys_per_primary(redis_cluster, "kill:")]
+    for port in redis_cluster.primaries():
+        with redis_cluster.node_by_port(port).client() as node:
+            node.config_set("lua-time-limit", 10)
+    try:
+        with RawConn(csluice.port, timeout=5 * SLOW) as ctl:
+            assert ctl.call("FUNCTION", "LOAD", "REPLACE", lib) == b"killlib"
+            for verb, start in (("SCRIPT", ("EVAL", "while true do end", "1")),
+                                ("FUNCTION", ("FCALL", "spin", "1"))):
+                assert ctl.call(verb, "KILL") == Err("NOTBUSY No scripts in execution right now.")
+                for k in keys:
+                    with RawConn(csluice.port, timeout=5 * SLOW) as runner, \
+                            RawConn(csluice.port, timeout=5 * SLOW) as other:
+                        runner.send_command(*start, k)
+                        wait_until(lambda: str(other.call("GET", k)).startswith("BUSY"),
+                                   timeout=5 * SLOW)
+                        assert ctl.call(verb, "KILL") == "OK", (verb, k)
+                        killed = runner.read_reply(timeout=5 * SLOW)
+                        assert isinstance(killed, Err) and "killed" in killed.lower(), killed
+                        assert other.call("GET", k) is None
+    finally:
+        for port in redis_cluster.primaries():
+            with redis_cluster.node_by_port(port).client() as node:
+                node.config_set("lua-time-limit", 5000)
+                node.function_flush()
+
+
 def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
     """A multi-key command whose keys are split by a migration gets
     TRYAGAIN from Redis: sluice retries a bounded number of times, then
