@@ -162,6 +162,23 @@ def test_pipeline_of_10000_spanning_all_slots_in_order(csluice, rc):
         assert [c.read_reply() for _ in keys] == [1] * len(keys)
 
 
+def test_pipeline_sizes_around_what_a_request_keeps_in_place(csluice, rc):
+    """Requests and replies of every size from 0 to 200 bytes, over keys of
+    every node, pipelined: sluice keeps small ones inside the request
+    (for a redirection, or while an earlier reply is awaited) and larger
+    ones in buffers; each reply still comes back whole and in order."""
+    keys = [f"size:{i}" for i in range(300)]
+    values = [bytes((i * 7 + j) % 256 for j in range(i % 200)) for i in range(len(keys))]
+    data = b"".join(encode_command("SET", k, v) + encode_command("GET", k)
+                    for k, v in zip(keys, values))
+    with csluice.raw(timeout=30 * SLOW) as c:
+        c.send(data)
+        replies = c.read_replies(2 * len(keys), timeout=30 * SLOW)
+    assert replies[0::2] == ["OK"] * len(keys)
+    assert replies[1::2] == values
+    assert rc.delete(*keys) == len(keys)
+
+
 def test_crossslot_refused_and_nothing_sent(sr, rc):
     a, b = key_for_slot(1, "cs:"), key_for_slot(9000, "cs:")
     with pytest.raises(redis.ResponseError, match="^CROSSSLOT Keys in request don't hash "
