@@ -276,6 +276,11 @@ int backend_conn_runs_scripts(const struct backend_conn *conn)
     return conn->scripts;
 }
 
+int backend_conn_is_oneshot(const struct backend_conn *conn)
+{
+    return conn->oneshot;
+}
+
 void backend_set_reply_filter(backend_reply_filter_fn *fn)
 {
     backend_reply_filter = fn;

@@ -50,6 +50,9 @@ int backend_conn_is_shared(const struct backend_conn *conn);
 /* Whether CONN is one of the shared connections for scripts
  * (backend_script_conn). */
 int backend_conn_runs_scripts(const struct backend_conn *conn);
+/* Whether CONN is a one-shot connection (backend_control_conn): it holds
+ * no session, and closes once its request is answered. */
+int backend_conn_is_oneshot(const struct backend_conn *conn);
 
 /* Cluster mode: FN sees every error reply (LEN bytes at the head of SRC)
  * for REQ, just taken off CONN, before it is delivered; CONN_FAILED is set

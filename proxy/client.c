@@ -1213,10 +1213,13 @@ static int client_leaves_session(const struct request *req)
     return req->place == PLACE_PRIVATE && (req->cmd == NULL || !(req->cmd->flags & CMD_BLOCKING));
 }
 
+static struct backend_conn *client_conn_class(struct backend_conn *conn);
+
 /* CONN, the shared connection REQ of C would go on, unless it is stalled
  * (a long script or slow command holds it: backend_stalled) and C has
  * nothing out on it to keep order with. Then REQ goes on a one-shot
- * connection (NULL, PLACE_CONTROL), where Redis answers it as it answers
+ * connection (NULL, PLACE_CONTROL) to the same node (client_send; its
+ * redirections are followed, cluster.c), where Redis answers it as it answers
  * any other connection meanwhile: -BUSY during a script, or at once
  * after it; queued behind the script it would wait for it to end. */
 static struct backend_conn *client_detour(struct client *c, struct request *req,
@@ -1236,8 +1239,8 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
             req->flags |= REQ_PAUSE_HELD;
         return NULL;
     }
-    if (req->place != PLACE_SHARED || !backend_stalled(conn) || cluster_enabled() ||
-        (c->inflight > 0 && c->inflight_conn == conn))
+    if (req->place != PLACE_SHARED || !backend_stalled(conn) ||
+        (c->inflight > 0 && c->inflight_conn == client_conn_class(conn)))
         return conn;
     STAT_INC(stalled_detours);
     now_ms = server_pass_now_us() / 1000;
@@ -1379,7 +1382,9 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     int unpaired, tunnel = (req->flags & REQ_TUNNEL) != 0;
 
     if (conn == NULL && req->place == PLACE_CONTROL) {
-        conn = backend_control_conn(backend_default_node());
+        /* In cluster mode, a detour goes to its key's node (the stalled
+         * connection's): router_node_for_request, as for the shared one. */
+        conn = backend_control_conn(router_node_for_request(req, NULL));
         if (conn != NULL)
             backend_use_resp(conn, c->resp);   /* its reply in the client's protocol */
     }

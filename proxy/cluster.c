@@ -473,7 +473,7 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     struct backend_node *node;
     int slot = -1;
 
-    if (!backend_conn_is_shared(conn)) {
+    if (!backend_conn_is_shared(conn) && !backend_conn_is_oneshot(conn)) {
         if (conn_failed || req->client == NULL)
             return 0;
         evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
@@ -483,6 +483,12 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     if (!request_has_bytes(req) || (req->client == NULL && req->on_reply == NULL) ||
         req->on_reply == cluster_slots_reply)
         return 0;   /* nobody waits, or the map's own request */
+    /* A one-shot connection (a request gone around a stalled one) holds
+     * no session: its redirections are followed like a shared one's, on
+     * the shared connections. A failure there is the client's to hear:
+     * what it carried may have run. */
+    if (conn_failed && backend_conn_is_oneshot(conn))
+        return 0;
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
     text[strcspn(text, "\r\n")] = '\0';
     kind = cluster_classify(text, &slot, target, sizeof(target));

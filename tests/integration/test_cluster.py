@@ -45,8 +45,12 @@ def _cluster_sluice(redis_cluster, folder):
     (and its problems reported) when the generator ends."""
     # A retry window well past a failover's few seconds: requests for a dead
     # primary's slots wait for its replica instead of failing.
-    s = Sluice(folder, None, cluster_seeds=redis_cluster.seeds,
-               extra={"cluster_retry_window": 10000})
+    yield from _cluster_sluice_with(redis_cluster, folder, {"cluster_retry_window": 10000})
+
+
+def _cluster_sluice_with(redis_cluster, folder, extra):
+    """_cluster_sluice with the config keys EXTRA."""
+    s = Sluice(folder, None, cluster_seeds=redis_cluster.seeds, extra=extra)
 
     def map_loaded(s):
         wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
@@ -674,6 +678,58 @@ def test_script_and_function_kill_reach_the_node_that_runs_it(csluice, redis_clu
             with redis_cluster.node_by_port(port).client() as node:
                 node.config_set("lua-time-limit", 5000)
                 node.function_flush()
+
+
+def test_scripts_go_around_a_stalled_script_connection(redis_cluster, module_tmp, rc):
+    """Another client's script for a node whose script connection a long
+    script holds goes around it once that connection is stalled, on a
+    connection of its own to that node, and gets Redis's -BUSY at once.
+    One for a slot that has moved meanwhile meets MOVED there (Redis
+    redirects before it checks for a busy script): sluice follows it to
+    the new owner, and the client gets the script's result."""
+    gen = _cluster_sluice_with(redis_cluster, module_tmp / "detour",
+                               {"cluster_refresh_interval": 3600000})
+    ds = next(gen)
+    (ka, ka2), _, _ = keys_per_primary(redis_cluster, "detour:")
+    src = redis_cluster.slot_owner_port(slot_of(ka))
+    moved_slot = next(sl for sl in range(slot_of(ka) + 1, 16384)
+                      if redis_cluster.slot_owner_port(sl) == src)
+    kb = key_for_slot(moved_slot, "detour:moved")
+    dst = next(p for p in redis_cluster.primaries() if p != src)
+    rc.set(kb, "moved value")
+    with ds.raw() as c:   # sluice's map now has MOVED_SLOT on SRC
+        assert c.call("GET", kb) == b"moved value"
+    migrate_slot(redis_cluster, moved_slot, src, dst, keys=[kb])
+    with redis_cluster.node_by_port(src).client() as node:
+        node.config_set("lua-time-limit", 10)
+    try:
+        with RawConn(ds.port, timeout=5 * SLOW) as runner, \
+                RawConn(ds.port, timeout=5 * SLOW) as other:
+            runner.send_command("EVAL", "while true do end", "1", ka)
+            wait_until(lambda: str(other.call("GET", ka)).startswith("BUSY"), 5 * SLOW)
+            time.sleep(0.2)   # past the 100 ms after which a connection is stalled
+            reply = other.call("EVAL", "return 1", "1", ka2, timeout=2 * SLOW)
+            assert isinstance(reply, Err) and reply.startswith("BUSY"), reply
+            got = other.call("EVAL", "return redis.call('GET', KEYS[1])", "1", kb,
+                             timeout=2 * SLOW)
+            assert got == b"moved value"
+            assert int(ds.info()["stalled_detours"]) >= 2
+            assert int(cluster_info(ds)["moved"]) >= 1
+            assert other.call("SCRIPT", "KILL") == "OK"
+            killed = runner.read_reply(timeout=5 * SLOW)
+            assert isinstance(killed, Err) and "killed" in killed.lower(), killed
+            assert other.call("EVAL", "return 2", "1", ka2) == 2
+    finally:
+        with redis_cluster.node_by_port(src).client() as node:
+            try:
+                node.script_kill()   # when the test failed before it did
+            except redis.ResponseError:
+                pass
+            node.config_set("lua-time-limit", 5000)
+        migrate_slot(redis_cluster, moved_slot, dst, src, keys=[kb])
+        redis_cluster.wait_ok()
+        rc.delete(kb)
+        gen.close()
 
 
 def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
