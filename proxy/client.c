@@ -1372,6 +1372,30 @@ static void client_count_queued(struct client *c, const struct request *req)
     }
 }
 
+/* WAIT counts the replicas that have the writes of its own connection
+ * (Redis notes the replication offset after each command of a connection
+ * that was propagated). A client's writes went on the shared connections,
+ * so on its private connection WAIT would count replicas that have
+ * nothing of them yet. Before it, sluice sends there an SPUBLISH to a
+ * channel of its own: Redis propagates it to the replicas (standalone
+ * Redis does; shard channels have no patterns, so no subscriber sees it),
+ * which gives the connection the offset of everything Redis has run, the
+ * client's writes included (WAIT is sent once their replies are in:
+ * client_must_wait). Not inside MULTI, where it would be queued. */
+static void client_wait_offset(struct client *c, const struct request *req,
+                               struct backend_conn *conn)
+{
+    static const char spublish[] = "*3\r\n$8\r\nSPUBLISH\r\n$15\r\n__sluice__:wait\r\n$0\r\n\r\n";
+    struct evbuffer *buf;
+
+    if (client_role(req) != ROLE_WAIT || conn != c->private_conn ||
+        (c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)) || (buf = evbuffer_new()) == NULL)
+        return;
+    evbuffer_add(buf, spublish, sizeof(spublish) - 1);
+    backend_send_internal(conn, buf, NULL, NULL, NULL);
+    evbuffer_free(buf);
+}
+
 /* Send REQ (already in the client's queue unless it enters or is in
  * pub/sub) on CONN, or on a new one-shot connection when CONN is NULL.
  * SRC holds its bytes, or NULL when REQ owns them. */
@@ -1415,6 +1439,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             backend_use_resp(conn, c->resp);
         if (client_leaves_session(req))
             c->flags |= CLIENT_SESSION;
+        client_wait_offset(c, req, conn);
     }
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
         if (!unpaired && client_cluster_retry(c, req, conn, src, err))

@@ -82,7 +82,7 @@ static const struct placement_row placement_rows[] = {
      "answered by sluice with a users file or backend_password; else the user belongs "
      "to the connection"},
     {"reset", PLACE_PRIVATE, REQ_RESET, ROLE_RESET, NULL, "resets the connection's state"},
-    {"wait", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "blocks until replicas acknowledge"},
+    {"wait", PLACE_PRIVATE, 0, ROLE_WAIT, NULL, "blocks until replicas acknowledge"},
     {"client|tracking", PLACE_PRIVATE, 0, ROLE_CLIENT_IDS, NULL,
      "tracking belongs to the connection; REDIRECT names a sluice client id"},
     {"client|caching", PLACE_PRIVATE, 0, ROLE_NONE, NULL, "tracking belongs to the connection"},

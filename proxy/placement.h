@@ -36,6 +36,8 @@ enum placement_role {
     ROLE_SCRIPT,        /* a client's script or function: the script connections */
     ROLE_PAUSE,         /* CLIENT PAUSE: sluice notes the pause (pause.c) */
     ROLE_UNPAUSE,       /* CLIENT UNPAUSE: ends it on +OK */
+    ROLE_WAIT,          /* WAIT: its connection must first take the client's writes'
+                           replication offset (client_wait_offset) */
 };
 
 struct placement {

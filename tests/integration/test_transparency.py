@@ -2,6 +2,9 @@
 writes itself must leave in request order, local commands inside MULTI
 queue like Redis's, and empty requests are skipped."""
 
+import os
+import signal
+
 import pytest
 
 from helpers import (SLOW, RawConn, assert_same_replies, busy_eval, encode_command as enc,
@@ -539,3 +542,33 @@ def test_client_name_commands_in_subscribed_context(sluice, ref, pipelined):
               (b"CLIENT", b"GETNAME"), (b"SSUBSCRIBE", b"tr:s"), (b"CLIENT", b"GETNAME"),
               (b"SUNSUBSCRIBE",), (b"CLIENT", b"GETNAME")]
     assert_same_replies(sluice, ref, script, pipelined=pipelined)
+
+
+def test_wait_counts_replicas_that_have_the_clients_writes(redis_factory, sluice_factory):
+    """WAIT after a write counts only replicas that have that write, as on
+    a direct connection: the write went on a shared connection and WAIT on
+    the client's private one, which first takes the offset of what Redis
+    has run. A stopped replica is not counted; inside MULTI, WAIT is
+    queued like any command and EXEC's array has no extra element."""
+    primary = redis_factory()
+    replica = redis_factory("--replicaof", "127.0.0.1", str(primary.port))
+    wait_until(lambda: primary.client().info("replication").get("slave0", {}).get("state")
+               == "online", 10 * SLOW, msg="the replica to be online")
+    s = sluice_factory(primary.port)
+    with s.raw() as c:
+        assert c.call("SET", "wait:k", "1") == "OK"
+        assert c.call("WAIT", "1", str(int(5000 * SLOW))) == 1
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        for port in (primary.port, s.port):   # directly, then through sluice
+            with RawConn(port) as c:
+                assert c.call("SET", "wait:k", f"via {port}") == "OK"
+                assert c.call("WAIT", "1", "200") == 0, port
+        with s.raw() as c:
+            c.send(enc("MULTI") + enc("SET", "wait:k", "m") + enc("WAIT", "0", "0") + enc("EXEC"))
+            assert c.read_replies(4) == ["OK", "QUEUED", "QUEUED", ["OK", 0]]
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    with s.raw() as c:
+        assert c.call("SET", "wait:k", "2") == "OK"
+        assert c.call("WAIT", "1", str(int(5000 * SLOW))) == 1
