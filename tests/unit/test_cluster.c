@@ -80,13 +80,16 @@ static void test_split_choice(void)
     struct sv dbsize[] = {{"DBSIZE", 6}};
     struct sv script_load[] = {{"SCRIPT", 6}, {"LOAD", 4}, {"return 1", 8}};
     struct sv script_kill[] = {{"SCRIPT", 6}, {"KILL", 4}};
+    struct sv ping[] = {{"PING", 4}};
     struct sv msetnx[] = {{"MSETNX", 6}, {"a", 1}, {"1", 1}, {"b", 1}, {"2", 1}};
 
     CHECK(cluster_split_wants(commands_resolve(3, mget), CLUSTER_SLOT_CROSS));
     CHECK(!cluster_split_wants(commands_resolve(3, mget), 7));
     CHECK(cluster_split_wants(commands_resolve(1, dbsize), CLUSTER_SLOT_NONE));
     CHECK(cluster_split_wants(commands_resolve(3, script_load), CLUSTER_SLOT_NONE));
-    CHECK(!cluster_split_wants(commands_resolve(2, script_kill), CLUSTER_SLOT_NONE));
+    /* The script runs on one node, which one sluice does not know. */
+    CHECK(cluster_split_wants(commands_resolve(2, script_kill), CLUSTER_SLOT_NONE));
+    CHECK(!cluster_split_wants(commands_resolve(1, ping), CLUSTER_SLOT_NONE));
     CHECK(!cluster_split_wants(commands_resolve(5, msetnx), CLUSTER_SLOT_CROSS));
     CHECK(!cluster_split_wants(NULL, CLUSTER_SLOT_CROSS));
 }
