@@ -1326,8 +1326,24 @@ static int client_must_wait(const struct client *c, const struct request *req,
     if (c->inflight > 0 && (c->inflight_conn != client_conn_class(conn) ||
                             client_cluster_moves(c, req)))
         return 1;
+    /* A slot changed owner since C's requests in flight were sent: one of
+     * them may be redirected, and sent again after REQ, for the same key,
+     * would run after it. So none goes under the new map before they are
+     * answered (map changes are rare: resharding, failover). */
+    if (c->inflight > 0 && cluster_enabled() && c->inflight_map_version != cluster_map_version())
+        return 1;
     return (req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH) &&
            !TAILQ_EMPTY(&c->requests);
+}
+
+/* One more request of C in flight, on CONN (client_must_wait's terms). */
+static void client_count_inflight(struct client *c, struct backend_conn *conn)
+{
+    c->inflight++;
+    c->inflight_conn = client_conn_class(conn);
+    c->inflight_map_version = cluster_map_version();
+    if (c->inflight >= client_cfg->client_max_inflight)
+        client_over_limit(c);
 }
 
 /* Cluster mode: REQ could not be sent on CONN, a shared connection whose
@@ -1346,10 +1362,7 @@ static int client_cluster_retry(struct client *c, struct request *req, struct ba
         client_fail_send(c, req, err);   /* its bytes are in req->raw: nothing to drain */
         return 1;
     }
-    c->inflight++;
-    c->inflight_conn = client_conn_class(conn);
-    if (c->inflight >= client_cfg->client_max_inflight)
-        client_over_limit(c);
+    client_count_inflight(c, conn);
     return 1;
 }
 
@@ -1468,12 +1481,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
      * client_on_passthrough). */
     if ((req->flags & REQ_RESET) && !client_is_monitor(c))
         client_block(c);
-    if (!unpaired) {
-        c->inflight++;
-        c->inflight_conn = client_conn_class(conn);
-        if (c->inflight >= client_cfg->client_max_inflight)
-            client_over_limit(c);
-    }
+    if (!unpaired)
+        client_count_inflight(c, conn);
     if (backend_congested(conn) && c->waiting_on == NULL) {
         c->flags |= CLIENT_PAUSED;
         client_read_off(c);

@@ -67,6 +67,7 @@ struct client {
     long long redirect_redis_id;        /* and the Redis id sent for it (clientid.c) */
     struct backend_conn *inflight_conn; /* where its sent requests are */
     int inflight;                       /* requests sent and not yet answered */
+    uint64_t inflight_map_version;      /* cluster: the slot map's version they were sent under */
     int fences;                         /* fences sent, not yet back (client_fence) */
     long long subscriptions;            /* channels + patterns, as Redis last counted */
     long long shard_subscriptions;      /* shard channels, likewise */

@@ -50,6 +50,7 @@
 static const struct config *cluster_cfg;
 static struct event *cluster_tick;
 static struct backend_node *cluster_owner[SLOT_COUNT];
+static uint64_t cluster_version;   /* counts changes of cluster_owner (cluster_map_version) */
 static int cluster_have_map;
 static uint64_t cluster_map_ms;           /* when the map was last loaded, 0: never */
 static uint64_t cluster_asked_ms;         /* when a map was last asked for */
@@ -80,6 +81,19 @@ struct backend_node *cluster_node_for_slot(int slot)
     if (slot < 0 || slot >= SLOT_COUNT)
         return NULL;
     return cluster_owner[slot];
+}
+
+uint64_t cluster_map_version(void)
+{
+    return cluster_version;
+}
+
+/* SLOT is NODE's from now on. */
+static void cluster_set_owner(int slot, struct backend_node *node)
+{
+    if (cluster_owner[slot] != node)
+        cluster_version++;
+    cluster_owner[slot] = node;
 }
 
 int cluster_node_is_primary(const struct backend_node *node)
@@ -177,7 +191,7 @@ static void cluster_install(struct backend_node **map)
     for (int s = 0; s < SLOT_COUNT; s++) {
         served += map[s] != NULL;
         changed += map[s] != cluster_owner[s];
-        cluster_owner[s] = map[s];
+        cluster_set_owner(s, map[s]);
     }
     if (!cluster_have_map || changed > 0)
         log_notice("cluster: slot map loaded, %d slots served, %d changed", served, changed);
@@ -449,7 +463,7 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
         cluster_full_target(target, sizeof(target), backend_conn_node(conn));
         node = backend_node_get(target);
         if (node != NULL)
-            cluster_owner[slot] = node;
+            cluster_set_owner(slot, node);
     } else {
         STAT_INC(cluster_ask);
     }
@@ -527,7 +541,7 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     }
     if (kind == REDIRECT_MOVED) {
         STAT_INC(cluster_moved);
-        cluster_owner[slot] = node;
+        cluster_set_owner(slot, node);
         cluster_want_refresh();
     } else {
         STAT_INC(cluster_ask);

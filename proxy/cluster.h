@@ -6,6 +6,7 @@
 #define SLUICE_CLUSTER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sv.h"
 
@@ -30,6 +31,11 @@ int cluster_enabled(void);
 
 /* The primary serving SLOT, or NULL when the map names none. */
 struct backend_node *cluster_node_for_slot(int slot);
+
+/* Changes so far to which node owns which slot (MOVED, a new map): a
+ * client's requests sent under one version may run in another order than
+ * sent when later ones go under another (client_must_wait). */
+uint64_t cluster_map_version(void);
 
 /* The slot of every key of a request for CMD (ARGC arguments ARGV):
  * the slot, CLUSTER_SLOT_NONE without keys (or CMD NULL), or

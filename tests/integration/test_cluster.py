@@ -732,6 +732,57 @@ def test_scripts_go_around_a_stalled_script_connection(redis_cluster, module_tmp
         gen.close()
 
 
+def test_no_request_overtakes_one_sent_under_an_older_map(redis_cluster, module_tmp, rc):
+    """A client's request still out (here an MSET that gets TRYAGAIN while
+    its slot migrates) was sent under the old slot map. Once the map has
+    changed (another client met a MOVED), the client's next request waits
+    for it: sent at once, a SET of the same key would run first and the
+    MSET, redirected later, would overwrite it."""
+    gen = _cluster_sluice_with(redis_cluster, module_tmp / "mapversion",
+                               {"cluster_refresh_interval": 3600000,
+                                "cluster_max_redirects": 100})
+    ds = next(gen)
+    slot = 6100
+    k1, k2 = key_for_slot(slot, "order:a"), key_for_slot(slot, "order:b")
+    src, dst = redis_cluster.owner_and_other(slot)
+    other_slot = next(sl for sl in range(0, 16384, 7)
+                      if redis_cluster.slot_owner_port(sl) not in (src, dst))
+    kt = key_for_slot(other_slot, "order:t")
+    other_src = redis_cluster.slot_owner_port(other_slot)
+    for k in (k1, k2, kt):
+        rc.set(k, "old")
+    with ds.raw() as c:   # sluice's map: SLOT on SRC, OTHER_SLOT on OTHER_SRC
+        assert c.call("MGET", k1, k2, kt) == [b"old"] * 3
+    migrate_slot(redis_cluster, other_slot, other_src, dst, keys=[kt])
+    migrate_slot(redis_cluster, slot, src, dst, keys=[k1], finish=False)
+    try:
+        with RawConn(ds.port, timeout=10 * SLOW) as x, RawConn(ds.port) as y:
+            x.send_command("MSET", k1, "from mset", k2, "from mset")   # TRYAGAIN, again and again
+            time.sleep(0.25)
+            assert y.call("GET", kt) == b"old"   # a MOVED: sluice's map changes
+            x.send_command("SET", k1, "from set")   # sent after the MSET
+            time.sleep(0.25)
+            with redis_cluster.node_by_port(src).client() as s:
+                s.execute_command("MIGRATE", "127.0.0.1", dst, k2, 0, 5000)
+            finish_migration(redis_cluster, slot, dst)
+            assert x.read_replies(2, timeout=10 * SLOW) == ["OK", "OK"]
+        assert rc.get(k1) == b"from set"
+    finally:
+        # SLOT may still be half-migrated (a failure above): finish it, then
+        # move both slots home.
+        with redis_cluster.node_by_port(src).client() as s:
+            for kk in s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                s.execute_command("MIGRATE", "127.0.0.1", dst, kk, 0, 5000)
+        finish_migration(redis_cluster, slot, dst)
+        for sl, home in ((slot, src), (other_slot, other_src)):
+            with redis_cluster.node_by_port(dst).client() as d:
+                keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", sl, 100)
+            migrate_slot(redis_cluster, sl, dst, home, keys=keys)
+        redis_cluster.wait_ok()
+        rc.delete(k1, k2, kt)
+        gen.close()
+
+
 def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
     """A multi-key command whose keys are split by a migration gets
     TRYAGAIN from Redis: sluice retries a bounded number of times, then
