@@ -2,8 +2,8 @@
  * multi-key command whose keys hash to several slots (MGET, MSET, DEL,
  * UNLINK, EXISTS, TOUCH) becomes one command per slot, and a whole-keyspace
  * command (DBSIZE, KEYS, RANDOMKEY, FLUSHALL, FLUSHDB, SCRIPT LOAD/EXISTS/
- * FLUSH/KILL, FUNCTION LOAD/DELETE/FLUSH/RESTORE/KILL) is sent as it is to
- * every primary; the
+ * FLUSH/KILL, FUNCTION LOAD/DELETE/FLUSH/RESTORE/KILL, and admin commands
+ * such as CONFIG SET) is sent as it is to every primary; the
  * parts go out at once and their replies are merged into the one reply the
  * client gets, in its request order.
  *
@@ -36,7 +36,7 @@
 
 enum split_merge {
     MERGE_ARRAY,   /* MGET: one element per key, in key order */
-    MERGE_SUM,     /* DEL, UNLINK, EXISTS, TOUCH, DBSIZE: integers added */
+    MERGE_SUM,     /* DEL, UNLINK, EXISTS, TOUCH, DBSIZE, SLOWLOG LEN...: integers added */
     MERGE_OK,      /* MSET, FLUSHALL...: +OK when every part said so */
     MERGE_CONCAT,  /* KEYS: every part's elements, one array */
     MERGE_AND,     /* SCRIPT EXISTS: 1 where every part says 1 */
@@ -69,6 +69,14 @@ static const struct split_command {
     {"function|restore", MERGE_OK, 0}, {"script|kill", MERGE_KILL, 0},
     {"function|kill", MERGE_KILL, 0},
     {"scan", MERGE_SCAN, 0},
+    /* Admin commands that change or reset what every node has (README,
+     * "Admin commands in cluster mode"): the others reach one node. */
+    {"config|set", MERGE_OK, 0}, {"config|resetstat", MERGE_OK, 0},
+    {"config|rewrite", MERGE_OK, 0}, {"slowlog|reset", MERGE_OK, 0},
+    {"slowlog|len", MERGE_SUM, 0}, {"latency|reset", MERGE_SUM, 0},
+    {"memory|purge", MERGE_OK, 0}, {"save", MERGE_OK, 0}, {"bgsave", MERGE_SAME, 0},
+    {"bgrewriteaof", MERGE_SAME, 0}, {"acl|setuser", MERGE_OK, 0},
+    {"acl|deluser", MERGE_SUM, 0}, {"acl|load", MERGE_OK, 0}, {"acl|save", MERGE_OK, 0},
 };
 
 struct split {

@@ -783,6 +783,40 @@ def test_no_request_overtakes_one_sent_under_an_older_map(redis_cluster, module_
         gen.close()
 
 
+def test_admin_commands_that_change_every_node_reach_every_primary(csluice, redis_cluster):
+    """CONFIG SET, SLOWLOG RESET/LEN, LATENCY RESET, ACL SETUSER/DELUSER and
+    SAVE go to every primary (README, "Admin commands in cluster mode"),
+    never to one node only; an error of any primary is the reply."""
+    primaries = redis_cluster.primaries()
+
+    def on_each(*args):
+        out = []
+        for port in primaries:
+            with redis_cluster.node_by_port(port).client() as node:
+                out.append(node.execute_command(*args))
+        return out
+
+    with csluice.client() as c:
+        assert c.config_set("slowlog-log-slower-than", 0) is True
+        # (every command is logged now: the CONFIG GETs leave an entry on each)
+        assert [v[1] for v in on_each("CONFIG", "GET", "slowlog-log-slower-than")] == \
+            [b"0"] * len(primaries)
+        assert c.config_set("slowlog-log-slower-than", 10000) is True
+        assert [v[1] for v in on_each("CONFIG", "GET", "slowlog-log-slower-than")] == \
+            [b"10000"] * len(primaries)
+        assert c.slowlog_len() == sum(on_each("SLOWLOG", "LEN")) >= len(primaries)
+        assert c.slowlog_reset() is True
+        assert on_each("SLOWLOG", "LEN") == [0] * len(primaries)
+        assert c.execute_command("LATENCY", "RESET") >= 0
+        assert c.execute_command("ACL", "SETUSER", "clusteradmin", "on", "nopass") == b"OK"
+        assert on_each("ACL", "GETUSER", "clusteradmin").count(None) == 0
+        assert c.execute_command("ACL", "DELUSER", "clusteradmin") == len(primaries)
+        assert on_each("ACL", "GETUSER", "clusteradmin") == [None] * len(primaries)
+        assert c.execute_command("SAVE") is True
+        with pytest.raises(redis.ResponseError, match="Unknown option"):
+            c.config_set("no-such-option", 1)
+
+
 def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
     """A multi-key command whose keys are split by a migration gets
     TRYAGAIN from Redis: sluice retries a bounded number of times, then
