@@ -47,10 +47,11 @@ enum split_merge {
                       runs on one node); else a part's error, NOTBUSY last */
 };
 
-/* SCAN's cursor for the client: the node's cursor shifted left, the
- * node's place among the primaries (sorted by name) in the low bits. */
-#define SPLIT_SCAN_NODE_BITS 10
-#define SPLIT_SCAN_MAX_NODES (1 << SPLIT_SCAN_NODE_BITS)
+/* SCAN walks the primaries in the order of the first slot each serves.
+ * Its cursor for the client: the node's own cursor shifted left by 14
+ * bits, and that first slot in the low 14. A node keeps its place while
+ * it serves the same slots: a failover changes only its address. */
+#define SPLIT_SCAN_SLOT_BITS 14
 
 /* Commands run in parts: name, merge, arguments per key (0: the whole
  * command to every primary). */
@@ -93,8 +94,8 @@ struct split {
                                     KILL: the first NOTBUSY */
     struct evbuffer *error;      /* the first error reply of a part */
     int resp;                    /* the client's protocol: its parts speak it too */
-    int scan_node;               /* MERGE_SCAN: the node's place, and how many */
-    int scan_nodes;
+    int scan_slot;               /* MERGE_SCAN: the first slot of the node scanned, */
+    int scan_next;               /* and of the node after it (0: none) */
 };
 
 struct split_part {
@@ -247,7 +248,7 @@ static int split_take_array(struct split *s, struct split_part *part, const char
     return 0;
 }
 
-/* SCAN's page [cursor, [keys...]] from node number s->scan_node: the
+/* SCAN's page [cursor, [keys...]] from the node of s->scan_slot: the
  * keys as they are, the cursor made sluice's (the next node's start when
  * this node is done, 0 after the last). */
 static int split_take_scan(struct split *s, const char *buf, size_t len)
@@ -265,14 +266,12 @@ static int split_take_scan(struct split *s, const char *buf, size_t len)
     memcpy(digits, text, text_len);
     digits[text_len] = '\0';
     next = strtoull(digits, NULL, 10);
-    if (next >> (64 - SPLIT_SCAN_NODE_BITS) != 0)
+    if (next >> (64 - SPLIT_SCAN_SLOT_BITS) != 0)
         return -1;   /* a cursor too large to carry the node as well */
     if (next != 0)
-        s->sum = (long long)((next << SPLIT_SCAN_NODE_BITS) | (unsigned)s->scan_node);
-    else if (s->scan_node + 1 < s->scan_nodes)
-        s->sum = s->scan_node + 1;
+        s->sum = (long long)((next << SPLIT_SCAN_SLOT_BITS) | (unsigned)s->scan_slot);
     else
-        s->sum = 0;
+        s->sum = s->scan_next;
     evbuffer_add(s->concat, w.p, (size_t)(w.end - w.p));
     return 0;
 }
@@ -476,10 +475,30 @@ static void split_by_primary(struct split *s, unsigned long long client_id, int 
     }
 }
 
-static int split_node_name_cmp(const void *a, const void *b)
+#define SPLIT_SCAN_MAX_NODES 1024
+
+/* The start of the next node in SCAN's walk after slot AFTER (the first
+ * node's with AFTER -1): the first slot above AFTER that is the lowest
+ * slot of the primary serving it. 0 when there is none. */
+static int split_scan_next_start(int after)
 {
-    return strcmp(backend_node_name(*(struct backend_node *const *)a),
-                  backend_node_name(*(struct backend_node *const *)b));
+    static struct backend_node *seen[SPLIT_SCAN_MAX_NODES];
+    struct backend_node *prev = NULL;
+    int nseen = 0;
+
+    for (int slot = 0; slot < SLOT_COUNT; slot++) {
+        struct backend_node *node = cluster_node_for_slot(slot);
+        int first = node != NULL && node != prev;
+        /* A new range: the node's first slot unless a range before was its. */
+        for (int i = 0; first && i < nseen; i++)
+            first = seen[i] != node;
+        if (first && slot > after)
+            return slot;
+        if (first && nseen < SPLIT_SCAN_MAX_NODES)
+            seen[nseen++] = node;
+        prev = node;
+    }
+    return 0;
 }
 
 /* SCAN with the client's CURSOR (ARGV[1]): the rest of the command to
@@ -487,13 +506,11 @@ static int split_node_name_cmp(const void *a, const void *b)
 static void split_scan(struct split *s, unsigned long long client_id, int argc,
                        const struct sv *argv)
 {
-    static struct backend_node *nodes[SPLIT_SCAN_MAX_NODES];
-    struct backend_node *node = NULL;
     unsigned long long cursor = 0;
+    struct backend_node *node;
     struct split_part *part;
     struct evbuffer *buf;
     char text[24];
-    int n = 0;
 
     if (argc < 2) {
         static const char arity[] = "-ERR wrong number of arguments for 'scan' command\r\n";
@@ -508,24 +525,23 @@ static void split_scan(struct split *s, unsigned long long client_id, int argc,
         }
         cursor = cursor * 10 + (unsigned)(argv[1].ptr[i] - '0');
     }
-    while ((node = backend_node_next(node)) != NULL && n < SPLIT_SCAN_MAX_NODES) {
-        if (cluster_node_is_primary(node))
-            nodes[n++] = node;
-    }
-    qsort(nodes, (size_t)n, sizeof(*nodes), split_node_name_cmp);
-    s->scan_nodes = n;
-    s->scan_node = (int)(cursor & (SPLIT_SCAN_MAX_NODES - 1));
-    if (s->scan_node >= n || (part = split_part_new(s, 0)) == NULL) {
-        s->concat_count = 0;   /* past the last node: an empty last page */
+    s->scan_slot = (int)(cursor & (SLOT_COUNT - 1));
+    if (cursor == 0)
+        s->scan_slot = split_scan_next_start(-1);   /* the walk begins */
+    node = cluster_node_for_slot(s->scan_slot);
+    s->scan_next = split_scan_next_start(s->scan_slot);
+    if (node == NULL || (part = split_part_new(s, 0)) == NULL) {
+        s->concat_count = 0;   /* the slot is served by nobody now: an empty last page */
         evbuffer_add(s->concat, "*0\r\n", 4);
+        s->sum = 0;
         return;
     }
-    snprintf(text, sizeof(text), "%llu", cursor >> SPLIT_SCAN_NODE_BITS);
+    snprintf(text, sizeof(text), "%llu", cursor >> SPLIT_SCAN_SLOT_BITS);
     buf = evbuffer_new();
     evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", argc, strlen(text), text);
     for (int i = 2; i < argc; i++)
         reply_bulk(buf, argv[i].ptr, argv[i].len);
-    split_send(part, nodes[s->scan_node], client_id, buf);
+    split_send(part, node, client_id, buf);
 }
 
 /* Drop the maker's hold; answer when every part already has. */

@@ -1102,6 +1102,51 @@ def test_scan_walks_every_primary(csluice, sr, rc):
     assert sr.delete(*keys, "scan:list") == 501
 
 
+def test_scan_keeps_its_place_through_a_failover(csluice, sr, redis_cluster):
+    """SCAN walks the primaries in the order of their slots, so a failover
+    of a node other than the one being walked (its address changes, its
+    slots do not) moves no node's place: the scan goes on and returns every
+    key once. The node failed over is one whose new address sorts among
+    the primaries' addresses differently (a walk in address order would
+    lose its place)."""
+    keys = {f"scanfo:{i}" for i in range(300)}
+    sr.mset({k: 1 for k in keys})
+    time.sleep(0.5)   # Redis finishes growing its tables: no rehash repeats a key
+    cursor, page = sr.scan(0, match="scanfo:*", count=20)
+    seen = [k.decode() for k in page]
+    assert cursor != 0
+    walked = redis_cluster.slot_owner_port(cursor % 16384)
+    primaries = redis_cluster.primaries()
+
+    def order(ports):
+        return sorted(f"127.0.0.1:{p}" for p in ports)
+
+    def order_changes(port):
+        replica = replica_of(redis_cluster, port)
+        after = [replica if p == port else p for p in primaries]
+        return [order(after).index(f"127.0.0.1:{q}") for q in primaries if q != port] != \
+            [order(primaries).index(f"127.0.0.1:{q}") for q in primaries if q != port]
+
+    victim = next((p for p in primaries if p != walked and order_changes(p)),
+                  next(p for p in primaries if p != walked))
+    new = replica_of(redis_cluster, victim)
+    with redis_cluster.node_by_port(new).client() as c:
+        assert c.execute_command("CLUSTER", "FAILOVER") == b"OK"
+    wait_until(lambda: new in redis_cluster.primaries(), 20 * SLOW,
+               msg="the replica to take over")
+    redis_cluster.wait_ok()
+    victim_slot = next(sl for sl in range(0, 16384, 64) if redis_cluster.slot_owner_port(sl) == new)
+    assert sr.set(key_for_slot(victim_slot, "scanfo-moved:"), 1)   # a MOVED: sluice reads the map
+    wait_until(lambda: not any(line.endswith(f":{victim}")
+                               for line in cluster_info(csluice)["slots"]),
+               5 * SLOW, msg="sluice's map to name the new primary for all its slots")
+    while cursor != 0:
+        cursor, page = sr.scan(cursor, match="scanfo:*", count=20)
+        seen += [k.decode() for k in page]
+    assert sorted(seen) == sorted(keys)
+    assert sr.delete(*keys, key_for_slot(victim_slot, "scanfo-moved:")) == len(keys) + 1
+
+
 def test_pubsub_and_sharded_pubsub(csluice, redis_cluster):
     """PUBLISH reaches subscribers wherever they are (the cluster
     broadcasts); SSUBSCRIBE and SPUBLISH go by the channel's slot."""
