@@ -32,6 +32,7 @@
 #include "client.h"
 #include "commands.h"
 #include "config.h"
+#include "learn.h"
 #include "log.h"
 #include "placement.h"
 #include "reply.h"
@@ -553,15 +554,35 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
 /* ---------------------------------------------------------------------
  * Requests */
 
+/* The key positions of a command outside sluice's table (a module's),
+ * as sluice learned them from COMMAND INFO (first key, last key, step):
+ * into KEYS (room for ARGC). None for a command not learned, or whose keys
+ * only the module finds (movablekeys without a first key). */
+static int cluster_learned_keys(int argc, const struct sv *argv, int *keys)
+{
+    const struct learned_command *lc = argc > 0 ? learn_lookup(argv[0].ptr, argv[0].len) : NULL;
+    int last, step, n = 0;
+
+    if (lc == NULL || !lc->known || lc->first_key <= 0)
+        return 0;
+    last = lc->last_key < 0 ? argc + lc->last_key : lc->last_key;
+    step = lc->key_step > 0 ? lc->key_step : 1;
+    for (int i = lc->first_key; i <= last && i < argc; i += step)
+        keys[n++] = i;
+    return n;
+}
+
 int cluster_request_slot(const struct command *cmd, int argc, const struct sv *argv)
 {
     int stack[CLUSTER_KEYS_STACK], *keys = stack, n, slot = CLUSTER_SLOT_NONE;
 
-    if (cmd == NULL)
-        return CLUSTER_SLOT_NONE;
     if (argc > CLUSTER_KEYS_STACK && (keys = malloc((size_t)argc * sizeof(*keys))) == NULL)
         return CLUSTER_SLOT_NONE;
-    n = commands_keys(cmd, argc, argv, keys, argc > CLUSTER_KEYS_STACK ? argc : CLUSTER_KEYS_STACK);
+    if (cmd == NULL)
+        n = cluster_learned_keys(argc, argv, keys);
+    else
+        n = commands_keys(cmd, argc, argv, keys,
+                          argc > CLUSTER_KEYS_STACK ? argc : CLUSTER_KEYS_STACK);
     for (int i = 0; i < n; i++) {
         int s = slot_for_key(argv[keys[i]].ptr, argv[keys[i]].len);
         if (slot == CLUSTER_SLOT_NONE) {

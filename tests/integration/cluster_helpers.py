@@ -40,9 +40,10 @@ def free_cluster_port(taken=()):
 
 
 class ClusterNodeProc:
-    def __init__(self, root, port, password=None):
+    def __init__(self, root, port, password=None, extra_args=()):
         self.port = port
         self.password = password
+        self.extra_args = list(extra_args)
         self.dir = Path(root) / f"node{port}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.dir / "redis.log"
@@ -57,6 +58,7 @@ class ClusterNodeProc:
                 "--cluster-node-timeout", str(CLUSTER_NODE_TIMEOUT_MS)]
         if self.password is not None:
             args += ["--requirepass", self.password, "--masterauth", self.password]
+        args += self.extra_args
         self._logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdout=self._logf, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -95,15 +97,15 @@ class ClusterNodeProc:
 
 class ClusterRedis:
     """3 primaries + 3 replicas. `ports` lists every node; `seeds` is the
-    `cluster =` value naming them all."""
+    `cluster =` value naming them all. EXTRA_ARGS go to every redis-server."""
 
-    def __init__(self, root, primaries=3, replicas=1, password=None):
+    def __init__(self, root, primaries=3, replicas=1, password=None, extra_args=()):
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         ports = []
         for _ in range(primaries * (1 + replicas)):
             ports.append(free_cluster_port(ports))
-        self.nodes = [ClusterNodeProc(self.root, p, password) for p in ports]
+        self.nodes = [ClusterNodeProc(self.root, p, password, extra_args) for p in ports]
         self.replicas = replicas
         self.password = password
 

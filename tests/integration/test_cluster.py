@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from cluster_helpers import ClusterRedis
-from conftest import Sluice, _read_log, started_sluice
+from conftest import SLUICE_BIN, Sluice, _read_log, started_sluice
 from helpers import RawConn, encode_command, Err, SLOW, wait_until
 
 
@@ -1191,6 +1191,34 @@ def test_backend_password_applies_to_every_node(tmp_path):
         assert rcl.get("pw:42") == b"pw:42"
         rcl.close()
         assert "refused sluice's own request" not in _read_log(s.log_path)
+    finally:
+        problems = s.stop()
+        cl.stop()
+    assert not problems, problems
+
+
+def test_module_commands_routed_by_their_keys(tmp_path):
+    """A module's keyed command (sluicetest.echo KEY VALUE, whose key
+    position sluice learns from COMMAND INFO) goes to its key's primary:
+    no MOVED to follow, whichever node serves the key; a keyless one goes
+    to any node."""
+    module = Path(SLUICE_BIN).parent / "sluicetest.so"
+    if not module.is_file():
+        pytest.fail(f"test module not built: {module} (`make test` builds it)", pytrace=False)
+    cl = ClusterRedis(tmp_path / "mod", replicas=0, extra_args=("--loadmodule", str(module)))
+    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds)
+    try:
+        cl.start()
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="sluice to load the map")
+        keys = [key_for_slot(next(sl for sl in range(0, 16384, 97) if cl.slot_owner_port(sl) == p),
+                             "mod:") for p in cl.primaries()]
+        with s.raw() as c:
+            for k in keys:
+                assert c.call("sluicetest.echo", k, f"via {k}") == f"via {k}".encode()
+            assert c.call("sluicetest.noflags") == "OK"
+        assert cluster_info(s)["moved"] == "0"
     finally:
         problems = s.stop()
         cl.stop()
