@@ -337,6 +337,14 @@ def migrate_slot(cluster, slot, src_port, dst_port, keys=(), finish=True):
             finish_migration(cluster, slot, dst_port)
 
 
+def complete_migration(cluster, slot, src_port, dst_port):
+    """Move the keys of SLOT still on SRC to DST, then finish_migration."""
+    with cluster.node_by_port(src_port).client() as s:
+        for k in s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            s.execute_command("MIGRATE", "127.0.0.1", dst_port, k, 0, 5000)
+    finish_migration(cluster, slot, dst_port)
+
+
 def finish_migration(cluster, slot, dst_port):
     """SETSLOT NODE everywhere, importing node first (it takes a new config
     epoch), then wait until every node agrees: moving the slot again before
@@ -770,10 +778,7 @@ def test_no_request_overtakes_one_sent_under_an_older_map(redis_cluster, module_
     finally:
         # SLOT may still be half-migrated (a failure above): finish it, then
         # move both slots home.
-        with redis_cluster.node_by_port(src).client() as s:
-            for kk in s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-                s.execute_command("MIGRATE", "127.0.0.1", dst, kk, 0, 5000)
-        finish_migration(redis_cluster, slot, dst)
+        complete_migration(redis_cluster, slot, src, dst)
         for sl, home in ((slot, src), (other_slot, other_src)):
             with redis_cluster.node_by_port(dst).client() as d:
                 keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", sl, 100)
@@ -841,10 +846,7 @@ def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
             # closed at once, its request waiting for a retry
         assert sr.get(b) == b"2"
     finally:
-        with redis_cluster.node_by_port(src).client() as s:
-            for kk in s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-                s.execute_command("MIGRATE", "127.0.0.1", dst, kk, 0, 5000)
-        finish_migration(redis_cluster, slot, dst)
+        complete_migration(redis_cluster, slot, src, dst)
     assert sr.mget(a, b) == [b"1", b"2"]
     with redis_cluster.node_by_port(dst).client() as d:
         keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
