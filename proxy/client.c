@@ -582,12 +582,13 @@ static void client_flush(struct client *c)
             break;
         TAILQ_REMOVE(&c->requests, req, client_link);
         c->held_reply_bytes -= client_held_reply_len(req);
-        if (req->flags & REQ_NOREPLY)
-            ;   /* CLIENT REPLY OFF/SKIP: dropped */
-        else if (req->flags & REQ_REPLY_KEPT)
+        if (req->flags & REQ_NOREPLY) {
+            /* CLIENT REPLY OFF/SKIP: dropped */
+        } else if (req->flags & REQ_REPLY_KEPT) {
             evbuffer_add(client_output(c), req->kept, req->kept_reply_len);
-        else if (req->reply != NULL)
+        } else if (req->reply != NULL) {
             evbuffer_add_buffer(client_output(c), req->reply);
+        }
         request_free(req);
     }
     if (client_finished(c) && evbuffer_get_length(c->output) == 0)
@@ -1614,19 +1615,35 @@ static void client_expect_pushes(struct request *req)
     req->pushes_left = req->argc > 1 ? req->argc - 1 : -1;
 }
 
+static const char *client_cluster_session_answer(const struct client *c,
+                                                 const struct request *req,
+                                                 struct placement place);
+
 /* A module's command waited to be learned before the gate could judge
- * its keys (auth.c): judge it now. Returns 1 when REQ was refused (and
- * answered), 0 when it goes on. */
+ * its keys (auth.c), and, in cluster mode, before its slot was known
+ * (client_cluster_check saw no keys): judge both now, PLACE being where
+ * it goes. Returns 1 when REQ was refused (and answered), 0 when it goes
+ * on. */
 static int client_refused_after_learning(struct client *c, struct request *req,
-                                         const struct sv *argv, struct evbuffer *src)
+                                         const struct sv *argv, struct evbuffer *src,
+                                         struct placement place)
 {
     char denied[400];
+    const char *line = NULL;
 
-    if (!c->auth_checks || auth_admit(c, req->cmd, req->argc, argv, denied, sizeof(denied)) == 0)
+    if (c->auth_checks && auth_admit(c, req->cmd, req->argc, argv, denied, sizeof(denied)) != 0) {
+        line = denied;
+    } else if (cluster_enabled()) {
+        req->slot = cluster_request_slot(req->cmd, req->argc, argv);
+        line = cluster_answer(req->cmd, req->argc, argv, req->slot);
+        if (line == NULL)
+            line = client_cluster_session_answer(c, req, place);
+    }
+    if (line == NULL)
         return 0;
     if (src != NULL)
         evbuffer_drain(src, req->raw_len);
-    client_refuse(c, req, denied);
+    client_refuse(c, req, line);
     return 1;
 }
 
@@ -1687,8 +1704,8 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     struct backend_conn *conn;
 
     if (req->place == PLACE_LEARN) {
-        client_place(req, argv);   /* released after learning: decide again */
-        if (req->place != PLACE_LEARN && client_refused_after_learning(c, req, argv, src))
+        struct placement place = client_place(req, argv);   /* released after learning */
+        if (req->place != PLACE_LEARN && client_refused_after_learning(c, req, argv, src, place))
             return c->closing ? -1 : 0;
     }
     if (req->place == PLACE_LEARN)

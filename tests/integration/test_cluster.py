@@ -1214,8 +1214,11 @@ def test_module_commands_routed_by_their_keys(tmp_path):
         s.start()
         wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
                    msg="sluice to load the map")
+        # The first command (held while sluice learns it) is for a key of
+        # another node than the first seed, which keyless commands go to.
+        owners = sorted(cl.primaries(), key=lambda p: p == cl.ports[0])
         keys = [key_for_slot(next(sl for sl in range(0, 16384, 97) if cl.slot_owner_port(sl) == p),
-                             "mod:") for p in cl.primaries()]
+                             "mod:") for p in owners]
         with s.raw() as c:
             for k in keys:
                 assert c.call("sluicetest.echo", k, f"via {k}") == f"via {k}".encode()
