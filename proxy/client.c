@@ -562,6 +562,8 @@ static void client_run_deferred(struct client *c, struct request *req)
     c->held_reply_bytes += evbuffer_get_length(req->reply);
 }
 
+static void client_try_unstall(struct client *c);
+
 /* The length of REQ's complete reply, waiting in REQ. */
 static size_t client_held_reply_len(const struct request *req)
 {
@@ -615,9 +617,18 @@ struct evbuffer *client_reply_buffer(struct client *c, struct request *req)
 
 int client_answer(struct client *c, struct request *req)
 {
+    int split = (req->flags & REQ_SPLIT) != 0;   /* REQ may be freed below */
+
     client_enter(c);
+    if (split) {   /* every part is answered: no longer in flight */
+        req->flags &= ~(unsigned)REQ_SPLIT;
+        c->inflight--;
+    }
     client_complete(c, req);
-    client_check_output_limit(c);
+    if (client_check_output_limit(c) == 0 && split && !c->closing) {
+        client_try_unstall(c);   /* what waited for the parts goes on */
+        client_check_drained(c);
+    }
     return client_leave(c);
 }
 
@@ -701,8 +712,6 @@ static void client_apply_session(struct client *c, struct request *req, int type
     if (req->flags & REQ_RESET)
         client_reset_session(c);
 }
-
-static void client_try_unstall(struct client *c);
 
 void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
@@ -1337,11 +1346,22 @@ static int client_must_wait(const struct client *c, const struct request *req,
            !TAILQ_EMPTY(&c->requests);
 }
 
-/* One more request of C in flight, on CONN (client_must_wait's terms). */
-static void client_count_inflight(struct client *c, struct backend_conn *conn)
+/* Cluster mode: whether a command run in parts on the shared connections
+ * of its nodes (cluster_split.c) must wait, as client_must_wait says for
+ * one request: C has requests out elsewhere (a script, its private
+ * connection), or sent under an older slot map. */
+static int client_split_must_wait(const struct client *c)
+{
+    return c->inflight > 0 && (c->inflight_conn != CLIENT_SHARED_CONNS ||
+                               c->inflight_map_version != cluster_map_version());
+}
+
+/* One more request of C in flight, on connections of CLASS
+ * (client_conn_class: client_must_wait's terms). */
+static void client_count_inflight(struct client *c, struct backend_conn *class)
 {
     c->inflight++;
-    c->inflight_conn = client_conn_class(conn);
+    c->inflight_conn = class;
     c->inflight_map_version = cluster_map_version();
     if (c->inflight >= client_cfg->client_max_inflight)
         client_over_limit(c);
@@ -1363,7 +1383,7 @@ static int client_cluster_retry(struct client *c, struct request *req, struct ba
         client_fail_send(c, req, err);   /* its bytes are in req->raw: nothing to drain */
         return 1;
     }
-    client_count_inflight(c, conn);
+    client_count_inflight(c, client_conn_class(conn));
     return 1;
 }
 
@@ -1483,13 +1503,15 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     if ((req->flags & REQ_RESET) && !client_is_monitor(c))
         client_block(c);
     if (!unpaired)
-        client_count_inflight(c, conn);
+        client_count_inflight(c, client_conn_class(conn));
     if (backend_congested(conn) && c->waiting_on == NULL) {
         c->flags |= CLIENT_PAUSED;
         client_read_off(c);
         backend_wait(conn, c);
     }
 }
+
+static void client_split_held(struct client *c, struct request *req);
 
 static void client_try_unstall(struct client *c)
 {
@@ -1498,6 +1520,14 @@ static void client_try_unstall(struct client *c)
 
     if (req == NULL)
         return;
+    if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
+        if (client_split_must_wait(c))
+            return;
+        c->stalled = NULL;
+        client_split_held(c, req);
+        client_process_input(c);
+        return;
+    }
     conn = client_route(c, req);
     if (client_must_wait(c, req, conn))
         return;
@@ -1674,7 +1704,7 @@ static void client_local_in_multi(struct client *c, struct request *req, const s
  * is {NULL, len}) is read first: REQ takes its bytes from *SRC (then set
  * to NULL), makes them one run and is viewed again. Returns 0, or -1 when
  * out of memory (REQ not split). */
-static int client_split(struct request *req, const struct sv *argv, struct evbuffer **src)
+static int client_split_views(struct request *req, const struct sv *argv, struct evbuffer **src)
 {
     struct req_argv whole;
     int unread = 0, rc;
@@ -1692,6 +1722,35 @@ static int client_split(struct request *req, const struct sv *argv, struct evbuf
              ? cluster_split_run(req, req->argc, whole.argv) : -1;
     request_argv_close(&whole);
     return rc;
+}
+
+/* Run REQ (in C's queue) in parts, as client_split_views. It counts as
+ * one request of C in flight on the shared connections until its merged
+ * reply is in (client_answer), which may be before this returns: REQ may
+ * be gone then. Returns 0, or -1 when out of memory (REQ not split). */
+static int client_split(struct client *c, struct request *req, const struct sv *argv,
+                        struct evbuffer **src)
+{
+    req->flags |= REQ_SPLIT;
+    client_count_inflight(c, CLIENT_SHARED_CONNS);
+    if (client_split_views(req, argv, src) == 0)
+        return 0;
+    req->flags &= ~(unsigned)REQ_SPLIT;
+    c->inflight--;
+    return -1;
+}
+
+/* Cluster mode: the split request REQ (its bytes in req->raw) waited for
+ * C's requests out elsewhere: run it now. */
+static void client_split_held(struct client *c, struct request *req)
+{
+    struct evbuffer *none = NULL;
+    struct req_argv views;
+
+    if (request_argv_open(&views, req, req->raw) != 0 ||
+        client_split(c, req, views.argv, &none) != 0)
+        client_reply_error(c, req, "OOM sluice is out of memory");
+    request_argv_close(&views);
 }
 
 /* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
@@ -1772,10 +1831,17 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     if (client_cluster_defer_multi(c, req, src))
         return 0;
     if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
-        if (client_split(req, argv, &src) != 0)
+        size_t raw_len = req->raw_len;   /* REQ may be answered, and freed, by its split */
+        if (client_split_must_wait(c)) {
+            if (src != NULL)
+                request_take_raw(req, src);
+            c->stalled = req;   /* client_try_unstall runs it */
+            return -1;
+        }
+        if (client_split(c, req, argv, &src) != 0)
             client_reply_error(c, req, "OOM sluice is out of memory");
         if (src != NULL)
-            evbuffer_drain(src, req->raw_len);
+            evbuffer_drain(src, raw_len);
         return c->closing || (c->flags & CLIENT_OVER_LIMIT) ? -1 : 0;
     }
     conn = client_route(c, req);

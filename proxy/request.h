@@ -67,6 +67,8 @@ enum request_flag {
                                  again from there after a redirection) */
     REQ_REPLY_KEPT = 1 << 17, /* its complete reply, kept_reply_len bytes, is in req->kept
                                  (not req->reply): a small one that waits for earlier ones */
+    REQ_SPLIT = 1 << 18,      /* cluster: runs in parts (cluster_split.c); counts as one in
+                                 flight for its client until client_answer */
 };
 
 struct req_arg {

@@ -822,6 +822,30 @@ def test_admin_commands_that_change_every_node_reach_every_primary(csluice, redi
             c.config_set("no-such-option", 1)
 
 
+def test_split_command_waits_for_the_clients_script(csluice, redis_cluster, rc):
+    """A command run in parts (MSET across slots) pipelined after the
+    client's own long script waits for it, as any other command of the
+    client does: its part for the script's node is not sent during the
+    script (Redis would answer it -BUSY), and runs after it."""
+    (ka, _), (kb, _), _ = keys_per_primary(redis_cluster, "splitorder:")
+    port = redis_cluster.slot_owner_port(slot_of(ka))
+    busy = ("local s = redis.call('TIME') local t = s "
+            "while (t[1] - s[1]) * 1000000 + (t[2] - s[2]) < 300000 do "
+            "t = redis.call('TIME') end return redis.call('SET', KEYS[1], 'from script')")
+    with redis_cluster.node_by_port(port).client() as node:
+        node.config_set("lua-time-limit", 10)
+    try:
+        with RawConn(csluice.port, timeout=5 * SLOW) as c:
+            c.send(encode_command("EVAL", busy, "1", ka) +
+                   encode_command("MSET", ka, "from mset", kb, "b"))
+            assert c.read_replies(2, timeout=5 * SLOW) == ["OK", "OK"]
+        assert rc.get(ka) == b"from mset"
+    finally:
+        with redis_cluster.node_by_port(port).client() as node:
+            node.config_set("lua-time-limit", 5000)
+        rc.delete(ka, kb)
+
+
 def test_tryagain_is_retried_then_bounded(csluice, redis_cluster, sr):
     """A multi-key command whose keys are split by a migration gets
     TRYAGAIN from Redis: sluice retries a bounded number of times, then
