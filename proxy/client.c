@@ -47,6 +47,7 @@
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -713,11 +714,31 @@ static void client_apply_session(struct client *c, struct request *req, int type
         client_reset_session(c);
 }
 
+/* REQ, a WAIT marked by client_wait_offset_reply, has its reply of LEN
+ * bytes at the head of SRC: it gets an error in its place (through
+ * client_on_reply). Returns 0 when out of memory: the reply goes as is. */
+static int client_wait_blind_reply(struct request *req, struct evbuffer *src, size_t len)
+{
+    struct evbuffer *err = evbuffer_new();
+
+    if (err == NULL)
+        return 0;
+    req->flags &= ~(unsigned)REQ_WAIT_BLIND;
+    evbuffer_drain(src, len);
+    reply_error(err, "sluice could not give WAIT this client's writes: its backend user may "
+                "not SPUBLISH to __sluice__:wait");
+    client_on_reply(req, err, evbuffer_get_length(err), REPLY_ERROR);
+    evbuffer_free(err);
+    return 1;
+}
+
 void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct client *c = req->client;
     int reset = (req->flags & REQ_RESET) != 0;   /* REQ may be freed below */
 
+    if ((req->flags & REQ_WAIT_BLIND) && client_wait_blind_reply(req, src, len))
+        return;
     client_enter(c);
     c->inflight--;
     client_apply_session(c, req, type);
@@ -1406,6 +1427,38 @@ static void client_count_queued(struct client *c, const struct request *req)
     }
 }
 
+/* The reply to client_wait_offset's SPUBLISH (CTX: the client's id). An
+ * error (the backend user may not publish to __sluice__:wait: Redis 7's
+ * users have no channels unless given) leaves the connection without the
+ * client's offset: WAIT, sent right behind, would count replicas that
+ * lack its writes. That WAIT (C's oldest one not answered) gets an error
+ * instead of a count that claims too much. */
+static void client_wait_offset_reply(struct request *req, struct evbuffer *src, size_t len,
+                                     int type)
+{
+    static int warned;
+    struct client *c = client_find((uint64_t)(uintptr_t)req->ctx);
+    struct request *wait;
+    char text[160] = {0};
+
+    if (type == REPLY_ERROR && c != NULL) {
+        evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+        text[strcspn(text, "\r\n")] = '\0';
+        if (!warned)
+            log_warning("WAIT: Redis refused sluice's SPUBLISH __sluice__:wait (%s): WAIT gets "
+                        "an error until sluice's backend user is given &__sluice__:wait", text + 1);
+        warned = 1;
+        TAILQ_FOREACH(wait, &c->requests, client_link) {
+            if (client_role(wait) == ROLE_WAIT && !(wait->flags & REQ_DONE)) {
+                wait->flags |= REQ_WAIT_BLIND;
+                break;
+            }
+        }
+    }
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
 /* WAIT counts the replicas that have the writes of its own connection
  * (Redis notes the replication offset after each command of a connection
  * that was propagated). A client's writes went on the shared connections,
@@ -1426,7 +1479,7 @@ static void client_wait_offset(struct client *c, const struct request *req,
         (c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)) || (buf = evbuffer_new()) == NULL)
         return;
     evbuffer_add(buf, spublish, sizeof(spublish) - 1);
-    backend_send_internal(conn, buf, NULL, NULL, NULL);
+    backend_send_internal(conn, buf, client_wait_offset_reply, (void *)(uintptr_t)c->id, NULL);
     evbuffer_free(buf);
 }
 

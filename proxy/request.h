@@ -69,6 +69,8 @@ enum request_flag {
                                  (not req->reply): a small one that waits for earlier ones */
     REQ_SPLIT = 1 << 18,      /* cluster: runs in parts (cluster_split.c); counts as one in
                                  flight for its client until client_answer */
+    REQ_WAIT_BLIND = 1 << 19, /* WAIT whose connection could not take the client's replication
+                                 offset (client_wait_offset): answered with an error */
 };
 
 struct req_arg {

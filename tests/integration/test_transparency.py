@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from helpers import (SLOW, RawConn, assert_same_replies, busy_eval, encode_command as enc,
+from helpers import (SLOW, Err, RawConn, assert_same_replies, busy_eval, encode_command as enc,
                      wait_until)
 
 SLOW_EVAL = busy_eval(200000)
@@ -572,3 +572,30 @@ def test_wait_counts_replicas_that_have_the_clients_writes(redis_factory, sluice
     with s.raw() as c:
         assert c.call("SET", "wait:k", "2") == "OK"
         assert c.call("WAIT", "1", str(int(5000 * SLOW))) == 1
+
+
+def test_wait_errs_when_the_backend_user_may_not_take_the_offset(redis_factory, sluice_factory):
+    """WAIT's offset comes from sluice's SPUBLISH __sluice__:wait, which
+    Redis refuses to a backend user with no channels (Redis 7's default
+    for a new user). WAIT would then count replicas that lack the
+    client's writes (a stopped replica counted as having them): it gets
+    an error instead, and the count again once the user may publish."""
+    primary = redis_factory()
+    replica = redis_factory("--replicaof", "127.0.0.1", str(primary.port))
+    wait_until(lambda: primary.client().info("replication").get("slave0", {}).get("state")
+               == "online", 10 * SLOW, msg="the replica to be online")
+    primary.client().execute_command("ACL", "SETUSER", "waiter", "on", ">pw", "~*", "+@all",
+                                     "resetchannels")
+    s = sluice_factory(primary.port, backend_user="waiter", backend_password="pw")
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        with s.raw() as c:
+            assert c.call("AUTH", "waiter", "pw") == "OK"
+            assert c.call("SET", "wait:acl", "1") == "OK"
+            reply = c.call("WAIT", "1", "200")
+            assert isinstance(reply, Err) and "__sluice__:wait" in reply, reply
+            assert c.call("GET", "wait:acl") == b"1"
+            primary.client().execute_command("ACL", "SETUSER", "waiter", "&__sluice__:wait")
+            assert c.call("WAIT", "1", "200") == 0
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
