@@ -557,7 +557,10 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
 /* The key positions of a command outside sluice's table (a module's),
  * as sluice learned them from COMMAND INFO (first key, last key, step):
  * into KEYS (room for ARGC). None for a command not learned, or whose keys
- * only the module finds (movablekeys without a first key). */
+ * only the module finds (movablekeys without a first key). With
+ * movablekeys the range may hold arguments that are no keys (only the
+ * module knows): the first key alone routes it, and Redis judges the rest
+ * (CROSSSLOT). */
 static int cluster_learned_keys(int argc, const struct sv *argv, int *keys)
 {
     const struct learned_command *lc = argc > 0 ? learn_lookup(argv[0].ptr, argv[0].len) : NULL;
@@ -565,6 +568,10 @@ static int cluster_learned_keys(int argc, const struct sv *argv, int *keys)
 
     if (lc == NULL || !lc->known || lc->first_key <= 0)
         return 0;
+    if (lc->flags & CMD_MOVABLEKEYS) {
+        keys[0] = lc->first_key;
+        return lc->first_key < argc;
+    }
     last = lc->last_key < 0 ? argc + lc->last_key : lc->last_key;
     step = lc->key_step > 0 ? lc->key_step : 1;
     for (int i = lc->first_key; i <= last && i < argc; i += step)

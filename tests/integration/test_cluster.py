@@ -1254,6 +1254,38 @@ def test_module_commands_routed_by_their_keys(tmp_path):
     assert not problems, problems
 
 
+def test_module_command_with_movable_keys_goes_by_its_first_key(tmp_path):
+    """A module's command whose keys only the module finds (getkeys-api:
+    COMMAND INFO says movablekeys, its declared range 1..-1 covers the
+    other arguments too) is not judged CROSSSLOT by arguments that are
+    no keys: it goes by its first key, and Redis judges the rest."""
+    module = Path(SLUICE_BIN).parent / "sluicetest.so"
+    if not module.is_file():
+        pytest.fail(f"test module not built: {module} (`make test` builds it)", pytrace=False)
+    cl = ClusterRedis(tmp_path / "mod", replicas=0, extra_args=("--loadmodule", str(module)))
+    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds)
+    try:
+        cl.start()
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="sluice to load the map")
+        owners = cl.primaries()
+        slots = [next(sl for sl in range(0, 16384, 97) if cl.slot_owner_port(sl) == p)
+                 for p in owners]
+        k1, k2 = key_for_slot(slots[1], "mv:"), key_for_slot(slots[1], "mv2:")
+        tag = key_for_slot(slots[2], "tag:")   # hashes elsewhere, but is no key
+        with s.raw() as c:
+            for _ in range(2):   # held while learned, then as learned
+                assert c.call("sluicetest.pairs", k1, tag, k2, tag) == "OK"
+            reply = c.call("sluicetest.pairs", k1, tag, key_for_slot(slots[0], "mv:"), tag)
+            assert isinstance(reply, Err) and reply.startswith("CROSSSLOT"), reply
+        assert cluster_info(s)["moved"] == "0"
+    finally:
+        problems = s.stop()
+        cl.stop()
+    assert not problems, problems
+
+
 def test_resp3_client(csluice, rc):
     """A RESP3 client (HELLO 3) reaches every node, through MOVED-free
     routing and split commands alike, with RESP3 replies."""

@@ -10,6 +10,9 @@
  *   sluicetest.echo KEY VALUE   "readonly fast", key at 1: replies VALUE
  *   sluicetest.block MS         "blocking": blocks the caller MS ms, then +WOKE
  *   sluicetest.noflags          no flags, no keys: +OK
+ *   sluicetest.pairs KEY TAG... "readonly getkeys-api", declared keys 1..-1
+ *                               but the module says only each KEY is one
+ *                               (movablekeys): +OK
  */
 #include <stddef.h>
 
@@ -37,6 +40,8 @@ static int (*sluicetest_reply_simple)(RedisModuleCtx *ctx, const char *msg);
 static int (*sluicetest_reply_error)(RedisModuleCtx *ctx, const char *err);
 static int (*sluicetest_reply_string)(RedisModuleCtx *ctx, RedisModuleString *str);
 static int (*sluicetest_string_to_ll)(const RedisModuleString *str, long long *ll);
+static int (*sluicetest_is_keys_position_request)(RedisModuleCtx *ctx);
+static void (*sluicetest_key_at_pos)(RedisModuleCtx *ctx, int pos);
 static RedisModuleBlockedClient *(*sluicetest_block_client)(RedisModuleCtx *ctx,
                                                             sluicetest_cmd_fn reply_cb,
                                                             sluicetest_cmd_fn timeout_cb,
@@ -56,6 +61,8 @@ static const struct {
     {"RedisModule_ReplyWithString", &sluicetest_reply_string},
     {"RedisModule_StringToLongLong", &sluicetest_string_to_ll},
     {"RedisModule_BlockClient", &sluicetest_block_client},
+    {"RedisModule_IsKeysPositionRequest", &sluicetest_is_keys_position_request},
+    {"RedisModule_KeyAtPos", &sluicetest_key_at_pos},
 };
 
 static int sluicetest_echo(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
@@ -102,6 +109,21 @@ static int sluicetest_noflags(RedisModuleCtx *ctx, RedisModuleString **argv, int
     return sluicetest_reply_simple(ctx, "OK");
 }
 
+/* KEY TAG pairs: only the keys are keys, as the module tells Redis when
+ * asked (its declared range, every argument, is wider). */
+static int sluicetest_pairs(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    (void)argv;
+    if (argc < 3 || argc % 2 == 0)
+        return sluicetest_wrong_arity(ctx);
+    if (sluicetest_is_keys_position_request(ctx)) {
+        for (int i = 1; i < argc; i += 2)
+            sluicetest_key_at_pos(ctx, i);
+        return SLUICETEST_OK;
+    }
+    return sluicetest_reply_simple(ctx, "OK");
+}
+
 static const struct {
     const char *name;
     sluicetest_cmd_fn fn;
@@ -111,6 +133,7 @@ static const struct {
     {"sluicetest.echo", sluicetest_echo, "readonly fast", 1, 1, 1},
     {"sluicetest.block", sluicetest_block, "blocking", 0, 0, 0},
     {"sluicetest.noflags", sluicetest_noflags, "", 0, 0, 0},
+    {"sluicetest.pairs", sluicetest_pairs, "readonly getkeys-api", 1, -1, 1},
 };
 
 #define SLUICETEST_COUNT(a) (sizeof(a) / sizeof((a)[0]))
