@@ -714,8 +714,8 @@ static void client_apply_session(struct client *c, struct request *req, int type
         client_reset_session(c);
 }
 
-/* REQ, a WAIT marked by client_wait_offset_reply, has its reply of LEN
- * bytes at the head of SRC: it gets an error in its place (through
+/* REQ, a WAIT marked by client_wait_offset_reply, has its count (LEN
+ * bytes at the head of SRC): it gets an error in its place (through
  * client_on_reply). Returns 0 when out of memory: the reply goes as is. */
 static int client_wait_blind_reply(struct request *req, struct evbuffer *src, size_t len)
 {
@@ -725,8 +725,8 @@ static int client_wait_blind_reply(struct request *req, struct evbuffer *src, si
         return 0;
     req->flags &= ~(unsigned)REQ_WAIT_BLIND;
     evbuffer_drain(src, len);
-    reply_error(err, "sluice could not give WAIT this client's writes: its backend user may "
-                "not SPUBLISH to __sluice__:wait");
+    reply_error(err, "sluice could not give WAIT this client's writes: Redis refused its "
+                "SPUBLISH to __sluice__:wait (sluice's backend user needs &__sluice__:wait)");
     client_on_reply(req, err, evbuffer_get_length(err), REPLY_ERROR);
     evbuffer_free(err);
     return 1;
@@ -737,7 +737,8 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
     struct client *c = req->client;
     int reset = (req->flags & REQ_RESET) != 0;   /* REQ may be freed below */
 
-    if ((req->flags & REQ_WAIT_BLIND) && client_wait_blind_reply(req, src, len))
+    if ((req->flags & REQ_WAIT_BLIND) && type != REPLY_ERROR &&   /* (-BUSY: as it is) */
+        client_wait_blind_reply(req, src, len))
         return;
     client_enter(c);
     c->inflight--;
