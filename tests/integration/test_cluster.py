@@ -688,6 +688,33 @@ def test_script_and_function_kill_reach_the_node_that_runs_it(csluice, redis_clu
                 node.function_flush()
 
 
+def test_script_kill_of_an_unkillable_script_says_so(tmp_path):
+    """SCRIPT KILL while a script that has written runs on one node: that
+    node's -UNKILLABLE is the reply (the others' NOTBUSY is not), as
+    Redis answers; the cluster is the test's own (the node must be shut
+    down to end the script)."""
+    cl = ClusterRedis(tmp_path / "unkillable", replicas=0, extra_args=("--lua-time-limit", "10"))
+    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds)
+    try:
+        cl.start()
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="sluice to load the map")
+        k = key_for_slot(next(sl for sl in range(0, 16384, 97)
+                              if cl.slot_owner_port(sl) == cl.primaries()[1]), "unk:")
+        with RawConn(s.port, timeout=5 * SLOW) as runner, \
+                RawConn(s.port, timeout=5 * SLOW) as ctl:
+            runner.send_command("EVAL", "redis.call('SET', KEYS[1], 'w') while true do end", "1", k)
+            wait_until(lambda: str(ctl.call("GET", k)).startswith("BUSY"), 5 * SLOW)
+            reply = ctl.call("SCRIPT", "KILL")
+            assert isinstance(reply, Err) and reply.startswith("UNKILLABLE"), reply
+            assert ctl.call("FUNCTION", "KILL") != "OK"
+    finally:
+        problems = s.stop()
+        cl.stop()
+    assert not problems, problems
+
+
 def test_scripts_go_around_a_stalled_script_connection(redis_cluster, module_tmp, rc):
     """Another client's script for a node whose script connection a long
     script holds goes around it once that connection is stalled, on a
