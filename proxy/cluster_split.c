@@ -77,7 +77,8 @@ static const struct split_command {
     {"slowlog|len", MERGE_SUM, 0}, {"latency|reset", MERGE_SUM, 0},
     {"memory|purge", MERGE_OK, 0}, {"save", MERGE_OK, 0}, {"bgsave", MERGE_SAME, 0},
     {"bgrewriteaof", MERGE_SAME, 0}, {"acl|setuser", MERGE_OK, 0},
-    {"acl|deluser", MERGE_SUM, 0}, {"acl|load", MERGE_OK, 0}, {"acl|save", MERGE_OK, 0},
+    /* Users are the same on every primary: ACL DELUSER's count is one's. */
+    {"acl|deluser", MERGE_SAME, 0}, {"acl|load", MERGE_OK, 0}, {"acl|save", MERGE_OK, 0},
 };
 
 struct split {
