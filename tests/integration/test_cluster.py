@@ -7,6 +7,7 @@ fixture) and one sluice in front of it serve the module; tests that move
 slots put them back, and each test uses keys of its own.
 """
 
+import contextlib
 import subprocess
 import threading
 import tempfile
@@ -56,6 +57,34 @@ def _cluster_sluice_with(redis_cluster, folder, extra):
         wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
                    msg=f"sluice in {folder} to load the slot map")
     yield from started_sluice(s, ready=map_loaded)
+
+
+@contextlib.contextmanager
+def own_cluster_sluice(tmp_path, extra_args=()):
+    """A cluster of the test's own (3 primaries, no replicas, EXTRA_ARGS to
+    every redis-server) and a sluice in front of it with its slot map
+    loaded: (cluster, sluice). Both stopped after; the sluice's problems
+    fail the test."""
+    cl = ClusterRedis(tmp_path / "own-cluster", replicas=0, extra_args=extra_args)
+    s = Sluice(tmp_path / "own-sluice", None, cluster_seeds=cl.seeds)
+    try:
+        cl.start()
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="sluice to load the map")
+        yield cl, s
+    finally:
+        problems = s.stop()
+        cl.stop()
+    assert not problems, problems
+
+
+def module_path():
+    """The test module, built by `make test` next to the sluice under test."""
+    module = Path(SLUICE_BIN).parent / "sluicetest.so"
+    if not module.is_file():
+        pytest.fail(f"test module not built: {module} (`make test` builds it)", pytrace=False)
+    return module
 
 
 @pytest.fixture(scope="module")
@@ -693,13 +722,7 @@ def test_script_kill_of_an_unkillable_script_says_so(tmp_path):
     node's -UNKILLABLE is the reply (the others' NOTBUSY is not), as
     Redis answers; the cluster is the test's own (the node must be shut
     down to end the script)."""
-    cl = ClusterRedis(tmp_path / "unkillable", replicas=0, extra_args=("--lua-time-limit", "10"))
-    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds)
-    try:
-        cl.start()
-        s.start()
-        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
-                   msg="sluice to load the map")
+    with own_cluster_sluice(tmp_path, ("--lua-time-limit", "10")) as (cl, s):
         k = key_for_slot(next(sl for sl in range(0, 16384, 97)
                               if cl.slot_owner_port(sl) == cl.primaries()[1]), "unk:")
         with RawConn(s.port, timeout=5 * SLOW) as runner, \
@@ -709,10 +732,6 @@ def test_script_kill_of_an_unkillable_script_says_so(tmp_path):
             reply = ctl.call("SCRIPT", "KILL")
             assert isinstance(reply, Err) and reply.startswith("UNKILLABLE"), reply
             assert ctl.call("FUNCTION", "KILL") != "OK"
-    finally:
-        problems = s.stop()
-        cl.stop()
-    assert not problems, problems
 
 
 def test_scripts_go_around_a_stalled_script_connection(redis_cluster, module_tmp, rc):
@@ -1255,16 +1274,7 @@ def test_module_commands_routed_by_their_keys(tmp_path):
     position sluice learns from COMMAND INFO) goes to its key's primary:
     no MOVED to follow, whichever node serves the key; a keyless one goes
     to any node."""
-    module = Path(SLUICE_BIN).parent / "sluicetest.so"
-    if not module.is_file():
-        pytest.fail(f"test module not built: {module} (`make test` builds it)", pytrace=False)
-    cl = ClusterRedis(tmp_path / "mod", replicas=0, extra_args=("--loadmodule", str(module)))
-    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds)
-    try:
-        cl.start()
-        s.start()
-        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
-                   msg="sluice to load the map")
+    with own_cluster_sluice(tmp_path, ("--loadmodule", str(module_path()))) as (cl, s):
         # The first command (held while sluice learns it) is for a key of
         # another node than the first seed, which keyless commands go to.
         owners = sorted(cl.primaries(), key=lambda p: p == cl.ports[0])
@@ -1275,10 +1285,6 @@ def test_module_commands_routed_by_their_keys(tmp_path):
                 assert c.call("sluicetest.echo", k, f"via {k}") == f"via {k}".encode()
             assert c.call("sluicetest.noflags") == "OK"
         assert cluster_info(s)["moved"] == "0"
-    finally:
-        problems = s.stop()
-        cl.stop()
-    assert not problems, problems
 
 
 def test_module_command_with_movable_keys_goes_by_its_first_key(tmp_path):
@@ -1286,16 +1292,7 @@ def test_module_command_with_movable_keys_goes_by_its_first_key(tmp_path):
     COMMAND INFO says movablekeys, its declared range 1..-1 covers the
     other arguments too) is not judged CROSSSLOT by arguments that are
     no keys: it goes by its first key, and Redis judges the rest."""
-    module = Path(SLUICE_BIN).parent / "sluicetest.so"
-    if not module.is_file():
-        pytest.fail(f"test module not built: {module} (`make test` builds it)", pytrace=False)
-    cl = ClusterRedis(tmp_path / "mod", replicas=0, extra_args=("--loadmodule", str(module)))
-    s = Sluice(tmp_path / "sluice", None, cluster_seeds=cl.seeds)
-    try:
-        cl.start()
-        s.start()
-        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
-                   msg="sluice to load the map")
+    with own_cluster_sluice(tmp_path, ("--loadmodule", str(module_path()))) as (cl, s):
         owners = cl.primaries()
         slots = [next(sl for sl in range(0, 16384, 97) if cl.slot_owner_port(sl) == p)
                  for p in owners]
@@ -1307,10 +1304,6 @@ def test_module_command_with_movable_keys_goes_by_its_first_key(tmp_path):
             reply = c.call("sluicetest.pairs", k1, tag, key_for_slot(slots[0], "mv:"), tag)
             assert isinstance(reply, Err) and reply.startswith("CROSSSLOT"), reply
         assert cluster_info(s)["moved"] == "0"
-    finally:
-        problems = s.stop()
-        cl.stop()
-    assert not problems, problems
 
 
 def test_resp3_client(csluice, rc):
