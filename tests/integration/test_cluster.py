@@ -60,12 +60,12 @@ def _cluster_sluice_with(redis_cluster, folder, extra):
 
 
 @contextlib.contextmanager
-def own_cluster_sluice(tmp_path, extra_args=()):
-    """A cluster of the test's own (3 primaries, no replicas, EXTRA_ARGS to
-    every redis-server) and a sluice in front of it with its slot map
-    loaded: (cluster, sluice). Both stopped after; the sluice's problems
-    fail the test."""
-    cl = ClusterRedis(tmp_path / "own-cluster", replicas=0, extra_args=extra_args)
+def own_cluster_sluice(tmp_path, extra_args=(), replicas=0):
+    """A cluster of the test's own (3 primaries with REPLICAS each,
+    EXTRA_ARGS to every redis-server) and a sluice in front of it with its
+    slot map loaded: (cluster, sluice). Both stopped after; the sluice's
+    problems fail the test."""
+    cl = ClusterRedis(tmp_path / "own-cluster", replicas=replicas, extra_args=extra_args)
     s = Sluice(tmp_path / "own-sluice", None, cluster_seeds=cl.seeds)
     try:
         cl.start()
@@ -1174,13 +1174,19 @@ def test_scan_walks_every_primary(csluice, sr, rc):
     assert sr.delete(*keys, "scan:list") == 501
 
 
-def test_scan_keeps_its_place_through_a_failover(csluice, sr, redis_cluster):
+def test_scan_keeps_its_place_through_a_failover(tmp_path):
     """SCAN walks the primaries in the order of their slots, so a failover
     of a node other than the one being walked (its address changes, its
     slots do not) moves no node's place: the scan goes on and returns every
     key once. The node failed over is one whose new address sorts among
     the primaries' addresses differently (a walk in address order would
-    lose its place)."""
+    lose its place). A cluster of the test's own, with replicas: the
+    shared one keeps its topology for the tests after it."""
+    with own_cluster_sluice(tmp_path, replicas=1) as (cl, s), s.client() as sr:
+        _scan_through_a_failover(cl, s, sr)
+
+
+def _scan_through_a_failover(redis_cluster, csluice, sr):
     keys = {f"scanfo:{i}" for i in range(300)}
     sr.mset({k: 1 for k in keys})
     time.sleep(0.5)   # Redis finishes growing its tables: no rehash repeats a key
