@@ -86,6 +86,12 @@ class Tunnel:
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
+    def expect_close(self):
+        """Read until sluice closes the connection (fails on a timeout)."""
+        with pytest.raises(EOFError):
+            while True:
+                self._more()
+
     def rdb(self):
         head = self.line()
         assert head.startswith(b"$"), head
@@ -158,9 +164,7 @@ def test_redis_closing_the_replica_closes_the_tunnel_client(redis_factory, sluic
         d = srv.client()
         assert d.client_kill_filter(_type="slave") == 1
         d.close()
-        with pytest.raises(EOFError):
-            while True:
-                t._more()
+        t.expect_close()
     finally:
         t.close()
     wait_until(lambda: private_conns(s) == 0, 5 * SLOW, msg="private connection freed")
@@ -178,9 +182,7 @@ def test_sync_with_redis_down_gets_an_error_then_closes(redis_factory, sluice_fa
         t.sock.sendall(b"SYNC\r\n")
         line = t.line()
         assert line.startswith(b"-ERR") and b"backend" in line, line
-        with pytest.raises(EOFError):
-            while True:
-                t._more()
+        t.expect_close()
     finally:
         t.close()
     assert private_conns(s) == 0
@@ -202,9 +204,7 @@ def test_tunnel_client_listed_and_killed_as_a_replica(redis_factory, sluice_fact
                        c.call("CLIENT", "LIST", "TYPE", "normal").decode().splitlines())
             assert c.call("CLIENT", "KILL", "TYPE", "master") == 0
             assert c.call("CLIENT", "KILL", "TYPE", "slave") == 1
-        with pytest.raises(EOFError):
-            while True:
-                t._more()
+        t.expect_close()
     finally:
         t.close()
     wait_until(lambda: private_conns(s) == 0, 5 * SLOW, msg="private connection freed")
