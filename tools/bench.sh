@@ -42,6 +42,11 @@
 #      Plus LOCK+UNLOCK pairs (-c 50, a key per connection) through sluice vs
 #      the same EVALSHA pairs from a cluster-aware client (lockbench -m
 #      cluster: each connection on its key's primary), same rounds.
+#   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
+#   per request (/proc/stat: client, servers, proxy and kernel) for both
+#   targets, how busy the cores were, and the ceiling, the ratio sluice
+#   would reach if both kept every core busy. Meaningful on a quiet machine
+#   only: other work on it counts too.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N, BENCH_SCALE=F
@@ -292,21 +297,39 @@ results="$tmp/results"
 
 # Results: one line per run, "LABEL TEST CLIENTS PIPELINE VALUE ROUND".
 # With PID, also "cpu_LABEL ..." lines: that process's CPU ns per request.
+# Always "all_LABEL ...": the whole machine's CPU ns per request (client,
+# servers, proxies and kernel alike, from /proc/stat), and "busy_LABEL ...":
+# the share of all cores busy during the run, in percent.
 # $client_cpu (a taskset prefix, or empty) places redis-benchmark.
 client_cpu=""
 bench_login=""   # redis-benchmark's login options, for the users file's sluice
 bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND [PID]
     [ -z "${8:-}" ] || ns0=$(cpu_ns "$8")
+    # shellcheck disable=SC2046
+    set -- "$1" "$2" "$3" "$4" "$5" "$6" "$7" "${8:-}" $(machine_ticks)
     # shellcheck disable=SC2086
     rps=$($client_cpu redis-benchmark -p "$2" $bench_login -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
           2>/dev/null | awk -F'"' 'header { print $4; exit } /^"test"/ { header = 1 }')
     echo "$1 $3 $4 $5 ${rps:-0} $7" >>"$results"
+    # shellcheck disable=SC2046
+    set -- "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "$9" "${10}" $(machine_ticks)
+    echo "all_$1 $3 $4 $5 $(awk -v b="$((${11} - $9))" -v n="$6" -v hz="$clk_tck" \
+        'BEGIN { printf "%.0f", b * 1e9 / hz / n }') $7" >>"$results"
+    echo "busy_$1 $3 $4 $5 $(awk -v b="$((${11} - $9))" -v t="$((${12} - ${10}))" \
+        'BEGIN { printf "%.0f", (t > 0 ? 100 * b / t : 0) }') $7" >>"$results"
     if [ -n "${8:-}" ]; then
         ns1=$(cpu_ns "$8")
         echo "cpu_$1 $3 $4 $5 $(( (ns1 - ns0) / $6 )) $7" >>"$results"
     fi
 }
 
+# machine_ticks: "BUSY TOTAL" clock ticks of all cores since boot (/proc/stat):
+# busy is user, nice, system, irq and softirq time (not steal: the host's).
+clk_tck=$(getconf CLK_TCK)
+machine_ticks() {
+    awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit }' \
+        /proc/stat
+}
 cpu_ns() {      # cpu_ns PID: nanoseconds the process has run on a CPU
     awk '{ print $1 }' "/proc/$1/schedstat" 2>/dev/null || echo 0
 }
@@ -632,6 +655,30 @@ if section 5; then
     echo "   target: ratio >= 0.97 (cpu: CPU without / with, 1.00 = authentication costs nothing)"
 fi
 
+# cpu_budget_table LABEL BASE LNAME BNAME: for sections 6 and 8 (-c 50), the
+# whole machine's CPU time per request through LABEL and BASE, how busy the
+# cores were, and the ceiling: BASE's CPU per request over LABEL's, the
+# throughput ratio LABEL/BASE would show if both kept every core busy. A
+# ratio below its target and a ceiling below it too say that the machine's
+# cores, not idle waiting, bound the row: the hop's system calls cost more
+# than the target leaves, whatever the proxy's own code does.
+cpu_budget_table() {
+    echo "   CPU budget: the machine's CPU time per request (client, servers, proxy, kernel)"
+    printf '%-4s %3s %13s %13s %8s %8s %8s
+' cmd -P "$3 ns" "$4 ns" "busy %" "busy %" ceiling
+    for t in get set; do
+        for p in 1 16; do
+            printf '%-4s %3s %13.0f %13.0f %8.0f %8.0f %8s
+' "$t" "$p" \
+                "$(median "all_$1" $t 50 $p)" "$(median "all_$2" $t 50 $p)" \
+                "$(median "busy_$1" $t 50 $p)" "$(median "busy_$2" $t 50 $p)" \
+                "$(median_ratio "all_$2" "all_$1" $t 50 $p)"
+        done
+    done
+    echo "   busy %: share of all cores in use during the run ($1, then $2);"
+    echo "   ceiling: $2's CPU per request / $1's"
+}
+
 if section 6; then
     echo
     echo "6. TLS at -c 50, requests/s (median of $tls_rounds): sluice's TLS listener"
@@ -648,6 +695,7 @@ if section 6; then
         done
     done
     echo "   target: TLS/Redis TLS >= 0.9 at -P 16"
+    cpu_budget_table tls_sluice tls_redis "sluice TLS" "Redis TLS"
 fi
 
 if section 7; then
@@ -689,6 +737,7 @@ if section 8; then
         done
     done
     echo "   targets: ratio >= 0.9 at -P 1, >= 0.6 at -P 16 (predixy: 0.51-0.56 / 0.53-0.90)"
+    cpu_budget_table cluster_sluice cluster_direct sluice direct
     printf '%-8s %14s %14s %8s %10s\n' "" "EVALSHA direct" "LOCK sluice" ratio "sluice ns/req"
     printf '%-8s %14.0f %14.0f %8s %10.0f\n' "pairs/s" \
         "$(median clock_direct pairs 50 1)" "$(median clock_sluice pairs 50 1)" \
