@@ -151,3 +151,17 @@ void inifile_layout_free(struct inifile_layout *layout)
     free(layout->continued);
     memset(layout, 0, sizeof(*layout));
 }
+
+const char *inifile_section_name(const char *section, const char *keyword)
+{
+    size_t kw = strlen(keyword);
+    const char *name;
+
+    if (section == NULL || strncmp(section, keyword, kw) != 0 ||
+        (section[kw] != ' ' && section[kw] != '\t'))
+        return NULL;
+    name = section + kw + strspn(section + kw, " \t");
+    if (*name == '\0' || name[strcspn(name, " \t")] != '\0')
+        return NULL;
+    return name;
+}

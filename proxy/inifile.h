@@ -37,6 +37,10 @@ void inifile_scan_layout(const char *path, struct inifile_layout *out);
 int inifile_is_continued(const struct inifile_layout *layout, int line);
 void inifile_layout_free(struct inifile_layout *layout);
 
+/* The NAME of a section header "KEYWORD NAME" (one word after blanks), or
+ * NULL when SECTION is anything else: for "[limit NAME]", "[user NAME]". */
+const char *inifile_section_name(const char *section, const char *keyword);
+
 /* Parse PATH. Returns 0 when the file was read (its errors, if any, are in
  * ERRS), -1 when it could not be opened (also recorded in ERRS). */
 int inifile_parse(const char *path, inifile_handler *handler, void *ctx, struct errlist *errs);

@@ -467,21 +467,6 @@ static void users_free_user(struct user *u)
     free(u);
 }
 
-/* The NAME of "user NAME" (one word), or NULL when SECTION is not that. */
-static const char *users_section_name(const char *section)
-{
-    size_t kw = strlen("user");
-    const char *name;
-
-    if (section == NULL || strncmp(section, "user", kw) != 0 ||
-        (section[kw] != ' ' && section[kw] != '\t'))
-        return NULL;
-    name = section + kw + strspn(section + kw, " \t");
-    if (*name == '\0' || name[strcspn(name, " \t")] != '\0')
-        return NULL;
-    return name;
-}
-
 static struct user *users_add(struct user_set *set, const char *name, int line)
 {
     struct user **grown = realloc(set->users, sizeof(*grown) * (size_t)(set->count + 1));
@@ -526,7 +511,7 @@ static void users_finish(struct users_parse *p)
 
 static void users_start(struct users_parse *p, const struct inifile_header *h)
 {
-    const char *name = users_section_name(h->section);
+    const char *name = inifile_section_name(h->section, "user");
 
     memset(p->seen_line, 0, sizeof(p->seen_line));
     p->cur = NULL;

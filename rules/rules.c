@@ -421,21 +421,6 @@ static void rules_free_rule(struct rule_full *r)
     free(r);
 }
 
-/* The NAME of "limit NAME", or NULL when SECTION is something else. */
-static const char *rules_section_name(const char *section)
-{
-    size_t kw = strlen("limit");
-    const char *name;
-
-    if (section == NULL || strncmp(section, "limit", kw) != 0 ||
-        (section[kw] != ' ' && section[kw] != '\t'))
-        return NULL;
-    name = section + kw + strspn(section + kw, " \t");
-    if (*name == '\0' || name[strcspn(name, " \t")] != '\0')
-        return NULL;
-    return name;
-}
-
 static struct rule_full *rules_find_name(const struct rule_set *rs, const char *name)
 {
     for (int i = 0; i < rs->count; i++) {
@@ -494,7 +479,7 @@ static void rules_finish(struct rules_parse *p)
 
 static void rules_start(struct rules_parse *p, const struct inifile_header *h)
 {
-    const char *name = rules_section_name(h->section);
+    const char *name = inifile_section_name(h->section, "limit");
     const struct rule_full *first;
 
     memset(p->seen_line, 0, sizeof(p->seen_line));
