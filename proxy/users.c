@@ -846,6 +846,8 @@ static int users_channel_args(const struct command *cmd, int *all_args, int *pat
  * channels the user's "news.sport" grant does not cover). */
 static int users_channel_ok(const struct users_globs *globs, struct sv arg, int pattern)
 {
+    if (arg.ptr == NULL && arg.len > 0)
+        return 0;   /* an argument sluice did not read (request.h): never a grant */
     if (!pattern)
         return users_glob_any(globs, arg.ptr, arg.len);
     for (int i = 0; i < globs->count; i++) {

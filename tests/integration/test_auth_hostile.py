@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SLUICE_BIN, auth_servers
-from helpers import Err, encode_command, raw_replies, wait_until
+from helpers import SLOW, Err, encode_command, raw_replies, wait_until
 
 BACKEND_PW = "backend-pw"
 MODULE = Path(SLUICE_BIN).parent / "sluicetest.so"
@@ -144,6 +144,43 @@ def test_scripts_cannot_reach_keys_or_commands_the_user_lacks(env):
         assert c.call("AUTH", "admin", "adminpw") == "OK"
         assert c.call("EVAL", "return redis.call('get', 'secret')", "0") == b"s3cr3t"
     assert b.get("secret") == b"s3cr3t"
+
+
+def _split_send(port, cmd):
+    """CMD sent by user app in two writes 50 ms apart, so that its large
+    argument lies across the chains of sluice's input buffer: the replies."""
+    data = encode_command(*cmd)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(encode_command("AUTH", "app", "apppw"))
+        assert sock.recv(64) == b"+OK\r\n"
+        half = len(data) // 2
+        sock.sendall(data[:half])
+        time.sleep(0.05)
+        sock.sendall(data[half:])
+        got = b""
+        sock.settimeout(0.5 * SLOW)
+        try:
+            while chunk := sock.recv(65536):   # the replies, until a quiet 0.5 s
+                got += chunk
+        except socket.timeout:
+            pass
+        return got
+
+
+@pytest.mark.parametrize("cmd", [
+    ("SUBSCRIBE", "news.a", "x" * 300000),
+    ("SSUBSCRIBE", "news.a", "x" * 300000),
+    ("PSUBSCRIBE", "news.*", "news." + "x" * 300000),
+    ("SUBSCRIBE", "news.a", "news." + "x" * 300000),
+], ids=["subscribe", "ssubscribe", "psubscribe", "subscribe_allowed"])
+def test_channels_over_64kb_are_checked(env, cmd):
+    """A channel over 64 KB that arrives across reads is still read and
+    checked (it once reached the gate unread and crashed sluice)."""
+    s, ref, _ = env
+    want = _split_send(ref.port, cmd)
+    got = _split_send(s.port, cmd)
+    assert got == want, (got[:200], want[:200])
+    assert s.running
 
 
 # ---------------------------------------------------------------------------
