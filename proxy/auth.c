@@ -6,6 +6,7 @@
  *                not logged in, login needed -> -NOAUTH (unknown command and
  *                                               arity errors first, as Redis)
  *                logged in -> command bits -> key globs -> channel globs
+ *                          -> SORT's BY/GET only with every key
  *                          -> scripts only with every permission
  *                          -> -NOPERM ..., nothing sent, no token taken
  *
@@ -36,6 +37,11 @@
     "-NOPERM this user has no permissions to run scripts through sluice: a script runs as " \
     "sluice's backend user and could reach any key or command; scripts need commands = "    \
     "+@all, keys = * and channels = *"
+
+/* Redis's reply to SORT's BY (with a pattern) or GET from a user without
+ * access to every key (users_sort_denied_option): those read other keys. */
+#define AUTH_ERR_SORT_OPTION_FMT \
+    "-ERR %s option of SORT denied due to insufficient ACL permissions."
 
 /* Failed logins of one user name of the current set. */
 struct auth_failures {
@@ -427,6 +433,7 @@ static int auth_decide(struct client *c, const struct command *cmd, int argc,
                        const struct sv *argv, char *err, size_t errlen)
 {
     const struct user *u = c->auth_user;
+    const char *option;
     char name[128];
 
     if (argc < 1)
@@ -455,6 +462,10 @@ static int auth_decide(struct client *c, const struct command *cmd, int argc,
     }
     if (!users_may_access_channels(u, cmd, argc, argv)) {
         snprintf(err, errlen, "%s", USERS_ERR_NOPERM_CHANNELS);
+        return -1;
+    }
+    if ((option = users_sort_denied_option(u, cmd, argc, argv)) != NULL) {
+        snprintf(err, errlen, AUTH_ERR_SORT_OPTION_FMT, option);
         return -1;
     }
     if (auth_runs_script(cmd) && !users_unrestricted(u)) {

@@ -141,11 +141,13 @@ static int request_view_arg(struct req_argv *a, const struct request *req,
 }
 
 /* Whether sluice reads every argument of CMD (NULL: one the table does not
- * know): connection commands and pub/sub commands (the gate checks their
- * channels, and a NULL view there would be read as a channel). */
+ * know): connection commands, pub/sub commands (the gate checks their
+ * channels, and a NULL view there would be read as a channel) and SORT
+ * (the gate checks its BY and GET patterns). */
 static int request_reads_all_args(const struct command *cmd)
 {
-    return cmd == NULL || (cmd->acl_categories & ACL_CONNECTION) || (cmd->flags & CMD_PUBSUB);
+    return cmd == NULL || (cmd->acl_categories & ACL_CONNECTION) || (cmd->flags & CMD_PUBSUB) ||
+           strcmp(cmd->name, "sort") == 0 || strcmp(cmd->name, "sort_ro") == 0;
 }
 
 /* Copy the arguments left NULL that sluice reads (see request_argv_open):

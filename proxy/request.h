@@ -146,8 +146,9 @@ struct req_argv {
  * 64 KB that sluice never reads: then its view is {NULL, len}. sluice reads
  * the command name, argv[1] (subcommand or first key), every key, and every
  * argument of a command the table does not know (LOCK, PROXY...), of a
- * connection command (AUTH, HELLO, CLIENT SETNAME) or of a pub/sub command
- * (the gate checks its channels); so a NULL view is only
+ * connection command (AUTH, HELLO, CLIENT SETNAME), of a pub/sub command
+ * (the gate checks its channels) and of SORT (its BY and GET patterns); so
+ * a NULL view is only
  * ever a data value, which sluice forwards and compares with nothing
  * (sv_ieq and numkeys parsing check the length first). The views stay valid
  * while SRC's bytes stay. Returns 0, or -1 when out of memory. Release

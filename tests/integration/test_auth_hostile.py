@@ -146,6 +146,27 @@ def test_scripts_cannot_reach_keys_or_commands_the_user_lacks(env):
     assert b.get("secret") == b"s3cr3t"
 
 
+def test_sort_by_and_get_need_every_key(env):
+    """SORT's BY (with a '*') and GET read keys no key spec names: Redis
+    refuses them to a user without access to every key, and so must sluice
+    (Redis behind it sees sluice's backend user, who may read them all)."""
+    setup = [("AUTH", "admin", "adminpw"), ("RPUSH", "app:l", "2", "1"),
+             ("SET", "secret_1", "s3cr3t"), ("SET", "w_1", "9"), ("SET", "w_2", "1")]
+    sorts = [
+        ("SORT", "app:l", "BY", "nosort", "GET", "secret_*"), ("SORT", "app:l", "BY", "w_*"),
+        ("SORT", "app:l", "GET", "#"), ("SORT_RO", "app:l", "GET", "secret_*"),
+        ("SORT_RO", "app:l", "BY", "w_*", "DESC"), ("SORT", "app:l", "BY", "nosort"),
+        ("SORT", "app:l", "LIMIT", "0", "1", "ALPHA", "GET", "secret_*"),
+        ("SORT", "app:l", "LIMIT", "x", "1", "GET", "secret_*"),
+        ("SORT", "app:l", "NOSUCH", "GET", "secret_*"), ("SORT", "app:l", "GET"),
+        ("SORT_RO", "app:l", "STORE", "app:d", "GET", "secret_*"),
+        ("SORT", "app:l", "STORE", "app:d", "GET", "secret_*"),
+        ("SORT", "app:l", "STORE", "app:d"), ("SORT", "app:l", "by", "w_*", "get", "#"),
+    ]
+    for user, pw in [("wide", "widepw"), ("admin", "adminpw")]:
+        _same_as_redis(env, setup + [("AUTH", user, pw)] + sorts)
+
+
 def _split_send(port, cmd):
     """CMD sent by user app in two writes 50 ms apart, so that its large
     argument lies across the chains of sluice's input buffer: the replies."""
