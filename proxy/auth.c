@@ -280,6 +280,11 @@ int auth_rebind(struct client *c)
         c->auth_checks = 1;
         return -1;
     }
+    /* Redis checks queued commands again at EXEC; sluice checked them as
+     * they were queued, so a narrowed user's transaction must fail. */
+    if ((c->flags & CLIENT_IN_MULTI) && c->auth_user != NULL && u != NULL &&
+        users_narrowed(c->auth_user, u))
+        c->flags |= CLIENT_MULTI_DIRTY;
     auth_set_user(c, name, c->authenticated);
     return 0;
 }

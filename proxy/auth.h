@@ -56,7 +56,8 @@ int auth_required(const struct client *c);
 int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
                char *err, size_t errlen);
 
-/* The users file was reloaded: point C at its user's new entry. Returns
+/* The users file was reloaded: point C at its user's new entry; a
+ * transaction C has open fails at EXEC when the user lost a grant. Returns
  * -1 when C must be closed (its user is gone or disabled): C then has no
  * user and every request of its is refused until it is. */
 int auth_rebind(struct client *c);

@@ -932,6 +932,36 @@ int users_channels_narrowed(const struct user *old, const struct user *new_user)
     return 0;
 }
 
+/* 1 when NEW's globs may miss a key OLD's matched (an OLD glob NEW lacks,
+ * byte for byte, or all keys taken away). */
+static int users_keys_narrowed(const struct user *old, const struct user *new_user)
+{
+    if (new_user->flags & USERS_ALLKEYS)
+        return 0;
+    if (old->flags & USERS_ALLKEYS)
+        return 1;
+    for (int i = 0; i < old->keys.count; i++) {
+        if (!users_channel_ok(&new_user->keys, old->keys.items[i], 1))
+            return 1;
+    }
+    return 0;
+}
+
+int users_narrowed(const struct user *old, const struct user *new_user)
+{
+    size_t words = (size_t)commands_count() / 64 + 1;
+
+    if ((old->flags & USERS_ALLCOMMANDS) && !(new_user->flags & USERS_ALLCOMMANDS))
+        return 1;
+    if (old->verbs & ~new_user->verbs)
+        return 1;
+    for (size_t w = 0; w < words; w++) {
+        if (old->command_bits[w] & ~new_user->command_bits[w])
+            return 1;
+    }
+    return users_keys_narrowed(old, new_user) || users_channels_narrowed(old, new_user);
+}
+
 const char *users_denied_command_name(const struct command *cmd)
 {
     return cmd->name;

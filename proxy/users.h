@@ -105,6 +105,11 @@ int users_may_access_channels(const struct user *u, const struct command *cmd, i
  * does not have, byte for byte, or all channels taken away). */
 int users_channels_narrowed(const struct user *old, const struct user *new_user);
 
+/* 1 when NEW may lack any grant OLD had: a command, a sluice verb, a key
+ * or channel glob (compared byte for byte, so a glob rewritten wider also
+ * counts), or every command, key or channel. */
+int users_narrowed(const struct user *old, const struct user *new_user);
+
 /* CMD's name as Redis writes it in NOPERM replies: lower case, a
  * subcommand as "config|set". */
 const char *users_denied_command_name(const struct command *cmd);

@@ -452,3 +452,33 @@ def test_reload_removing_a_user_mid_pipeline(reload_env):
     finally:
         busy.close()
         other.close()
+
+
+def test_reload_narrowing_a_user_fails_its_open_transaction(reload_env):
+    """Redis checks a transaction's queued commands again at EXEC, so a
+    grant taken away after they were queued is no longer used. sluice
+    checked them as they were queued: a reload that narrows the user of a
+    client in MULTI makes its EXEC fail (EXECABORT; Redis fails each
+    refused command in EXEC's reply instead), and nothing queued runs. A
+    reload that leaves the user as it was changes nothing."""
+    s, users, srv = reload_env
+    narrowed = s.raw()
+    same = s.raw()
+    try:
+        assert narrowed.call("AUTH", "tmp", "tmppw") == "OK"
+        assert same.call("AUTH", "app", "apppw") == "OK"
+        for c, key in ((narrowed, "secret"), (same, "app:1")):
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", key, "v") == "QUEUED"
+        users.write_text(USERS_INI + "\n[user tmp]\npassword = tmppw\ncommands = +@all\n"
+                         "keys = app:*\nchannels = *\n")
+        assert _reload(s) == "OK"
+        assert narrowed.call("EXEC") == Err(
+            "EXECABORT Transaction discarded because of previous errors.")
+        assert same.call("EXEC") == ["OK"]
+        assert srv.client().exists("secret") == 0
+        assert narrowed.call("SET", "secret", "v") == Err(
+            "NOPERM this user has no permissions to access one of the keys used as arguments")
+    finally:
+        narrowed.close()
+        same.close()
