@@ -111,6 +111,14 @@ def test_module_command_of_a_user_without_it_is_not_called_unknown(env):
         assert c.call("nosuchcommand.atall", "x").startswith("ERR unknown command")
 
 
+def test_subcommand_name_as_a_command_is_unknown_as_redis(env):
+    """"config|get" is no command Redis runs (COMMAND INFO describes it, as
+    a subcommand): every user gets "unknown command", never NOPERM."""
+    for user in (("app", "apppw"), ("ro", "ropw"), ("wide", "widepw")):
+        _same_as_redis(env, [("AUTH", *user), ("config|get", "maxmemory"),
+                             ("CONFIG|SET", "x", "y"), ("config|get", "maxmemory")])
+
+
 SCRIPT_REFUSAL = Err(
     "NOPERM this user has no permissions to run scripts through sluice: a script runs as "
     "sluice's backend user and could reach any key or command; scripts need commands = "
