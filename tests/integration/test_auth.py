@@ -92,6 +92,8 @@ SCRIPTS = {
     "hello_before_auth": [("HELLO", "2")],
     "hello_bad_version": [("HELLO", "4")],
     "hello_not_integer": [("HELLO", "x")],
+    "hello_leading_zero": [("HELLO", "03"), ("HELLO", "-0"), ("HELLO", "03", "AUTH", "app", "apppw"),
+                           ("GET", "app:1")],
     "hello_bad_option": [("HELLO", "2", "FOO")],
     "hello_auth_short": [("HELLO", "2", "AUTH", "app")],
     "hello_auth_wrong": [("HELLO", "2", "AUTH", "app", "nope"), ("GET", "app:1")],
