@@ -2076,6 +2076,19 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     return rc;
 }
 
+/* The gate again, for REQ held since it passed (a reload may have taken
+ * a grant away meanwhile: Redis checks a command as it runs it). Returns
+ * 1 when REQ was refused (and answered). */
+static int client_refused_after_hold(struct client *c, struct request *req, const struct sv *argv)
+{
+    char denied[400];
+
+    if (!c->auth_checks || auth_admit(c, req->cmd, req->argc, argv, denied, sizeof(denied)) == 0)
+        return 0;
+    client_refuse(c, req, denied);
+    return 1;
+}
+
 void client_release_held(struct client *c, struct request *req, const char *error)
 {
     struct req_argv views;
@@ -2086,7 +2099,7 @@ void client_release_held(struct client *c, struct request *req, const char *erro
         client_refuse(c, req, error);
     } else if (request_argv_open(&views, req, req->raw) != 0) {
         client_refuse(c, req, "OOM sluice is out of memory");
-    } else {
+    } else if (!client_refused_after_hold(c, req, views.argv)) {
         client_dispatch(c, req, views.argv, NULL);
     }
     if (error == NULL)

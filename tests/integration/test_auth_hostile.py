@@ -490,3 +490,29 @@ def test_reload_narrowing_a_user_fails_its_open_transaction(reload_env):
     finally:
         narrowed.close()
         same.close()
+
+
+def test_reload_narrowing_a_user_refuses_its_delayed_request(redis_factory, sluice_factory,
+                                                             tmp_path):
+    """A request a `delay` rule holds was let through the gate before it
+    waited; a reload meanwhile that takes its key away refuses it when it
+    would go to Redis, as Redis checks a command when it runs it."""
+    srv = redis_factory()
+    d = tmp_path / "held"
+    d.mkdir()
+    users = d / "users.ini"
+    tmp_user = "\n[user tmp]\npassword = tmppw\ncommands = +@all\nkeys = {}\nchannels = *\n"
+    users.write_text(USERS_INI + tmp_user.format("*"))
+    rules = d / "rules.ini"
+    rules.write_text("[limit slow]\nmatch_user = tmp\ncommands = SET\nrate = 1/s\nburst = 1\n"
+                     "action = delay\nmax_delay = 5s\n")
+    s = sluice_factory(srv.port, users=str(users), rules=str(rules))
+    with s.raw() as c:
+        assert c.call("AUTH", "tmp", "tmppw") == "OK"
+        assert c.call("SET", "app:1", "v") == "OK"     # the bucket's one token
+        c.send_command("SET", "secret", "v")            # waits about a second
+        users.write_text(USERS_INI + tmp_user.format("app:*"))
+        assert _reload(s) == "OK"
+        assert c.read_reply(timeout=10) == Err(
+            "NOPERM this user has no permissions to access one of the keys used as arguments")
+    assert srv.client().exists("secret") == 0
