@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "cluster.h"
 #include "commands.h"
 #include "config.h"
 #include "errlist.h"
@@ -39,9 +40,11 @@
     "+@all, keys = * and channels = *"
 
 /* Redis's reply to SORT's BY (with a pattern) or GET from a user without
- * access to every key (users_sort_denied_option): those read other keys. */
+ * access to every key (users_sort_denied_option): those read other keys.
+ * A Redis 7.0 cluster node refuses them to everyone, and says so first. */
 #define AUTH_ERR_SORT_OPTION_FMT \
     "-ERR %s option of SORT denied due to insufficient ACL permissions."
+#define AUTH_ERR_SORT_OPTION_CLUSTER_FMT "-ERR %s option of SORT denied in Cluster mode."
 
 /* Failed logins of one user name of the current set. */
 struct auth_failures {
@@ -470,7 +473,8 @@ static int auth_decide(struct client *c, const struct command *cmd, int argc,
         return -1;
     }
     if ((option = users_sort_denied_option(u, cmd, argc, argv)) != NULL) {
-        snprintf(err, errlen, AUTH_ERR_SORT_OPTION_FMT, option);
+        snprintf(err, errlen, cluster_enabled() ? AUTH_ERR_SORT_OPTION_CLUSTER_FMT
+                                                : AUTH_ERR_SORT_OPTION_FMT, option);
         return -1;
     }
     if (auth_runs_script(cmd) && !users_unrestricted(u)) {
