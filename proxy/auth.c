@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "client.h"
 #include "cluster.h"
 #include "commands.h"
@@ -201,6 +202,17 @@ int auth_default_nopass(void)
 int auth_required(const struct client *c)
 {
     return !c->authenticated && users_auth_required(auth_users);
+}
+
+int auth_redis_login_needed(const struct client *c)
+{
+    return auth_users == NULL && !c->authenticated && backend_wants_auth();
+}
+
+void auth_redis_logged_in(struct client *c)
+{
+    if (auth_users == NULL)
+        c->authenticated = 1;
 }
 
 /* A user name fit for the log: printable, not too long. */

@@ -29,6 +29,14 @@ int auth_reload(struct errlist *errs);
 
 void auth_shutdown(void);
 
+/* Without users of sluice's own, AUTH goes to Redis: 1 when C has not
+ * logged in there and Redis wants a login (backend_wants_auth), so what
+ * sluice answers itself must wait for it (-NOAUTH, as Redis). */
+int auth_redis_login_needed(const struct client *c);
+
+/* Redis accepted C's AUTH (or HELLO 2 AUTH): C is logged in there. */
+void auth_redis_logged_in(struct client *c);
+
 /* Whether sluice answers AUTH and HELLO AUTH itself (a users file or a
  * backend_password): else they go to Redis as they are. */
 int auth_local(void);

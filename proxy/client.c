@@ -704,6 +704,7 @@ static void client_apply_session(struct client *c, struct request *req, int type
         free(c->user);
         c->user = req->ok_user;
         req->ok_user = NULL;
+        auth_redis_logged_in(c);
     }
     if (req->ok_name != NULL) {
         free(c->name);
@@ -1836,7 +1837,8 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         (c->flags & CLIENT_IN_MULTI))
         client_local_in_multi(c, req, argv, src);   /* CLIENT LIST/INFO too */
     if (req->place == PLACE_LOCAL && !(req->flags & REQ_NOREPLY) &&
-        ((!TAILQ_EMPTY(&c->requests) && local_reads_session(req, req->argc, argv)) ||
+        ((!TAILQ_EMPTY(&c->requests) &&
+          (local_reads_session(req, req->argc, argv) || auth_redis_login_needed(c))) ||
          ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)))) {
         /* In pub/sub it runs once its fence is back, when sluice knows
          * whether Redis would still refuse it in the subscribed context. */

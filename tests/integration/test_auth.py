@@ -448,6 +448,36 @@ def test_backend_password_alone_guards_sluice(redis_factory, sluice_factory):
     r.close()
 
 
+def test_redis_password_alone_guards_sluices_own_commands(redis_factory, sluice_factory):
+    """No users file and no backend_password, in front of a Redis that
+    asks for a password: AUTH goes to Redis, and what sluice answers
+    itself (PROXY, CLIENT SETNAME/GETNAME/ID, ACL WHOAMI, HELLO) waits for
+    the login too, with Redis's replies, also pipelined behind the AUTH."""
+    srv = redis_factory()
+    srv.client().config_set("requirepass", "pw")
+    s = sluice_factory(srv.port)
+    script = [("PROXY", "INFO"), ("PROXY", "RELOAD"), ("PROXY", "RULES"), ("CLIENT", "ID"),
+              ("CLIENT", "SETNAME", "x"), ("CLIENT", "GETNAME"), ("ACL", "WHOAMI"),
+              ("HELLO", "3"), ("CLIENT", "REPLY", "ON"), ("PROXY", "NOSUCH")]
+    with s.raw() as c:
+        wait_until(lambda: c.call("GET", "k") == Err("NOAUTH Authentication required."),
+                   5, msg="Redis asks for a password")
+        for cmd in script:
+            got = c.call(*cmd)
+            assert got == Err("NOAUTH Authentication required.") or (
+                cmd[0] == "HELLO" and got.startswith("NOAUTH HELLO must be called")), cmd
+        assert c.call("PROXY", "PING") == "PONG"
+        assert c.call("CLIENT", "GETNAME", "x").startswith("ERR wrong number of arguments")
+        c.send(encode_command("AUTH", "pw") + encode_command("CLIENT", "SETNAME", "n")
+               + encode_command("CLIENT", "GETNAME") + encode_command("ACL", "WHOAMI")
+               + encode_command("PROXY", "RULES"))
+        assert c.read_replies(5) == ["OK", "OK", b"n", b"default", []]
+        assert c.call("RESET") == "RESET"
+        assert c.call("CLIENT", "ID") == Err("NOAUTH Authentication required.")
+        assert c.call("AUTH", "default", "pw") == "OK"
+        assert isinstance(c.call("CLIENT", "ID"), int)
+
+
 def test_default_without_password_needs_no_login(redis_factory, sluice_factory, tmp_path):
     """A nopass default user: clients run as default at once; AUTH
     <password> is refused as Redis refuses it."""
