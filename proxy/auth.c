@@ -215,6 +215,25 @@ void auth_redis_logged_in(struct client *c)
         c->authenticated = 1;
 }
 
+const char *auth_lock_refusal(const struct client *c, const char *verb, const char *key,
+                              size_t len, char *buf, size_t size)
+{
+    const struct user *u = c->auth_user;
+    struct sv name = {verb, strlen(verb)};
+
+    if (!c->auth_checks)
+        return NULL;
+    if (auth_required(c) || u == NULL || !users_enabled(u))
+        snprintf(buf, size, "%s", USERS_ERR_NOAUTH);
+    else if (!users_may_run(u, NULL, &name, 1))
+        snprintf(buf, size, USERS_ERR_NOPERM_CMD_FMT, verb);
+    else if (!users_may_access_key(u, key, len))
+        snprintf(buf, size, "%s", USERS_ERR_NOPERM_KEYS);
+    else
+        return NULL;
+    return buf;
+}
+
 /* A user name fit for the log: printable, not too long. */
 static void auth_log_name(char *out, size_t size, const char *name, size_t len)
 {

@@ -37,6 +37,13 @@ int auth_redis_login_needed(const struct client *c);
 /* Redis accepted C's AUTH (or HELLO 2 AUTH): C is logged in there. */
 void auth_redis_logged_in(struct client *c);
 
+/* A LOCK that waits, or a KEEP that renews, is checked again before each
+ * try: a reload may have narrowed C's user since the gate let it in.
+ * NULL when C may still use sluice's verb VERB ("lock", "renew") on KEY
+ * (LEN bytes); else the refusal, written into BUF (SIZE bytes). */
+const char *auth_lock_refusal(const struct client *c, const char *verb, const char *key,
+                              size_t len, char *buf, size_t size);
+
 /* Whether sluice answers AUTH and HELLO AUTH itself (a users file or a
  * backend_password): else they go to Redis as they are. */
 int auth_local(void);

@@ -516,3 +516,28 @@ def test_reload_narrowing_a_user_refuses_its_delayed_request(redis_factory, slui
         assert c.read_reply(timeout=10) == Err(
             "NOPERM this user has no permissions to access one of the keys used as arguments")
     assert srv.client().exists("secret") == 0
+
+
+def test_reload_narrowing_a_user_stops_its_waiting_lock(reload_env):
+    """LOCK ... WAIT tries again and again: once a reload has taken the
+    key away from its user, the next try is refused (NOPERM) instead of
+    taking the lock."""
+    s, users, srv = reload_env
+    holder = s.raw()
+    waiter = s.raw()
+    try:
+        assert holder.call("AUTH", "admin", "adminpw") == "OK"
+        assert isinstance(holder.call("LOCK", "secret:l", "3000", "OWNER", "h"), bytes)
+        assert waiter.call("AUTH", "tmp", "tmppw") == "OK"
+        waiter.send_command("LOCK", "secret:l", "10000", "WAIT", "8000")
+        time.sleep(0.3)
+        users.write_text(USERS_INI + "\n[user tmp]\npassword = tmppw\ncommands = +@all\n"
+                         "keys = app:*\nchannels = *\n")
+        assert _reload(s) == "OK"
+        assert holder.call("UNLOCK", "secret:l", "OWNER", "h") == 0   # wakes the waiter
+        assert waiter.read_reply(timeout=10) == Err(
+            "NOPERM this user has no permissions to access one of the keys used as arguments")
+        assert srv.client().exists("secret:l") == 0
+    finally:
+        holder.close()
+        waiter.close()
