@@ -541,3 +541,21 @@ def test_reload_narrowing_a_user_stops_its_waiting_lock(reload_env):
     finally:
         holder.close()
         waiter.close()
+
+
+def test_reload_narrowing_a_user_stops_keep(reload_env):
+    """KEEP renews a lock for as long as its connection lives; once a
+    reload has taken the key away from the user, renewals stop and the
+    lock expires."""
+    s, users, srv = reload_env
+    with s.raw() as c:
+        assert c.call("AUTH", "tmp", "tmppw") == "OK"
+        assert isinstance(c.call("LOCK", "secret:k", "600", "KEEP"), bytes)
+        time.sleep(1.0)
+        assert srv.client().exists("secret:k") == 1     # kept past its TTL
+        users.write_text(USERS_INI + "\n[user tmp]\npassword = tmppw\ncommands = +@all\n"
+                         "keys = app:*\nchannels = *\n")
+        assert _reload(s) == "OK"
+        wait_until(lambda: srv.client().exists("secret:k") == 0, 3 * SLOW,
+                   msg="the lock to expire")
+        assert c.call("PING") == "PONG"
