@@ -53,7 +53,7 @@ static const struct local_command local_commands[] = {
     {"hello", -1, local_hello, 0, 0, 1},
     /* When sluice authenticates clients (auth.c); a subscriber keeps its user. */
     {"auth", -2, local_auth, 0, 0, 1},
-    {"acl|whoami", 2, local_acl_whoami, 0, 1, 0},
+    {"acl|whoami", 2, local_acl_whoami, 0, 1, 1},
     {"proxy", -2, local_proxy, 0, 0, 0},   /* sluice's own: Redis never sees it */
 };
 #define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SLUICE_BIN, auth_servers
-from helpers import SLOW, Err, encode_command, raw_replies, wait_until
+from helpers import SLOW, Err, RawConn, encode_command, raw_replies, wait_until
 
 BACKEND_PW = "backend-pw"
 MODULE = Path(SLUICE_BIN).parent / "sluicetest.so"
@@ -238,6 +238,22 @@ def test_auth_while_subscribed_is_refused_as_redis(env):
         ("AUTH", "app", "apppw"), ("SUBSCRIBE", "news.a"), ("AUTH", "ro", "ropw"),
         ("SUBSCRIBE", "news.b"), ("PING",), ("RESET",), ("ACL", "WHOAMI"),
     ])
+
+
+def test_acl_whoami_while_subscribed_is_refused_as_redis(env):
+    """ACL WHOAMI, which sluice answers itself, is refused in RESP2 pub/sub
+    mode as Redis refuses it there; in RESP3 it is answered."""
+    _same_as_redis(env, [
+        ("AUTH", "app", "apppw"), ("SUBSCRIBE", "news.a"), ("ACL", "WHOAMI"), ("PING",),
+        ("RESET",), ("ACL", "WHOAMI"),
+    ])
+    s, ref, _ = env
+    for port in (s.port, ref.port):
+        with RawConn(port, timeout=10) as c:
+            c.send_command("HELLO", "3", "AUTH", "app", "apppw")
+            c.read_reply()
+            assert c.call("SUBSCRIBE", "news.a") == [b"subscribe", b"news.a", 1]
+            assert c.call("ACL", "WHOAMI") == b"app"
 
 
 def test_hello_logs_in_before_a_later_bad_option_as_redis(env):
