@@ -736,7 +736,8 @@ static int client_wait_blind_reply(struct request *req, struct evbuffer *src, si
 void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct client *c = req->client;
-    int reset = (req->flags & REQ_RESET) != 0;   /* REQ may be freed below */
+    /* REQ may be freed below. */
+    int reset = (req->flags & (REQ_RESET | REQ_LOGIN_WAIT)) != 0;
 
     if ((req->flags & REQ_WAIT_BLIND) && type != REPLY_ERROR &&   /* (-BUSY: as it is) */
         client_wait_blind_reply(req, src, len))
@@ -778,7 +779,7 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         client_check_drained(c);
     }
     if (reset && !c->closing)
-        client_unblock(c);   /* blocked by client_send: what follows may go on */
+        client_unblock(c);   /* blocked by client_send (RESET, a login): what follows goes on */
     client_leave(c);
 }
 
@@ -1111,6 +1112,16 @@ static void client_reply_mode(struct client *c, struct request *req, int argc,
     }
 }
 
+/* REQ logs its client in to a Redis that wants a login: until Redis has
+ * answered, the client frames nothing more (client_send blocks it), so
+ * what follows is judged, as by Redis, logged in or not (Redis's small
+ * limits for a client that must log in, sluice's own commands). */
+static void client_note_login(struct request *req)
+{
+    if (auth_redis_login_needed(req->client))
+        req->flags |= REQ_LOGIN_WAIT;
+}
+
 /* Remember the user or name a HELLO or AUTH sets, to record on success. */
 static void client_note_session(struct request *req, int argc, const struct sv *argv)
 {
@@ -1122,6 +1133,7 @@ static void client_note_session(struct request *req, int argc, const struct sv *
     }
     if (role == ROLE_AUTH) {
         req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
+        client_note_login(req);
         return;
     }
     if (role == ROLE_SELECT) {   /* inside MULTI it runs at EXEC: not followed there */
@@ -1138,7 +1150,9 @@ static void client_note_session(struct request *req, int argc, const struct sv *
         return;
     for (int i = 2; i < argc; i++) {
         if (sv_ieq(argv[i], "auth") && i + 2 < argc) {
+            free(req->ok_user);
             req->ok_user = strndup(argv[i + 1].ptr, argv[i + 1].len);
+            client_note_login(req);
             i += 2;
         } else if (sv_ieq(argv[i], "setname") && i + 1 < argc) {
             free(req->ok_name);
@@ -1555,7 +1569,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
      * leaves, and in pub/sub must be paired with replies again: so it waits
      * until Redis has answered RESET (client_on_reply, or +RESET seen by
      * client_on_passthrough). */
-    if ((req->flags & REQ_RESET) && !client_is_monitor(c))
+    if (((req->flags & REQ_RESET) && !client_is_monitor(c)) ||
+        ((req->flags & REQ_LOGIN_WAIT) && !unpaired))
         client_block(c);
     if (!unpaired)
         client_count_inflight(c, client_conn_class(conn));
@@ -2159,7 +2174,8 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
             return;
         }
         /* Set before each request: a login changes it only between them. */
-        c->parser.must_login = c->auth_checks && auth_required(c);
+        c->parser.must_login = (c->auth_checks && auth_required(c)) ||
+                               auth_redis_login_needed(c);
         switch (reqparse_next(&c->parser, in, &req)) {
         case REQPARSE_MORE:
             if (evbuffer_get_length(in) > (size_t)client_cfg->client_query_buffer_limit) {

@@ -71,6 +71,8 @@ enum request_flag {
                                  flight for its client until client_answer */
     REQ_WAIT_BLIND = 1 << 19, /* WAIT whose connection could not take the client's replication
                                  offset (client_wait_offset): answered with an error */
+    REQ_LOGIN_WAIT = 1 << 20, /* AUTH to a Redis that wants a login (auth_redis_login_needed):
+                                 its client frames nothing more until the reply */
 };
 
 struct req_arg {

@@ -478,6 +478,34 @@ def test_redis_password_alone_guards_sluices_own_commands(redis_factory, sluice_
         assert isinstance(c.call("CLIENT", "ID"), int)
 
 
+def test_redis_password_alone_limits_clients_before_login(redis_factory, sluice_factory):
+    """The same setup: a client that has not logged in to Redis gets
+    Redis's small limits from sluice itself (Redis would otherwise apply
+    them to sluice's shared connection, and close it under everyone); a
+    command pipelined behind a right AUTH has no such limit, as in Redis."""
+    srv = redis_factory()
+    srv.client().config_set("requirepass", "pw")
+    s = sluice_factory(srv.port)
+    big = "v" * 20000
+    with s.raw() as other:
+        wait_until(lambda: other.call("GET", "k") == Err("NOAUTH Authentication required."),
+                   5, msg="Redis asks for a password")
+        for port in (s.port, srv.port):
+            with RawConn(port, timeout=10) as c:
+                c.send(encode_command(*(["ECHO"] + ["a"] * 10)))
+                assert c.read_all_until_eof(timeout=10) == (
+                    b"-ERR Protocol error: unauthenticated multibulk length\r\n", True)
+        assert other.call("GET", "k") == Err("NOAUTH Authentication required.")
+        for port in (s.port, srv.port):
+            with RawConn(port, timeout=10) as c:
+                c.send(encode_command("AUTH", "pw") + encode_command("SET", "k", big)
+                       + encode_command("STRLEN", "k") + encode_command("CLIENT", "SETNAME", "n"))
+                assert c.read_replies(4) == ["OK", "OK", 20000, "OK"]
+                c.send(encode_command("AUTH", "bad") + encode_command("SET", "k", big))
+                assert c.read_reply().startswith("WRONGPASS")
+                assert c.read_reply() == "OK"   # still logged in as before
+
+
 def test_default_without_password_needs_no_login(redis_factory, sluice_factory, tmp_path):
     """A nopass default user: clients run as default at once; AUTH
     <password> is refused as Redis refuses it."""
