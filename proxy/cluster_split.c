@@ -579,6 +579,29 @@ static int split_prepare(struct split *s, int argc)
     return 0;
 }
 
+/* Whether each of the NKEYS keys KEYS of ARGC arguments has the STEP
+ * arguments that go with it (MSET's key and value): Redis answers an
+ * arity error otherwise, and a part must not read past the last one. */
+static int split_groups_whole(const struct split_command *sc, int argc, const int *keys,
+                              int nkeys)
+{
+    for (int i = 0; i < nkeys; i++) {
+        if (keys[i] + sc->step > argc)
+            return 0;
+    }
+    return 1;
+}
+
+/* Redis's arity error for SC in S's error. */
+static void split_arity_error(struct split *s, const struct split_command *sc)
+{
+    char text[120];
+    int n = snprintf(text, sizeof(text),
+                     "-ERR wrong number of arguments for '%s' command\r\n", sc->name);
+
+    split_part_error(s, text, (size_t)n);
+}
+
 int cluster_split_run(struct request *req, int argc, const struct sv *argv)
 {
     const struct split_command *sc = split_find(req->cmd);
@@ -595,7 +618,9 @@ int cluster_split_run(struct request *req, int argc, const struct sv *argv)
     s->resp = req->client->resp;
     req->flags |= REQ_DETACHED;
     ok = split_prepare(s, argc) == 0 && (sc->step == 0 || keys != NULL);
-    if (ok && s->merge == MERGE_SCAN)
+    if (ok && sc->step > 1 && !split_groups_whole(sc, argc, keys, s->nkeys))
+        split_arity_error(s, sc);
+    else if (ok && s->merge == MERGE_SCAN)
         split_scan(s, req->client->id, argc, argv);
     else if (ok && sc->step == 0)
         split_by_primary(s, req->client->id, argc, argv);

@@ -1697,3 +1697,17 @@ def test_moved_inside_a_transaction_aborts_it_cleanly(csluice, redis_cluster, rc
             assert isinstance(r, Err) and r.startswith("EXECABORT"), r
         assert c.call("GET", k_moved) == b"tx2"
     rc.delete(k_moved, k_other)
+
+
+def test_split_mset_with_a_key_missing_its_value(csluice, rc):
+    """MSET with an odd number of arguments over several slots gets Redis's
+    arity error, as a standalone Redis answers it, and writes nothing
+    (sluice used to read past the last argument and die)."""
+    a, b = "msodd:a", "msodd:b"
+    assert slot_of(a) != slot_of(b)
+    with csluice.raw() as c:
+        for args in (("MSET", a, "1", b), ("MSET", a, "1", b, "2", "msodd:c")):
+            r = c.call(*args)
+            assert r == Err("ERR wrong number of arguments for 'mset' command"), r
+        assert c.call("PING") == "PONG"
+    assert rc.exists(a, b, "msodd:c") == 0
