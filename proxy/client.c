@@ -1189,7 +1189,10 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
     if (role == ROLE_RESET)
         c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
-    if (!abort_exec)
+    /* Streaming unpaired (after UNSUBSCRIBE), no hook would see DISCARD's
+     * reply; but the refusal's fence, a command Redis does not know, has
+     * flagged the transaction, so Redis answers this EXEC with EXECABORT. */
+    if (!abort_exec || (c->flags & CLIENT_PASSTHROUGH))
         return;
     bytes = evbuffer_new();
     evbuffer_add(bytes, discard, sizeof(discard) - 1);
@@ -1943,10 +1946,45 @@ static void client_answer_line(struct client *c, struct request *req, const char
  * answers; a command needing the session (WATCH, a blocking one) is
  * refused, unless the private connection holds no session yet: then it
  * moves to the command's node (client_cluster_moves). */
+/* Cluster mode: whether REQ can be answered only by other nodes than
+ * that of C's private connection: it runs in parts, or its key is
+ * another node's. */
+static int client_cluster_elsewhere(const struct client *c, const struct request *req)
+{
+    if (cluster_split_wants(req->cmd, req->slot))
+        return 1;
+    return c->private_conn != NULL && req->slot >= 0 &&
+           router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
+}
+
+/* Cluster mode: REQ of C, whose replies stream unpaired from its private
+ * connection (pub/sub, MONITOR), is for other nodes (client_cluster_elsewhere):
+ * nothing could pair their replies with it in the stream, so it is
+ * refused. In MONITOR and in the subscribed context with Redis's own
+ * error, which its node would answer too. */
+static const char *client_cluster_stream_refusal(const struct client *c,
+                                                 const struct request *req)
+{
+    static char text[200];
+
+    if (c->flags & CLIENT_MONITOR)
+        return "-ERR Replica can't interact with the keyspace";
+    if (client_subscribed_context(c)) {
+        snprintf(text, sizeof(text), "-ERR Can't execute '%s': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                 req->cmd->name);
+        return text;
+    }
+    return "-ERR sluice cluster mode: this connection is in pub/sub or MONITOR on one node, "
+           "and this command is for other nodes; use another connection for it";
+}
+
 static const char *client_cluster_session_answer(const struct client *c,
                                                  const struct request *req,
                                                  struct placement place)
 {
+    if ((c->flags & CLIENT_PASSTHROUGH) && req->cmd != NULL && client_cluster_elsewhere(c, req))
+        return client_cluster_stream_refusal(c, req);
     if ((c->flags & CLIENT_IN_MULTI) && cluster_split_wants(req->cmd, req->slot))
         return req->slot == CLUSTER_SLOT_CROSS
                    ? "-CROSSSLOT Keys in request don't hash to the same slot"

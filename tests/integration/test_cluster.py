@@ -1711,3 +1711,51 @@ def test_split_mset_with_a_key_missing_its_value(csluice, rc):
             assert r == Err("ERR wrong number of arguments for 'mset' command"), r
         assert c.call("PING") == "PONG"
     assert rc.exists(a, b, "msodd:c") == 0
+
+
+def test_pubsub_and_monitor_connections_never_hang_or_see_moved(csluice, redis_cluster):
+    """A RESP2 connection in pub/sub (even after unsubscribing from all)
+    or MONITOR streams its replies from its private connection to one
+    node: a command that node cannot answer (a key of another node, a
+    command run in parts) gets an error in its place, never a raw MOVED
+    and never nothing (it used to get no reply at all). In the subscribed
+    context that error is Redis's own, and in MONITOR too."""
+    keys = [k for k, _ in keys_per_primary(redis_cluster, "psm:")]
+
+    def cant(name):
+        return Err(f"ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+                   "PING / QUIT / RESET are allowed in this context")
+
+    whole = (("MGET", *keys), ("DEL", *keys), ("DBSIZE",), ("SCAN", "0"))
+    with csluice.raw() as c:
+        assert c.call("SUBSCRIBE", "psm-ch") == [b"subscribe", b"psm-ch", 1]
+        for k in keys:
+            assert c.call("GET", k) == cant("get")
+        for args in whole:
+            assert c.call(*args) == cant(args[0].lower())
+        assert c.call("UNSUBSCRIBE") == [b"unsubscribe", b"psm-ch", 0]
+        got = [c.call("GET", k) for k in keys]
+        assert got.count(None) == 1, got   # the node of the private connection
+        for r in got:
+            assert r is None or (isinstance(r, Err) and r.startswith("ERR sluice cluster mode")), r
+        for args in whole:
+            r = c.call(*args)
+            assert isinstance(r, Err) and r.startswith("ERR sluice cluster mode"), (args, r)
+        # A transaction with such a command aborts whole.
+        same = keys[got.index(None)]
+        other = keys[(got.index(None) + 1) % len(keys)]
+        assert c.call("MULTI") == "OK"
+        assert c.call("SET", same, "1") == "QUEUED"
+        assert c.call("SET", other, "1").startswith("ERR sluice cluster mode")
+        assert c.call("EXEC") == Err("EXECABORT Transaction discarded because of previous "
+                                     "errors.")
+        assert c.call("GET", same) is None
+        assert c.call("PING") == "PONG"
+    with csluice.raw() as c:
+        assert c.call("MONITOR") == "OK"
+        for args in [("GET", k) for k in keys] + list(whole):
+            c.send_command(*args)
+            r = c.read_reply()
+            while not isinstance(r, Err) and r[:1].isdigit():
+                r = c.read_reply()   # a command the node ran meanwhile (sluice's map request)
+            assert r == Err("ERR Replica can't interact with the keyspace"), args
