@@ -1226,18 +1226,37 @@ static int client_cluster_off_session(const struct client *c, const struct reque
            router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
 }
 
+/* Whether C's private connection holds state beyond a transaction. */
+static int client_private_holds_state(const struct client *c)
+{
+    return (c->flags & (CLIENT_SESSION | CLIENT_WATCHING | CLIENT_PASSTHROUGH)) != 0;
+}
+
+/* Whether C's private connection holds no state of its session: it
+ * only served blocking commands and transactions that have ended (EXEC
+ * and DISCARD end WATCH too), so another connection would do as well. */
+static int client_private_idle(const struct client *c)
+{
+    return !client_private_holds_state(c) &&
+           (!(c->flags & CLIENT_IN_MULTI) || (c->flags & CLIENT_MULTI_DEFERRED));
+}
+
 /* Cluster mode: whether REQ needs C's private connection on another node
  * than the one it is on, while that connection holds no session (it only
  * served blocking commands, a worker's BLPOP on one queue and then on
- * another): then the client's private connection moves to REQ's node
+ * another; or ended transactions, and REQ is the first key of a new one):
+ * then the client's private connection moves to REQ's node
  * (client_route), once C has nothing in flight (client_must_wait). */
 static int client_cluster_moves(const struct client *c, const struct request *req)
 {
-    return cluster_enabled() && c->private_conn != NULL && req->place == PLACE_PRIVATE &&
-           req->slot >= 0 &&
-           !(c->flags & (CLIENT_SESSION | CLIENT_IN_MULTI | CLIENT_MULTI_DEFERRED |
-                         CLIENT_PASSTHROUGH)) &&
-           router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
+    if (!cluster_enabled() || c->private_conn == NULL || req->slot < 0 ||
+        !client_private_idle(c))
+        return 0;
+    /* A deferred MULTI goes with the transaction's first key, wherever. */
+    if (!(c->flags & CLIENT_MULTI_DEFERRED) &&
+        (req->place != PLACE_PRIVATE || (c->flags & CLIENT_IN_MULTI)))
+        return 0;
+    return router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
 }
 
 /* Whether REQ, sent on its client's private connection, leaves state
@@ -1245,7 +1264,24 @@ static int client_cluster_moves(const struct client *c, const struct request *re
  * but a blocking command (its connection is as before once answered). */
 static int client_leaves_session(const struct request *req)
 {
+    enum placement_role role = client_role(req);
+
+    if (role == ROLE_MULTI || role == ROLE_WATCH)
+        return 0;   /* until EXEC or DISCARD: CLIENT_IN_MULTI, CLIENT_WATCHING */
     return req->place == PLACE_PRIVATE && (req->cmd == NULL || !(req->cmd->flags & CMD_BLOCKING));
+}
+
+/* Follow WATCH on C's private connection, REQ being sent there: Redis
+ * forgets the watched keys at EXEC, DISCARD, UNWATCH and RESET. */
+static void client_note_watch(struct client *c, const struct request *req)
+{
+    enum placement_role role = client_role(req);
+
+    if (role == ROLE_WATCH && !(c->flags & CLIENT_IN_MULTI))
+        c->flags |= CLIENT_WATCHING;
+    else if (role == ROLE_EXEC || role == ROLE_DISCARD || role == ROLE_RESET ||
+             (req->cmd != NULL && strcmp(req->cmd->name, "unwatch") == 0))
+        c->flags &= ~(unsigned)CLIENT_WATCHING;
 }
 
 static struct backend_conn *client_conn_class(struct backend_conn *conn);
@@ -1325,10 +1361,12 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
         if (c->private_conn == NULL)
             return NULL;
         log_debug("client %llu now has a private backend connection", (unsigned long long)c->id);
-        client_cluster_start_multi(c);
     }
-    if (c->private_conn != NULL && !client_cluster_off_session(c, req))
+    if (c->private_conn != NULL && !client_cluster_off_session(c, req)) {
+        if (!client_cluster_moves(c, req))   /* else REQ waits, and comes here again */
+            client_cluster_start_multi(c);
         return c->private_conn;
+    }
     return client_detour(c, req, client_shared_conn(c, req));
 }
 
@@ -1530,6 +1568,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             backend_use_resp(conn, c->resp);
         if (client_leaves_session(req))
             c->flags |= CLIENT_SESSION;
+        client_note_watch(c, req);
         client_wait_offset(c, req, conn);
     }
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
@@ -1655,19 +1694,25 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
                : 0;
 }
 
-/* Cluster mode: MULTI of a client without a private connection is
- * answered here and sent later, ahead of the first command, on a private
- * connection to that command's node. EXEC or DISCARD with nothing queued
- * is answered here too. REQ is in C's queue. Returns 1 when answered (its
+/* Cluster mode: MULTI (not nested: WAS_IN_MULTI is 0) of a client whose
+ * private connection, if any, holds no state (client_private_holds_state)
+ * is answered here and sent later, ahead of the first command, on a
+ * private connection to that command's node (client_cluster_moves). EXEC
+ * or DISCARD with nothing queued is answered here too, and a MULTI nested
+ * in a deferred one. REQ is in C's queue. Returns 1 when answered (its
  * bytes drained from SRC). */
-static int client_cluster_defer_multi(struct client *c, struct request *req, struct evbuffer *src)
+static int client_cluster_defer_multi(struct client *c, struct request *req, struct evbuffer *src,
+                                      int was_in_multi)
 {
     enum placement_role role = client_role(req);
     const char *reply;
 
     if (!cluster_enabled())
         return 0;
-    if (role == ROLE_MULTI && c->private_conn == NULL) {
+    if (role == ROLE_MULTI && was_in_multi && (c->flags & CLIENT_MULTI_DEFERRED)) {
+        reply = "-ERR MULTI calls can not be nested\r\n";   /* as Redis: no abort */
+    } else if (role == ROLE_MULTI && !was_in_multi &&
+               (c->private_conn == NULL || !client_private_holds_state(c))) {
         c->flags |= CLIENT_MULTI_DEFERRED;
         reply = "+OK\r\n";
     } else if ((role == ROLE_EXEC || role == ROLE_DISCARD) && (c->flags & CLIENT_MULTI_DEFERRED)) {
@@ -1818,6 +1863,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
                            struct evbuffer *src)
 {
     struct backend_conn *conn;
+    int was_in_multi;
 
     if (req->place == PLACE_LEARN) {
         struct placement place = client_place(req, argv);   /* released after learning */
@@ -1874,6 +1920,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     if (client_role(req) == ROLE_CLIENT_IDS &&
         clientid_translate(c, req, argv, &src) == CLIENTID_HELD)
         return -1;   /* released once Redis said its ids (client_release_held) */
+    was_in_multi = (c->flags & CLIENT_IN_MULTI) != 0;
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);
     if ((req->flags & REQ_PASSTHROUGH) && c->resp == 3 && client_role(req) != ROLE_MONITOR)
@@ -1885,7 +1932,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
      * wait in no queue. */
     if (!(req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
-    if (client_cluster_defer_multi(c, req, src))
+    if (client_cluster_defer_multi(c, req, src, was_in_multi))
         return 0;
     if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
         size_t raw_len = req->raw_len;   /* REQ may be answered, and freed, by its split */
@@ -1993,7 +2040,7 @@ static const char *client_cluster_session_answer(const struct client *c,
     if (c->private_conn == NULL || req->slot < 0 ||
         router_node_for_request(req, NULL) == backend_conn_node(c->private_conn))
         return NULL;
-    if (c->flags & CLIENT_IN_MULTI)
+    if ((c->flags & CLIENT_IN_MULTI) && !client_cluster_moves(c, req))
         return "-CROSSSLOT Keys in request don't hash to the same slot";
     if (place.kind == PLACE_SHARED)
         return NULL;   /* goes to the shared connections: client_cluster_off_session */

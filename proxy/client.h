@@ -43,6 +43,8 @@ enum client_flag {
     CLIENT_SESSION = 1 << 13,          /* its private connection holds state (more than
                                           answered blocking commands): it stays put */
     CLIENT_TUNNEL_FED = 1 << 14,       /* its tunnel has passed bytes from Redis */
+    CLIENT_WATCHING = 1 << 15,         /* WATCH sent on its private connection, not yet
+                                          ended by EXEC, DISCARD, UNWATCH or RESET */
 };
 
 struct client {

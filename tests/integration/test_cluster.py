@@ -536,7 +536,7 @@ def test_session_then_keys_of_other_nodes(csluice, redis_cluster, rc):
     """A client with a session (BLPOP, WATCH) on one node still reaches
     keys of the others for plain commands."""
     pairs = keys_per_primary(redis_cluster, "sess:")
-    (qa, _), (kb, _), (kc, _) = pairs
+    (qa, _), (kb, qb), (kc, _) = pairs
     rc.rpush(qa, "job")
     with csluice.client() as c:
         assert c.blpop([qa], timeout=1) == (qa.encode(), b"job")
@@ -549,8 +549,16 @@ def test_session_then_keys_of_other_nodes(csluice, redis_cluster, rc):
             p.multi()
             p.rpush(qa, "x")
             assert p.execute() == [1]
-        with pytest.raises(redis.ResponseError, match="session is on another node"):
-            c.blpop([kb], timeout=1)
+        # EXEC ended the WATCH and the transaction: the private connection
+        # holds nothing, and a BLPOP moves it to another node's queue.
+        rc.rpush(qb, "job-b")
+        assert c.blpop([qb], timeout=1) == (qb.encode(), b"job-b")
+        # A WATCH holds state there: a session command of another node is
+        # refused while it lasts.
+        with c.pipeline(transaction=True) as p:
+            p.watch(qa)
+            with pytest.raises(redis.ResponseError, match="session is on another node"):
+                p.blpop([kb], timeout=1)
     assert rc.lrange(qa, 0, -1) == [b"x"]
     rc.delete(qa, kb, kc)
 
@@ -1759,3 +1767,38 @@ def test_pubsub_and_monitor_connections_never_hang_or_see_moved(csluice, redis_c
             while not isinstance(r, Err) and r[:1].isdigit():
                 r = c.read_reply()   # a command the node ran meanwhile (sluice's map request)
             assert r == Err("ERR Replica can't interact with the keyspace"), args
+
+
+def test_one_connection_runs_transactions_on_every_primary_in_turn(csluice, redis_cluster, rc):
+    """A transaction leaves nothing on its connection once EXEC or DISCARD
+    is sent (EXEC ends WATCH too): the next transaction on the same
+    connection (a pooled one) may use keys of another node. It used to
+    stay on the first transaction's node: CROSSSLOT, then EXECABORT."""
+    pairs = keys_per_primary(redis_cluster, "txturn:")
+    with csluice.raw() as c:
+        for k1, k2 in pairs + pairs[::-1] + pairs:
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", k1, "a") == "QUEUED"
+            assert c.call("INCR", k2) == "QUEUED"
+            assert c.call("EXEC") == ["OK", 1]
+            assert c.call("MULTI") == "OK"
+            assert c.call("MULTI") == Err("ERR MULTI calls can not be nested")
+            assert c.call("DEL", k2) == "QUEUED"
+            assert c.call("DISCARD") == "OK"
+            assert c.call("DEL", k2) == 1
+        for k1, k2 in pairs + pairs[::-1]:   # WATCH, then the transaction there
+            assert c.call("WATCH", k1) == "OK"
+            assert c.call("GET", k1) == b"a"
+            assert c.call("MULTI") == "OK"
+            assert c.call("MULTI") == Err("ERR MULTI calls can not be nested")
+            assert c.call("INCR", k2) == "QUEUED"
+            assert c.call("EXEC") == [1]
+            assert c.call("DEL", k2) == 1
+    with csluice.client() as r:   # redis-py: its pool reuses the connection
+        for k1, k2 in pairs + pairs[::-1]:
+            p = r.pipeline(transaction=True)
+            p.set(k1, "b").incr(k2).get(k1)
+            assert p.execute() == [True, 1, b"b"]
+            r.transaction(lambda pipe: pipe.multi() or pipe.incr(k2), k1)
+            assert rc.get(k2) == b"2"
+            rc.delete(k1, k2)
