@@ -314,6 +314,8 @@ static void client_enqueue(struct client *c, struct request *req)
         client_fence(c, req);
 }
 
+static void client_multi_held_free(struct client *c);
+
 /* The one place a client connection ends. Requests still waiting for a
  * backend reply stay with that backend connection, marked to have their
  * replies swallowed; everything else is freed. Inside the client's own
@@ -343,6 +345,7 @@ static void client_close(struct client *c)
     }
     request_free(orphan);
     multi_locals_free(&c->multi);
+    client_multi_held_free(c);
     if (c->write_listed)
         TAILQ_REMOVE(&client_write_list, c, write_link);
     lock_client_closed(c);
@@ -1187,8 +1190,10 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
         multi_hook_exec(&c->multi, req);   /* sluice's own commands run in their slots */
     multi_locals_free(&c->multi);
     c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
-    if (role == ROLE_RESET)
+    if (role == ROLE_RESET) {
         c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+        client_multi_held_free(c);
+    }
     /* Streaming unpaired (after UNSUBSCRIBE), no hook would see DISCARD's
      * reply; but the refusal's fence, a command Redis does not know, has
      * flagged the transaction, so Redis answers this EXEC with EXECABORT. */
@@ -1200,8 +1205,19 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     req->on_reply = client_execabort_reply;
 }
 
+/* Free the commands C's deferred MULTI held (client_cluster_hold). */
+static void client_multi_held_free(struct client *c)
+{
+    for (int i = 0; i < c->multi_held_count; i++)
+        evbuffer_free(c->multi_held[i]);
+    free(c->multi_held);
+    c->multi_held = NULL;
+    c->multi_held_count = 0;
+}
+
 /* Cluster mode: the deferred MULTI goes ahead of the transaction's first
- * command, on the private connection just made for it. */
+ * command, on the private connection just made for it, and the keyless
+ * commands held until then (client_cluster_hold) behind it. */
 static void client_cluster_start_multi(struct client *c)
 {
     static const char multi[] = "*1\r\n$5\r\nMULTI\r\n";
@@ -1214,6 +1230,10 @@ static void client_cluster_start_multi(struct client *c)
     evbuffer_add(buf, multi, sizeof(multi) - 1);
     backend_send_internal(c->private_conn, buf, NULL, NULL, NULL);
     evbuffer_free(buf);
+    /* Their +QUEUED went to the client already: Redis's are dropped. */
+    for (int i = 0; i < c->multi_held_count; i++)
+        backend_send_internal(c->private_conn, c->multi_held[i], NULL, NULL, NULL);
+    client_multi_held_free(c);
 }
 
 /* Cluster mode: whether REQ, of a client with a private connection, goes
@@ -1715,8 +1735,12 @@ static int client_cluster_defer_multi(struct client *c, struct request *req, str
                (c->private_conn == NULL || !client_private_holds_state(c))) {
         c->flags |= CLIENT_MULTI_DEFERRED;
         reply = "+OK\r\n";
+    } else if (role == ROLE_EXEC && (c->flags & CLIENT_MULTI_DEFERRED) &&
+               c->multi_held_count > 0 && req->on_reply != client_execabort_reply) {
+        return 0;   /* MULTI and what it holds go ahead of it, to any node */
     } else if ((role == ROLE_EXEC || role == ROLE_DISCARD) && (c->flags & CLIENT_MULTI_DEFERRED)) {
         c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+        client_multi_held_free(c);
         if (req->on_reply == client_execabort_reply)   /* a command was refused: see track_multi */
             reply = "-EXECABORT Transaction discarded because of previous errors.\r\n";
         else
@@ -1730,6 +1754,48 @@ static int client_cluster_defer_multi(struct client *c, struct request *req, str
     if (req->reply == NULL)
         req->reply = evbuffer_new();
     evbuffer_add(req->reply, reply, strlen(reply));
+    STAT_INC(total_local);
+    client_complete(c, req);
+    client_check_output_limit(c);
+    return 1;
+}
+
+/* Cluster mode: REQ (in C's queue), a keyless command after a deferred
+ * MULTI, would bind the transaction to whichever node it went to, and a
+ * later key of another node would abort it (CROSSSLOT). So its bytes are
+ * held, to be sent behind MULTI on the node of the transaction's first
+ * key (or any node at EXEC), and it is answered +QUEUED now. Only what
+ * Redis queues (a known command with its arity); the others go on as
+ * before, to be refused there. Returns 1 when held (its bytes drained
+ * from SRC). */
+static int client_cluster_hold(struct client *c, struct request *req, struct evbuffer *src)
+{
+    enum placement_role role = client_role(req);
+    struct evbuffer *bytes, **held;
+    int arity = req->cmd != NULL ? req->cmd->arity : 0;
+
+    if (!cluster_enabled() || !(c->flags & CLIENT_MULTI_DEFERRED) ||
+        req->slot != CLUSTER_SLOT_NONE || req->cmd == NULL ||
+        (arity >= 0 ? req->argc != arity : req->argc < -arity) ||
+        (role != ROLE_NONE && role != ROLE_SCRIPT && role != ROLE_SELECT) ||
+        (req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL | REQ_NOREPLY)))
+        return 0;
+    held = realloc(c->multi_held, (size_t)(c->multi_held_count + 1) * sizeof(*held));
+    if (held == NULL || (bytes = evbuffer_new()) == NULL) {
+        if (held != NULL)
+            c->multi_held = held;
+        return 0;
+    }
+    c->multi_held = held;
+    if (src != NULL)
+        evbuffer_remove_buffer(src, bytes, req->raw_len);
+    else
+        evbuffer_add_buffer(bytes, req->raw);
+    held[c->multi_held_count++] = bytes;
+    c->multi_queued++;
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    evbuffer_add(req->reply, "+QUEUED\r\n", 9);
     STAT_INC(total_local);
     client_complete(c, req);
     client_check_output_limit(c);
@@ -1932,7 +1998,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
      * wait in no queue. */
     if (!(req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
-    if (client_cluster_defer_multi(c, req, src, was_in_multi))
+    if (client_cluster_defer_multi(c, req, src, was_in_multi) || client_cluster_hold(c, req, src))
         return 0;
     if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
         size_t raw_len = req->raw_len;   /* REQ may be answered, and freed, by its split */
@@ -2061,7 +2127,11 @@ static int client_cluster_check(struct client *c, struct request *req, const str
     if (!cluster_enabled() || place.kind == PLACE_LOCAL)
         return 0;
     req->slot = cluster_request_slot(req->cmd, req->argc, argv);
-    line = cluster_answer(req->cmd, req->argc, argv, req->slot);
+    /* Inside MULTI, SELECT is queued: the node answers it in EXEC's reply,
+     * as Redis Cluster does (+OK for database 0, else its error). */
+    line = (c->flags & CLIENT_IN_MULTI) && client_role(req) == ROLE_SELECT
+               ? NULL
+               : cluster_answer(req->cmd, req->argc, argv, req->slot);
     if (line == NULL)
         line = client_cluster_session_answer(c, req, place);
     if (line == NULL)

@@ -1802,3 +1802,58 @@ def test_one_connection_runs_transactions_on_every_primary_in_turn(csluice, redi
             r.transaction(lambda pipe: pipe.multi() or pipe.incr(k2), k1)
             assert rc.get(k2) == b"2"
             rc.delete(k1, k2)
+
+
+def test_transaction_starting_with_keyless_commands_goes_to_its_first_key(csluice,
+                                                                          redis_cluster, rc):
+    """Keyless commands at the start of a transaction (PING, ECHO, SELECT 0,
+    EVAL without keys) are answered QUEUED and sent behind MULTI to the
+    node of the transaction's first key, whichever that is (they used to
+    bind it to one node: CROSSSLOT, then EXECABORT, for keys of the
+    others). Without any key the transaction runs on any node. Inside
+    MULTI, SELECT is queued, as Redis Cluster does."""
+    pairs = keys_per_primary(redis_cluster, "txkl:")
+    queued = "QUEUED"
+    with csluice.raw() as c:
+        for k1, k2 in pairs + pairs[::-1]:
+            assert c.call("MULTI") == "OK"
+            assert c.call("PING") == queued
+            assert c.call("ECHO", "x") == queued
+            assert c.call("SELECT", "0") == queued
+            assert c.call("EVAL", "return 7", "0") == queued
+            assert c.call("SET", k1, "a") == queued
+            assert c.call("PING") == queued
+            assert c.call("INCR", k2) == queued
+            assert c.call("EXEC") == ["PONG", b"x", "OK", 7, "OK", "PONG", 1]
+            assert rc.get(k2) == b"1"
+            rc.delete(k1, k2)
+        assert c.call("MULTI") == "OK"
+        assert c.call("PING") == queued
+        assert c.call("SELECT", "1") == queued
+        assert c.call("EXEC") == ["PONG", Err("ERR SELECT is not allowed in cluster mode")]
+        assert c.call("MULTI") == "OK"
+        assert c.call("PING") == queued
+        assert c.call("DISCARD") == "OK"
+        assert c.call("MULTI") == "OK"
+        assert c.call("ECHO", "y") == queued
+        assert c.call("RESET") == "RESET"
+        assert c.call("EXEC") == Err("ERR EXEC without MULTI")
+        (a, _), (b, _) = pairs[:2]
+        assert c.call("MULTI") == "OK"
+        assert c.call("PING") == queued
+        assert c.call("SET", a, "1") == queued
+        assert c.call("SET", b, "1").startswith("CROSSSLOT")
+        assert c.call("EXEC").startswith("EXECABORT")
+        assert rc.exists(a, b) == 0
+        # A client gone with keyless commands held: nothing leaks (sanitizer).
+        with csluice.raw() as gone:
+            gone.send(encode_command("MULTI") + encode_command("PING"))
+            assert gone.read_replies(2) == ["OK", queued]
+        assert c.call("PING") == "PONG"
+    with csluice.client() as r:
+        for k1, k2 in pairs:
+            p = r.pipeline(transaction=True)
+            p.ping().time().set(k1, "b").incr(k2)
+            res = p.execute()
+            assert res[0] is True and res[2:] == [True, 1], res
+            rc.delete(k1, k2)
