@@ -331,6 +331,28 @@ int cluster_take_unsent(struct request *req)
     return cluster_enabled() && request_has_bytes(req) && cluster_retry_unreachable(req);
 }
 
+int cluster_send_own(struct backend_conn *conn, int slot, struct evbuffer *bytes,
+                     request_reply_fn *on_reply, void *ctx, void (*ctx_free)(struct request *req))
+{
+    struct request *req = request_new();
+    char err[64];
+
+    if (req == NULL || (req->raw = evbuffer_new()) == NULL) {
+        request_free(req);
+        return -1;
+    }
+    req->raw_len = evbuffer_get_length(bytes);
+    evbuffer_add_buffer(req->raw, bytes);
+    req->on_reply = on_reply;
+    req->ctx = ctx;
+    req->ctx_free = ctx_free;
+    req->slot = slot;
+    if (backend_send(conn, req, NULL, err, sizeof(err)) == 0 || cluster_take_unsent(req))
+        return 0;
+    request_free(req);
+    return -1;
+}
+
 /* Send REQ (the bytes it holds) to NODE's shared connection, after
  * ASKING when ASKING is set. When NODE cannot be reached REQ waits to be
  * sent again (within its window) or gets the error. */

@@ -354,17 +354,19 @@ static void split_part_free(struct request *req)
 /* ---------------------------------------------------------------------
  * Splitting */
 
-/* Send PART, whose bytes are in BUF (freed here), to NODE on the shared
- * connection of CLIENT_ID. A part that cannot be sent makes the error. */
-static void split_send(struct split_part *part, struct backend_node *node,
+/* Send PART, whose bytes are in BUF (freed here), for SLOT (a slot of
+ * its keys; of the primary it is for) to NODE on the shared connection of
+ * CLIENT_ID: when NODE is down it waits for SLOT's owner, as any request
+ * (cluster_send_own). A part that cannot be sent makes the error. */
+static void split_send(struct split_part *part, struct backend_node *node, int slot,
                        unsigned long long client_id, struct evbuffer *buf)
 {
     struct split *s = part->split;
 
     s->parts++;
     s->pending++;
-    if (backend_send_internal(backend_pool_conn(node, client_id, s->resp), buf, split_part_reply, part,
-                              split_part_free) != 0) {
+    if (cluster_send_own(backend_pool_conn(node, client_id, s->resp), slot, buf,
+                         split_part_reply, part, split_part_free) != 0) {
         static const char down[] = "-ERR backend unavailable: a cluster node is down\r\n";
         /* ctx_free ran: PART is gone; S lives on (the maker holds it). */
         s->pending--;
@@ -429,7 +431,8 @@ static void split_send_slot(struct split *s, unsigned long long client_id,
         for (int a = 0; a < sc->step; a++)
             reply_bulk(buf, key[a].ptr, key[a].len);
     }
-    split_send(part, router_node_for_key(first->ptr, first->len), client_id, buf);
+    split_send(part, router_node_for_key(first->ptr, first->len), order[from].slot, client_id,
+               buf);
 }
 
 /* One part per slot among the keys KEYS (NKEYS of them) of ARGV. */
@@ -457,6 +460,16 @@ static int split_by_slot(struct split *s, unsigned long long client_id,
     return 0;
 }
 
+/* The lowest slot NODE serves (-1: none). */
+static int split_first_slot(const struct backend_node *node)
+{
+    for (int slot = 0; slot < SLOT_COUNT; slot++) {
+        if (cluster_node_for_slot(slot) == node)
+            return slot;
+    }
+    return -1;
+}
+
 /* The whole request, ARGC arguments ARGV, to every primary of the map. */
 static void split_by_primary(struct split *s, unsigned long long client_id, int argc,
                              const struct sv *argv)
@@ -472,7 +485,7 @@ static void split_by_primary(struct split *s, unsigned long long client_id, int 
         reply_array_header(buf, argc);
         for (int i = 0; i < argc; i++)
             reply_bulk(buf, argv[i].ptr, argv[i].len);
-        split_send(part, node, client_id, buf);
+        split_send(part, node, split_first_slot(node), client_id, buf);
     }
 }
 
@@ -542,7 +555,7 @@ static void split_scan(struct split *s, unsigned long long client_id, int argc,
     evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", argc, strlen(text), text);
     for (int i = 2; i < argc; i++)
         reply_bulk(buf, argv[i].ptr, argv[i].len);
-    split_send(part, node, client_id, buf);
+    split_send(part, node, s->scan_slot, client_id, buf);
 }
 
 /* Drop the maker's hold; answer when every part already has. */

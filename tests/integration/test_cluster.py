@@ -60,13 +60,13 @@ def _cluster_sluice_with(redis_cluster, folder, extra):
 
 
 @contextlib.contextmanager
-def own_cluster_sluice(tmp_path, extra_args=(), replicas=0):
+def own_cluster_sluice(tmp_path, extra_args=(), replicas=0, sluice_extra=None):
     """A cluster of the test's own (3 primaries with REPLICAS each,
     EXTRA_ARGS to every redis-server) and a sluice in front of it with its
-    slot map loaded: (cluster, sluice). Both stopped after; the sluice's
-    problems fail the test."""
+    slot map loaded (SLUICE_EXTRA: more config keys): (cluster, sluice).
+    Both stopped after; the sluice's problems fail the test."""
     cl = ClusterRedis(tmp_path / "own-cluster", replicas=replicas, extra_args=extra_args)
-    s = Sluice(tmp_path / "own-sluice", None, cluster_seeds=cl.seeds)
+    s = Sluice(tmp_path / "own-sluice", None, cluster_seeds=cl.seeds, extra=sluice_extra)
     try:
         cl.start()
         s.start()
@@ -1857,3 +1857,48 @@ def test_transaction_starting_with_keyless_commands_goes_to_its_first_key(csluic
             res = p.execute()
             assert res[0] is True and res[2:] == [True, 1], res
             rc.delete(k1, k2)
+
+
+def test_split_commands_through_a_killed_primary(tmp_path):
+    """MSET, MGET, EXISTS and DBSIZE (run in parts) while a primary is
+    killed and its replica promoted: no client error, every reply right.
+    A part whose node is down waits like any request (cluster_retry_window)
+    and goes to its slots' owner by then: it used to fail at once ("a
+    cluster node is down"), and a whole-keyspace part in flight was sent
+    again to any node (DBSIZE counting one node twice)."""
+    import threading
+    with own_cluster_sluice(tmp_path, replicas=1,
+                            sluice_extra={"cluster_retry_window": 10000}) as (cl, s):
+        keys = [f"spk:{i}" for i in range(60)]
+        errors, ops, stop = [], [0], threading.Event()
+
+        def run():
+            c = s.client(socket_timeout=20)
+            while not stop.is_set():
+                try:
+                    p = c.pipeline(transaction=False)
+                    p.mset({k: "v" for k in keys}).mget(keys).exists(*keys).dbsize()
+                    res = p.execute()
+                    if res != [True, [b"v"] * 60, 60, 60]:
+                        errors.append(res)
+                    ops[0] += 1
+                except redis.RedisError as e:
+                    errors.append(repr(e))
+                    time.sleep(0.01)
+            c.close()
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: ops[0] > 30, 10 * SLOW, msg="traffic to start")
+            victim = cl.primaries()[-1]
+            heir = replica_of(cl, victim)
+            cl.node_by_port(victim).stop()
+            wait_until(lambda: heir in cl.primaries(), 30 * SLOW, msg="the replica to take over")
+            cl.wait_ok()
+            done = ops[0]
+            wait_until(lambda: ops[0] > done + 30, 15 * SLOW, msg="traffic after the failover")
+        finally:
+            stop.set()
+            t.join(30)
+        assert errors == [], errors[:3]
