@@ -1237,11 +1237,13 @@ static void client_cluster_start_multi(struct client *c)
 }
 
 /* Cluster mode: whether REQ, of a client with a private connection, goes
- * to the shared connections instead: a plain keyed command outside a
- * transaction or pub/sub whose key another node serves. */
+ * to the shared connections instead: a plain keyed command, or a lock
+ * verb's script (LOCAL, lock.c), outside a transaction or pub/sub whose
+ * key another node serves. */
 static int client_cluster_off_session(const struct client *c, const struct request *req)
 {
-    return cluster_enabled() && req->place == PLACE_SHARED && req->slot >= 0 &&
+    return cluster_enabled() && (req->place == PLACE_SHARED || req->place == PLACE_LOCAL) &&
+           req->slot >= 0 &&
            !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)) &&
            router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
 }

@@ -1902,3 +1902,26 @@ def test_split_commands_through_a_killed_primary(tmp_path):
             stop.set()
             t.join(30)
         assert errors == [], errors[:3]
+
+
+def test_locks_of_every_node_from_a_connection_with_a_private_one(csluice, redis_cluster, rc):
+    """LOCK, RENEW and UNLOCK go to their key's node also from a client
+    whose private connection is on another node (after a BLPOP, a
+    transaction, during a WATCH): they used to be sent on that private
+    connection and get -TRYAGAIN (the MOVED of a session) every time."""
+    pairs = keys_per_primary(redis_cluster, "lkpriv:")
+    (q, k), _, _ = pairs
+    starts = ([("BLPOP", q, "0.01")], [("MULTI",), ("SET", k, "1"), ("EXEC",)], [("WATCH", k)])
+    with csluice.raw() as c:
+        for cmds in starts:
+            for cmd in cmds:
+                c.call(*cmd)
+            for lk, _ in pairs:
+                name = lk + ":lock"
+                token = c.call("LOCK", name, "5000")
+                assert isinstance(token, bytes) and len(token) == 32, (cmds, token)
+                assert c.call("RENEW", name, "5000") == "OK"
+                assert c.call("UNLOCK", name) == 0
+                assert rc.exists(name) == 0
+        assert c.call("UNWATCH") == "OK"
+    rc.delete(k)
