@@ -2098,8 +2098,9 @@ static const char *client_cluster_session_answer(const struct client *c,
                                                  const struct request *req,
                                                  struct placement place)
 {
-    if ((c->flags & CLIENT_PASSTHROUGH) && req->cmd != NULL && client_cluster_elsewhere(c, req))
-        return client_cluster_stream_refusal(c, req);
+    if ((c->flags & CLIENT_PASSTHROUGH) && req->cmd != NULL && !(req->flags & REQ_PASSTHROUGH) &&
+        client_cluster_elsewhere(c, req))
+        return client_cluster_stream_refusal(c, req);   /* (S)SUBSCRIBE...: see below */
     if ((c->flags & CLIENT_IN_MULTI) && cluster_split_wants(req->cmd, req->slot))
         return req->slot == CLUSTER_SLOT_CROSS
                    ? "-CROSSSLOT Keys in request don't hash to the same slot"

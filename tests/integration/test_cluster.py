@@ -1758,7 +1758,14 @@ def test_pubsub_and_monitor_connections_never_hang_or_see_moved(csluice, redis_c
         assert c.call("EXEC") == Err("EXECABORT Transaction discarded because of previous "
                                      "errors.")
         assert c.call("GET", same) is None
+        # A shard channel of another node: its session is on this one.
+        r = c.call("SSUBSCRIBE", other)
+        assert isinstance(r, Err) and "session is on another node" in r, r
         assert c.call("PING") == "PONG"
+    with csluice.raw() as c:
+        assert c.call("SUBSCRIBE", "psm-ch") == [b"subscribe", b"psm-ch", 1]
+        got = [c.call("SSUBSCRIBE", k) for k in keys]
+        assert sum(isinstance(r, Err) and "session is on another node" in r for r in got) == 2, got
     with csluice.raw() as c:
         assert c.call("MONITOR") == "OK"
         for args in [("GET", k) for k in keys] + list(whole):
