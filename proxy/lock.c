@@ -24,6 +24,7 @@
 
 #include "backend.h"
 #include "client.h"
+#include "cluster.h"
 #include "log.h"
 #include "reply.h"
 #include "pause.h"
@@ -325,7 +326,8 @@ static void lock_held_free(struct lock_held *h)
 /* Send a script of sluice's own for KEY, with no client waiting: EVAL
  * rather than EVALSHA, so a flushed script cache needs no second try.
  * CTX_FREE (may be NULL) runs when the request goes, also when it cannot
- * be sent. */
+ * be sent. In cluster mode, while KEY's node is down, it waits for the
+ * slot's owner like a client's request (cluster_send_own). */
 static void lock_send_internal(const struct script *s, const char *key, size_t keylen,
                                const struct sv *args, int argc, request_reply_fn *on_reply,
                                void *ctx, void (*ctx_free)(struct request *req))
@@ -337,7 +339,9 @@ static void lock_send_internal(const struct script *s, const char *key, size_t k
     char shown[LOCK_LOG_KEY_MAX * 4 + 16];
 
     scripts_write_eval(buf, s, 1, keys, argc, args);
-    if (backend_send_internal(conn, buf, on_reply, ctx, ctx_free) != 0)
+    if ((cluster_enabled()
+             ? cluster_send_own(conn, slot_for_key(key, keylen), buf, on_reply, ctx, ctx_free)
+             : backend_send_internal(conn, buf, on_reply, ctx, ctx_free)) != 0)
         log_info("lock: could not send %s for '%s': backend down", s->name,
                  lock_printable(key, keylen, shown, sizeof(shown)));
     evbuffer_free(buf);

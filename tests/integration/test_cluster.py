@@ -1932,3 +1932,29 @@ def test_locks_of_every_node_from_a_connection_with_a_private_one(csluice, redis
                 assert rc.exists(name) == 0
         assert c.call("UNWATCH") == "OK"
     rc.delete(k)
+
+
+def test_lock_released_on_disconnect_while_its_node_fails_over(tmp_path):
+    """A client holding a lock (and one renewing it with KEEP) goes away
+    while the lock's primary is dead: the release (and renewals) sluice
+    sends for it wait for the promoted replica, as a client's request
+    would, instead of being dropped (the lock then stayed held for its
+    whole TTL)."""
+    with own_cluster_sluice(tmp_path, replicas=1,
+                            sluice_extra={"cluster_retry_window": 10000}) as (cl, s):
+        victim = cl.primaries()[-1]
+        heir = replica_of(cl, victim)
+        slot = next(x for x in range(0, 16384, 97) if cl.slot_owner_port(x) == victim)
+        plain, kept = key_for_slot(slot, "lkfo:"), key_for_slot(slot, "lkfo2:")
+        holder = s.raw()
+        assert isinstance(holder.call("LOCK", plain, "60000"), bytes)
+        assert isinstance(holder.call("LOCK", kept, "60000", "KEEP"), bytes)
+        with cl.node_by_port(heir).client() as h:   # the replica has the locks
+            wait_until(lambda: h.execute_command("READONLY") and h.exists(plain, kept) == 2, 10)
+        cl.node_by_port(victim).stop()
+        holder.close()
+        wait_until(lambda: heir in cl.primaries(), 30 * SLOW, msg="the replica to take over")
+        cl.wait_ok()
+        with cl.node_by_port(heir).client() as h:
+            wait_until(lambda: h.exists(plain, kept) == 0, 10 * SLOW,
+                       msg="the locks to be released on the new primary")
