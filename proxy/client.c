@@ -442,7 +442,7 @@ static void client_over_limit(struct client *c)
  * closed meanwhile. */
 static int client_resume_drained(struct client *c)
 {
-    if (c->inflight > client_cfg->client_max_inflight / 2 ||
+    if (c->inflight + c->split_parts > client_cfg->client_max_inflight / 2 ||
         client_pending_bytes(c) > (size_t)client_cfg->client_max_pending_bytes / 2)
         return 0;
     c->flags &= ~(unsigned)CLIENT_OVER_LIMIT;
@@ -1448,7 +1448,14 @@ static void client_count_inflight(struct client *c, struct backend_conn *class)
     c->inflight++;
     c->inflight_conn = class;
     c->inflight_map_version = cluster_map_version();
-    if (c->inflight >= client_cfg->client_max_inflight)
+    if (c->inflight + c->split_parts >= client_cfg->client_max_inflight)
+        client_over_limit(c);
+}
+
+void client_note_parts(struct client *c, int delta)
+{
+    c->split_parts += delta;
+    if (delta > 0 && c->inflight + c->split_parts >= client_cfg->client_max_inflight)
         client_over_limit(c);
 }
 

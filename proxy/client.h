@@ -69,6 +69,8 @@ struct client {
     long long redirect_redis_id;        /* and the Redis id sent for it (clientid.c) */
     struct backend_conn *inflight_conn; /* where its sent requests are */
     int inflight;                       /* requests sent and not yet answered */
+    int split_parts;                    /* cluster: parts of its split requests (one each in
+                                           inflight) sent and not yet answered */
     uint64_t inflight_map_version;      /* cluster: the slot map's version they were sent under */
     int fences;                         /* fences sent, not yet back (client_fence) */
     long long subscriptions;            /* channels + patterns, as Redis last counted */
@@ -139,6 +141,11 @@ struct evbuffer *client_reply_buffer(struct client *c, struct request *req);
 /* REQ (in C's queue) has its reply in req->reply: write it in order.
  * Returns -1 when C was closed meanwhile (over its output limit). */
 int client_answer(struct client *c, struct request *req);
+
+/* Cluster mode: DELTA more (or fewer) parts of C's split requests are in
+ * flight (cluster_split.c). They count against client_max_inflight, as
+ * the requests they stand for: past it, C is not read until they drain. */
+void client_note_parts(struct client *c, int delta);
 
 /* REQ, held back by the rules (client blocked meanwhile), may go on:
  * answered with the error ERROR, or dispatched when ERROR is NULL. Then

@@ -337,12 +337,18 @@ int cluster_send_own(struct backend_conn *conn, int slot, struct evbuffer *bytes
     struct request *req = request_new();
     char err[64];
 
-    if (req == NULL || (req->raw = evbuffer_new()) == NULL) {
+    if (req == NULL)
+        return -1;
+    req->raw_len = evbuffer_get_length(bytes);
+    if (req->raw_len <= REQ_KEPT_MAX) {   /* in place: a part of an MGET allocates nothing */
+        evbuffer_remove(bytes, req->kept, req->raw_len);
+        req->flags |= REQ_KEPT;
+    } else if ((req->raw = evbuffer_new()) == NULL) {
         request_free(req);
         return -1;
+    } else {
+        evbuffer_add_buffer(req->raw, bytes);
     }
-    req->raw_len = evbuffer_get_length(bytes);
-    evbuffer_add_buffer(req->raw, bytes);
     req->on_reply = on_reply;
     req->ctx = ctx;
     req->ctx_free = ctx_free;
