@@ -1208,10 +1208,11 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
 /* Free the commands C's deferred MULTI held (client_cluster_hold). */
 static void client_multi_held_free(struct client *c)
 {
-    for (int i = 0; i < c->multi_held_count; i++)
-        evbuffer_free(c->multi_held[i]);
-    free(c->multi_held);
+    if (c->multi_held != NULL)
+        evbuffer_free(c->multi_held);
+    free(c->multi_held_lens);
     c->multi_held = NULL;
+    c->multi_held_lens = NULL;
     c->multi_held_count = 0;
 }
 
@@ -1229,10 +1230,12 @@ static void client_cluster_start_multi(struct client *c)
     buf = evbuffer_new();
     evbuffer_add(buf, multi, sizeof(multi) - 1);
     backend_send_internal(c->private_conn, buf, NULL, NULL, NULL);
-    evbuffer_free(buf);
     /* Their +QUEUED went to the client already: Redis's are dropped. */
-    for (int i = 0; i < c->multi_held_count; i++)
-        backend_send_internal(c->private_conn, c->multi_held[i], NULL, NULL, NULL);
+    for (int i = 0; i < c->multi_held_count; i++) {
+        evbuffer_remove_buffer(c->multi_held, buf, c->multi_held_lens[i]);
+        backend_send_internal(c->private_conn, buf, NULL, NULL, NULL);
+    }
+    evbuffer_free(buf);
     client_multi_held_free(c);
 }
 
@@ -1769,38 +1772,43 @@ static int client_cluster_defer_multi(struct client *c, struct request *req, str
     return 1;
 }
 
+/* At most this many bytes of keyless commands wait for a deferred
+ * MULTI's first key (client_cluster_hold); past it, the transaction goes
+ * to the node of the command that does not fit. */
+#define CLIENT_MULTI_HELD_MAX (1024 * 1024)
+
 /* Cluster mode: REQ (in C's queue), a keyless command after a deferred
  * MULTI, would bind the transaction to whichever node it went to, and a
  * later key of another node would abort it (CROSSSLOT). So its bytes are
  * held, to be sent behind MULTI on the node of the transaction's first
  * key (or any node at EXEC), and it is answered +QUEUED now. Only what
- * Redis queues (a known command with its arity); the others go on as
- * before, to be refused there. Returns 1 when held (its bytes drained
- * from SRC). */
+ * Redis queues (a known command with its arity), up to
+ * CLIENT_MULTI_HELD_MAX; the others go on as before. Returns 1 when held
+ * (its bytes drained from SRC). */
 static int client_cluster_hold(struct client *c, struct request *req, struct evbuffer *src)
 {
     enum placement_role role = client_role(req);
-    struct evbuffer *bytes, **held;
+    size_t *lens, held_len = c->multi_held != NULL ? evbuffer_get_length(c->multi_held) : 0;
     int arity = req->cmd != NULL ? req->cmd->arity : 0;
 
     if (!cluster_enabled() || !(c->flags & CLIENT_MULTI_DEFERRED) ||
         req->slot != CLUSTER_SLOT_NONE || req->cmd == NULL ||
         (arity >= 0 ? req->argc != arity : req->argc < -arity) ||
         (role != ROLE_NONE && role != ROLE_SCRIPT && role != ROLE_SELECT) ||
-        (req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL | REQ_NOREPLY)))
+        (req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL | REQ_NOREPLY)) ||
+        held_len + req->raw_len > CLIENT_MULTI_HELD_MAX)
         return 0;
-    held = realloc(c->multi_held, (size_t)(c->multi_held_count + 1) * sizeof(*held));
-    if (held == NULL || (bytes = evbuffer_new()) == NULL) {
-        if (held != NULL)
-            c->multi_held = held;
+    if (c->multi_held == NULL && (c->multi_held = evbuffer_new()) == NULL)
         return 0;
-    }
-    c->multi_held = held;
+    lens = realloc(c->multi_held_lens, (size_t)(c->multi_held_count + 1) * sizeof(*lens));
+    if (lens == NULL)
+        return 0;
+    c->multi_held_lens = lens;
     if (src != NULL)
-        evbuffer_remove_buffer(src, bytes, req->raw_len);
+        evbuffer_remove_buffer(src, c->multi_held, req->raw_len);
     else
-        evbuffer_add_buffer(bytes, req->raw);
-    held[c->multi_held_count++] = bytes;
+        evbuffer_add_buffer(c->multi_held, req->raw);
+    lens[c->multi_held_count++] = req->raw_len;
     c->multi_queued++;
     if (req->reply == NULL)
         req->reply = evbuffer_new();

@@ -77,8 +77,10 @@ struct client {
     long long shard_subscriptions;      /* shard channels, likewise */
     int multi_queued;                   /* commands sent that Redis queues in this MULTI */
     struct multi_locals *multi;         /* sluice's own commands queued in it (multi.c) */
-    struct evbuffer **multi_held;       /* cluster: keyless commands of a deferred MULTI, */
-    int multi_held_count;               /* sent behind it on its first key's node */
+    struct evbuffer *multi_held;        /* cluster: keyless commands of a deferred MULTI,
+                                           sent behind it on its first key's node; */
+    size_t *multi_held_lens;            /* the length of each */
+    int multi_held_count;
     struct request *stalled;            /* must be sent once inflight is 0 */
     struct backend_conn *waiting_on;    /* congested connection it waits for */
     unsigned flags;                     /* enum client_flag */

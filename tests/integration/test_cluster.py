@@ -1852,6 +1852,14 @@ def test_transaction_starting_with_keyless_commands_goes_to_its_first_key(csluic
         assert c.call("SET", b, "1").startswith("CROSSSLOT")
         assert c.call("EXEC").startswith("EXECABORT")
         assert rc.exists(a, b) == 0
+        # Past 1 MB of keyless commands the transaction goes to a node then.
+        n = 40000
+        c.send(encode_command("MULTI") +
+               b"".join(encode_command("ECHO", f"e{i:020d}") for i in range(n)) +
+               encode_command("EXEC"))
+        got = c.read_replies(n + 2, timeout=30 * SLOW)
+        assert got[0] == "OK" and got[1:-1] == [queued] * n
+        assert got[-1] == [f"e{i:020d}".encode() for i in range(n)]
         # A client gone with keyless commands held: nothing leaks (sanitizer).
         with csluice.raw() as gone:
             gone.send(encode_command("MULTI") + encode_command("PING"))
