@@ -331,9 +331,11 @@ int cluster_take_unsent(struct request *req)
     return cluster_enabled() && request_has_bytes(req) && cluster_retry_unreachable(req);
 }
 
-int cluster_send_own(struct backend_conn *conn, int slot, struct evbuffer *bytes,
-                     request_reply_fn *on_reply, void *ctx, void (*ctx_free)(struct request *req))
+int cluster_send_own(struct backend_node *node, unsigned long long client_id, int resp, int slot,
+                     struct evbuffer *bytes, request_reply_fn *on_reply, void *ctx,
+                     void (*ctx_free)(struct request *req))
 {
+    struct backend_conn *conn = backend_pool_conn(node, client_id, resp);
     struct request *req = request_new();
     char err[64];
 
@@ -353,6 +355,8 @@ int cluster_send_own(struct backend_conn *conn, int slot, struct evbuffer *bytes
     req->ctx = ctx;
     req->ctx_free = ctx_free;
     req->slot = slot;
+    req->own_client_id = client_id;
+    req->own_resp = resp;
     if (backend_send(conn, req, NULL, err, sizeof(err)) == 0 || cluster_take_unsent(req))
         return 0;
     request_free(req);
@@ -367,9 +371,11 @@ static void cluster_resend(struct request *req, struct backend_node *node, int a
     static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
     /* A client's request goes on the shared connection of its client's
      * protocol (a script on a script connection, as client.c sends it);
-     * sluice's own (locks, parts, buckets) speak RESP2. */
+     * sluice's own (locks, parts, buckets) on the kind it was first sent
+     * on (cluster_send_own; else RESP2). */
     struct backend_conn *conn =
-        req->client == NULL ? backend_pool_conn(node, 0, 2)
+        req->client == NULL
+            ? backend_pool_conn(node, req->own_client_id, req->own_resp == 3 ? 3 : 2)
         : placement_role(req->cmd) == ROLE_SCRIPT
             ? backend_script_conn(node, req->client->id, req->client->resp)
             : backend_pool_conn(node, req->client->id, req->client->resp);

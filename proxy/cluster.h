@@ -60,12 +60,14 @@ int cluster_node_is_primary(const struct backend_node *node);
 int cluster_take_unsent(struct request *req);
 
 /* Send a request of sluice's own for SLOT (its bytes: BYTES, moved out)
- * on CONN, as backend_send_internal does (ON_REPLY, CTX, CTX_FREE); but
- * when CONN is down, or later fails, it waits to be sent again to SLOT's
- * owner (cluster_retry_window) like a client's request, and a
- * redirection's TRYAGAIN goes there too. Returns 0, or -1 when it could
- * not be sent nor kept (CTX_FREE has run). */
-int cluster_send_own(struct backend_conn *conn, int slot, struct evbuffer *bytes,
+ * to NODE, on the shared connection of CLIENT_ID (0: sluice's) speaking
+ * RESP (2 or 3), as backend_send_internal does (ON_REPLY, CTX, CTX_FREE);
+ * but when NODE is down, or the connection later fails, it waits to be
+ * sent again to SLOT's owner (cluster_retry_window) like a client's
+ * request, and redirections send it on the same kind of connection.
+ * Returns 0, or -1 when it could not be sent nor kept (CTX_FREE has run). */
+int cluster_send_own(struct backend_node *node, unsigned long long client_id, int resp, int slot,
+                     struct evbuffer *bytes,
                      void (*on_reply)(struct request *req, struct evbuffer *src, size_t len,
                                       int type),
                      void *ctx, void (*ctx_free)(struct request *req));

@@ -390,8 +390,8 @@ static void split_send(struct split_part *part, struct backend_node *node, int s
         part->counted = 1;
         client_note_parts(s->parent->client, 1);
     }
-    if (cluster_send_own(backend_pool_conn(node, client_id, s->resp), slot, buf,
-                         split_part_reply, part, split_part_free) != 0) {
+    if (cluster_send_own(node, client_id, s->resp, slot, buf, split_part_reply, part,
+                         split_part_free) != 0) {
         static const char down[] = "-ERR backend unavailable: a cluster node is down\r\n";
         /* ctx_free ran: PART is gone; S lives on (the maker holds it). */
         s->pending--;

@@ -334,14 +334,18 @@ static void lock_send_internal(const struct script *s, const char *key, size_t k
 {
     struct evbuffer *buf = evbuffer_new();
     struct sv keys[1] = {{key, keylen}};
-    /* During a CLIENT PAUSE Redis holds the script: on a one-shot connection. */
-    struct backend_conn *conn = pause_internal_conn(router_node_for_key(key, keylen), 0, 1);
+    struct backend_node *node = router_node_for_key(key, keylen);
     char shown[LOCK_LOG_KEY_MAX * 4 + 16];
+    int rc;
 
     scripts_write_eval(buf, s, 1, keys, argc, args);
-    if ((cluster_enabled()
-             ? cluster_send_own(conn, slot_for_key(key, keylen), buf, on_reply, ctx, ctx_free)
-             : backend_send_internal(conn, buf, on_reply, ctx, ctx_free)) != 0)
+    /* During a CLIENT PAUSE Redis holds the script: on a one-shot
+     * connection. Cluster mode has no CLIENT PAUSE: sluice's shared one. */
+    if (cluster_enabled())
+        rc = cluster_send_own(node, 0, 2, slot_for_key(key, keylen), buf, on_reply, ctx, ctx_free);
+    else
+        rc = backend_send_internal(pause_internal_conn(node, 0, 1), buf, on_reply, ctx, ctx_free);
+    if (rc != 0)
         log_info("lock: could not send %s for '%s': backend down", s->name,
                  lock_printable(key, keylen, shown, sizeof(shown)));
     evbuffer_free(buf);

@@ -97,6 +97,9 @@ struct request {
     struct backend_node *node;     /* cluster: the node it goes to whatever its slot (NULL:
                                       by its slot); CLIENT UNBLOCK: its target's */
     int redirects;                 /* cluster: redirections followed so far */
+    uint64_t own_client_id;        /* cluster, sluice's own request: the client whose shared
+                                      connections it goes on (0: sluice's), */
+    int own_resp;                  /* and their protocol (0: RESP2) */
     uint64_t retry_since_ms;       /* cluster: first failed for want of a node (0: never) */
     int pushes_left;               /* REQ_PUSHES: confirmations still to come; -1: until
                                       none of its kind is left (UNSUBSCRIBE, no argument) */

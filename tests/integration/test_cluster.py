@@ -2010,3 +2010,21 @@ def test_split_parts_count_against_client_max_inflight(redis_cluster, tmp_path, 
     finally:
         problems = s.stop()
     assert not problems, problems
+
+
+def test_resp3_split_part_sent_again_keeps_the_clients_protocol(csluice, redis_cluster):
+    """A part of a RESP3 client's MGET that is sent again (an ASK during a
+    migration) goes on a RESP3 connection: its nil is `_`, as every other
+    element's (it used to come back from a RESP2 connection as `$-1`)."""
+    slot = 5151
+    missing = key_for_slot(slot, "r3ask:")
+    src, dst = redis_cluster.owner_and_other(slot)
+    migrate_slot(redis_cluster, slot, src, dst, finish=False)
+    try:
+        with csluice.raw() as c:
+            c.call("HELLO", "3")
+            c.send_command("MGET", missing, "r3ask-other1", "r3ask-other2")
+            raw = c.read_reply_raw()
+            assert raw == b"*3\r\n_\r\n_\r\n_\r\n", raw
+    finally:
+        finish_migration(redis_cluster, slot, src)
