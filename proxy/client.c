@@ -2070,12 +2070,6 @@ static void client_answer_line(struct client *c, struct request *req, const char
     client_check_output_limit(c);
 }
 
-/* Cluster mode: a request whose key another node serves than the one
- * the client's session (private connection) is on cannot join it: in a
- * transaction it gets CROSSSLOT (and EXEC then aborts), as Redis Cluster
- * answers; a command needing the session (WATCH, a blocking one) is
- * refused, unless the private connection holds no session yet: then it
- * moves to the command's node (client_cluster_moves). */
 /* Cluster mode: whether REQ can be answered only by other nodes than
  * that of C's private connection: it runs in parts, or its key is
  * another node's. */
@@ -2109,6 +2103,15 @@ static const char *client_cluster_stream_refusal(const struct client *c,
            "and this command is for other nodes; use another connection for it";
 }
 
+/* Cluster mode: a request whose key another node serves than the one
+ * the client's session (private connection) is on cannot join it: in a
+ * transaction it gets CROSSSLOT (and EXEC then aborts), as Redis Cluster
+ * answers; a command needing the session (WATCH, a blocking one) is
+ * refused, unless the private connection holds no session yet (or a
+ * deferred MULTI waits for its first key): then it moves to the
+ * command's node (client_cluster_moves). On a connection streaming
+ * pub/sub or MONITOR, a command for other nodes is refused
+ * (client_cluster_stream_refusal). */
 static const char *client_cluster_session_answer(const struct client *c,
                                                  const struct request *req,
                                                  struct placement place)
