@@ -682,6 +682,7 @@ static void client_refuse(struct client *c, struct request *req, const char *tex
  * pipelines after it is routed by it. */
 static void client_reset_session(struct client *c)
 {
+    c->flags &= ~(unsigned)CLIENT_TRACKING;
     c->db = 0;
     free(c->name);
     c->name = NULL;
@@ -697,6 +698,9 @@ static void client_apply_session(struct client *c, struct request *req, int type
     if (role == ROLE_PAUSE || role == ROLE_UNPAUSE)
         pause_note_reply(role == ROLE_PAUSE, (c->flags & CLIENT_IN_MULTI) != 0, type,
                          req->pauses_before);
+    if ((type == REPLY_ERROR && (req->flags & REQ_TRACKING_ON)) ||
+        (type != REPLY_ERROR && (req->flags & REQ_TRACKING_OFF)))
+        c->flags &= ~(unsigned)CLIENT_TRACKING;
     if (type == REPLY_ERROR)
         return;
     if (req->ok_db > 0)
@@ -1114,6 +1118,23 @@ static void client_reply_mode(struct client *c, struct request *req, int argc,
 }
 
 /* Remember the user or name a HELLO or AUTH sets, to record on success. */
+/* Cluster mode: follow CLIENT TRACKING ON and OFF (REQ) of C. It counts
+ * as on from when it is sent (a read pipelined behind it is judged so),
+ * until Redis refuses it or OFF (or RESET) ends it. */
+static void client_note_tracking(struct client *c, struct request *req, int argc,
+                                 const struct sv *argv)
+{
+    if (!cluster_enabled() || req->cmd == NULL || argc < 3 ||
+        strcmp(req->cmd->name, "client|tracking") != 0)
+        return;
+    if (sv_ieq(argv[2], "on")) {
+        c->flags |= CLIENT_TRACKING;
+        req->flags |= REQ_TRACKING_ON;
+    } else if (sv_ieq(argv[2], "off")) {
+        req->flags |= REQ_TRACKING_OFF;
+    }
+}
+
 static void client_note_session(struct request *req, int argc, const struct sv *argv)
 {
     enum placement_role role = client_role(req);
@@ -2005,6 +2026,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         return -1;   /* released once Redis said its ids (client_release_held) */
     was_in_multi = (c->flags & CLIENT_IN_MULTI) != 0;
     client_note_session(req, req->argc, argv);
+    client_note_tracking(c, req, req->argc, argv);
     client_track_multi(c, req, &src);
     if ((req->flags & REQ_PASSTHROUGH) && c->resp == 3 && client_role(req) != ROLE_MONITOR)
         client_expect_pushes(req);
@@ -2111,7 +2133,7 @@ static const char *client_cluster_stream_refusal(const struct client *c,
  * deferred MULTI waits for its first key): then it moves to the
  * command's node (client_cluster_moves). On a connection streaming
  * pub/sub or MONITOR, a command for other nodes is refused
- * (client_cluster_stream_refusal). */
+ * (client_cluster_stream_refusal), and with CLIENT TRACKING on, a read. */
 static const char *client_cluster_session_answer(const struct client *c,
                                                  const struct request *req,
                                                  struct placement place)
@@ -2119,6 +2141,12 @@ static const char *client_cluster_session_answer(const struct client *c,
     if ((c->flags & CLIENT_PASSTHROUGH) && req->cmd != NULL && !(req->flags & REQ_PASSTHROUGH) &&
         client_cluster_elsewhere(c, req))
         return client_cluster_stream_refusal(c, req);   /* (S)SUBSCRIBE...: see below */
+    /* A read elsewhere would be cached with no invalidation ever. */
+    if ((c->flags & CLIENT_TRACKING) && req->cmd != NULL && (req->cmd->flags & CMD_READONLY) &&
+        client_cluster_elsewhere(c, req))
+        return "-ERR sluice cluster mode: this connection's CLIENT TRACKING gets invalidations "
+               "from one node only, and this command reads keys of another; use another "
+               "connection for it";
     if ((c->flags & CLIENT_IN_MULTI) && cluster_split_wants(req->cmd, req->slot))
         return req->slot == CLUSTER_SLOT_CROSS
                    ? "-CROSSSLOT Keys in request don't hash to the same slot"

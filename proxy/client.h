@@ -45,6 +45,8 @@ enum client_flag {
     CLIENT_TUNNEL_FED = 1 << 14,       /* its tunnel has passed bytes from Redis */
     CLIENT_WATCHING = 1 << 15,         /* WATCH sent on its private connection, not yet
                                           ended by EXEC, DISCARD, UNWATCH or RESET */
+    CLIENT_TRACKING = 1 << 16,         /* cluster: CLIENT TRACKING ON sent and not refused:
+                                          invalidations come from one node only */
 };
 
 struct client {

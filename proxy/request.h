@@ -71,6 +71,8 @@ enum request_flag {
                                  flight for its client until client_answer */
     REQ_WAIT_BLIND = 1 << 19, /* WAIT whose connection could not take the client's replication
                                  offset (client_wait_offset): answered with an error */
+    REQ_TRACKING_ON = 1 << 20,  /* cluster: CLIENT TRACKING ON; an error clears CLIENT_TRACKING */
+    REQ_TRACKING_OFF = 1 << 21, /* cluster: CLIENT TRACKING OFF; success clears it */
 };
 
 struct req_arg {

@@ -2028,3 +2028,39 @@ def test_resp3_split_part_sent_again_keeps_the_clients_protocol(csluice, redis_c
             assert raw == b"*3\r\n_\r\n_\r\n_\r\n", raw
     finally:
         finish_migration(redis_cluster, slot, src)
+
+
+def test_client_tracking_never_caches_keys_it_gets_no_invalidations_for(csluice, redis_cluster,
+                                                                        rc):
+    """CLIENT TRACKING's invalidations come from the node of the client's
+    private connection only: a read of another node's key (which went to
+    a shared connection, where nothing tracks it: the client's cache kept
+    it stale for ever) is refused while tracking is on. Writes go on; OFF
+    and RESET end it."""
+    keys = [k for k, _ in keys_per_primary(redis_cluster, "ctrack:")]
+    for k in keys:
+        rc.set(k, "v0")
+    with csluice.raw() as c:
+        c.call("HELLO", "3")
+        assert c.call("CLIENT", "TRACKING", "on", "NOLOOP") == "OK"
+        got = [c.call("GET", k) for k in keys]
+        assert got.count(b"v0") == 1, got
+        mine = keys[got.index(b"v0")]
+        for k, r in zip(keys, got):
+            if k != mine:
+                assert isinstance(r, Err) and "CLIENT TRACKING" in r, r
+        r = c.call("MGET", *keys)
+        assert isinstance(r, Err) and "CLIENT TRACKING" in r, r
+        assert [c.call("SET", k, "v1") for k in keys] == ["OK"] * 3   # writes go on
+        # The key it could read is invalidated as Redis would.
+        assert c.call("GET", mine) == b"v1"
+        rc.set(mine, "v2")
+        push = c.read_reply()
+        assert push == [b"invalidate", [mine.encode()]], push
+        want = [b"v2" if k == mine else b"v1" for k in keys]
+        assert c.call("CLIENT", "TRACKING", "off") == "OK"
+        assert [c.call("GET", k) for k in keys] == want
+        assert c.call("CLIENT", "TRACKING", "on") == "OK"
+        assert c.call("RESET") == "RESET"
+        assert [c.call("GET", k) for k in keys] == want
+    rc.delete(*keys)
