@@ -2021,12 +2021,12 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         }
         return (c->flags & (CLIENT_CLOSE_AFTER_REPLY | CLIENT_OVER_LIMIT)) || c->closing ? -1 : 0;
     }
+    client_note_tracking(c, req, req->argc, argv);   /* ARGV: not after clientid_translate */
     if (client_role(req) == ROLE_CLIENT_IDS &&
         clientid_translate(c, req, argv, &src) == CLIENTID_HELD)
         return -1;   /* released once Redis said its ids (client_release_held) */
     was_in_multi = (c->flags & CLIENT_IN_MULTI) != 0;
     client_note_session(req, req->argc, argv);
-    client_note_tracking(c, req, req->argc, argv);
     client_track_multi(c, req, &src);
     if ((req->flags & REQ_PASSTHROUGH) && c->resp == 3 && client_role(req) != ROLE_MONITOR)
         client_expect_pushes(req);
