@@ -1124,7 +1124,7 @@ static void client_reply_mode(struct client *c, struct request *req, int argc,
 static void client_note_tracking(struct client *c, struct request *req, int argc,
                                  const struct sv *argv)
 {
-    if (!cluster_enabled() || req->cmd == NULL || argc < 3 ||
+    if (!cluster_enabled() || client_role(req) != ROLE_CLIENT_IDS || argc < 3 ||
         strcmp(req->cmd->name, "client|tracking") != 0)
         return;
     if (sv_ieq(argv[2], "on")) {
