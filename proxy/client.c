@@ -1248,6 +1248,9 @@ static void client_cluster_start_multi(struct client *c)
     if (!(c->flags & CLIENT_MULTI_DEFERRED))
         return;
     c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+    /* Its protocol first: a HELLO behind MULTI would be queued, and its
+     * reply would be one more element of EXEC's. */
+    backend_use_resp(c->private_conn, c->resp);
     buf = evbuffer_new();
     evbuffer_add(buf, multi, sizeof(multi) - 1);
     backend_send_internal(c->private_conn, buf, NULL, NULL, NULL);

@@ -2064,3 +2064,28 @@ def test_client_tracking_never_caches_keys_it_gets_no_invalidations_for(csluice,
         assert c.call("RESET") == "RESET"
         assert [c.call("GET", k) for k in keys] == want
     rc.delete(*keys)
+
+
+def test_resp3_transactions_get_exec_arrays_of_their_own_commands(csluice, redis_cluster, rc):
+    """A RESP3 client's transaction: the HELLO 3 sluice sends its new
+    private connection goes before MULTI, not inside the transaction
+    (where Redis queued it, and EXEC's array had one element too many: the
+    HELLO map, showing `mode cluster`)."""
+    pairs = keys_per_primary(redis_cluster, "r3tx:")
+    with csluice.raw() as c:
+        c.call("HELLO", "3")
+        for k, _ in pairs + pairs:
+            assert c.call("MULTI") == "OK"
+            assert c.call("PING") == "QUEUED"
+            assert c.call("SET", k, "1") == "QUEUED"
+            assert c.call("GET", k) == "QUEUED"
+            c.send_command("EXEC")
+            assert c.read_reply_raw() == b"*3\r\n+PONG\r\n+OK\r\n$1\r\n1\r\n"
+    with csluice.raw() as c:   # the transaction's first command makes the connection
+        c.call("HELLO", "3")
+        k = pairs[1][0]
+        assert c.call("MULTI") == "OK"
+        assert c.call("HGETALL", k + "h") == "QUEUED"
+        c.send_command("EXEC")
+        assert c.read_reply_raw() == b"*1\r\n%0\r\n"
+    rc.delete(*[k for k, _ in pairs])
