@@ -1206,6 +1206,8 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     }
     if (role != ROLE_EXEC && role != ROLE_DISCARD && role != ROLE_RESET)
         return;
+    if (c->flags & CLIENT_IN_MULTI)   /* without MULTI, Redis keeps the watched keys */
+        c->flags &= ~(unsigned)CLIENT_WATCHING;
     abort_exec = role == ROLE_EXEC && (c->flags & CLIENT_MULTI_DIRTY);
     if (role == ROLE_EXEC && !abort_exec && (c->flags & CLIENT_IN_MULTI))
         multi_hook_exec(&c->multi, req);   /* sluice's own commands run in their slots */
@@ -1321,15 +1323,15 @@ static int client_leaves_session(const struct request *req)
 }
 
 /* Follow WATCH on C's private connection, REQ being sent there: Redis
- * forgets the watched keys at EXEC, DISCARD, UNWATCH and RESET. */
+ * forgets the watched keys at UNWATCH and RESET, and at EXEC and DISCARD
+ * that end a MULTI (client_track_multi). */
 static void client_note_watch(struct client *c, const struct request *req)
 {
     enum placement_role role = client_role(req);
 
     if (role == ROLE_WATCH && !(c->flags & CLIENT_IN_MULTI))
         c->flags |= CLIENT_WATCHING;
-    else if (role == ROLE_EXEC || role == ROLE_DISCARD || role == ROLE_RESET ||
-             (req->cmd != NULL && strcmp(req->cmd->name, "unwatch") == 0))
+    else if (role == ROLE_RESET || (req->cmd != NULL && strcmp(req->cmd->name, "unwatch") == 0))
         c->flags &= ~(unsigned)CLIENT_WATCHING;
 }
 

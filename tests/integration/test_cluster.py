@@ -1801,6 +1801,16 @@ def test_one_connection_runs_transactions_on_every_primary_in_turn(csluice, redi
             assert c.call("INCR", k2) == "QUEUED"
             assert c.call("EXEC") == [1]
             assert c.call("DEL", k2) == 1
+        # EXEC or DISCARD without MULTI leaves the watched keys (as Redis does).
+        (k1, _), (other, _) = pairs[:2]
+        other += ":queue"
+        assert c.call("WATCH", k1) == "OK"
+        assert c.call("EXEC") == Err("ERR EXEC without MULTI")
+        assert c.call("DISCARD") == Err("ERR DISCARD without MULTI")
+        r = c.call("BLPOP", other, "0.01")
+        assert isinstance(r, Err) and "session is on another node" in r, r
+        assert c.call("UNWATCH") == "OK"
+        assert c.call("BLPOP", other, "0.01") is None
     with csluice.client() as r:   # redis-py: its pool reuses the connection
         for k1, k2 in pairs + pairs[::-1]:
             p = r.pipeline(transaction=True)
