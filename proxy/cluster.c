@@ -699,13 +699,34 @@ static const char *cluster_select_answer(struct sv db)
     return n == 0 ? "+OK" : "-ERR SELECT is not allowed in cluster mode";
 }
 
+/* CLUSTER ..., ASKING, READONLY, READWRITE (CMD, ARGC arguments ARGV) as
+ * a standalone Redis answers them: its arity and subcommand checks come
+ * first, as for any command, then the refusal. */
+static const char *cluster_disabled_answer(const struct command *cmd, int argc,
+                                           const struct sv *argv)
+{
+    static char text[220];
+
+    if (cmd->subcommand_count > 0 && argc >= 2) {   /* a container: no such subcommand */
+        snprintf(text, sizeof(text), "-ERR unknown subcommand '%.*s'. Try CLUSTER HELP.",
+                 argv[1].len > 128 ? 128 : (int)argv[1].len, argv[1].ptr);
+        return text;
+    }
+    if (cmd->arity >= 0 ? argc != cmd->arity : argc < -cmd->arity) {
+        snprintf(text, sizeof(text), "-ERR wrong number of arguments for '%s' command",
+                 cmd->name);
+        return text;
+    }
+    return "-ERR This instance has cluster support disabled";
+}
+
 const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv, int slot)
 {
     static char text[200];
 
     switch (cluster_command_class(cmd)) {
     case CLUSTER_CMD_CLUSTER:
-        return "-ERR This instance has cluster support disabled";
+        return cluster_disabled_answer(cmd, argc, argv);
     case CLUSTER_CMD_SELECT:
         if (argc == 2)
             return cluster_select_answer(argv[1]);

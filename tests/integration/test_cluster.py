@@ -2099,3 +2099,21 @@ def test_resp3_transactions_get_exec_arrays_of_their_own_commands(csluice, redis
         c.send_command("EXEC")
         assert c.read_reply_raw() == b"*1\r\n%0\r\n"
     rc.delete(*[k for k, _ in pairs])
+
+
+def test_cluster_commands_checked_as_standalone_redis_checks_them(sr):
+    """CLUSTER, ASKING, READONLY, READWRITE get a standalone Redis's
+    answers also for a wrong number of arguments or an unknown subcommand
+    (they used to get "cluster support disabled" for anything)."""
+    cases = [(("CLUSTER",), "ERR wrong number of arguments for 'cluster' command"),
+             (("CLUSTER", "FOO"), "ERR unknown subcommand 'FOO'. Try CLUSTER HELP."),
+             (("CLUSTER", "INFO", "x"), "ERR wrong number of arguments for 'cluster|info' command"),
+             (("CLUSTER", "KEYSLOT"), "ERR wrong number of arguments for 'cluster|keyslot' command"),
+             (("READONLY", "x"), "ERR wrong number of arguments for 'readonly' command"),
+             (("ASKING", "x"), "ERR wrong number of arguments for 'asking' command"),
+             (("CLUSTER", "KEYSLOT", "a"), "ERR This instance has cluster support disabled"),
+             (("CLUSTER", "HELP"), "ERR This instance has cluster support disabled")]
+    for args, want in cases:
+        with pytest.raises(redis.ResponseError) as e:
+            sr.execute_command(*args)
+        assert str(e.value) == want.split(" ", 1)[1] or str(e.value) == want, (args, str(e.value))
