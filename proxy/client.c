@@ -1616,8 +1616,10 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     }
     if (c->flags & CLIENT_PASSTHROUGH || tunnel)
         req->flags |= REQ_UNPAIRED;   /* a tunnel's reply is all it reads from then on */
-    if (c->flags & CLIENT_IN_MULTI)
+    if (c->flags & CLIENT_IN_MULTI) {
         client_count_queued(c, req);
+        req->flags |= REQ_IN_MULTI;
+    }
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
     if (conn == c->private_conn) {
         /* Not before SYNC: Redis refuses it while HELLO's reply is pending,

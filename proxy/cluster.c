@@ -513,6 +513,21 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
     return 1;
 }
 
+/* Whether REQ, sent on its client's private connection, is a plain
+ * command that only went there because its key's node was that
+ * connection's (client.c): no transaction, WATCH, blocking command,
+ * pub/sub or CLIENT TRACKING (a read must be tracked there) needs it
+ * there, so its redirections are followed on the shared connections. */
+static int cluster_plain_on_private(const struct request *req)
+{
+    enum placement_role role = placement_role(req->cmd);
+
+    return req->client != NULL && !(req->client->flags & CLIENT_TRACKING) &&
+           (req->place == PLACE_SHARED || req->place == PLACE_LOCAL) &&
+           (role == ROLE_NONE || role == ROLE_SCRIPT) &&
+           !(req->flags & (REQ_IN_MULTI | REQ_UNPAIRED)) && request_has_bytes(req);
+}
+
 /* The backend filter: see cluster.h's contract via backend_reply_filter_fn. */
 static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
                                 struct evbuffer *src, size_t len, int conn_failed)
@@ -522,7 +537,8 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     struct backend_node *node;
     int slot = -1;
 
-    if (!backend_conn_is_shared(conn) && !backend_conn_is_oneshot(conn)) {
+    if (!backend_conn_is_shared(conn) && !backend_conn_is_oneshot(conn) &&
+        (conn_failed || !cluster_plain_on_private(req))) {
         if (conn_failed || req->client == NULL)
             return 0;
         evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);

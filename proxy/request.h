@@ -73,6 +73,8 @@ enum request_flag {
                                  offset (client_wait_offset): answered with an error */
     REQ_TRACKING_ON = 1 << 20,  /* cluster: CLIENT TRACKING ON; an error clears CLIENT_TRACKING */
     REQ_TRACKING_OFF = 1 << 21, /* cluster: CLIENT TRACKING OFF; success clears it */
+    REQ_IN_MULTI = 1 << 22,     /* sent inside MULTI: Redis queues it (or flags the
+                                   transaction with its error) */
 };
 
 struct req_arg {

@@ -2117,3 +2117,34 @@ def test_cluster_commands_checked_as_standalone_redis_checks_them(sr):
         with pytest.raises(redis.ResponseError) as e:
             sr.execute_command(*args)
         assert str(e.value) == want.split(" ", 1)[1] or str(e.value) == want, (args, str(e.value))
+
+
+def test_plain_commands_on_a_private_connection_follow_redirections(csluice, redis_cluster, rc):
+    """A client whose private connection is on a node (after a BLPOP, a
+    transaction) sends its plain commands for that node's keys there: when
+    the slot has moved meanwhile, their MOVED (or ASK) is followed as on a
+    shared connection (they used to get the session's -TRYAGAIN, which is
+    only for transactions, WATCH and blocking commands)."""
+    slot = 6060
+    k = key_for_slot(slot, "pmv:")
+    src, dst = redis_cluster.owner_and_other(slot)
+    q = next(key_for_slot(s, "pmvq:") for s in range(0, 16384, 61)
+             if redis_cluster.slot_owner_port(s) == src)
+    rc.set(k, "v0")
+    with csluice.raw() as c:
+        assert c.call("BLPOP", q, "0.01") is None   # its private connection is on SRC
+        migrate_slot(redis_cluster, slot, src, dst, keys=[k])
+        try:
+            c.send(encode_command("GET", k) + encode_command("SET", k, "v1") +
+                   encode_command("EVAL", "return redis.call('get', KEYS[1])", "1", k))
+            assert c.read_replies(3) == [b"v0", "OK", b"v1"]
+            # The map knows by now: a transaction there moves the connection.
+            c.send(encode_command("MULTI") + encode_command("INCR", k + ":n") +
+                   encode_command("EXEC"))
+            assert c.read_replies(3) == ["OK", "QUEUED", [1]]
+        finally:
+            with redis_cluster.node_by_port(dst).client() as d:
+                keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    assert rc.get(k) == b"v1"
+    rc.delete(k, k + ":n")
