@@ -1061,8 +1061,19 @@ static void client_tunnel_input(struct client *c, struct evbuffer *in)
     }
 }
 
+static int client_private_idle(const struct client *c);
+
 void client_on_private_lost(struct client *c)
 {
+    /* Cluster mode: a private connection that held nothing (blocking
+     * commands and transactions that ended) is simply made again when
+     * needed; what was in flight on it gets its error or is sent again. */
+    if (cluster_enabled() && client_private_idle(c) && !(c->flags & CLIENT_TUNNEL)) {
+        if (c->inflight_conn == c->private_conn)
+            c->inflight_conn = NULL;
+        c->private_conn = NULL;
+        return;
+    }
     /* Its session (database, transaction, subscriptions) is gone with the
      * connection; carrying on elsewhere would silently change meaning. */
     c->private_conn = NULL;

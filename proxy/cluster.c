@@ -517,7 +517,8 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
  * command that only went there because its key's node was that
  * connection's (client.c): no transaction, WATCH, blocking command,
  * pub/sub or CLIENT TRACKING (a read must be tracked there) needs it
- * there, so its redirections are followed on the shared connections. */
+ * there, so its redirections are followed on the shared connections, and
+ * it is sent again there when that connection fails. */
 static int cluster_plain_on_private(const struct request *req)
 {
     enum placement_role role = placement_role(req->cmd);
@@ -538,7 +539,7 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     int slot = -1;
 
     if (!backend_conn_is_shared(conn) && !backend_conn_is_oneshot(conn) &&
-        (conn_failed || !cluster_plain_on_private(req))) {
+        !cluster_plain_on_private(req)) {
         if (conn_failed || req->client == NULL)
             return 0;
         evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);

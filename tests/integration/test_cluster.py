@@ -2148,3 +2148,31 @@ def test_plain_commands_on_a_private_connection_follow_redirections(csluice, red
             migrate_slot(redis_cluster, slot, dst, src, keys=keys)
     assert rc.get(k) == b"v1"
     rc.delete(k, k + ":n")
+
+
+def test_client_keeps_its_connection_when_an_idle_private_one_is_lost(tmp_path):
+    """A client whose private connection holds nothing (its transaction
+    and BLPOP ended) keeps its connection to sluice when that node dies:
+    only a session's loss closes a client. Its next transaction and plain
+    commands work once the replica has taken over (it used to be closed:
+    every pooled connection that had run one transaction there failed)."""
+    with own_cluster_sluice(tmp_path, replicas=1,
+                            sluice_extra={"cluster_retry_window": 10000}) as (cl, s):
+        victim = cl.primaries()[-1]
+        heir = replica_of(cl, victim)
+        k = next(key_for_slot(x, "idle:") for x in range(0, 16384, 97)
+                 if cl.slot_owner_port(x) == victim)
+        with s.raw(timeout=30) as c:
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", k, "1") == "QUEUED"
+            assert c.call("EXEC") == ["OK"]
+            assert c.call("BLPOP", k + ":q", "0.01") is None
+            with cl.node_by_port(heir).client() as h:   # the replica has the key
+                wait_until(lambda: h.execute_command("READONLY") and h.exists(k) == 1, 10)
+            cl.node_by_port(victim).stop()
+            wait_until(lambda: heir in cl.primaries(), 30 * SLOW, msg="the replica to take over")
+            cl.wait_ok()
+            assert c.call("GET", k) == b"1"
+            assert c.call("MULTI") == "OK"
+            assert c.call("INCR", k) == "QUEUED"
+            assert c.call("EXEC") == [2]
