@@ -314,6 +314,8 @@ static void client_enqueue(struct client *c, struct request *req)
         client_fence(c, req);
 }
 
+static void client_multi_held_free(struct client *c);
+
 /* The one place a client connection ends. Requests still waiting for a
  * backend reply stay with that backend connection, marked to have their
  * replies swallowed; everything else is freed. Inside the client's own
@@ -343,6 +345,7 @@ static void client_close(struct client *c)
     }
     request_free(orphan);
     multi_locals_free(&c->multi);
+    client_multi_held_free(c);
     if (c->write_listed)
         TAILQ_REMOVE(&client_write_list, c, write_link);
     lock_client_closed(c);
@@ -439,7 +442,7 @@ static void client_over_limit(struct client *c)
  * closed meanwhile. */
 static int client_resume_drained(struct client *c)
 {
-    if (c->inflight > client_cfg->client_max_inflight / 2 ||
+    if (c->inflight + c->split_parts > client_cfg->client_max_inflight / 2 ||
         client_pending_bytes(c) > (size_t)client_cfg->client_max_pending_bytes / 2)
         return 0;
     c->flags &= ~(unsigned)CLIENT_OVER_LIMIT;
@@ -679,6 +682,7 @@ static void client_refuse(struct client *c, struct request *req, const char *tex
  * pipelines after it is routed by it. */
 static void client_reset_session(struct client *c)
 {
+    c->flags &= ~(unsigned)CLIENT_TRACKING;
     c->db = 0;
     free(c->name);
     c->name = NULL;
@@ -694,6 +698,9 @@ static void client_apply_session(struct client *c, struct request *req, int type
     if (role == ROLE_PAUSE || role == ROLE_UNPAUSE)
         pause_note_reply(role == ROLE_PAUSE, (c->flags & CLIENT_IN_MULTI) != 0, type,
                          req->pauses_before);
+    if ((type == REPLY_ERROR && (req->flags & REQ_TRACKING_ON)) ||
+        (type != REPLY_ERROR && (req->flags & REQ_TRACKING_OFF)))
+        c->flags &= ~(unsigned)CLIENT_TRACKING;
     if (type == REPLY_ERROR)
         return;
     if (req->ok_db > 0)
@@ -1056,8 +1063,19 @@ static void client_tunnel_input(struct client *c, struct evbuffer *in)
     }
 }
 
+static int client_private_idle(const struct client *c);
+
 void client_on_private_lost(struct client *c)
 {
+    /* Cluster mode: a private connection that held nothing (blocking
+     * commands and transactions that ended) is simply made again when
+     * needed; what was in flight on it gets its error or is sent again. */
+    if (cluster_enabled() && client_private_idle(c) && !(c->flags & CLIENT_TUNNEL)) {
+        if (c->inflight_conn == c->private_conn)
+            c->inflight_conn = NULL;
+        c->private_conn = NULL;
+        return;
+    }
     /* Its session (database, transaction, subscriptions) is gone with the
      * connection; carrying on elsewhere would silently change meaning. */
     c->private_conn = NULL;
@@ -1123,6 +1141,23 @@ static void client_note_login(struct request *req)
 }
 
 /* Remember the user or name a HELLO or AUTH sets, to record on success. */
+/* Cluster mode: follow CLIENT TRACKING ON and OFF (REQ) of C. It counts
+ * as on from when it is sent (a read pipelined behind it is judged so),
+ * until Redis refuses it or OFF (or RESET) ends it. */
+static void client_note_tracking(struct client *c, struct request *req, int argc,
+                                 const struct sv *argv)
+{
+    if (!cluster_enabled() || client_role(req) != ROLE_CLIENT_IDS || argc < 3 ||
+        strcmp(req->cmd->name, "client|tracking") != 0)
+        return;
+    if (sv_ieq(argv[2], "on")) {
+        c->flags |= CLIENT_TRACKING;
+        req->flags |= REQ_TRACKING_ON;
+    } else if (sv_ieq(argv[2], "off")) {
+        req->flags |= REQ_TRACKING_OFF;
+    }
+}
+
 static void client_note_session(struct request *req, int argc, const struct sv *argv)
 {
     enum placement_role role = client_role(req);
@@ -1197,14 +1232,21 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     }
     if (role != ROLE_EXEC && role != ROLE_DISCARD && role != ROLE_RESET)
         return;
+    if (c->flags & CLIENT_IN_MULTI)   /* without MULTI, Redis keeps the watched keys */
+        c->flags &= ~(unsigned)CLIENT_WATCHING;
     abort_exec = role == ROLE_EXEC && (c->flags & CLIENT_MULTI_DIRTY);
     if (role == ROLE_EXEC && !abort_exec && (c->flags & CLIENT_IN_MULTI))
         multi_hook_exec(&c->multi, req);   /* sluice's own commands run in their slots */
     multi_locals_free(&c->multi);
     c->flags &= ~(unsigned)(CLIENT_IN_MULTI | CLIENT_MULTI_DIRTY);
-    if (role == ROLE_RESET)
+    if (role == ROLE_RESET) {
         c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
-    if (!abort_exec)
+        client_multi_held_free(c);
+    }
+    /* Streaming unpaired (after UNSUBSCRIBE), no hook would see DISCARD's
+     * reply; but the refusal's fence, a command Redis does not know, has
+     * flagged the transaction, so Redis answers this EXEC with EXECABORT. */
+    if (!abort_exec || (c->flags & CLIENT_PASSTHROUGH))
         return;
     bytes = evbuffer_new();
     evbuffer_add(bytes, discard, sizeof(discard) - 1);
@@ -1212,8 +1254,20 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
     req->on_reply = client_execabort_reply;
 }
 
+/* Free the commands C's deferred MULTI held (client_cluster_hold). */
+static void client_multi_held_free(struct client *c)
+{
+    if (c->multi_held != NULL)
+        evbuffer_free(c->multi_held);
+    free(c->multi_held_lens);
+    c->multi_held = NULL;
+    c->multi_held_lens = NULL;
+    c->multi_held_count = 0;
+}
+
 /* Cluster mode: the deferred MULTI goes ahead of the transaction's first
- * command, on the private connection just made for it. */
+ * command, on the private connection just made for it, and the keyless
+ * commands held until then (client_cluster_hold) behind it. */
 static void client_cluster_start_multi(struct client *c)
 {
     static const char multi[] = "*1\r\n$5\r\nMULTI\r\n";
@@ -1222,34 +1276,64 @@ static void client_cluster_start_multi(struct client *c)
     if (!(c->flags & CLIENT_MULTI_DEFERRED))
         return;
     c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+    /* Its protocol first: a HELLO behind MULTI would be queued, and its
+     * reply would be one more element of EXEC's. */
+    backend_use_resp(c->private_conn, c->resp);
     buf = evbuffer_new();
     evbuffer_add(buf, multi, sizeof(multi) - 1);
     backend_send_internal(c->private_conn, buf, NULL, NULL, NULL);
+    /* Their +QUEUED went to the client already: Redis's are dropped. */
+    for (int i = 0; i < c->multi_held_count; i++) {
+        evbuffer_remove_buffer(c->multi_held, buf, c->multi_held_lens[i]);
+        backend_send_internal(c->private_conn, buf, NULL, NULL, NULL);
+    }
     evbuffer_free(buf);
+    client_multi_held_free(c);
 }
 
 /* Cluster mode: whether REQ, of a client with a private connection, goes
- * to the shared connections instead: a plain keyed command outside a
- * transaction or pub/sub whose key another node serves. */
+ * to the shared connections instead: a plain keyed command, or a lock
+ * verb's script (LOCAL, lock.c), outside a transaction or pub/sub whose
+ * key another node serves. */
 static int client_cluster_off_session(const struct client *c, const struct request *req)
 {
-    return cluster_enabled() && req->place == PLACE_SHARED && req->slot >= 0 &&
+    return cluster_enabled() && (req->place == PLACE_SHARED || req->place == PLACE_LOCAL) &&
+           req->slot >= 0 &&
            !(c->flags & (CLIENT_IN_MULTI | CLIENT_PASSTHROUGH)) &&
            router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
+}
+
+/* Whether C's private connection holds state beyond a transaction. */
+static int client_private_holds_state(const struct client *c)
+{
+    return (c->flags & (CLIENT_SESSION | CLIENT_WATCHING | CLIENT_PASSTHROUGH)) != 0;
+}
+
+/* Whether C's private connection holds no state of its session: it
+ * only served blocking commands and transactions that have ended (EXEC
+ * and DISCARD end WATCH too), so another connection would do as well. */
+static int client_private_idle(const struct client *c)
+{
+    return !client_private_holds_state(c) &&
+           (!(c->flags & CLIENT_IN_MULTI) || (c->flags & CLIENT_MULTI_DEFERRED));
 }
 
 /* Cluster mode: whether REQ needs C's private connection on another node
  * than the one it is on, while that connection holds no session (it only
  * served blocking commands, a worker's BLPOP on one queue and then on
- * another): then the client's private connection moves to REQ's node
+ * another; or ended transactions, and REQ is the first key of a new one):
+ * then the client's private connection moves to REQ's node
  * (client_route), once C has nothing in flight (client_must_wait). */
 static int client_cluster_moves(const struct client *c, const struct request *req)
 {
-    return cluster_enabled() && c->private_conn != NULL && req->place == PLACE_PRIVATE &&
-           req->slot >= 0 &&
-           !(c->flags & (CLIENT_SESSION | CLIENT_IN_MULTI | CLIENT_MULTI_DEFERRED |
-                         CLIENT_PASSTHROUGH)) &&
-           router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
+    if (!cluster_enabled() || c->private_conn == NULL || req->slot < 0 ||
+        !client_private_idle(c))
+        return 0;
+    /* A deferred MULTI goes with the transaction's first key, wherever. */
+    if (!(c->flags & CLIENT_MULTI_DEFERRED) &&
+        (req->place != PLACE_PRIVATE || (c->flags & CLIENT_IN_MULTI)))
+        return 0;
+    return router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
 }
 
 /* Whether REQ, sent on its client's private connection, leaves state
@@ -1257,7 +1341,24 @@ static int client_cluster_moves(const struct client *c, const struct request *re
  * but a blocking command (its connection is as before once answered). */
 static int client_leaves_session(const struct request *req)
 {
+    enum placement_role role = client_role(req);
+
+    if (role == ROLE_MULTI || role == ROLE_WATCH)
+        return 0;   /* until EXEC or DISCARD: CLIENT_IN_MULTI, CLIENT_WATCHING */
     return req->place == PLACE_PRIVATE && (req->cmd == NULL || !(req->cmd->flags & CMD_BLOCKING));
+}
+
+/* Follow WATCH on C's private connection, REQ being sent there: Redis
+ * forgets the watched keys at UNWATCH and RESET, and at EXEC and DISCARD
+ * that end a MULTI (client_track_multi). */
+static void client_note_watch(struct client *c, const struct request *req)
+{
+    enum placement_role role = client_role(req);
+
+    if (role == ROLE_WATCH && !(c->flags & CLIENT_IN_MULTI))
+        c->flags |= CLIENT_WATCHING;
+    else if (role == ROLE_RESET || (req->cmd != NULL && strcmp(req->cmd->name, "unwatch") == 0))
+        c->flags &= ~(unsigned)CLIENT_WATCHING;
 }
 
 static struct backend_conn *client_conn_class(struct backend_conn *conn);
@@ -1337,10 +1438,12 @@ static struct backend_conn *client_route(struct client *c, struct request *req)
         if (c->private_conn == NULL)
             return NULL;
         log_debug("client %llu now has a private backend connection", (unsigned long long)c->id);
-        client_cluster_start_multi(c);
     }
-    if (c->private_conn != NULL && !client_cluster_off_session(c, req))
+    if (c->private_conn != NULL && !client_cluster_off_session(c, req)) {
+        if (!client_cluster_moves(c, req))   /* else REQ waits, and comes here again */
+            client_cluster_start_multi(c);
         return c->private_conn;
+    }
     return client_detour(c, req, client_shared_conn(c, req));
 }
 
@@ -1400,7 +1503,14 @@ static void client_count_inflight(struct client *c, struct backend_conn *class)
     c->inflight++;
     c->inflight_conn = class;
     c->inflight_map_version = cluster_map_version();
-    if (c->inflight >= client_cfg->client_max_inflight)
+    if (c->inflight + c->split_parts >= client_cfg->client_max_inflight)
+        client_over_limit(c);
+}
+
+void client_note_parts(struct client *c, int delta)
+{
+    c->split_parts += delta;
+    if (delta > 0 && c->inflight + c->split_parts >= client_cfg->client_max_inflight)
         client_over_limit(c);
 }
 
@@ -1532,8 +1642,10 @@ static void client_send(struct client *c, struct request *req, struct backend_co
     }
     if (c->flags & CLIENT_PASSTHROUGH || tunnel)
         req->flags |= REQ_UNPAIRED;   /* a tunnel's reply is all it reads from then on */
-    if (c->flags & CLIENT_IN_MULTI)
+    if (c->flags & CLIENT_IN_MULTI) {
         client_count_queued(c, req);
+        req->flags |= REQ_IN_MULTI;
+    }
     unpaired = (req->flags & REQ_UNPAIRED) != 0;
     if (conn == c->private_conn) {
         /* Not before SYNC: Redis refuses it while HELLO's reply is pending,
@@ -1542,6 +1654,7 @@ static void client_send(struct client *c, struct request *req, struct backend_co
             backend_use_resp(conn, c->resp);
         if (client_leaves_session(req))
             c->flags |= CLIENT_SESSION;
+        client_note_watch(c, req);
         client_wait_offset(c, req, conn);
     }
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {
@@ -1668,23 +1781,33 @@ static int client_learn(struct client *c, struct request *req, const struct sv *
                : 0;
 }
 
-/* Cluster mode: MULTI of a client without a private connection is
- * answered here and sent later, ahead of the first command, on a private
- * connection to that command's node. EXEC or DISCARD with nothing queued
- * is answered here too. REQ is in C's queue. Returns 1 when answered (its
+/* Cluster mode: MULTI (not nested: WAS_IN_MULTI is 0) of a client whose
+ * private connection, if any, holds no state (client_private_holds_state)
+ * is answered here and sent later, ahead of the first command, on a
+ * private connection to that command's node (client_cluster_moves). EXEC
+ * or DISCARD with nothing queued is answered here too, and a MULTI nested
+ * in a deferred one. REQ is in C's queue. Returns 1 when answered (its
  * bytes drained from SRC). */
-static int client_cluster_defer_multi(struct client *c, struct request *req, struct evbuffer *src)
+static int client_cluster_defer_multi(struct client *c, struct request *req, struct evbuffer *src,
+                                      int was_in_multi)
 {
     enum placement_role role = client_role(req);
     const char *reply;
 
     if (!cluster_enabled())
         return 0;
-    if (role == ROLE_MULTI && c->private_conn == NULL) {
+    if (role == ROLE_MULTI && was_in_multi && (c->flags & CLIENT_MULTI_DEFERRED)) {
+        reply = "-ERR MULTI calls can not be nested\r\n";   /* as Redis: no abort */
+    } else if (role == ROLE_MULTI && !was_in_multi &&
+               (c->private_conn == NULL || !client_private_holds_state(c))) {
         c->flags |= CLIENT_MULTI_DEFERRED;
         reply = "+OK\r\n";
+    } else if (role == ROLE_EXEC && (c->flags & CLIENT_MULTI_DEFERRED) &&
+               c->multi_held_count > 0 && req->on_reply != client_execabort_reply) {
+        return 0;   /* MULTI and what it holds go ahead of it, to any node */
     } else if ((role == ROLE_EXEC || role == ROLE_DISCARD) && (c->flags & CLIENT_MULTI_DEFERRED)) {
         c->flags &= ~(unsigned)CLIENT_MULTI_DEFERRED;
+        client_multi_held_free(c);
         if (req->on_reply == client_execabort_reply)   /* a command was refused: see track_multi */
             reply = "-EXECABORT Transaction discarded because of previous errors.\r\n";
         else
@@ -1698,6 +1821,53 @@ static int client_cluster_defer_multi(struct client *c, struct request *req, str
     if (req->reply == NULL)
         req->reply = evbuffer_new();
     evbuffer_add(req->reply, reply, strlen(reply));
+    STAT_INC(total_local);
+    client_complete(c, req);
+    client_check_output_limit(c);
+    return 1;
+}
+
+/* At most this many bytes of keyless commands wait for a deferred
+ * MULTI's first key (client_cluster_hold); past it, the transaction goes
+ * to the node of the command that does not fit. */
+#define CLIENT_MULTI_HELD_MAX (1024 * 1024)
+
+/* Cluster mode: REQ (in C's queue), a keyless command after a deferred
+ * MULTI, would bind the transaction to whichever node it went to, and a
+ * later key of another node would abort it (CROSSSLOT). So its bytes are
+ * held, to be sent behind MULTI on the node of the transaction's first
+ * key (or any node at EXEC), and it is answered +QUEUED now. Only what
+ * Redis queues (a known command with its arity), up to
+ * CLIENT_MULTI_HELD_MAX; the others go on as before. Returns 1 when held
+ * (its bytes drained from SRC). */
+static int client_cluster_hold(struct client *c, struct request *req, struct evbuffer *src)
+{
+    enum placement_role role = client_role(req);
+    size_t *lens, held_len = c->multi_held != NULL ? evbuffer_get_length(c->multi_held) : 0;
+    int arity = req->cmd != NULL ? req->cmd->arity : 0;
+
+    if (!cluster_enabled() || !(c->flags & CLIENT_MULTI_DEFERRED) ||
+        req->slot != CLUSTER_SLOT_NONE || req->cmd == NULL ||
+        (arity >= 0 ? req->argc != arity : req->argc < -arity) ||
+        (role != ROLE_NONE && role != ROLE_SCRIPT && role != ROLE_SELECT) ||
+        (req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL | REQ_NOREPLY)) ||
+        held_len + req->raw_len > CLIENT_MULTI_HELD_MAX)
+        return 0;
+    if (c->multi_held == NULL && (c->multi_held = evbuffer_new()) == NULL)
+        return 0;
+    lens = realloc(c->multi_held_lens, (size_t)(c->multi_held_count + 1) * sizeof(*lens));
+    if (lens == NULL)
+        return 0;
+    c->multi_held_lens = lens;
+    if (src != NULL)
+        evbuffer_remove_buffer(src, c->multi_held, req->raw_len);
+    else
+        evbuffer_add_buffer(c->multi_held, req->raw);
+    lens[c->multi_held_count++] = req->raw_len;
+    c->multi_queued++;
+    if (req->reply == NULL)
+        req->reply = evbuffer_new();
+    evbuffer_add(req->reply, "+QUEUED\r\n", 9);
     STAT_INC(total_local);
     client_complete(c, req);
     client_check_output_limit(c);
@@ -1831,6 +2001,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
                            struct evbuffer *src)
 {
     struct backend_conn *conn;
+    int was_in_multi;
 
     if (req->place == PLACE_LEARN) {
         struct placement place = client_place(req, argv);   /* released after learning */
@@ -1885,9 +2056,11 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         }
         return (c->flags & (CLIENT_CLOSE_AFTER_REPLY | CLIENT_OVER_LIMIT)) || c->closing ? -1 : 0;
     }
+    client_note_tracking(c, req, req->argc, argv);   /* ARGV: not after clientid_translate */
     if (client_role(req) == ROLE_CLIENT_IDS &&
         clientid_translate(c, req, argv, &src) == CLIENTID_HELD)
         return -1;   /* released once Redis said its ids (client_release_held) */
+    was_in_multi = (c->flags & CLIENT_IN_MULTI) != 0;
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);
     if ((req->flags & REQ_PASSTHROUGH) && c->resp == 3 && client_role(req) != ROLE_MONITOR)
@@ -1899,7 +2072,7 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
      * wait in no queue. */
     if (!(req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
-    if (client_cluster_defer_multi(c, req, src))
+    if (client_cluster_defer_multi(c, req, src, was_in_multi) || client_cluster_hold(c, req, src))
         return 0;
     if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
         size_t raw_len = req->raw_len;   /* REQ may be answered, and freed, by its split */
@@ -1954,16 +2127,61 @@ static void client_answer_line(struct client *c, struct request *req, const char
     client_check_output_limit(c);
 }
 
+/* Cluster mode: whether REQ can be answered only by other nodes than
+ * that of C's private connection: it runs in parts, or its key is
+ * another node's. */
+static int client_cluster_elsewhere(const struct client *c, const struct request *req)
+{
+    if (cluster_split_wants(req->cmd, req->slot))
+        return 1;
+    return c->private_conn != NULL && req->slot >= 0 &&
+           router_node_for_request(req, NULL) != backend_conn_node(c->private_conn);
+}
+
+/* Cluster mode: REQ of C, whose replies stream unpaired from its private
+ * connection (pub/sub, MONITOR), is for other nodes (client_cluster_elsewhere):
+ * nothing could pair their replies with it in the stream, so it is
+ * refused. In MONITOR and in the subscribed context with Redis's own
+ * error, which its node would answer too. */
+static const char *client_cluster_stream_refusal(const struct client *c,
+                                                 const struct request *req)
+{
+    static char text[200];
+
+    if (c->flags & CLIENT_MONITOR)
+        return "-ERR Replica can't interact with the keyspace";
+    if (client_subscribed_context(c)) {
+        snprintf(text, sizeof(text), "-ERR Can't execute '%s': only (P|S)SUBSCRIBE / "
+                 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                 req->cmd->name);
+        return text;
+    }
+    return "-ERR sluice cluster mode: this connection is in pub/sub or MONITOR on one node, "
+           "and this command is for other nodes; use another connection for it";
+}
+
 /* Cluster mode: a request whose key another node serves than the one
  * the client's session (private connection) is on cannot join it: in a
  * transaction it gets CROSSSLOT (and EXEC then aborts), as Redis Cluster
  * answers; a command needing the session (WATCH, a blocking one) is
- * refused, unless the private connection holds no session yet: then it
- * moves to the command's node (client_cluster_moves). */
+ * refused, unless the private connection holds no session yet (or a
+ * deferred MULTI waits for its first key): then it moves to the
+ * command's node (client_cluster_moves). On a connection streaming
+ * pub/sub or MONITOR, a command for other nodes is refused
+ * (client_cluster_stream_refusal), and with CLIENT TRACKING on, a read. */
 static const char *client_cluster_session_answer(const struct client *c,
                                                  const struct request *req,
                                                  struct placement place)
 {
+    if ((c->flags & CLIENT_PASSTHROUGH) && req->cmd != NULL && !(req->flags & REQ_PASSTHROUGH) &&
+        client_cluster_elsewhere(c, req))
+        return client_cluster_stream_refusal(c, req);   /* (S)SUBSCRIBE...: see below */
+    /* A read elsewhere would be cached with no invalidation ever. */
+    if ((c->flags & CLIENT_TRACKING) && req->cmd != NULL && (req->cmd->flags & CMD_READONLY) &&
+        client_cluster_elsewhere(c, req))
+        return "-ERR sluice cluster mode: this connection's CLIENT TRACKING gets invalidations "
+               "from one node only, and this command reads keys of another; use another "
+               "connection for it";
     if ((c->flags & CLIENT_IN_MULTI) && cluster_split_wants(req->cmd, req->slot))
         return req->slot == CLUSTER_SLOT_CROSS
                    ? "-CROSSSLOT Keys in request don't hash to the same slot"
@@ -1972,7 +2190,7 @@ static const char *client_cluster_session_answer(const struct client *c,
     if (c->private_conn == NULL || req->slot < 0 ||
         router_node_for_request(req, NULL) == backend_conn_node(c->private_conn))
         return NULL;
-    if (c->flags & CLIENT_IN_MULTI)
+    if ((c->flags & CLIENT_IN_MULTI) && !client_cluster_moves(c, req))
         return "-CROSSSLOT Keys in request don't hash to the same slot";
     if (place.kind == PLACE_SHARED)
         return NULL;   /* goes to the shared connections: client_cluster_off_session */
@@ -1993,7 +2211,11 @@ static int client_cluster_check(struct client *c, struct request *req, const str
     if (!cluster_enabled() || place.kind == PLACE_LOCAL)
         return 0;
     req->slot = cluster_request_slot(req->cmd, req->argc, argv);
-    line = cluster_answer(req->cmd, req->argc, argv, req->slot);
+    /* Inside MULTI, SELECT is queued: the node answers it in EXEC's reply,
+     * as Redis Cluster does (+OK for database 0, else its error). */
+    line = (c->flags & CLIENT_IN_MULTI) && client_role(req) == ROLE_SELECT
+               ? NULL
+               : cluster_answer(req->cmd, req->argc, argv, req->slot);
     if (line == NULL)
         line = client_cluster_session_answer(c, req, place);
     if (line == NULL)

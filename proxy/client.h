@@ -43,6 +43,10 @@ enum client_flag {
     CLIENT_SESSION = 1 << 13,          /* its private connection holds state (more than
                                           answered blocking commands): it stays put */
     CLIENT_TUNNEL_FED = 1 << 14,       /* its tunnel has passed bytes from Redis */
+    CLIENT_WATCHING = 1 << 15,         /* WATCH sent on its private connection, not yet
+                                          ended by EXEC, DISCARD, UNWATCH or RESET */
+    CLIENT_TRACKING = 1 << 16,         /* cluster: CLIENT TRACKING ON sent and not refused:
+                                          invalidations come from one node only */
 };
 
 struct client {
@@ -67,12 +71,18 @@ struct client {
     long long redirect_redis_id;        /* and the Redis id sent for it (clientid.c) */
     struct backend_conn *inflight_conn; /* where its sent requests are */
     int inflight;                       /* requests sent and not yet answered */
+    int split_parts;                    /* cluster: parts of its split requests (one each in
+                                           inflight) sent and not yet answered */
     uint64_t inflight_map_version;      /* cluster: the slot map's version they were sent under */
     int fences;                         /* fences sent, not yet back (client_fence) */
     long long subscriptions;            /* channels + patterns, as Redis last counted */
     long long shard_subscriptions;      /* shard channels, likewise */
     int multi_queued;                   /* commands sent that Redis queues in this MULTI */
     struct multi_locals *multi;         /* sluice's own commands queued in it (multi.c) */
+    struct evbuffer *multi_held;        /* cluster: keyless commands of a deferred MULTI,
+                                           sent behind it on its first key's node; */
+    size_t *multi_held_lens;            /* the length of each */
+    int multi_held_count;
     struct request *stalled;            /* must be sent once inflight is 0 */
     struct backend_conn *waiting_on;    /* congested connection it waits for */
     unsigned flags;                     /* enum client_flag */
@@ -135,6 +145,11 @@ struct evbuffer *client_reply_buffer(struct client *c, struct request *req);
 /* REQ (in C's queue) has its reply in req->reply: write it in order.
  * Returns -1 when C was closed meanwhile (over its output limit). */
 int client_answer(struct client *c, struct request *req);
+
+/* Cluster mode: DELTA more (or fewer) parts of C's split requests are in
+ * flight (cluster_split.c). They count against client_max_inflight, as
+ * the requests they stand for: past it, C is not read until they drain. */
+void client_note_parts(struct client *c, int delta);
 
 /* REQ, held back by the rules (client blocked meanwhile), may go on:
  * answered with the error ERROR, or, when ERROR is NULL, checked by the

@@ -331,6 +331,38 @@ int cluster_take_unsent(struct request *req)
     return cluster_enabled() && request_has_bytes(req) && cluster_retry_unreachable(req);
 }
 
+int cluster_send_own(struct backend_node *node, unsigned long long client_id, int resp, int slot,
+                     struct evbuffer *bytes, request_reply_fn *on_reply, void *ctx,
+                     void (*ctx_free)(struct request *req))
+{
+    struct backend_conn *conn = backend_pool_conn(node, client_id, resp);
+    struct request *req = request_new();
+    char err[64];
+
+    if (req == NULL)
+        return -1;
+    req->raw_len = evbuffer_get_length(bytes);
+    if (req->raw_len <= REQ_KEPT_MAX) {   /* in place: a part of an MGET allocates nothing */
+        evbuffer_remove(bytes, req->kept, req->raw_len);
+        req->flags |= REQ_KEPT;
+    } else if ((req->raw = evbuffer_new()) == NULL) {
+        request_free(req);
+        return -1;
+    } else {
+        evbuffer_add_buffer(req->raw, bytes);
+    }
+    req->on_reply = on_reply;
+    req->ctx = ctx;
+    req->ctx_free = ctx_free;
+    req->slot = slot;
+    req->own_client_id = client_id;
+    req->own_resp = resp;
+    if (backend_send(conn, req, NULL, err, sizeof(err)) == 0 || cluster_take_unsent(req))
+        return 0;
+    request_free(req);
+    return -1;
+}
+
 /* Send REQ (the bytes it holds) to NODE's shared connection, after
  * ASKING when ASKING is set. When NODE cannot be reached REQ waits to be
  * sent again (within its window) or gets the error. */
@@ -339,9 +371,11 @@ static void cluster_resend(struct request *req, struct backend_node *node, int a
     static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
     /* A client's request goes on the shared connection of its client's
      * protocol (a script on a script connection, as client.c sends it);
-     * sluice's own (locks, parts, buckets) speak RESP2. */
+     * sluice's own (locks, parts, buckets) on the kind it was first sent
+     * on (cluster_send_own; else RESP2). */
     struct backend_conn *conn =
-        req->client == NULL ? backend_pool_conn(node, 0, 2)
+        req->client == NULL
+            ? backend_pool_conn(node, req->own_client_id, req->own_resp == 3 ? 3 : 2)
         : placement_role(req->cmd) == ROLE_SCRIPT
             ? backend_script_conn(node, req->client->id, req->client->resp)
             : backend_pool_conn(node, req->client->id, req->client->resp);
@@ -479,6 +513,22 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
     return 1;
 }
 
+/* Whether REQ, sent on its client's private connection, is a plain
+ * command that only went there because its key's node was that
+ * connection's (client.c): no transaction, WATCH, blocking command,
+ * pub/sub or CLIENT TRACKING (a read must be tracked there) needs it
+ * there, so its redirections are followed on the shared connections, and
+ * it is sent again there when that connection fails. */
+static int cluster_plain_on_private(const struct request *req)
+{
+    enum placement_role role = placement_role(req->cmd);
+
+    return req->client != NULL && !(req->client->flags & CLIENT_TRACKING) &&
+           (req->place == PLACE_SHARED || req->place == PLACE_LOCAL) &&
+           (role == ROLE_NONE || role == ROLE_SCRIPT) &&
+           !(req->flags & (REQ_IN_MULTI | REQ_UNPAIRED)) && request_has_bytes(req);
+}
+
 /* The backend filter: see cluster.h's contract via backend_reply_filter_fn. */
 static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
                                 struct evbuffer *src, size_t len, int conn_failed)
@@ -488,7 +538,8 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     struct backend_node *node;
     int slot = -1;
 
-    if (!backend_conn_is_shared(conn) && !backend_conn_is_oneshot(conn)) {
+    if (!backend_conn_is_shared(conn) && !backend_conn_is_oneshot(conn) &&
+        !cluster_plain_on_private(req)) {
         if (conn_failed || req->client == NULL)
             return 0;
         evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
@@ -665,13 +716,34 @@ static const char *cluster_select_answer(struct sv db)
     return n == 0 ? "+OK" : "-ERR SELECT is not allowed in cluster mode";
 }
 
+/* CLUSTER ..., ASKING, READONLY, READWRITE (CMD, ARGC arguments ARGV) as
+ * a standalone Redis answers them: its arity and subcommand checks come
+ * first, as for any command, then the refusal. */
+static const char *cluster_disabled_answer(const struct command *cmd, int argc,
+                                           const struct sv *argv)
+{
+    static char text[220];
+
+    if (cmd->subcommand_count > 0 && argc >= 2) {   /* a container: no such subcommand */
+        snprintf(text, sizeof(text), "-ERR unknown subcommand '%.*s'. Try CLUSTER HELP.",
+                 argv[1].len > 128 ? 128 : (int)argv[1].len, argv[1].ptr);
+        return text;
+    }
+    if (cmd->arity >= 0 ? argc != cmd->arity : argc < -cmd->arity) {
+        snprintf(text, sizeof(text), "-ERR wrong number of arguments for '%s' command",
+                 cmd->name);
+        return text;
+    }
+    return "-ERR This instance has cluster support disabled";
+}
+
 const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv, int slot)
 {
     static char text[200];
 
     switch (cluster_command_class(cmd)) {
     case CLUSTER_CMD_CLUSTER:
-        return "-ERR This instance has cluster support disabled";
+        return cluster_disabled_answer(cmd, argc, argv);
     case CLUSTER_CMD_SELECT:
         if (argc == 2)
             return cluster_select_answer(argv[1]);

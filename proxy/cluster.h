@@ -16,6 +16,7 @@ struct config;
 struct command;
 struct backend_node;
 struct request;
+struct backend_conn;
 
 #define CLUSTER_SLOT_NONE (-1)   /* the request has no keys */
 #define CLUSTER_SLOT_CROSS (-2)  /* its keys hash to different slots */
@@ -57,6 +58,19 @@ int cluster_node_is_primary(const struct backend_node *node);
  * take it to send again later (cluster_retry_window). Returns 1 when
  * taken (REQ_DETACHED meanwhile), 0 when the caller answers the error. */
 int cluster_take_unsent(struct request *req);
+
+/* Send a request of sluice's own for SLOT (its bytes: BYTES, moved out)
+ * to NODE, on the shared connection of CLIENT_ID (0: sluice's) speaking
+ * RESP (2 or 3), as backend_send_internal does (ON_REPLY, CTX, CTX_FREE);
+ * but when NODE is down, or the connection later fails, it waits to be
+ * sent again to SLOT's owner (cluster_retry_window) like a client's
+ * request, and redirections send it on the same kind of connection.
+ * Returns 0, or -1 when it could not be sent nor kept (CTX_FREE has run). */
+int cluster_send_own(struct backend_node *node, unsigned long long client_id, int resp, int slot,
+                     struct evbuffer *bytes,
+                     void (*on_reply)(struct request *req, struct evbuffer *src, size_t len,
+                                      int type),
+                     void *ctx, void (*ctx_free)(struct request *req));
 
 /* Ask for a new slot map soon (rate-limited). */
 void cluster_want_refresh(void);

@@ -88,11 +88,13 @@ struct split {
     int parts;                   /* parts not yet freed, plus the maker's hold */
     long long sum;               /* MERGE_SUM; MERGE_KILL: parts that said OK */
     int nkeys;                   /* MERGE_ARRAY: keys; MERGE_AND: scripts asked */
-    struct evbuffer **elems;     /* MERGE_ARRAY: each key's reply element */
+    size_t *elem_at;             /* MERGE_ARRAY: key i's reply element in concat: offset
+                                    [2i], length [2i+1] (no buffer per key: an MGET of
+                                    thousands of keys would cost a chain each) */
     long long *all_ones;         /* MERGE_AND: per script, 1 while every part said 1 */
     long long concat_count;      /* MERGE_CONCAT: elements in concat */
-    struct evbuffer *concat;     /* MERGE_CONCAT: elements; SAME/ANY: the reply kept;
-                                    KILL: the first NOTBUSY */
+    struct evbuffer *concat;     /* MERGE_CONCAT: elements; ARRAY: elements as they come;
+                                    SAME/ANY: the reply kept; KILL: the first NOTBUSY */
     struct evbuffer *error;      /* the first error reply of a part */
     int resp;                    /* the client's protocol: its parts speak it too */
     int scan_slot;               /* MERGE_SCAN: the first slot of the node scanned, */
@@ -103,7 +105,19 @@ struct split_part {
     struct split *split;
     int count;                   /* keys in this part */
     int *key_index;              /* their positions in the parent's key order */
+    int counted;                 /* in its client's split_parts (client_note_parts) */
 };
+
+/* PART is answered or gone: its client (if still there) has one part
+ * fewer in flight. */
+static void split_part_uncount(struct split_part *part)
+{
+    struct request *parent = part->split->parent;
+
+    if (part->counted && parent != NULL && parent->client != NULL)
+        client_note_parts(parent->client, -1);
+    part->counted = 0;
+}
 
 /* split_commands by command id (NULL: not split): looked up on every
  * request in cluster mode, so made once, on first use. */
@@ -145,11 +159,7 @@ int cluster_split_wants(const struct command *cmd, int slot)
 
 static void split_free(struct split *s)
 {
-    for (int i = 0; s->elems != NULL && i < s->nkeys; i++) {
-        if (s->elems[i] != NULL)
-            evbuffer_free(s->elems[i]);
-    }
-    free(s->elems);
+    free(s->elem_at);
     free(s->all_ones);
     if (s->concat != NULL)
         evbuffer_free(s->concat);
@@ -170,9 +180,10 @@ static void split_write_reply(struct split *s, struct evbuffer *out)
     } else if (s->merge == MERGE_OK) {
         evbuffer_add(out, "+OK\r\n", 5);
     } else if (s->merge == MERGE_ARRAY) {
+        const char *data = (const char *)evbuffer_pullup(s->concat, -1);
         evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
-        for (int i = 0; i < s->nkeys; i++)
-            evbuffer_add_buffer(out, s->elems[i]);
+        for (int i = 0; i < s->nkeys && data != NULL; i++)
+            evbuffer_add(out, data + s->elem_at[2 * i], s->elem_at[2 * i + 1]);
     } else if (s->merge == MERGE_AND) {
         evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
         for (int i = 0; i < s->nkeys; i++)
@@ -217,6 +228,14 @@ static void split_part_error(struct split *s, const char *text, size_t len)
     evbuffer_add(s->error, text, len);
 }
 
+/* MGET's reply element for key KEY, LEN bytes at ELEM, kept in S. */
+static void split_keep_element(struct split *s, int key, const char *elem, size_t len)
+{
+    s->elem_at[2 * key] = evbuffer_get_length(s->concat);
+    s->elem_at[2 * key + 1] = len;
+    evbuffer_add(s->concat, elem, len);
+}
+
 /* Take PART's array reply (LEN bytes at BUF) into S: MGET's element i is
  * key i's; KEYS' elements are appended; SCRIPT EXISTS' are ANDed. */
 static int split_take_array(struct split *s, struct split_part *part, const char *buf,
@@ -244,7 +263,7 @@ static int split_take_array(struct split *s, struct split_part *part, const char
         }
         if (respwalk_skip(&w, 1) != 0)
             return -1;
-        evbuffer_add(s->elems[part->key_index[i]], start, (size_t)(w.p - start));
+        split_keep_element(s, part->key_index[i], start, (size_t)(w.p - start));
     }
     return 0;
 }
@@ -312,6 +331,7 @@ static void split_part_reply(struct request *req, struct evbuffer *src, size_t l
     const char *buf = (const char *)evbuffer_pullup(src, (ssize_t)len);
     static const char bad[] = "-ERR sluice could not merge a cluster node's reply\r\n";
 
+    split_part_uncount(part);
     if (buf != NULL && s->merge == MERGE_KILL && type == REPLY_ERROR && len >= 8 &&
         memcmp(buf, "-NOTBUSY", 8) == 0) {
         /* Nothing runs there: the answer only if nothing ran anywhere. */
@@ -345,6 +365,7 @@ static void split_part_free(struct request *req)
     struct split_part *part = req->ctx;
     struct split *s = part->split;
 
+    split_part_uncount(part);
     free(part->key_index);
     free(part);
     req->ctx = NULL;
@@ -354,17 +375,23 @@ static void split_part_free(struct request *req)
 /* ---------------------------------------------------------------------
  * Splitting */
 
-/* Send PART, whose bytes are in BUF (freed here), to NODE on the shared
- * connection of CLIENT_ID. A part that cannot be sent makes the error. */
-static void split_send(struct split_part *part, struct backend_node *node,
+/* Send PART, whose bytes are in BUF (freed here), for SLOT (a slot of
+ * its keys; of the primary it is for) to NODE on the shared connection of
+ * CLIENT_ID: when NODE is down it waits for SLOT's owner, as any request
+ * (cluster_send_own). A part that cannot be sent makes the error. */
+static void split_send(struct split_part *part, struct backend_node *node, int slot,
                        unsigned long long client_id, struct evbuffer *buf)
 {
     struct split *s = part->split;
 
     s->parts++;
     s->pending++;
-    if (backend_send_internal(backend_pool_conn(node, client_id, s->resp), buf, split_part_reply, part,
-                              split_part_free) != 0) {
+    if (s->parent != NULL && s->parent->client != NULL) {
+        part->counted = 1;
+        client_note_parts(s->parent->client, 1);
+    }
+    if (cluster_send_own(node, client_id, s->resp, slot, buf, split_part_reply, part,
+                         split_part_free) != 0) {
         static const char down[] = "-ERR backend unavailable: a cluster node is down\r\n";
         /* ctx_free ran: PART is gone; S lives on (the maker holds it). */
         s->pending--;
@@ -429,7 +456,8 @@ static void split_send_slot(struct split *s, unsigned long long client_id,
         for (int a = 0; a < sc->step; a++)
             reply_bulk(buf, key[a].ptr, key[a].len);
     }
-    split_send(part, router_node_for_key(first->ptr, first->len), client_id, buf);
+    split_send(part, router_node_for_key(first->ptr, first->len), order[from].slot, client_id,
+               buf);
 }
 
 /* One part per slot among the keys KEYS (NKEYS of them) of ARGV. */
@@ -457,6 +485,16 @@ static int split_by_slot(struct split *s, unsigned long long client_id,
     return 0;
 }
 
+/* The lowest slot NODE serves (-1: none). */
+static int split_first_slot(const struct backend_node *node)
+{
+    for (int slot = 0; slot < SLOT_COUNT; slot++) {
+        if (cluster_node_for_slot(slot) == node)
+            return slot;
+    }
+    return -1;
+}
+
 /* The whole request, ARGC arguments ARGV, to every primary of the map. */
 static void split_by_primary(struct split *s, unsigned long long client_id, int argc,
                              const struct sv *argv)
@@ -472,7 +510,7 @@ static void split_by_primary(struct split *s, unsigned long long client_id, int 
         reply_array_header(buf, argc);
         for (int i = 0; i < argc; i++)
             reply_bulk(buf, argv[i].ptr, argv[i].len);
-        split_send(part, node, client_id, buf);
+        split_send(part, node, split_first_slot(node), client_id, buf);
     }
 }
 
@@ -542,7 +580,7 @@ static void split_scan(struct split *s, unsigned long long client_id, int argc,
     evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", argc, strlen(text), text);
     for (int i = 2; i < argc; i++)
         reply_bulk(buf, argv[i].ptr, argv[i].len);
-    split_send(part, node, client_id, buf);
+    split_send(part, node, s->scan_slot, client_id, buf);
 }
 
 /* Drop the maker's hold; answer when every part already has. */
@@ -557,13 +595,9 @@ static void split_release(struct split *s)
 static int split_prepare(struct split *s, int argc)
 {
     if (s->merge == MERGE_ARRAY) {
-        s->elems = calloc((size_t)(s->nkeys > 0 ? s->nkeys : 1), sizeof(*s->elems));
-        if (s->elems == NULL)
+        s->elem_at = calloc((size_t)(s->nkeys > 0 ? s->nkeys : 1) * 2, sizeof(*s->elem_at));
+        if (s->elem_at == NULL || (s->concat = evbuffer_new()) == NULL)
             return -1;
-        for (int i = 0; i < s->nkeys; i++) {
-            if ((s->elems[i] = evbuffer_new()) == NULL)
-                return -1;
-        }
     } else if (s->merge == MERGE_AND) {
         s->nkeys = argc > 2 ? argc - 2 : 0;   /* SCRIPT EXISTS sha1 [sha1 ...] */
         s->all_ones = malloc((size_t)(s->nkeys > 0 ? s->nkeys : 1) * sizeof(*s->all_ones));
@@ -577,6 +611,29 @@ static int split_prepare(struct split *s, int argc)
             return -1;
     }
     return 0;
+}
+
+/* Whether each of the NKEYS keys KEYS of ARGC arguments has the STEP
+ * arguments that go with it (MSET's key and value): Redis answers an
+ * arity error otherwise, and a part must not read past the last one. */
+static int split_groups_whole(const struct split_command *sc, int argc, const int *keys,
+                              int nkeys)
+{
+    for (int i = 0; i < nkeys; i++) {
+        if (keys[i] + sc->step > argc)
+            return 0;
+    }
+    return 1;
+}
+
+/* Redis's arity error for SC in S's error. */
+static void split_arity_error(struct split *s, const struct split_command *sc)
+{
+    char text[120];
+    int n = snprintf(text, sizeof(text),
+                     "-ERR wrong number of arguments for '%s' command\r\n", sc->name);
+
+    split_part_error(s, text, (size_t)n);
 }
 
 int cluster_split_run(struct request *req, int argc, const struct sv *argv)
@@ -595,7 +652,9 @@ int cluster_split_run(struct request *req, int argc, const struct sv *argv)
     s->resp = req->client->resp;
     req->flags |= REQ_DETACHED;
     ok = split_prepare(s, argc) == 0 && (sc->step == 0 || keys != NULL);
-    if (ok && s->merge == MERGE_SCAN)
+    if (ok && sc->step > 1 && !split_groups_whole(sc, argc, keys, s->nkeys))
+        split_arity_error(s, sc);
+    else if (ok && s->merge == MERGE_SCAN)
         split_scan(s, req->client->id, argc, argv);
     else if (ok && sc->step == 0)
         split_by_primary(s, req->client->id, argc, argv);

@@ -25,6 +25,7 @@
 #include "auth.h"
 #include "backend.h"
 #include "client.h"
+#include "cluster.h"
 #include "log.h"
 #include "reply.h"
 #include "pause.h"
@@ -326,19 +327,26 @@ static void lock_held_free(struct lock_held *h)
 /* Send a script of sluice's own for KEY, with no client waiting: EVAL
  * rather than EVALSHA, so a flushed script cache needs no second try.
  * CTX_FREE (may be NULL) runs when the request goes, also when it cannot
- * be sent. */
+ * be sent. In cluster mode, while KEY's node is down, it waits for the
+ * slot's owner like a client's request (cluster_send_own). */
 static void lock_send_internal(const struct script *s, const char *key, size_t keylen,
                                const struct sv *args, int argc, request_reply_fn *on_reply,
                                void *ctx, void (*ctx_free)(struct request *req))
 {
     struct evbuffer *buf = evbuffer_new();
     struct sv keys[1] = {{key, keylen}};
-    /* During a CLIENT PAUSE Redis holds the script: on a one-shot connection. */
-    struct backend_conn *conn = pause_internal_conn(router_node_for_key(key, keylen), 0, 1);
+    struct backend_node *node = router_node_for_key(key, keylen);
     char shown[LOCK_LOG_KEY_MAX * 4 + 16];
+    int rc;
 
     scripts_write_eval(buf, s, 1, keys, argc, args);
-    if (backend_send_internal(conn, buf, on_reply, ctx, ctx_free) != 0)
+    /* During a CLIENT PAUSE Redis holds the script: on a one-shot
+     * connection. Cluster mode has no CLIENT PAUSE: sluice's shared one. */
+    if (cluster_enabled())
+        rc = cluster_send_own(node, 0, 2, slot_for_key(key, keylen), buf, on_reply, ctx, ctx_free);
+    else
+        rc = backend_send_internal(pause_internal_conn(node, 0, 1), buf, on_reply, ctx, ctx_free);
+    if (rc != 0)
         log_info("lock: could not send %s for '%s': backend down", s->name,
                  lock_printable(key, keylen, shown, sizeof(shown)));
     evbuffer_free(buf);

@@ -73,6 +73,10 @@ enum request_flag {
                                  offset (client_wait_offset): answered with an error */
     REQ_LOGIN_WAIT = 1 << 20, /* AUTH to a Redis that wants a login (auth_redis_login_needed):
                                  its client frames nothing more until the reply */
+    REQ_TRACKING_ON = 1 << 21,  /* cluster: CLIENT TRACKING ON; an error clears CLIENT_TRACKING */
+    REQ_TRACKING_OFF = 1 << 22, /* cluster: CLIENT TRACKING OFF; success clears it */
+    REQ_IN_MULTI = 1 << 23,     /* sent inside MULTI: Redis queues it (or flags the
+                                   transaction with its error) */
 };
 
 struct req_arg {
@@ -99,6 +103,9 @@ struct request {
     struct backend_node *node;     /* cluster: the node it goes to whatever its slot (NULL:
                                       by its slot); CLIENT UNBLOCK: its target's */
     int redirects;                 /* cluster: redirections followed so far */
+    uint64_t own_client_id;        /* cluster, sluice's own request: the client whose shared
+                                      connections it goes on (0: sluice's), */
+    int own_resp;                  /* and their protocol (0: RESP2) */
     uint64_t retry_since_ms;       /* cluster: first failed for want of a node (0: never) */
     int pushes_left;               /* REQ_PUSHES: confirmations still to come; -1: until
                                       none of its kind is left (UNSUBSCRIBE, no argument) */

@@ -60,13 +60,13 @@ def _cluster_sluice_with(redis_cluster, folder, extra):
 
 
 @contextlib.contextmanager
-def own_cluster_sluice(tmp_path, extra_args=(), replicas=0):
+def own_cluster_sluice(tmp_path, extra_args=(), replicas=0, sluice_extra=None):
     """A cluster of the test's own (3 primaries with REPLICAS each,
     EXTRA_ARGS to every redis-server) and a sluice in front of it with its
-    slot map loaded: (cluster, sluice). Both stopped after; the sluice's
-    problems fail the test."""
+    slot map loaded (SLUICE_EXTRA: more config keys): (cluster, sluice).
+    Both stopped after; the sluice's problems fail the test."""
     cl = ClusterRedis(tmp_path / "own-cluster", replicas=replicas, extra_args=extra_args)
-    s = Sluice(tmp_path / "own-sluice", None, cluster_seeds=cl.seeds)
+    s = Sluice(tmp_path / "own-sluice", None, cluster_seeds=cl.seeds, extra=sluice_extra)
     try:
         cl.start()
         s.start()
@@ -536,7 +536,7 @@ def test_session_then_keys_of_other_nodes(csluice, redis_cluster, rc):
     """A client with a session (BLPOP, WATCH) on one node still reaches
     keys of the others for plain commands."""
     pairs = keys_per_primary(redis_cluster, "sess:")
-    (qa, _), (kb, _), (kc, _) = pairs
+    (qa, _), (kb, qb), (kc, _) = pairs
     rc.rpush(qa, "job")
     with csluice.client() as c:
         assert c.blpop([qa], timeout=1) == (qa.encode(), b"job")
@@ -549,8 +549,16 @@ def test_session_then_keys_of_other_nodes(csluice, redis_cluster, rc):
             p.multi()
             p.rpush(qa, "x")
             assert p.execute() == [1]
-        with pytest.raises(redis.ResponseError, match="session is on another node"):
-            c.blpop([kb], timeout=1)
+        # EXEC ended the WATCH and the transaction: the private connection
+        # holds nothing, and a BLPOP moves it to another node's queue.
+        rc.rpush(qb, "job-b")
+        assert c.blpop([qb], timeout=1) == (qb.encode(), b"job-b")
+        # A WATCH holds state there: a session command of another node is
+        # refused while it lasts.
+        with c.pipeline(transaction=True) as p:
+            p.watch(qa)
+            with pytest.raises(redis.ResponseError, match="session is on another node"):
+                p.blpop([kb], timeout=1)
     assert rc.lrange(qa, 0, -1) == [b"x"]
     rc.delete(qa, kb, kc)
 
@@ -1697,3 +1705,474 @@ def test_moved_inside_a_transaction_aborts_it_cleanly(csluice, redis_cluster, rc
             assert isinstance(r, Err) and r.startswith("EXECABORT"), r
         assert c.call("GET", k_moved) == b"tx2"
     rc.delete(k_moved, k_other)
+
+
+def test_split_mset_with_a_key_missing_its_value(csluice, rc):
+    """MSET with an odd number of arguments over several slots gets Redis's
+    arity error, as a standalone Redis answers it, and writes nothing
+    (sluice used to read past the last argument and die)."""
+    a, b = "msodd:a", "msodd:b"
+    assert slot_of(a) != slot_of(b)
+    with csluice.raw() as c:
+        for args in (("MSET", a, "1", b), ("MSET", a, "1", b, "2", "msodd:c")):
+            r = c.call(*args)
+            assert r == Err("ERR wrong number of arguments for 'mset' command"), r
+        assert c.call("PING") == "PONG"
+    assert rc.exists(a, b, "msodd:c") == 0
+
+
+def test_pubsub_and_monitor_connections_never_hang_or_see_moved(csluice, redis_cluster):
+    """A RESP2 connection in pub/sub (even after unsubscribing from all)
+    or MONITOR streams its replies from its private connection to one
+    node: a command that node cannot answer (a key of another node, a
+    command run in parts) gets an error in its place, never a raw MOVED
+    and never nothing (it used to get no reply at all). In the subscribed
+    context that error is Redis's own, and in MONITOR too."""
+    keys = [k for k, _ in keys_per_primary(redis_cluster, "psm:")]
+
+    def cant(name):
+        return Err(f"ERR Can't execute '{name}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
+                   "PING / QUIT / RESET are allowed in this context")
+
+    whole = (("MGET", *keys), ("DEL", *keys), ("DBSIZE",), ("SCAN", "0"))
+    with csluice.raw() as c:
+        assert c.call("SUBSCRIBE", "psm-ch") == [b"subscribe", b"psm-ch", 1]
+        for k in keys:
+            assert c.call("GET", k) == cant("get")
+        for args in whole:
+            assert c.call(*args) == cant(args[0].lower())
+        assert c.call("UNSUBSCRIBE") == [b"unsubscribe", b"psm-ch", 0]
+        got = [c.call("GET", k) for k in keys]
+        assert got.count(None) == 1, got   # the node of the private connection
+        for r in got:
+            assert r is None or (isinstance(r, Err) and r.startswith("ERR sluice cluster mode")), r
+        for args in whole:
+            r = c.call(*args)
+            assert isinstance(r, Err) and r.startswith("ERR sluice cluster mode"), (args, r)
+        # A transaction with such a command aborts whole.
+        same = keys[got.index(None)]
+        other = keys[(got.index(None) + 1) % len(keys)]
+        assert c.call("MULTI") == "OK"
+        assert c.call("SET", same, "1") == "QUEUED"
+        assert c.call("SET", other, "1").startswith("ERR sluice cluster mode")
+        assert c.call("EXEC") == Err("EXECABORT Transaction discarded because of previous "
+                                     "errors.")
+        assert c.call("GET", same) is None
+        # A shard channel of another node: its session is on this one.
+        r = c.call("SSUBSCRIBE", other)
+        assert isinstance(r, Err) and "session is on another node" in r, r
+        assert c.call("PING") == "PONG"
+    with csluice.raw() as c:
+        assert c.call("SUBSCRIBE", "psm-ch") == [b"subscribe", b"psm-ch", 1]
+        got = [c.call("SSUBSCRIBE", k) for k in keys]
+        assert sum(isinstance(r, Err) and "session is on another node" in r for r in got) == 2, got
+    with csluice.raw() as c:
+        assert c.call("MONITOR") == "OK"
+        for args in [("GET", k) for k in keys] + list(whole):
+            c.send_command(*args)
+            r = c.read_reply()
+            while not isinstance(r, Err) and r[:1].isdigit():
+                r = c.read_reply()   # a command the node ran meanwhile (sluice's map request)
+            assert r == Err("ERR Replica can't interact with the keyspace"), args
+
+
+def test_one_connection_runs_transactions_on_every_primary_in_turn(csluice, redis_cluster, rc):
+    """A transaction leaves nothing on its connection once EXEC or DISCARD
+    is sent (EXEC ends WATCH too): the next transaction on the same
+    connection (a pooled one) may use keys of another node. It used to
+    stay on the first transaction's node: CROSSSLOT, then EXECABORT."""
+    pairs = keys_per_primary(redis_cluster, "txturn:")
+    with csluice.raw() as c:
+        for k1, k2 in pairs + pairs[::-1] + pairs:
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", k1, "a") == "QUEUED"
+            assert c.call("INCR", k2) == "QUEUED"
+            assert c.call("EXEC") == ["OK", 1]
+            assert c.call("MULTI") == "OK"
+            assert c.call("MULTI") == Err("ERR MULTI calls can not be nested")
+            assert c.call("DEL", k2) == "QUEUED"
+            assert c.call("DISCARD") == "OK"
+            assert c.call("DEL", k2) == 1
+        for k1, k2 in pairs + pairs[::-1]:   # WATCH, then the transaction there
+            assert c.call("WATCH", k1) == "OK"
+            assert c.call("GET", k1) == b"a"
+            assert c.call("MULTI") == "OK"
+            assert c.call("MULTI") == Err("ERR MULTI calls can not be nested")
+            assert c.call("INCR", k2) == "QUEUED"
+            assert c.call("EXEC") == [1]
+            assert c.call("DEL", k2) == 1
+        # EXEC or DISCARD without MULTI leaves the watched keys (as Redis does).
+        (k1, _), (other, _) = pairs[:2]
+        other += ":queue"
+        assert c.call("WATCH", k1) == "OK"
+        assert c.call("EXEC") == Err("ERR EXEC without MULTI")
+        assert c.call("DISCARD") == Err("ERR DISCARD without MULTI")
+        r = c.call("BLPOP", other, "0.01")
+        assert isinstance(r, Err) and "session is on another node" in r, r
+        assert c.call("UNWATCH") == "OK"
+        assert c.call("BLPOP", other, "0.01") is None
+    with csluice.client() as r:   # redis-py: its pool reuses the connection
+        for k1, k2 in pairs + pairs[::-1]:
+            p = r.pipeline(transaction=True)
+            p.set(k1, "b").incr(k2).get(k1)
+            assert p.execute() == [True, 1, b"b"]
+            r.transaction(lambda pipe: pipe.multi() or pipe.incr(k2), k1)
+            assert rc.get(k2) == b"2"
+            rc.delete(k1, k2)
+
+
+def test_transaction_starting_with_keyless_commands_goes_to_its_first_key(csluice,
+                                                                          redis_cluster, rc):
+    """Keyless commands at the start of a transaction (PING, ECHO, SELECT 0,
+    EVAL without keys) are answered QUEUED and sent behind MULTI to the
+    node of the transaction's first key, whichever that is (they used to
+    bind it to one node: CROSSSLOT, then EXECABORT, for keys of the
+    others). Without any key the transaction runs on any node. Inside
+    MULTI, SELECT is queued, as Redis Cluster does."""
+    pairs = keys_per_primary(redis_cluster, "txkl:")
+    queued = "QUEUED"
+    with csluice.raw() as c:
+        for k1, k2 in pairs + pairs[::-1]:
+            assert c.call("MULTI") == "OK"
+            assert c.call("PING") == queued
+            assert c.call("ECHO", "x") == queued
+            assert c.call("SELECT", "0") == queued
+            assert c.call("EVAL", "return 7", "0") == queued
+            assert c.call("SET", k1, "a") == queued
+            assert c.call("PING") == queued
+            assert c.call("INCR", k2) == queued
+            assert c.call("EXEC") == ["PONG", b"x", "OK", 7, "OK", "PONG", 1]
+            assert rc.get(k2) == b"1"
+            rc.delete(k1, k2)
+        assert c.call("MULTI") == "OK"
+        assert c.call("PING") == queued
+        assert c.call("SELECT", "1") == queued
+        assert c.call("EXEC") == ["PONG", Err("ERR SELECT is not allowed in cluster mode")]
+        assert c.call("MULTI") == "OK"
+        assert c.call("PING") == queued
+        assert c.call("DISCARD") == "OK"
+        assert c.call("MULTI") == "OK"
+        assert c.call("ECHO", "y") == queued
+        assert c.call("RESET") == "RESET"
+        assert c.call("EXEC") == Err("ERR EXEC without MULTI")
+        (a, _), (b, _) = pairs[:2]
+        assert c.call("MULTI") == "OK"
+        assert c.call("PING") == queued
+        assert c.call("SET", a, "1") == queued
+        assert c.call("SET", b, "1").startswith("CROSSSLOT")
+        assert c.call("EXEC").startswith("EXECABORT")
+        assert rc.exists(a, b) == 0
+        # Past 1 MB of keyless commands the transaction goes to a node then.
+        n = 40000
+        c.send(encode_command("MULTI") +
+               b"".join(encode_command("ECHO", f"e{i:020d}") for i in range(n)) +
+               encode_command("EXEC"))
+        got = c.read_replies(n + 2, timeout=30 * SLOW)
+        assert got[0] == "OK" and got[1:-1] == [queued] * n
+        assert got[-1] == [f"e{i:020d}".encode() for i in range(n)]
+        # A client gone with keyless commands held: nothing leaks (sanitizer).
+        with csluice.raw() as gone:
+            gone.send(encode_command("MULTI") + encode_command("PING"))
+            assert gone.read_replies(2) == ["OK", queued]
+        assert c.call("PING") == "PONG"
+    with csluice.client() as r:
+        for k1, k2 in pairs:
+            p = r.pipeline(transaction=True)
+            p.ping().time().set(k1, "b").incr(k2)
+            res = p.execute()
+            assert res[0] is True and res[2:] == [True, 1], res
+            rc.delete(k1, k2)
+
+
+def test_split_commands_through_a_killed_primary(tmp_path):
+    """MSET, MGET, EXISTS and DBSIZE (run in parts) while a primary is
+    killed and its replica promoted: no client error, every reply right.
+    A part whose node is down waits like any request (cluster_retry_window)
+    and goes to its slots' owner by then: it used to fail at once ("a
+    cluster node is down"), and a whole-keyspace part in flight was sent
+    again to any node (DBSIZE counting one node twice)."""
+    import threading
+    with own_cluster_sluice(tmp_path, replicas=1,
+                            sluice_extra={"cluster_retry_window": 10000}) as (cl, s):
+        keys = [f"spk:{i}" for i in range(60)]
+        errors, ops, stop = [], [0], threading.Event()
+
+        def run():
+            c = s.client(socket_timeout=20)
+            while not stop.is_set():
+                try:
+                    p = c.pipeline(transaction=False)
+                    p.mset({k: "v" for k in keys}).mget(keys).exists(*keys).dbsize()
+                    res = p.execute()
+                    if res != [True, [b"v"] * 60, 60, 60]:
+                        errors.append(res)
+                    ops[0] += 1
+                except redis.RedisError as e:
+                    errors.append(repr(e))
+                    time.sleep(0.01)
+            c.close()
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        try:
+            wait_until(lambda: ops[0] > 30, 10 * SLOW, msg="traffic to start")
+            victim = cl.primaries()[-1]
+            heir = replica_of(cl, victim)
+            cl.node_by_port(victim).stop()
+            wait_until(lambda: heir in cl.primaries(), 30 * SLOW, msg="the replica to take over")
+            cl.wait_ok()
+            done = ops[0]
+            wait_until(lambda: ops[0] > done + 30, 15 * SLOW, msg="traffic after the failover")
+        finally:
+            stop.set()
+            t.join(30)
+        assert errors == [], errors[:3]
+
+
+def test_locks_of_every_node_from_a_connection_with_a_private_one(csluice, redis_cluster, rc):
+    """LOCK, RENEW and UNLOCK go to their key's node also from a client
+    whose private connection is on another node (after a BLPOP, a
+    transaction, during a WATCH): they used to be sent on that private
+    connection and get -TRYAGAIN (the MOVED of a session) every time."""
+    pairs = keys_per_primary(redis_cluster, "lkpriv:")
+    (q, k), _, _ = pairs
+    starts = ([("BLPOP", q, "0.01")], [("MULTI",), ("SET", k, "1"), ("EXEC",)], [("WATCH", k)])
+    with csluice.raw() as c:
+        for cmds in starts:
+            for cmd in cmds:
+                c.call(*cmd)
+            for lk, _ in pairs:
+                name = lk + ":lock"
+                token = c.call("LOCK", name, "5000")
+                assert isinstance(token, bytes) and len(token) == 32, (cmds, token)
+                assert c.call("RENEW", name, "5000") == "OK"
+                assert c.call("UNLOCK", name) == 0
+                assert rc.exists(name) == 0
+        assert c.call("UNWATCH") == "OK"
+    rc.delete(k)
+
+
+def test_lock_released_on_disconnect_while_its_node_fails_over(tmp_path):
+    """A client holding a lock (and one renewing it with KEEP) goes away
+    while the lock's primary is dead: the release (and renewals) sluice
+    sends for it wait for the promoted replica, as a client's request
+    would, instead of being dropped (the lock then stayed held for its
+    whole TTL)."""
+    with own_cluster_sluice(tmp_path, replicas=1,
+                            sluice_extra={"cluster_retry_window": 10000}) as (cl, s):
+        victim = cl.primaries()[-1]
+        heir = replica_of(cl, victim)
+        slot = next(x for x in range(0, 16384, 97) if cl.slot_owner_port(x) == victim)
+        plain, kept = key_for_slot(slot, "lkfo:"), key_for_slot(slot, "lkfo2:")
+        holder = s.raw()
+        assert isinstance(holder.call("LOCK", plain, "60000"), bytes)
+        assert isinstance(holder.call("LOCK", kept, "60000", "KEEP"), bytes)
+        with cl.node_by_port(heir).client() as h:   # the replica has the locks
+            wait_until(lambda: h.execute_command("READONLY") and h.exists(plain, kept) == 2, 10)
+        cl.node_by_port(victim).stop()
+        holder.close()
+        wait_until(lambda: heir in cl.primaries(), 30 * SLOW, msg="the replica to take over")
+        cl.wait_ok()
+        with cl.node_by_port(heir).client() as h:
+            wait_until(lambda: h.exists(plain, kept) == 0, 10 * SLOW,
+                       msg="the locks to be released on the new primary")
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_split_parts_count_against_client_max_inflight(redis_cluster, tmp_path, monkeypatch):
+    """An MGET of one key per slot is 16384 parts: a client pipelining
+    such MGETs without reading stops being read once its parts in flight
+    pass client_max_inflight, as for any requests, and each part costs
+    little. 100 of them (20 MB sent) used to take 2.7 GB of sluice's
+    memory: each key's element had a buffer of its own, moved into the
+    reply, so that a reply not read yet took 250 times its size."""
+    # The sanitizer build keeps freed memory in quarantine: not here.
+    monkeypatch.setenv("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0:quarantine_size_mb=0")
+    s = Sluice(tmp_path / "parts", None, cluster_seeds=redis_cluster.seeds)
+    try:
+        s.start()
+        wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                   msg="sluice to load the map")
+        mget = encode_command("MGET", *[key_for_slot(slot, "pp:") for slot in range(16384)])
+        before = _rss_kb(s.proc.pid)
+        with s.raw() as c:
+            c.sock.setblocking(False)
+            sent, deadline = 0, time.monotonic() + 3
+            view = memoryview(mget * 10)
+            while time.monotonic() < deadline and sent < 10 * len(view):
+                try:
+                    sent += c.sock.send(view[sent % len(view):])
+                except BlockingIOError:
+                    time.sleep(0.01)
+            grown_mb = (_rss_kb(s.proc.pid) - before) / 1024
+            print(f"\nsluice grew {grown_mb:.0f} MB for {sent} bytes of MGETs not read")
+            assert grown_mb < 200, f"sluice grew {grown_mb:.0f} MB for {sent} bytes of MGETs"
+        with s.client() as r:
+            keys = [key_for_slot(slot, "pp2:") for slot in range(0, 16384, 7)]
+            assert r.mget(keys) == [None] * len(keys)
+    finally:
+        problems = s.stop()
+    assert not problems, problems
+
+
+def test_resp3_split_part_sent_again_keeps_the_clients_protocol(csluice, redis_cluster):
+    """A part of a RESP3 client's MGET that is sent again (an ASK during a
+    migration) goes on a RESP3 connection: its nil is `_`, as every other
+    element's (it used to come back from a RESP2 connection as `$-1`)."""
+    slot = 5151
+    missing = key_for_slot(slot, "r3ask:")
+    src, dst = redis_cluster.owner_and_other(slot)
+    migrate_slot(redis_cluster, slot, src, dst, finish=False)
+    try:
+        with csluice.raw() as c:
+            c.call("HELLO", "3")
+            c.send_command("MGET", missing, "r3ask-other1", "r3ask-other2")
+            raw = c.read_reply_raw()
+            assert raw == b"*3\r\n_\r\n_\r\n_\r\n", raw
+    finally:
+        finish_migration(redis_cluster, slot, src)
+
+
+def test_client_tracking_never_caches_keys_it_gets_no_invalidations_for(csluice, redis_cluster,
+                                                                        rc):
+    """CLIENT TRACKING's invalidations come from the node of the client's
+    private connection only: a read of another node's key (which went to
+    a shared connection, where nothing tracks it: the client's cache kept
+    it stale for ever) is refused while tracking is on. Writes go on; OFF
+    and RESET end it."""
+    keys = [k for k, _ in keys_per_primary(redis_cluster, "ctrack:")]
+    for k in keys:
+        rc.set(k, "v0")
+    with csluice.raw() as c:
+        c.call("HELLO", "3")
+        assert c.call("CLIENT", "TRACKING", "on", "NOLOOP") == "OK"
+        got = [c.call("GET", k) for k in keys]
+        assert got.count(b"v0") == 1, got
+        mine = keys[got.index(b"v0")]
+        for k, r in zip(keys, got):
+            if k != mine:
+                assert isinstance(r, Err) and "CLIENT TRACKING" in r, r
+        r = c.call("MGET", *keys)
+        assert isinstance(r, Err) and "CLIENT TRACKING" in r, r
+        assert [c.call("SET", k, "v1") for k in keys] == ["OK"] * 3   # writes go on
+        # The key it could read is invalidated as Redis would.
+        assert c.call("GET", mine) == b"v1"
+        rc.set(mine, "v2")
+        push = c.read_reply()
+        assert push == [b"invalidate", [mine.encode()]], push
+        want = [b"v2" if k == mine else b"v1" for k in keys]
+        assert c.call("CLIENT", "TRACKING", "off") == "OK"
+        assert [c.call("GET", k) for k in keys] == want
+        assert c.call("CLIENT", "TRACKING", "on") == "OK"
+        assert c.call("RESET") == "RESET"
+        assert [c.call("GET", k) for k in keys] == want
+    rc.delete(*keys)
+
+
+def test_resp3_transactions_get_exec_arrays_of_their_own_commands(csluice, redis_cluster, rc):
+    """A RESP3 client's transaction: the HELLO 3 sluice sends its new
+    private connection goes before MULTI, not inside the transaction
+    (where Redis queued it, and EXEC's array had one element too many: the
+    HELLO map, showing `mode cluster`)."""
+    pairs = keys_per_primary(redis_cluster, "r3tx:")
+    with csluice.raw() as c:
+        c.call("HELLO", "3")
+        for k, _ in pairs + pairs:
+            assert c.call("MULTI") == "OK"
+            assert c.call("PING") == "QUEUED"
+            assert c.call("SET", k, "1") == "QUEUED"
+            assert c.call("GET", k) == "QUEUED"
+            c.send_command("EXEC")
+            assert c.read_reply_raw() == b"*3\r\n+PONG\r\n+OK\r\n$1\r\n1\r\n"
+    with csluice.raw() as c:   # the transaction's first command makes the connection
+        c.call("HELLO", "3")
+        k = pairs[1][0]
+        assert c.call("MULTI") == "OK"
+        assert c.call("HGETALL", k + "h") == "QUEUED"
+        c.send_command("EXEC")
+        assert c.read_reply_raw() == b"*1\r\n%0\r\n"
+    rc.delete(*[k for k, _ in pairs])
+
+
+def test_cluster_commands_checked_as_standalone_redis_checks_them(sr):
+    """CLUSTER, ASKING, READONLY, READWRITE get a standalone Redis's
+    answers also for a wrong number of arguments or an unknown subcommand
+    (they used to get "cluster support disabled" for anything)."""
+    cases = [(("CLUSTER",), "ERR wrong number of arguments for 'cluster' command"),
+             (("CLUSTER", "FOO"), "ERR unknown subcommand 'FOO'. Try CLUSTER HELP."),
+             (("CLUSTER", "INFO", "x"), "ERR wrong number of arguments for 'cluster|info' command"),
+             (("CLUSTER", "KEYSLOT"), "ERR wrong number of arguments for 'cluster|keyslot' command"),
+             (("READONLY", "x"), "ERR wrong number of arguments for 'readonly' command"),
+             (("ASKING", "x"), "ERR wrong number of arguments for 'asking' command"),
+             (("CLUSTER", "KEYSLOT", "a"), "ERR This instance has cluster support disabled"),
+             (("CLUSTER", "HELP"), "ERR This instance has cluster support disabled")]
+    for args, want in cases:
+        with pytest.raises(redis.ResponseError) as e:
+            sr.execute_command(*args)
+        assert str(e.value) == want.split(" ", 1)[1] or str(e.value) == want, (args, str(e.value))
+
+
+def test_plain_commands_on_a_private_connection_follow_redirections(csluice, redis_cluster, rc):
+    """A client whose private connection is on a node (after a BLPOP, a
+    transaction) sends its plain commands for that node's keys there: when
+    the slot has moved meanwhile, their MOVED (or ASK) is followed as on a
+    shared connection (they used to get the session's -TRYAGAIN, which is
+    only for transactions, WATCH and blocking commands)."""
+    slot = 6060
+    k = key_for_slot(slot, "pmv:")
+    src, dst = redis_cluster.owner_and_other(slot)
+    q = next(key_for_slot(s, "pmvq:") for s in range(0, 16384, 61)
+             if redis_cluster.slot_owner_port(s) == src)
+    rc.set(k, "v0")
+    with csluice.raw() as c:
+        assert c.call("BLPOP", q, "0.01") is None   # its private connection is on SRC
+        migrate_slot(redis_cluster, slot, src, dst, keys=[k])
+        try:
+            c.send(encode_command("GET", k) + encode_command("SET", k, "v1") +
+                   encode_command("EVAL", "return redis.call('get', KEYS[1])", "1", k))
+            assert c.read_replies(3) == [b"v0", "OK", b"v1"]
+            # The map knows by now: a transaction there moves the connection.
+            c.send(encode_command("MULTI") + encode_command("INCR", k + ":n") +
+                   encode_command("EXEC"))
+            assert c.read_replies(3) == ["OK", "QUEUED", [1]]
+        finally:
+            with redis_cluster.node_by_port(dst).client() as d:
+                keys = d.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            migrate_slot(redis_cluster, slot, dst, src, keys=keys)
+    assert rc.get(k) == b"v1"
+    rc.delete(k, k + ":n")
+
+
+def test_client_keeps_its_connection_when_an_idle_private_one_is_lost(tmp_path):
+    """A client whose private connection holds nothing (its transaction
+    and BLPOP ended) keeps its connection to sluice when that node dies:
+    only a session's loss closes a client. Its next transaction and plain
+    commands work once the replica has taken over (it used to be closed:
+    every pooled connection that had run one transaction there failed)."""
+    with own_cluster_sluice(tmp_path, replicas=1,
+                            sluice_extra={"cluster_retry_window": 10000}) as (cl, s):
+        victim = cl.primaries()[-1]
+        heir = replica_of(cl, victim)
+        k = next(key_for_slot(x, "idle:") for x in range(0, 16384, 97)
+                 if cl.slot_owner_port(x) == victim)
+        with s.raw(timeout=30) as c:
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", k, "1") == "QUEUED"
+            assert c.call("EXEC") == ["OK"]
+            assert c.call("BLPOP", k + ":q", "0.01") is None
+            with cl.node_by_port(heir).client() as h:   # the replica has the key
+                wait_until(lambda: h.execute_command("READONLY") and h.exists(k) == 1, 10)
+            cl.node_by_port(victim).stop()
+            wait_until(lambda: heir in cl.primaries(), 30 * SLOW, msg="the replica to take over")
+            cl.wait_ok()
+            assert c.call("GET", k) == b"1"
+            assert c.call("MULTI") == "OK"
+            assert c.call("INCR", k) == "QUEUED"
+            assert c.call("EXEC") == [2]
