@@ -1226,6 +1226,7 @@ static void client_track_multi(struct client *c, struct request *req, struct evb
         if (!(c->flags & CLIENT_IN_MULTI)) {   /* a nested MULTI is an error, no more */
             multi_locals_free(&c->multi);
             c->multi_queued = 0;
+            c->multi_slot = CLUSTER_SLOT_NONE;
         }
         c->flags |= CLIENT_IN_MULTI;
         return;
@@ -2187,6 +2188,12 @@ static const char *client_cluster_session_answer(const struct client *c,
                    ? "-CROSSSLOT Keys in request don't hash to the same slot"
                    : "-ERR sluice cluster mode runs this command on every primary, "
                      "which it cannot do inside a transaction";
+    /* One slot per transaction, as Redis Cluster has it: a key of another
+     * slot is refused when queued, even on the same node (Redis would
+     * refuse the whole EXEC), so EXEC then aborts with EXECABORT. */
+    if ((c->flags & CLIENT_IN_MULTI) && req->slot >= 0 && c->multi_slot >= 0 &&
+        req->slot != c->multi_slot)
+        return "-CROSSSLOT Keys in request don't hash to the same slot";
     if (c->private_conn == NULL || req->slot < 0 ||
         router_node_for_request(req, NULL) == backend_conn_node(c->private_conn))
         return NULL;
@@ -2218,8 +2225,11 @@ static int client_cluster_check(struct client *c, struct request *req, const str
                : cluster_answer(req->cmd, req->argc, argv, req->slot);
     if (line == NULL)
         line = client_cluster_session_answer(c, req, place);
-    if (line == NULL)
+    if (line == NULL) {
+        if ((c->flags & CLIENT_IN_MULTI) && req->slot >= 0 && c->multi_slot < 0)
+            c->multi_slot = req->slot;
         return 0;
+    }
     if (src != NULL)
         evbuffer_drain(src, req->raw_len);
     client_answer_line(c, req, line);

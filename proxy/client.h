@@ -78,6 +78,8 @@ struct client {
     long long subscriptions;            /* channels + patterns, as Redis last counted */
     long long shard_subscriptions;      /* shard channels, likewise */
     int multi_queued;                   /* commands sent that Redis queues in this MULTI */
+    int multi_slot;                     /* cluster: the slot of this MULTI's keys so far
+                                           (CLUSTER_SLOT_NONE before its first key) */
     struct multi_locals *multi;         /* sluice's own commands queued in it (multi.c) */
     struct evbuffer *multi_held;        /* cluster: keyless commands of a deferred MULTI,
                                            sent behind it on its first key's node; */
