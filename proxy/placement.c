@@ -48,6 +48,9 @@ static placement_check placement_check_xread, placement_check_xreadgroup,
 #define WHY_CLUSTER_REPLICATION "in cluster mode a replica must connect to a node itself"
 #define WHY_CLUSTER_PAUSE "in cluster mode it would pause one node of many; send it to " \
     "each node directly"
+#define WHY_CLUSTER_AUTH "in cluster mode without a users file or backend_password it would " \
+    "log in one node's connection only, and the client's commands for other nodes would run as " \
+    "sluice's backend user; give sluice a users file (or backend_password)"
 #define WHY_REPLCONF_ACK "REPLCONF ACK and GETACK get no reply: only a replica sends them, " \
     "after SYNC"
 
@@ -261,13 +264,24 @@ static struct placement placement_check_xreadgroup(int argc, const struct sv *ar
  * clients. Only when Redis authenticates the clients (no users file, no
  * backend_password) does HELLO ... AUTH go to Redis, on the client's own
  * connection, as AUTH does. */
+/* AUTH or HELLO AUTH that goes to Redis (no users of sluice's own): on
+ * the client's own connection. In cluster mode that is one node's, while
+ * the client's other commands run on other nodes as sluice's user: a
+ * login that would hold for part of the keyspace only is refused. */
+static struct placement placement_forwarded_login(void)
+{
+    if (cluster_enabled())
+        return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_AUTH};
+    return placement_private();
+}
+
 static struct placement placement_check_hello(int argc, const struct sv *argv)
 {
     if (auth_local() || (argc >= 2 && sv_ieq(argv[1], "3")))
         return (struct placement){PLACE_LOCAL, 0, NULL};
     for (int i = 2; i < argc; i++) {
         if (sv_ieq(argv[i], "auth"))
-            return placement_private();
+            return placement_forwarded_login();
     }
     return (struct placement){PLACE_LOCAL, 0, NULL};
 }
@@ -278,7 +292,7 @@ static struct placement placement_check_auth(int argc, const struct sv *argv)
 {
     if (auth_local())
         return (struct placement){PLACE_LOCAL, 0, NULL};
-    return argc >= 1 && sv_ieq(argv[0], "acl") ? placement_shared() : placement_private();
+    return argc >= 1 && sv_ieq(argv[0], "acl") ? placement_shared() : placement_forwarded_login();
 }
 
 /* SYNC and PSYNC: standalone, on the client's own connection, which then

@@ -272,7 +272,12 @@ def test_looks_like_a_standalone_redis(sr, csluice):
      "in cluster mode a replica must connect to a node itself"),
     (("CLIENT", "PAUSE", "100000", "WRITE"), "in cluster mode it would pause one node of many"),
     (("CLIENT", "UNPAUSE"), "in cluster mode it would pause one node of many"),
-], ids=["sync", "psync", "replconf", "pause", "unpause"])
+    # Without a users file or backend_password, AUTH would go to Redis and
+    # log in one node's connection only.
+    (("AUTH", "someone", "pw"), "would log in one node's connection only"),
+    (("AUTH", "pw"), "would log in one node's connection only"),
+    (("HELLO", "2", "AUTH", "someone", "pw"), "would log in one node's connection only"),
+], ids=["sync", "psync", "replconf", "pause", "unpause", "auth", "auth-password", "hello-auth"])
 def test_replication_and_pause_refused_with_reason(sr, cmd, why):
     """Standalone sluice tunnels SYNC and forwards CLIENT PAUSE; in cluster
     mode they stay refused, saying why."""
