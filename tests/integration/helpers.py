@@ -38,6 +38,15 @@ def free_port():
     return port
 
 
+def rss_kb(pid):
+    """PID's resident memory in KB (0 when unknown)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def wait_until(pred, timeout, interval=0.05, msg="condition"):
     """Poll PRED until it returns a true value; return it, or raise
     AssertionError after TIMEOUT seconds."""

@@ -19,7 +19,7 @@ import redis
 
 from cluster_helpers import ClusterRedis
 from conftest import SLUICE_BIN, Sluice, _read_log, started_sluice
-from helpers import RawConn, encode_command, Err, SLOW, wait_until
+from helpers import RawConn, encode_command, Err, SLOW, rss_kb, wait_until
 
 
 _SLOT_TAGS = {}
@@ -2009,14 +2009,6 @@ def test_lock_released_on_disconnect_while_its_node_fails_over(tmp_path):
                        msg="the locks to be released on the new primary")
 
 
-def _rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def test_split_parts_count_against_client_max_inflight(redis_cluster, tmp_path, monkeypatch):
     """An MGET of one key per slot is 16384 parts: a client pipelining
     such MGETs without reading stops being read once its parts in flight
@@ -2032,7 +2024,7 @@ def test_split_parts_count_against_client_max_inflight(redis_cluster, tmp_path, 
         wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
                    msg="sluice to load the map")
         mget = encode_command("MGET", *[key_for_slot(slot, "pp:") for slot in range(16384)])
-        before = _rss_kb(s.proc.pid)
+        before = rss_kb(s.proc.pid)
         with s.raw() as c:
             c.sock.setblocking(False)
             sent, deadline = 0, time.monotonic() + 3
@@ -2042,7 +2034,7 @@ def test_split_parts_count_against_client_max_inflight(redis_cluster, tmp_path, 
                     sent += c.sock.send(view[sent % len(view):])
                 except BlockingIOError:
                     time.sleep(0.01)
-            grown_mb = (_rss_kb(s.proc.pid) - before) / 1024
+            grown_mb = (rss_kb(s.proc.pid) - before) / 1024
             print(f"\nsluice grew {grown_mb:.0f} MB for {sent} bytes of MGETs not read")
             assert grown_mb < 200, f"sluice grew {grown_mb:.0f} MB for {sent} bytes of MGETs"
         with s.client() as r:

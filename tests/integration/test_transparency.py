@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from helpers import (SLOW, Err, RawConn, assert_same_replies, busy_eval, encode_command as enc,
-                     wait_until)
+                     rss_kb, wait_until)
 
 SLOW_EVAL = busy_eval(200000)
 
@@ -487,14 +487,6 @@ def test_monitor_client_local_reply_in_order(sluice):
         assert ok == "OK" and name is None and isinstance(cid, int), (ok, name, cid)
 
 
-def _rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
 def test_deferred_local_commands_are_bounded(redis_factory, sluice_factory):
     """CLIENT GETNAME pipelined behind a BLPOP that never returns waits for
     it; a client sending such commands without end must stop being read at
@@ -502,7 +494,7 @@ def test_deferred_local_commands_are_bounded(redis_factory, sluice_factory):
     import time
     srv = redis_factory()
     s = sluice_factory(srv.port, client_max_pending_bytes="64kb")
-    before = _rss_kb(s.proc.pid)
+    before = rss_kb(s.proc.pid)
     with s.raw() as c:
         c.send_command(b"BLPOP", b"tr:never", b"0")
         chunk = enc(b"CLIENT", b"GETNAME") * 4096
@@ -516,7 +508,7 @@ def test_deferred_local_commands_are_bounded(redis_factory, sluice_factory):
                 time.sleep(0.01)
             except OSError:
                 break
-        grown_kb = _rss_kb(s.proc.pid) - before
+        grown_kb = rss_kb(s.proc.pid) - before
         # held back: about 64 KB of commands, not every one it was sent
         assert grown_kb < 40 * 1024, f"sluice grew {grown_kb} KB for {sent} bytes"
     assert s.running
