@@ -6,6 +6,7 @@
  *                not logged in, login needed -> -NOAUTH (unknown command and
  *                                               arity errors first, as Redis)
  *                logged in -> command bits -> key globs -> channel globs
+ *                          -> SORT's BY/GET only with every key
  *                          -> scripts only with every permission
  *                          -> -NOPERM ..., nothing sent, no token taken
  *
@@ -21,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "client.h"
+#include "cluster.h"
 #include "commands.h"
 #include "config.h"
 #include "errlist.h"
@@ -36,6 +39,13 @@
     "-NOPERM this user has no permissions to run scripts through sluice: a script runs as " \
     "sluice's backend user and could reach any key or command; scripts need commands = "    \
     "+@all, keys = * and channels = *"
+
+/* Redis's reply to SORT's BY (with a pattern) or GET from a user without
+ * access to every key (users_sort_denied_option): those read other keys.
+ * A Redis 7.0 cluster node refuses them to everyone, and says so first. */
+#define AUTH_ERR_SORT_OPTION_FMT \
+    "-ERR %s option of SORT denied due to insufficient ACL permissions."
+#define AUTH_ERR_SORT_OPTION_CLUSTER_FMT "-ERR %s option of SORT denied in Cluster mode."
 
 /* Failed logins of one user name of the current set. */
 struct auth_failures {
@@ -194,6 +204,36 @@ int auth_required(const struct client *c)
     return !c->authenticated && users_auth_required(auth_users);
 }
 
+int auth_redis_login_needed(const struct client *c)
+{
+    return auth_users == NULL && !c->authenticated && backend_wants_auth();
+}
+
+void auth_redis_logged_in(struct client *c)
+{
+    if (auth_users == NULL)
+        c->authenticated = 1;
+}
+
+const char *auth_lock_refusal(const struct client *c, const char *verb, const char *key,
+                              size_t len, char *buf, size_t size)
+{
+    const struct user *u = c->auth_user;
+    struct sv name = {verb, strlen(verb)};
+
+    if (!c->auth_checks)
+        return NULL;
+    if (auth_required(c) || u == NULL || !users_enabled(u))
+        snprintf(buf, size, "%s", USERS_ERR_NOAUTH);
+    else if (!users_may_run(u, NULL, &name, 1))
+        snprintf(buf, size, USERS_ERR_NOPERM_CMD_FMT, verb);
+    else if (!users_may_access_key(u, key, len))
+        snprintf(buf, size, "%s", USERS_ERR_NOPERM_KEYS);
+    else
+        return NULL;
+    return buf;
+}
+
 /* A user name fit for the log: printable, not too long. */
 static void auth_log_name(char *out, size_t size, const char *name, size_t len)
 {
@@ -274,6 +314,11 @@ int auth_rebind(struct client *c)
         c->auth_checks = 1;
         return -1;
     }
+    /* Redis checks queued commands again at EXEC; sluice checked them as
+     * they were queued, so a narrowed user's transaction must fail. */
+    if ((c->flags & CLIENT_IN_MULTI) && c->auth_user != NULL && u != NULL &&
+        users_narrowed(c->auth_user, u))
+        c->flags |= CLIENT_MULTI_DIRTY;
     auth_set_user(c, name, c->authenticated);
     return 0;
 }
@@ -427,6 +472,7 @@ static int auth_decide(struct client *c, const struct command *cmd, int argc,
                        const struct sv *argv, char *err, size_t errlen)
 {
     const struct user *u = c->auth_user;
+    const char *option;
     char name[128];
 
     if (argc < 1)
@@ -455,6 +501,11 @@ static int auth_decide(struct client *c, const struct command *cmd, int argc,
     }
     if (!users_may_access_channels(u, cmd, argc, argv)) {
         snprintf(err, errlen, "%s", USERS_ERR_NOPERM_CHANNELS);
+        return -1;
+    }
+    if ((option = users_sort_denied_option(u, cmd, argc, argv)) != NULL) {
+        snprintf(err, errlen, cluster_enabled() ? AUTH_ERR_SORT_OPTION_CLUSTER_FMT
+                                                : AUTH_ERR_SORT_OPTION_FMT, option);
         return -1;
     }
     if (auth_runs_script(cmd) && !users_unrestricted(u)) {

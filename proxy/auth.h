@@ -29,6 +29,21 @@ int auth_reload(struct errlist *errs);
 
 void auth_shutdown(void);
 
+/* Without users of sluice's own, AUTH goes to Redis: 1 when C has not
+ * logged in there and Redis wants a login (backend_wants_auth), so what
+ * sluice answers itself must wait for it (-NOAUTH, as Redis). */
+int auth_redis_login_needed(const struct client *c);
+
+/* Redis accepted C's AUTH (or HELLO 2 AUTH): C is logged in there. */
+void auth_redis_logged_in(struct client *c);
+
+/* A LOCK that waits, or a KEEP that renews, is checked again before each
+ * try: a reload may have narrowed C's user since the gate let it in.
+ * NULL when C may still use sluice's verb VERB ("lock", "renew") on KEY
+ * (LEN bytes); else the refusal, written into BUF (SIZE bytes). */
+const char *auth_lock_refusal(const struct client *c, const char *verb, const char *key,
+                              size_t len, char *buf, size_t size);
+
 /* Whether sluice answers AUTH and HELLO AUTH itself (a users file or a
  * backend_password): else they go to Redis as they are. */
 int auth_local(void);
@@ -56,7 +71,8 @@ int auth_required(const struct client *c);
 int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
                char *err, size_t errlen);
 
-/* The users file was reloaded: point C at its user's new entry. Returns
+/* The users file was reloaded: point C at its user's new entry; a
+ * transaction C has open fails at EXEC when the user lost a grant. Returns
  * -1 when C must be closed (its user is gone or disabled): C then has no
  * user and every request of its is refused until it is. */
 int auth_rebind(struct client *c);

@@ -128,6 +128,7 @@ struct backend_node {
     char redis_version[32];
     char redis_mode[16];
     char redis_role[16];
+    int wants_auth;                  /* a pool connection's CLIENT ID met -NOAUTH */
 };
 
 TAILQ_HEAD(backend_node_list, backend_node);
@@ -351,6 +352,10 @@ static void backend_client_id_reply(struct request *req, struct evbuffer *src, s
         evbuffer_copyout(src, text, len);
         conn->redis_id = strtoll(text + 1, NULL, 10);
     }
+    if (type == REPLY_INTEGER || type == REPLY_ERROR) {
+        evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+        conn->node->wants_auth = strncmp(text, "-NOAUTH", 7) == 0;
+    }
     evbuffer_drain(src, len);
     request_free(req);
 }
@@ -393,6 +398,13 @@ static void backend_hello_reply(struct request *req, struct evbuffer *src, size_
     }
     evbuffer_drain(src, len);
     request_free(req);
+}
+
+int backend_wants_auth(void)
+{
+    const struct backend_node *node = backend_default_node();
+
+    return node != NULL && node->wants_auth;
 }
 
 void backend_server_hello(const struct backend_node *node, const char **version,

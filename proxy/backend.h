@@ -168,6 +168,10 @@ int backend_congested(const struct backend_conn *conn);
 void backend_wait(struct backend_conn *conn, struct client *c);
 void backend_unwait(struct backend_conn *conn, struct client *c);
 
+/* 1 when Redis asked sluice's own connections to authenticate (no
+ * backend_password, or a wrong one): its clients must then send AUTH. */
+int backend_wants_auth(void);
+
 /* What NODE's Redis said of itself (HELLO on a shared connection): its
  * version, mode and role; empty strings until known. */
 void backend_server_hello(const struct backend_node *node, const char **version,

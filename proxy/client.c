@@ -704,6 +704,7 @@ static void client_apply_session(struct client *c, struct request *req, int type
         free(c->user);
         c->user = req->ok_user;
         req->ok_user = NULL;
+        auth_redis_logged_in(c);
     }
     if (req->ok_name != NULL) {
         free(c->name);
@@ -735,7 +736,8 @@ static int client_wait_blind_reply(struct request *req, struct evbuffer *src, si
 void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct client *c = req->client;
-    int reset = (req->flags & REQ_RESET) != 0;   /* REQ may be freed below */
+    /* REQ may be freed below. */
+    int reset = (req->flags & (REQ_RESET | REQ_LOGIN_WAIT)) != 0;
 
     if ((req->flags & REQ_WAIT_BLIND) && type != REPLY_ERROR &&   /* (-BUSY: as it is) */
         client_wait_blind_reply(req, src, len))
@@ -777,7 +779,7 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         client_check_drained(c);
     }
     if (reset && !c->closing)
-        client_unblock(c);   /* blocked by client_send: what follows may go on */
+        client_unblock(c);   /* blocked by client_send (RESET, a login): what follows goes on */
     client_leave(c);
 }
 
@@ -1110,6 +1112,16 @@ static void client_reply_mode(struct client *c, struct request *req, int argc,
     }
 }
 
+/* REQ logs its client in to a Redis that wants a login: until Redis has
+ * answered, the client frames nothing more (client_send blocks it), so
+ * what follows is judged, as by Redis, logged in or not (Redis's small
+ * limits for a client that must log in, sluice's own commands). */
+static void client_note_login(struct request *req)
+{
+    if (auth_redis_login_needed(req->client))
+        req->flags |= REQ_LOGIN_WAIT;
+}
+
 /* Remember the user or name a HELLO or AUTH sets, to record on success. */
 static void client_note_session(struct request *req, int argc, const struct sv *argv)
 {
@@ -1121,6 +1133,7 @@ static void client_note_session(struct request *req, int argc, const struct sv *
     }
     if (role == ROLE_AUTH) {
         req->ok_user = argc >= 3 ? strndup(argv[1].ptr, argv[1].len) : strdup("default");
+        client_note_login(req);
         return;
     }
     if (role == ROLE_SELECT) {   /* inside MULTI it runs at EXEC: not followed there */
@@ -1137,7 +1150,9 @@ static void client_note_session(struct request *req, int argc, const struct sv *
         return;
     for (int i = 2; i < argc; i++) {
         if (sv_ieq(argv[i], "auth") && i + 2 < argc) {
+            free(req->ok_user);
             req->ok_user = strndup(argv[i + 1].ptr, argv[i + 1].len);
+            client_note_login(req);
             i += 2;
         } else if (sv_ieq(argv[i], "setname") && i + 1 < argc) {
             free(req->ok_name);
@@ -1554,7 +1569,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
      * leaves, and in pub/sub must be paired with replies again: so it waits
      * until Redis has answered RESET (client_on_reply, or +RESET seen by
      * client_on_passthrough). */
-    if ((req->flags & REQ_RESET) && !client_is_monitor(c))
+    if (((req->flags & REQ_RESET) && !client_is_monitor(c)) ||
+        ((req->flags & REQ_LOGIN_WAIT) && !unpaired))
         client_block(c);
     if (!unpaired)
         client_count_inflight(c, client_conn_class(conn));
@@ -1836,7 +1852,8 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         (c->flags & CLIENT_IN_MULTI))
         client_local_in_multi(c, req, argv, src);   /* CLIENT LIST/INFO too */
     if (req->place == PLACE_LOCAL && !(req->flags & REQ_NOREPLY) &&
-        ((!TAILQ_EMPTY(&c->requests) && local_reads_session(req, req->argc, argv)) ||
+        ((!TAILQ_EMPTY(&c->requests) &&
+          (local_reads_session(req, req->argc, argv) || auth_redis_login_needed(c))) ||
          ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)))) {
         /* In pub/sub it runs once its fence is back, when sluice knows
          * whether Redis would still refuse it in the subscribed context. */
@@ -2076,6 +2093,19 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     return rc;
 }
 
+/* The gate again, for REQ held since it passed (a reload may have taken
+ * a grant away meanwhile: Redis checks a command as it runs it). Returns
+ * 1 when REQ was refused (and answered). */
+static int client_refused_after_hold(struct client *c, struct request *req, const struct sv *argv)
+{
+    char denied[400];
+
+    if (!c->auth_checks || auth_admit(c, req->cmd, req->argc, argv, denied, sizeof(denied)) == 0)
+        return 0;
+    client_refuse(c, req, denied);
+    return 1;
+}
+
 void client_release_held(struct client *c, struct request *req, const char *error)
 {
     struct req_argv views;
@@ -2086,7 +2116,7 @@ void client_release_held(struct client *c, struct request *req, const char *erro
         client_refuse(c, req, error);
     } else if (request_argv_open(&views, req, req->raw) != 0) {
         client_refuse(c, req, "OOM sluice is out of memory");
-    } else {
+    } else if (!client_refused_after_hold(c, req, views.argv)) {
         client_dispatch(c, req, views.argv, NULL);
     }
     if (error == NULL)
@@ -2144,7 +2174,8 @@ static void client_process_input_loop(struct client *c, struct evbuffer *in)
             return;
         }
         /* Set before each request: a login changes it only between them. */
-        c->parser.must_login = c->auth_checks && auth_required(c);
+        c->parser.must_login = (c->auth_checks && auth_required(c)) ||
+                               auth_redis_login_needed(c);
         switch (reqparse_next(&c->parser, in, &req)) {
         case REQPARSE_MORE:
             if (evbuffer_get_length(in) > (size_t)client_cfg->client_query_buffer_limit) {

@@ -137,8 +137,9 @@ struct evbuffer *client_reply_buffer(struct client *c, struct request *req);
 int client_answer(struct client *c, struct request *req);
 
 /* REQ, held back by the rules (client blocked meanwhile), may go on:
- * answered with the error ERROR, or dispatched when ERROR is NULL. Then
- * C reads on. */
+ * answered with the error ERROR, or, when ERROR is NULL, checked by the
+ * gate again (auth.c: a reload may have narrowed C's user) and
+ * dispatched. Then C reads on. */
 void client_release_held(struct client *c, struct request *req, const char *error);
 
 /* Stop or resume reading commands of C while a LOCK (or a request held by

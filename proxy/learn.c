@@ -210,7 +210,9 @@ static int learn_ask_command(struct learn_entry *e)
 
 /* The answer to MODULE LIST for the entry in CTX: with no module loaded,
  * a name outside sluice's table is unknown to Redis too; else (or when
- * sluice may not ask: NOPERM) COMMAND INFO says what it is. */
+ * sluice may not ask: NOPERM) COMMAND INFO says what it is. A name with a
+ * '|' is never a command Redis runs, though COMMAND INFO describes
+ * "config|set" (a subcommand): unknown too. */
 static void learn_on_modules(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct learn_entry *e = req->ctx;
@@ -220,7 +222,8 @@ static void learn_on_modules(struct request *req, struct evbuffer *src, size_t l
     evbuffer_copyout(src, head, len < sizeof(head) - 1 ? len : sizeof(head) - 1);
     evbuffer_drain(src, len);
     request_free(req);
-    if (type == REPLY_ARRAY && strcmp(head, "*0\r") == 0) {
+    if ((type == REPLY_ARRAY && strcmp(head, "*0\r") == 0) ||
+        memchr(e->cmd.name, '|', e->cmd.len) != NULL) {
         e->cmd.known = 0;
         e->cmd.flags = 0;
         learn_settle(e, NULL);

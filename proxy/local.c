@@ -53,7 +53,7 @@ static const struct local_command local_commands[] = {
     {"hello", -1, local_hello, 0, 0, 1},
     /* When sluice authenticates clients (auth.c); a subscriber keeps its user. */
     {"auth", -2, local_auth, 0, 0, 1},
-    {"acl|whoami", 2, local_acl_whoami, 0, 1, 0},
+    {"acl|whoami", 2, local_acl_whoami, 0, 1, 1},
     {"proxy", -2, local_proxy, 0, 0, 0},   /* sluice's own: Redis never sees it */
 };
 #define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))
@@ -121,6 +121,19 @@ enum local_in_multi local_in_multi(const struct request *req, int argc, const st
     return local_arity_ok(lc, argc) ? LOCAL_MULTI_QUEUE : LOCAL_MULTI_ERROR;
 }
 
+/* Whether LC must wait for a login Redis wants (auth_redis_login_needed),
+ * as Redis's own commands do: only QUIT, HELLO (which says so itself),
+ * AUTH and PROXY PING go on. */
+static int local_waits_for_login(const struct client *c, const struct local_command *lc,
+                                 int argc, const struct sv *argv)
+{
+    if (!auth_redis_login_needed(c))
+        return 0;
+    if (lc->run == local_proxy)
+        return !(argc == 2 && sv_ieq(argv[1], "ping"));
+    return lc->run != local_quit && lc->run != local_hello && lc->run != local_auth;
+}
+
 void local_execute(struct client *c, struct request *req, int argc, const struct sv *argv,
                    struct evbuffer *out)
 {
@@ -129,6 +142,16 @@ void local_execute(struct client *c, struct request *req, int argc, const struct
     STAT_INC(total_local);
     if (lc == NULL) {   /* placement.c's table and this one disagree: a bug */
         reply_error(out, "sluice has no handler for this command");
+        return;
+    }
+    /* Redis says "wrong number of arguments" before NOAUTH; PROXY, which
+     * Redis does not have, gets NOAUTH first (as auth.c answers it). */
+    if (!local_arity_ok(lc, argc) && lc->run != local_proxy) {
+        reply_error(out, "wrong number of arguments for '%s' command", lc->name);
+        return;
+    }
+    if (local_waits_for_login(c, lc, argc, argv)) {
+        reply_error(out, "%s", USERS_ERR_NOAUTH);
         return;
     }
     if (!local_arity_ok(lc, argc)) {
@@ -342,7 +365,7 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
         throttle_client_changed(c);   /* rules see the new user, whatever follows */
     if (parsed != 0)
         return;
-    if (auth_required(c)) {
+    if (auth_required(c) || auth_redis_login_needed(c)) {
         reply_error(out, "-NOAUTH HELLO must be called with the client already authenticated, "
                          "otherwise the HELLO AUTH <user> <pass> option can be used to "
                          "authenticate the client and select the RESP protocol version at the "

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "client.h"
 #include "log.h"
@@ -384,13 +385,18 @@ static void lock_keep_reply(struct request *req, struct evbuffer *src, size_t le
 static void lock_keep_cb(evutil_socket_t fd, short what, void *arg)
 {
     struct lock_held *h = arg;
-    char ttl[24];
+    char ttl[24], why[200];
     struct sv args[2] = {{h->token, h->toklen}, {ttl, 0}};
 
     (void)fd;
     (void)what;
     if (h->keep == NULL || h->keep->inflight > 0)
         return;
+    /* KEEP came with LOCK: its user must still have both (a reload). */
+    if (auth_lock_refusal(h->client, "lock", h->key, h->keylen, why, sizeof(why)) != NULL) {
+        lock_keep_detach(h);   /* the lock expires */
+        return;
+    }
     args[1].len = (size_t)reply_format_ll(ttl, h->keep_ttl_ms);
     h->keep->inflight++;
     lock_send_internal(lock_script_renew, h->key, h->keylen, args, 2, lock_keep_reply, h->keep,
@@ -580,12 +586,31 @@ static void lock_write_call(struct lock_op *op)
         free(fence);
 }
 
-/* Send OP's script call. When it cannot be sent, client.c says so
- * through lock_on_reply like any error reply. In cluster mode it goes to
- * the lock's slot (LOCK is placed locally, so nothing else set it), and
- * each attempt of a waiting LOCK has its own cluster_max_redirects. */
+/* Whether OP may still go: its client's user may have been narrowed by a
+ * reload since the gate let OP in (a LOCK that waits tries for long).
+ * Returns 0 when OP was refused and answered. */
+static int lock_still_allowed(struct lock_op *op)
+{
+    char why[200];
+    const char *refusal = auth_lock_refusal(op->req->client, lock_verb_names[op->verb], op->key,
+                                            op->keylen, why, sizeof(why));
+
+    if (refusal == NULL)
+        return 1;
+    reply_error(client_reply_buffer(op->req->client, op->req), "%s", refusal);
+    lock_finish(op);
+    return 0;
+}
+
+/* Send OP's script call, when it is still allowed (else it is answered
+ * with the refusal). When it cannot be sent, client.c says so through
+ * lock_on_reply like any error reply. In cluster mode it goes to the
+ * lock's slot (LOCK is placed locally, so nothing else set it), and each
+ * attempt of a waiting LOCK has its own cluster_max_redirects. */
 static void lock_send(struct lock_op *op)
 {
+    if (!lock_still_allowed(op))
+        return;
     op->req->slot = slot_for_key(op->key, op->keylen);
     op->req->redirects = 0;
     lock_write_call(op);

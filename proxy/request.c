@@ -140,16 +140,25 @@ static int request_view_arg(struct req_argv *a, const struct request *req,
     return 0;
 }
 
+/* Whether sluice reads every argument of CMD (NULL: one the table does not
+ * know): connection commands, pub/sub commands (the gate checks their
+ * channels, and a NULL view there would be read as a channel) and SORT
+ * (the gate checks its BY and GET patterns). */
+static int request_reads_all_args(const struct command *cmd)
+{
+    return cmd == NULL || (cmd->acl_categories & ACL_CONNECTION) || (cmd->flags & CMD_PUBSUB) ||
+           strcmp(cmd->name, "sort") == 0 || strcmp(cmd->name, "sort_ro") == 0;
+}
+
 /* Copy the arguments left NULL that sluice reads (see request_argv_open):
- * all of them for a command the table does not know or a connection
- * command, else the keys. */
+ * all of them for the commands of request_reads_all_args, else the keys. */
 static int request_view_read_args(struct req_argv *a, const struct request *req,
                                   const struct request_chains *ch)
 {
     const struct command *cmd = commands_resolve(req->argc, a->argv);
     int *keys, n, rc = 0;
 
-    if (cmd == NULL || (cmd->acl_categories & ACL_CONNECTION)) {
+    if (request_reads_all_args(cmd)) {
         for (int i = 0; i < req->argc && rc == 0; i++) {
             if (a->argv[i].ptr == NULL)
                 rc = request_view_arg(a, req, ch, i, 1);

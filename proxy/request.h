@@ -71,6 +71,8 @@ enum request_flag {
                                  flight for its client until client_answer */
     REQ_WAIT_BLIND = 1 << 19, /* WAIT whose connection could not take the client's replication
                                  offset (client_wait_offset): answered with an error */
+    REQ_LOGIN_WAIT = 1 << 20, /* AUTH to a Redis that wants a login (auth_redis_login_needed):
+                                 its client frames nothing more until the reply */
 };
 
 struct req_arg {
@@ -145,8 +147,10 @@ struct req_argv {
  * is viewed where it lies; one spanning chains is copied, except one over
  * 64 KB that sluice never reads: then its view is {NULL, len}. sluice reads
  * the command name, argv[1] (subcommand or first key), every key, and every
- * argument of a command the table does not know (LOCK, PROXY...) or of a
- * connection command (AUTH, HELLO, CLIENT SETNAME); so a NULL view is only
+ * argument of a command the table does not know (LOCK, PROXY...), of a
+ * connection command (AUTH, HELLO, CLIENT SETNAME), of a pub/sub command
+ * (the gate checks its channels) and of SORT (its BY and GET patterns); so
+ * a NULL view is only
  * ever a data value, which sluice forwards and compares with nothing
  * (sv_ieq and numkeys parsing check the length first). The views stay valid
  * while SRC's bytes stay. Returns 0, or -1 when out of memory. Release

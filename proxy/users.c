@@ -803,6 +803,52 @@ int users_may_access_keys(const struct user *u, const struct command *cmd, int a
     return ok;
 }
 
+/* Whether ARG (SORT's LIMIT offset or count) is an integer to Redis. */
+static int users_sort_int(struct sv arg)
+{
+    long long n;
+
+    return value_strict_ll(arg.ptr, arg.len, &n) == 0;
+}
+
+/* Redis's sortCommandGeneric reads SORT's options left to right and, for
+ * a user without access to every key, refuses BY with a pattern (a '*')
+ * and any GET, since those read keys no key spec names. Through sluice
+ * Redis sees its backend user, so sluice refuses them itself. Parsing
+ * stops where Redis's stops with another error (it then never reaches a
+ * later BY or GET). */
+const char *users_sort_denied_option(const struct user *u, const struct command *cmd,
+                                     int argc, const struct sv *argv)
+{
+    int readonly;
+
+    if ((u->flags & USERS_ALLKEYS) || cmd == NULL ||
+        (strcmp(cmd->name, "sort") != 0 && strcmp(cmd->name, "sort_ro") != 0))
+        return NULL;
+    readonly = strcmp(cmd->name, "sort_ro") == 0;
+    for (int j = 2; j < argc; j++) {
+        int left = argc - j - 1;
+        if (sv_ieq(argv[j], "asc") || sv_ieq(argv[j], "desc") || sv_ieq(argv[j], "alpha"))
+            continue;
+        if (sv_ieq(argv[j], "limit") && left >= 2) {
+            if (!users_sort_int(argv[j + 1]) || !users_sort_int(argv[j + 2]))
+                return NULL;
+            j += 2;
+        } else if (!readonly && sv_ieq(argv[j], "store") && left >= 1) {
+            j++;
+        } else if (sv_ieq(argv[j], "by") && left >= 1) {
+            if (argv[j + 1].ptr == NULL || memchr(argv[j + 1].ptr, '*', argv[j + 1].len) != NULL)
+                return "BY";    /* (NULL: unread, request.h; taken as a pattern) */
+            j++;
+        } else if (sv_ieq(argv[j], "get") && left >= 1) {
+            return "GET";
+        } else {
+            return NULL;    /* Redis's syntax error */
+        }
+    }
+    return NULL;
+}
+
 /* Where a pub/sub command's channels are: argv[1] only (publishing), or
  * argv[1..] (subscribing); PATTERN when they are PSUBSCRIBE's patterns.
  * 0 for commands Redis does not check (the UNSUBSCRIBE family). */
@@ -831,6 +877,8 @@ static int users_channel_args(const struct command *cmd, int *all_args, int *pat
  * channels the user's "news.sport" grant does not cover). */
 static int users_channel_ok(const struct users_globs *globs, struct sv arg, int pattern)
 {
+    if (arg.ptr == NULL && arg.len > 0)
+        return 0;   /* an argument sluice did not read (request.h): never a grant */
     if (!pattern)
         return users_glob_any(globs, arg.ptr, arg.len);
     for (int i = 0; i < globs->count; i++) {
@@ -867,6 +915,36 @@ int users_channels_narrowed(const struct user *old, const struct user *new_user)
             return 1;
     }
     return 0;
+}
+
+/* 1 when NEW's globs may miss a key OLD's matched (an OLD glob NEW lacks,
+ * byte for byte, or all keys taken away). */
+static int users_keys_narrowed(const struct user *old, const struct user *new_user)
+{
+    if (new_user->flags & USERS_ALLKEYS)
+        return 0;
+    if (old->flags & USERS_ALLKEYS)
+        return 1;
+    for (int i = 0; i < old->keys.count; i++) {
+        if (!users_channel_ok(&new_user->keys, old->keys.items[i], 1))
+            return 1;
+    }
+    return 0;
+}
+
+int users_narrowed(const struct user *old, const struct user *new_user)
+{
+    size_t words = (size_t)commands_count() / 64 + 1;
+
+    if ((old->flags & USERS_ALLCOMMANDS) && !(new_user->flags & USERS_ALLCOMMANDS))
+        return 1;
+    if (old->verbs & ~new_user->verbs)
+        return 1;
+    for (size_t w = 0; w < words; w++) {
+        if (old->command_bits[w] & ~new_user->command_bits[w])
+            return 1;
+    }
+    return users_keys_narrowed(old, new_user) || users_channels_narrowed(old, new_user);
 }
 
 const char *users_denied_command_name(const struct command *cmd)

@@ -88,6 +88,12 @@ int users_all_keys(const struct user *u);
  * finds itself (LOCK's name). */
 int users_may_access_key(const struct user *u, const char *key, size_t len);
 
+/* SORT's or SORT_RO's option that U may not use: "BY" (with a pattern)
+ * or "GET" when U lacks access to every key, as Redis 7.0 refuses them;
+ * NULL when the request may go on (other commands always). */
+const char *users_sort_denied_option(const struct user *u, const struct command *cmd,
+                                     int argc, const struct sv *argv);
+
 /* 1 when the channels of PUBLISH, SPUBLISH, SUBSCRIBE, SSUBSCRIBE and
  * PSUBSCRIBE are allowed: a channel must match one of U's channel globs; a
  * PSUBSCRIBE pattern must equal one of them byte for byte (Redis 7.0's
@@ -98,6 +104,11 @@ int users_may_access_channels(const struct user *u, const struct command *cmd, i
 /* 1 when NEW may lack a channel grant OLD had (a glob of OLD's that NEW
  * does not have, byte for byte, or all channels taken away). */
 int users_channels_narrowed(const struct user *old, const struct user *new_user);
+
+/* 1 when NEW may lack any grant OLD had: a command, a sluice verb, a key
+ * or channel glob (compared byte for byte, so a glob rewritten wider also
+ * counts), or every command, key or channel. */
+int users_narrowed(const struct user *old, const struct user *new_user);
 
 /* CMD's name as Redis writes it in NOPERM replies: lower case, a
  * subcommand as "config|set". */

@@ -150,6 +150,9 @@ int value_strict_ll(const char *ptr, size_t len, long long *out)
         return -1;
     if (buf[0] == '-' && (len == 1 || buf[1] < '0' || buf[1] > '9'))
         return -1;
+    /* string2ll takes "0" but no other leading zero, and no "-0". */
+    if ((buf[0] == '0' && len > 1) || (buf[0] == '-' && buf[1] == '0'))
+        return -1;
     errno = 0;
     v = strtoll(buf, &end, 10);
     if (*end != '\0' || errno == ERANGE)

@@ -92,6 +92,8 @@ SCRIPTS = {
     "hello_before_auth": [("HELLO", "2")],
     "hello_bad_version": [("HELLO", "4")],
     "hello_not_integer": [("HELLO", "x")],
+    "hello_leading_zero": [("HELLO", "03"), ("HELLO", "-0"), ("HELLO", "03", "AUTH", "app", "apppw"),
+                           ("GET", "app:1")],
     "hello_bad_option": [("HELLO", "2", "FOO")],
     "hello_auth_short": [("HELLO", "2", "AUTH", "app")],
     "hello_auth_wrong": [("HELLO", "2", "AUTH", "app", "nope"), ("GET", "app:1")],
@@ -444,6 +446,64 @@ def test_backend_password_alone_guards_sluice(redis_factory, sluice_factory):
     r = s.client(password="pw")
     assert r.get("k") == b"v"
     r.close()
+
+
+def test_redis_password_alone_guards_sluices_own_commands(redis_factory, sluice_factory):
+    """No users file and no backend_password, in front of a Redis that
+    asks for a password: AUTH goes to Redis, and what sluice answers
+    itself (PROXY, CLIENT SETNAME/GETNAME/ID, ACL WHOAMI, HELLO) waits for
+    the login too, with Redis's replies, also pipelined behind the AUTH."""
+    srv = redis_factory()
+    srv.client().config_set("requirepass", "pw")
+    s = sluice_factory(srv.port)
+    script = [("PROXY", "INFO"), ("PROXY", "RELOAD"), ("PROXY", "RULES"), ("CLIENT", "ID"),
+              ("CLIENT", "SETNAME", "x"), ("CLIENT", "GETNAME"), ("ACL", "WHOAMI"),
+              ("HELLO", "3"), ("CLIENT", "REPLY", "ON"), ("PROXY", "NOSUCH")]
+    with s.raw() as c:
+        wait_until(lambda: c.call("GET", "k") == Err("NOAUTH Authentication required."),
+                   5, msg="Redis asks for a password")
+        for cmd in script:
+            got = c.call(*cmd)
+            assert got == Err("NOAUTH Authentication required.") or (
+                cmd[0] == "HELLO" and got.startswith("NOAUTH HELLO must be called")), cmd
+        assert c.call("PROXY", "PING") == "PONG"
+        assert c.call("CLIENT", "GETNAME", "x").startswith("ERR wrong number of arguments")
+        c.send(encode_command("AUTH", "pw") + encode_command("CLIENT", "SETNAME", "n")
+               + encode_command("CLIENT", "GETNAME") + encode_command("ACL", "WHOAMI")
+               + encode_command("PROXY", "RULES"))
+        assert c.read_replies(5) == ["OK", "OK", b"n", b"default", []]
+        assert c.call("RESET") == "RESET"
+        assert c.call("CLIENT", "ID") == Err("NOAUTH Authentication required.")
+        assert c.call("AUTH", "default", "pw") == "OK"
+        assert isinstance(c.call("CLIENT", "ID"), int)
+
+
+def test_redis_password_alone_limits_clients_before_login(redis_factory, sluice_factory):
+    """The same setup: a client that has not logged in to Redis gets
+    Redis's small limits from sluice itself (Redis would otherwise apply
+    them to sluice's shared connection, and close it under everyone); a
+    command pipelined behind a right AUTH has no such limit, as in Redis."""
+    srv = redis_factory()
+    srv.client().config_set("requirepass", "pw")
+    s = sluice_factory(srv.port)
+    big = "v" * 20000
+    with s.raw() as other:
+        wait_until(lambda: other.call("GET", "k") == Err("NOAUTH Authentication required."),
+                   5, msg="Redis asks for a password")
+        for port in (s.port, srv.port):
+            with RawConn(port, timeout=10) as c:
+                c.send(encode_command(*(["ECHO"] + ["a"] * 10)))
+                assert c.read_all_until_eof(timeout=10) == (
+                    b"-ERR Protocol error: unauthenticated multibulk length\r\n", True)
+        assert other.call("GET", "k") == Err("NOAUTH Authentication required.")
+        for port in (s.port, srv.port):
+            with RawConn(port, timeout=10) as c:
+                c.send(encode_command("AUTH", "pw") + encode_command("SET", "k", big)
+                       + encode_command("STRLEN", "k") + encode_command("CLIENT", "SETNAME", "n"))
+                assert c.read_replies(4) == ["OK", "OK", 20000, "OK"]
+                c.send(encode_command("AUTH", "bad") + encode_command("SET", "k", big))
+                assert c.read_reply().startswith("WRONGPASS")
+                assert c.read_reply() == "OK"   # still logged in as before
 
 
 def test_default_without_password_needs_no_login(redis_factory, sluice_factory, tmp_path):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SLUICE_BIN, auth_servers
-from helpers import Err, encode_command, raw_replies, wait_until
+from helpers import SLOW, Err, RawConn, encode_command, raw_replies, wait_until
 
 BACKEND_PW = "backend-pw"
 MODULE = Path(SLUICE_BIN).parent / "sluicetest.so"
@@ -111,6 +111,14 @@ def test_module_command_of_a_user_without_it_is_not_called_unknown(env):
         assert c.call("nosuchcommand.atall", "x").startswith("ERR unknown command")
 
 
+def test_subcommand_name_as_a_command_is_unknown_as_redis(env):
+    """"config|get" is no command Redis runs (COMMAND INFO describes it, as
+    a subcommand): every user gets "unknown command", never NOPERM."""
+    for user in (("app", "apppw"), ("ro", "ropw"), ("wide", "widepw")):
+        _same_as_redis(env, [("AUTH", *user), ("config|get", "maxmemory"),
+                             ("CONFIG|SET", "x", "y"), ("config|get", "maxmemory")])
+
+
 SCRIPT_REFUSAL = Err(
     "NOPERM this user has no permissions to run scripts through sluice: a script runs as "
     "sluice's backend user and could reach any key or command; scripts need commands = "
@@ -146,6 +154,64 @@ def test_scripts_cannot_reach_keys_or_commands_the_user_lacks(env):
     assert b.get("secret") == b"s3cr3t"
 
 
+def test_sort_by_and_get_need_every_key(env):
+    """SORT's BY (with a '*') and GET read keys no key spec names: Redis
+    refuses them to a user without access to every key, and so must sluice
+    (Redis behind it sees sluice's backend user, who may read them all)."""
+    setup = [("AUTH", "admin", "adminpw"), ("RPUSH", "app:l", "2", "1"),
+             ("SET", "secret_1", "s3cr3t"), ("SET", "w_1", "9"), ("SET", "w_2", "1")]
+    sorts = [
+        ("SORT", "app:l", "BY", "nosort", "GET", "secret_*"), ("SORT", "app:l", "BY", "w_*"),
+        ("SORT", "app:l", "GET", "#"), ("SORT_RO", "app:l", "GET", "secret_*"),
+        ("SORT_RO", "app:l", "BY", "w_*", "DESC"), ("SORT", "app:l", "BY", "nosort"),
+        ("SORT", "app:l", "LIMIT", "0", "1", "ALPHA", "GET", "secret_*"),
+        ("SORT", "app:l", "LIMIT", "x", "1", "GET", "secret_*"),
+        ("SORT", "app:l", "NOSUCH", "GET", "secret_*"), ("SORT", "app:l", "GET"),
+        ("SORT_RO", "app:l", "STORE", "app:d", "GET", "secret_*"),
+        ("SORT", "app:l", "STORE", "app:d", "GET", "secret_*"),
+        ("SORT", "app:l", "STORE", "app:d"), ("SORT", "app:l", "by", "w_*", "get", "#"),
+    ]
+    for user, pw in [("wide", "widepw"), ("admin", "adminpw")]:
+        _same_as_redis(env, setup + [("AUTH", user, pw)] + sorts)
+
+
+def _split_send(port, cmd):
+    """CMD sent by user app in two writes 50 ms apart, so that its large
+    argument lies across the chains of sluice's input buffer: the replies."""
+    data = encode_command(*cmd)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(encode_command("AUTH", "app", "apppw"))
+        assert sock.recv(64) == b"+OK\r\n"
+        half = len(data) // 2
+        sock.sendall(data[:half])
+        time.sleep(0.05)
+        sock.sendall(data[half:])
+        got = b""
+        sock.settimeout(0.5 * SLOW)
+        try:
+            while chunk := sock.recv(65536):   # the replies, until a quiet 0.5 s
+                got += chunk
+        except socket.timeout:
+            pass
+        return got
+
+
+@pytest.mark.parametrize("cmd", [
+    ("SUBSCRIBE", "news.a", "x" * 300000),
+    ("SSUBSCRIBE", "news.a", "x" * 300000),
+    ("PSUBSCRIBE", "news.*", "news." + "x" * 300000),
+    ("SUBSCRIBE", "news.a", "news." + "x" * 300000),
+], ids=["subscribe", "ssubscribe", "psubscribe", "subscribe_allowed"])
+def test_channels_over_64kb_are_checked(env, cmd):
+    """A channel over 64 KB that arrives across reads is still read and
+    checked (it once reached the gate unread and crashed sluice)."""
+    s, ref, _ = env
+    want = _split_send(ref.port, cmd)
+    got = _split_send(s.port, cmd)
+    assert got == want, (got[:200], want[:200])
+    assert s.running
+
+
 # ---------------------------------------------------------------------------
 # session states
 
@@ -172,6 +238,22 @@ def test_auth_while_subscribed_is_refused_as_redis(env):
         ("AUTH", "app", "apppw"), ("SUBSCRIBE", "news.a"), ("AUTH", "ro", "ropw"),
         ("SUBSCRIBE", "news.b"), ("PING",), ("RESET",), ("ACL", "WHOAMI"),
     ])
+
+
+def test_acl_whoami_while_subscribed_is_refused_as_redis(env):
+    """ACL WHOAMI, which sluice answers itself, is refused in RESP2 pub/sub
+    mode as Redis refuses it there; in RESP3 it is answered."""
+    _same_as_redis(env, [
+        ("AUTH", "app", "apppw"), ("SUBSCRIBE", "news.a"), ("ACL", "WHOAMI"), ("PING",),
+        ("RESET",), ("ACL", "WHOAMI"),
+    ])
+    s, ref, _ = env
+    for port in (s.port, ref.port):
+        with RawConn(port, timeout=10) as c:
+            c.send_command("HELLO", "3", "AUTH", "app", "apppw")
+            c.read_reply()
+            assert c.call("SUBSCRIBE", "news.a") == [b"subscribe", b"news.a", 1]
+            assert c.call("ACL", "WHOAMI") == b"app"
 
 
 def test_hello_logs_in_before_a_later_bad_option_as_redis(env):
@@ -394,3 +476,102 @@ def test_reload_removing_a_user_mid_pipeline(reload_env):
     finally:
         busy.close()
         other.close()
+
+
+def test_reload_narrowing_a_user_fails_its_open_transaction(reload_env):
+    """Redis checks a transaction's queued commands again at EXEC, so a
+    grant taken away after they were queued is no longer used. sluice
+    checked them as they were queued: a reload that narrows the user of a
+    client in MULTI makes its EXEC fail (EXECABORT; Redis fails each
+    refused command in EXEC's reply instead), and nothing queued runs. A
+    reload that leaves the user as it was changes nothing."""
+    s, users, srv = reload_env
+    narrowed = s.raw()
+    same = s.raw()
+    try:
+        assert narrowed.call("AUTH", "tmp", "tmppw") == "OK"
+        assert same.call("AUTH", "app", "apppw") == "OK"
+        for c, key in ((narrowed, "secret"), (same, "app:1")):
+            assert c.call("MULTI") == "OK"
+            assert c.call("SET", key, "v") == "QUEUED"
+        users.write_text(USERS_INI + "\n[user tmp]\npassword = tmppw\ncommands = +@all\n"
+                         "keys = app:*\nchannels = *\n")
+        assert _reload(s) == "OK"
+        assert narrowed.call("EXEC") == Err(
+            "EXECABORT Transaction discarded because of previous errors.")
+        assert same.call("EXEC") == ["OK"]
+        assert srv.client().exists("secret") == 0
+        assert narrowed.call("SET", "secret", "v") == Err(
+            "NOPERM this user has no permissions to access one of the keys used as arguments")
+    finally:
+        narrowed.close()
+        same.close()
+
+
+def test_reload_narrowing_a_user_refuses_its_delayed_request(redis_factory, sluice_factory,
+                                                             tmp_path):
+    """A request a `delay` rule holds was let through the gate before it
+    waited; a reload meanwhile that takes its key away refuses it when it
+    would go to Redis, as Redis checks a command when it runs it."""
+    srv = redis_factory()
+    d = tmp_path / "held"
+    d.mkdir()
+    users = d / "users.ini"
+    tmp_user = "\n[user tmp]\npassword = tmppw\ncommands = +@all\nkeys = {}\nchannels = *\n"
+    users.write_text(USERS_INI + tmp_user.format("*"))
+    rules = d / "rules.ini"
+    rules.write_text("[limit slow]\nmatch_user = tmp\ncommands = SET\nrate = 1/s\nburst = 1\n"
+                     "action = delay\nmax_delay = 5s\n")
+    s = sluice_factory(srv.port, users=str(users), rules=str(rules))
+    with s.raw() as c:
+        assert c.call("AUTH", "tmp", "tmppw") == "OK"
+        assert c.call("SET", "app:1", "v") == "OK"     # the bucket's one token
+        c.send_command("SET", "secret", "v")            # waits about a second
+        users.write_text(USERS_INI + tmp_user.format("app:*"))
+        assert _reload(s) == "OK"
+        assert c.read_reply(timeout=10) == Err(
+            "NOPERM this user has no permissions to access one of the keys used as arguments")
+    assert srv.client().exists("secret") == 0
+
+
+def test_reload_narrowing_a_user_stops_its_waiting_lock(reload_env):
+    """LOCK ... WAIT tries again and again: once a reload has taken the
+    key away from its user, the next try is refused (NOPERM) instead of
+    taking the lock."""
+    s, users, srv = reload_env
+    holder = s.raw()
+    waiter = s.raw()
+    try:
+        assert holder.call("AUTH", "admin", "adminpw") == "OK"
+        assert isinstance(holder.call("LOCK", "secret:l", "3000", "OWNER", "h"), bytes)
+        assert waiter.call("AUTH", "tmp", "tmppw") == "OK"
+        waiter.send_command("LOCK", "secret:l", "10000", "WAIT", "8000")
+        time.sleep(0.3)
+        users.write_text(USERS_INI + "\n[user tmp]\npassword = tmppw\ncommands = +@all\n"
+                         "keys = app:*\nchannels = *\n")
+        assert _reload(s) == "OK"
+        assert holder.call("UNLOCK", "secret:l", "OWNER", "h") == 0   # wakes the waiter
+        assert waiter.read_reply(timeout=10) == Err(
+            "NOPERM this user has no permissions to access one of the keys used as arguments")
+        assert srv.client().exists("secret:l") == 0
+    finally:
+        holder.close()
+        waiter.close()
+
+
+def test_reload_narrowing_a_user_stops_keep(reload_env):
+    """KEEP renews a lock for as long as its connection lives; once a
+    reload has taken the key away from the user, renewals stop and the
+    lock expires."""
+    s, users, srv = reload_env
+    with s.raw() as c:
+        assert c.call("AUTH", "tmp", "tmppw") == "OK"
+        assert isinstance(c.call("LOCK", "secret:k", "600", "KEEP"), bytes)
+        time.sleep(1.0)
+        assert srv.client().exists("secret:k") == 1     # kept past its TTL
+        users.write_text(USERS_INI + "\n[user tmp]\npassword = tmppw\ncommands = +@all\n"
+                         "keys = app:*\nchannels = *\n")
+        assert _reload(s) == "OK"
+        wait_until(lambda: srv.client().exists("secret:k") == 0, 3 * SLOW,
+                   msg="the lock to expire")
+        assert c.call("PING") == "PONG"
