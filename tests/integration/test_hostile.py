@@ -288,6 +288,23 @@ def test_client_reply_runs_where_redis_runs_it(case, redis_factory, sluice_facto
     assert_serves(s)
 
 
+def test_client_reply_refused_for_noauth_changes_nothing(redis_factory, sluice_factory):
+    """Redis asks for a password and sluice has none of its own: a CLIENT
+    REPLY OFF before AUTH gets -NOAUTH and leaves the replies on."""
+    srv, ref = redis_factory(), redis_factory()
+    s = sluice_factory(srv.port, start=False)
+    for x in (srv, ref):
+        d = x.client()
+        d.config_set("requirepass", "pw")
+        d.close()
+    s.start()
+    script = [("CLIENT", "REPLY", "OFF"), ("AUTH", "pw"), ("PING",)]
+    got = _stream_bytes(s.port, script, 1.0 * SLOW)
+    want = _stream_bytes(ref.port, script, 1.0 * SLOW)
+    assert want[0].startswith(b"-NOAUTH")
+    assert got == want
+
+
 # --------------------------------------------------------------------------
 # 3. a blocking XREAD/XREADGROUP with keys or names that look like options
 
