@@ -580,10 +580,13 @@ static size_t client_held_reply_len(const struct request *req)
 static void client_flush(struct client *c)
 {
     struct request *req;
+    int reply_mode_ran = 0;
 
     while ((req = TAILQ_FIRST(&c->requests)) != NULL && !(req->flags & REQ_FENCED)) {
-        if (req->flags & REQ_DEFERRED)
+        if (req->flags & REQ_DEFERRED) {
+            reply_mode_ran |= placement_role(req->cmd) == ROLE_CLIENT_REPLY;
             client_run_deferred(c, req);
+        }
         if (!(req->flags & REQ_DONE))
             break;
         TAILQ_REMOVE(&c->requests, req, client_link);
@@ -599,6 +602,8 @@ static void client_flush(struct client *c)
     }
     if (client_finished(c) && evbuffer_get_length(c->output) == 0)
         client_close(c);
+    else if (reply_mode_ran && !c->closing)
+        client_unblock(c);   /* blocked by client_dispatch: framing goes on */
 }
 
 /* REQ's reply is in its own buffer now: mark it and write what can go. */
@@ -1106,28 +1111,17 @@ static enum placement_role client_role(const struct request *req)
     return placement_role(req->cmd);
 }
 
-/* CLIENT REPLY OFF/SKIP: mark the requests whose replies sluice drops
- * (Redis still answers each one, so the pairing never depends on it). */
-static void client_reply_mode(struct client *c, struct request *req, int argc,
-                              const struct sv *argv)
+/* CLIENT REPLY OFF/SKIP: mark REQ, just framed, when sluice drops its
+ * reply (Redis still answers each one, so the pairing never depends on
+ * it), and use up a SKIP, as Redis does for any command, refused or not.
+ * The mode itself changes only when a CLIENT REPLY runs (local.c), never
+ * for one that is refused; it runs before anything after it is framed
+ * (client_dispatch). */
+static void client_reply_mark(struct client *c, struct request *req)
 {
-    int skip_next = 0;
-
-    if (client_role(req) == ROLE_CLIENT_REPLY && argc == 3) {
-        if (sv_ieq(argv[2], "off"))
-            c->flags |= CLIENT_REPLY_OFF;
-        else if (sv_ieq(argv[2], "on"))
-            c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
-        else if (sv_ieq(argv[2], "skip"))
-            skip_next = 1;
-    }
     if (c->flags & (CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP))
         req->flags |= REQ_NOREPLY;
     c->flags &= ~(unsigned)CLIENT_REPLY_SKIP;
-    if (skip_next && !(c->flags & CLIENT_REPLY_OFF)) {
-        req->flags |= REQ_NOREPLY;
-        c->flags |= CLIENT_REPLY_SKIP;
-    }
 }
 
 /* REQ logs its client in to a Redis that wants a login: until Redis has
@@ -2023,7 +2017,9 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     if ((req->place == PLACE_LOCAL || client_role(req) == ROLE_CLIENT_IDS) &&
         (c->flags & CLIENT_IN_MULTI))
         client_local_in_multi(c, req, argv, src);   /* CLIENT LIST/INFO too */
-    if (req->place == PLACE_LOCAL && !(req->flags & REQ_NOREPLY) &&
+    /* Also when its reply is dropped (CLIENT REPLY OFF): what it does
+     * (a name, the reply mode) must happen in order, or be refused. */
+    if (req->place == PLACE_LOCAL &&
         ((!TAILQ_EMPTY(&c->requests) &&
           (local_reads_session(req, req->argc, argv) || auth_redis_login_needed(c))) ||
          ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)))) {
@@ -2039,9 +2035,13 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
         /* Its bytes wait like a reply: past client_max_pending_bytes C is
          * not read, so deferred commands behind a BLPOP stay bounded. */
         c->held_reply_bytes += req->raw_len;
+        /* What follows a CLIENT REPLY is framed under the mode it leaves:
+         * nothing is, until it has run (client_flush unblocks). */
+        if (client_role(req) == ROLE_CLIENT_REPLY)
+            client_block(c);
         client_flush(c);   /* fenced meanwhile (pub/sub): it waits for its fence */
         client_check_output_limit(c);
-        return (c->flags & CLIENT_OVER_LIMIT) || c->closing ? -1 : 0;
+        return (c->flags & (CLIENT_OVER_LIMIT | CLIENT_BLOCKED)) || c->closing ? -1 : 0;
     }
     if (req->place == PLACE_LOCAL) {
         req->reply = evbuffer_new();
@@ -2279,7 +2279,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         stats_count_command(req->cmd->id);
     else
         stats_count_unknown();
-    client_reply_mode(c, req, req->argc, argv);
+    client_reply_mark(c, req);
     place = client_place(req, argv);
     /* Redis's order: protected commands, then login and permissions;
      * sluice's own refusals only for those who may run the command. */

@@ -46,7 +46,7 @@ static const struct local_command local_commands[] = {
     {"client|setname", 3, local_client_setname, 1, 1, 1},
     {"client|getname", 2, local_client_getname, 1, 1, 1},
     {"client|id", 2, local_client_id, 1, 0, 1},
-    {"client|reply", 3, local_client_reply, 0, 0, 0},
+    {"client|reply", 3, local_client_reply, 0, 0, 1},
     {"client|list", -2, local_client_list, 1, 1, 0},   /* at EXEC (multi.c) */
     {"client|info", 2, local_client_info, 1, 1, 0},
     {"quit", -1, local_quit, 0, 0, 0},     /* Redis 7.0 answers QUIT at once, even in MULTI */
@@ -102,7 +102,8 @@ int local_subscribed_refuses(const struct request *req, int argc, const struct s
 {
     const struct local_command *lc = local_find(req, argc, argv);
 
-    return lc != NULL && lc->subscribed_refused && req->cmd != NULL;
+    /* Redis checks the arity first: a wrong one gets its own error. */
+    return lc != NULL && lc->subscribed_refused && req->cmd != NULL && local_arity_ok(lc, argc);
 }
 
 int local_reads_session(const struct request *req, int argc, const struct sv *argv)
@@ -159,6 +160,8 @@ void local_execute(struct client *c, struct request *req, int argc, const struct
         return;
     }
     lc->run(c, argc, argv, out);
+    if (lc->run == local_client_reply && sv_ieq(argv[2], "on"))
+        req->flags &= ~(unsigned)REQ_NOREPLY;   /* Redis writes +OK once ON cleared OFF */
 }
 
 /* Redis's rule: a name of printable ASCII without spaces. */
@@ -218,19 +221,28 @@ static void local_client_info(struct client *c, int argc, const struct sv *argv,
     clientid_info(c, out);
 }
 
-/* CLIENT REPLY ON|OFF|SKIP. client.c has set the mode as the request was
- * framed (its NOREPLY flag drops this reply under OFF and SKIP): Redis
- * still answers every request sluice sends, so no reply is ever missing
- * on a shared connection. */
+/* CLIENT REPLY ON|OFF|SKIP, as Redis 7.0 runs it: ON answers +OK (even
+ * under OFF or SKIP: local_execute lets it through), OFF and SKIP answer
+ * nothing, SKIP under OFF does nothing. The mode changes here, as the
+ * command runs (a refused one changes nothing); client.c drops the
+ * replies of the requests framed after it (REQ_NOREPLY): Redis still
+ * answers every request sluice sends, so no reply is ever missing on a
+ * shared connection. */
 static void local_client_reply(struct client *c, int argc, const struct sv *argv,
                                struct evbuffer *out)
 {
-    (void)c;
     (void)argc;
-    if (sv_ieq(argv[2], "on") || sv_ieq(argv[2], "off") || sv_ieq(argv[2], "skip"))
+    if (sv_ieq(argv[2], "on")) {
+        c->flags &= ~(unsigned)(CLIENT_REPLY_OFF | CLIENT_REPLY_SKIP);
         reply_status(out, "OK");
-    else
+    } else if (sv_ieq(argv[2], "off")) {
+        c->flags |= CLIENT_REPLY_OFF;
+    } else if (sv_ieq(argv[2], "skip")) {
+        if (!(c->flags & CLIENT_REPLY_OFF))
+            c->flags |= CLIENT_REPLY_SKIP;   /* the next request framed: client_reply_mark */
+    } else {
         reply_error(out, "syntax error");
+    }
 }
 
 static void local_quit(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)

@@ -24,7 +24,8 @@ int local_handles(const char *name);
 int local_reads_session(const struct request *req, int argc, const struct sv *argv);
 
 /* Whether Redis would refuse REQ in a RESP2 subscribed context (CLIENT
- * SETNAME/GETNAME/ID; not QUIT, nor sluice's own PROXY). */
+ * SETNAME/GETNAME/ID/REPLY; not QUIT, nor sluice's own PROXY; nor one
+ * with the wrong number of arguments, which Redis answers first). */
 int local_subscribed_refuses(const struct request *req, int argc, const struct sv *argv);
 
 /* What happens to REQ (a command answered here) inside MULTI: answered

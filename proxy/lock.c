@@ -44,6 +44,9 @@
 #define LOCK_FENCE_PREFIX "sluice:fence:{"
 /* Renewing more often than this costs Redis more than it protects. */
 #define LOCK_KEEP_MIN_PERIOD_MS 100
+/* Longest ttl_ms: half of LLONG_MAX, so that Redis's clock plus it never
+ * overflows (Redis refuses that as an invalid expire time). */
+#define LOCK_TTL_MAX_MS (LLONG_MAX / 2)
 /* Bytes of a key shown in a log line. */
 #define LOCK_LOG_KEY_MAX 64
 
@@ -829,7 +832,10 @@ static const char *lock_parse(struct client *c, struct lock_op *op, int argc, co
         int rc = lock_parse_positive(argv[2], &op->ttl_ms);
         if (rc < 0)
             return "value is not an integer or out of range";
-        if (rc == 0)
+        /* Redis refuses an expire that overflows its clock (now + ttl past
+         * LLONG_MAX) only after the script has made the key: a lock that
+         * never expires, for a client told it failed. Refused here first. */
+        if (rc == 0 || op->ttl_ms > LOCK_TTL_MAX_MS)
             return op->verb == LOCK_ACQUIRE ? "invalid expire time in 'lock' command"
                                             : "invalid expire time in 'renew' command";
     }

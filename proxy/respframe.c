@@ -80,6 +80,8 @@ void respframe_init(struct respframe *f)
     f->pos = 0;
     f->line_seen = 0;
     f->bulk_end = 0;
+    f->bulk_start = 0;
+    f->push_kind_wait = 0;
     f->verb_colon = 0;
     f->missing = 0;
     f->type = 0;
@@ -265,6 +267,7 @@ static int respframe_line(struct respframe *f, const char *p, size_t n, size_t n
         if (v < b->min_len || v > RESPFRAME_BULK_MAX)
             return respframe_bad_number(f, p, n, "length");
         f->bulk_end = next + (size_t)v + 2;
+        f->bulk_start = next;
         if (b->min_len != 0)
             f->verb_colon = next + 3;
         return RF_BULK;
@@ -284,6 +287,8 @@ static int respframe_line(struct respframe *f, const char *p, size_t n, size_t n
             return respframe_fail(f, "replies nested deeper than %d", RESPFRAME_MAX_DEPTH);
         level->left = (uint64_t)v * b->per;
         level->attr = b->attr;
+        level->uncounted = 0;
+        f->push_kind_wait = b->type == REPLY_PUSH && f->depth > 0;
         f->depth++;
         return RF_OPEN;
     default:
@@ -302,6 +307,8 @@ static inline int respframe_value_done(struct respframe *f)
         f->depth--;
         if (l->attr)
             return 0;   /* the value it annotates comes next, in the same place */
+        if (l->uncounted)
+            return 0;   /* not one of its aggregate's values */
     }
     return 1;
 }
@@ -457,8 +464,8 @@ int respframe_fast(struct respframe *f, const char *p, const char *end, const ch
                 t = REPLY_NIL;
                 break;
             }
-            if (b->min_len != 0 || b->attr)
-                goto out;   /* verbatim strings and attributes: the general path */
+            if (b->min_len != 0 || b->attr || (t == REPLY_PUSH && f->depth > 0))
+                goto out;   /* verbatim strings, attributes, nested pushes: the general path */
             q = respframe_fast_uint(p + 1, end, b->kind == RK_BULK ? 12 : 9, &v);
             if (q == NULL)
                 break;
@@ -473,6 +480,7 @@ int respframe_fast(struct respframe *f, const char *p, const char *end, const ch
                     f->type = t;
                 f->stack[f->depth].left = v * b->per;
                 f->stack[f->depth].attr = 0;
+                f->stack[f->depth].uncounted = 0;
                 f->depth++;
                 p = q;
                 continue;
@@ -497,6 +505,34 @@ int respframe_fast(struct respframe *f, const char *p, const char *end, const ch
     }
 out:
     *stop = p;
+    return 0;
+}
+
+/* The first value of a push inside an aggregate, a bulk that just ended
+ * at f->pos, is its kind. Redis 7.0 writes a message to a RESP3 subscriber
+ * where it is, even inside EXEC's array (its own PUBLISH in the
+ * transaction), and does not count it there: neither does sluice, or the
+ * array would end early and its last value pair with the next request.
+ * A queued SUBSCRIBE's confirmation is the value of its slot: counted.
+ * The kind lies behind the cursor: it is read from the head of the input
+ * (rare: only pushes inside aggregates). Returns 0, or -1 (RF_ERR set). */
+static int respframe_push_kind(struct respframe *f, struct respframe_cur *c)
+{
+    static const char *const kinds[] = {"message", "pmessage", "smessage"};
+    struct respframe_level *l = respframe_level_at(f, f->depth - 1);
+    size_t len = f->pos - 2 - f->bulk_start;
+    struct evbuffer_ptr at;
+    char kind[8];
+
+    if (len > sizeof(kind))
+        return 0;
+    if (evbuffer_ptr_set(c->in, &at, f->bulk_start, EVBUFFER_PTR_SET) != 0 ||
+        evbuffer_copyout_from(c->in, &at, kind, len) != (ev_ssize_t)len)
+        return respframe_fail(f, "cannot read the input buffer");
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strlen(kinds[i]) == len && memcmp(kind, kinds[i], len) == 0)
+            l->uncounted = 1;
+    }
     return 0;
 }
 
@@ -569,6 +605,8 @@ static int respframe_scan(struct respframe *f, struct respframe_cur *c)
 
         if (f->bulk_end != 0) {
             rc = respframe_bulk_tail(f, c);
+            if (rc == RF_VALUE && f->push_kind_wait && respframe_push_kind(f, c) < 0)
+                return RF_ERR;
         } else {
             if (f->pos >= c->total)
                 return RF_MORE;
@@ -579,7 +617,7 @@ static int respframe_scan(struct respframe *f, struct respframe_cur *c)
                 at = 0;
             }
             p = c->run + at;
-            if (f->line_seen == 0) {
+            if (f->line_seen == 0 && !f->push_kind_wait) {
                 const char *stop;
                 rc = respframe_fast(f, p, c->run + c->run_len, &stop, &f->type);
                 f->pos += (size_t)(stop - p);
@@ -605,6 +643,7 @@ static int respframe_scan(struct respframe *f, struct respframe_cur *c)
             }
         }
         if (rc == RF_VALUE) {
+            f->push_kind_wait = 0;
             if (respframe_value_done(f))
                 return RF_DONE;
         } else if (rc != RF_OPEN && rc != RF_BULK) {

@@ -31,6 +31,8 @@ struct evbuffer;
 struct respframe_level {
     uint64_t left;
     int attr;
+    int uncounted;       /* a message push Redis wrote inside an aggregate (a RESP3
+                            subscriber's own PUBLISH in EXEC): not one of its values */
 };
 
 /* The scan state of the reply at the head of the input. All offsets count
@@ -39,6 +41,8 @@ struct respframe {
     size_t pos;          /* next byte to read: the start of a line, or the payload */
     size_t line_seen;    /* bytes from pos known to hold no CR (a line still open) */
     size_t bulk_end;     /* nonzero: in a bulk payload whose CRLF ends here */
+    size_t bulk_start;   /* where that payload starts */
+    int push_kind_wait;  /* a push opened inside an aggregate: its kind is read next */
     size_t verb_colon;   /* nonzero: where a verbatim string's ':' must be */
     size_t missing;      /* after a 0 return: bytes still needed at least */
     int type;            /* enum reply_type of the reply being framed */

@@ -241,6 +241,70 @@ def test_client_reply_needs_no_private_connection(redis_factory, sluice_factory)
     assert s.info()["backend_private_connections"] == "0"
 
 
+def _stream_bytes(port, script, wait):
+    """Every byte a new connection to PORT gets for SCRIPT (pipelined)
+    within WAIT seconds, and whether the peer closed it."""
+    with RawConn(port, timeout=wait) as c:
+        c.send(pipeline(*script))
+        return c.read_all_until_eof(wait)
+
+
+# CLIENT REPLY changes the mode when it runs, where Redis runs it: refused
+# in RESP2 pub/sub (the mode stays), in order with the replies before it,
+# and so do the commands sluice answers itself under OFF (a refused SETNAME
+# names nobody; one after EXEC runs after the queued one).
+CLIENT_REPLY_ORDER = {
+    "subscribed-off": [("SUBSCRIBE", "a"), ("CLIENT", "REPLY", "OFF"), ("PING",)],
+    "subscribed-on": [("SUBSCRIBE", "a"), ("CLIENT", "REPLY", "ON"), ("PING",)],
+    "subscribed-skip": [("SUBSCRIBE", "a"), ("CLIENT", "REPLY", "SKIP"), ("PING",)],
+    "subscribed-arity": [("SUBSCRIBE", "a"), ("CLIENT", "REPLY"), ("CLIENT", "SETNAME"),
+                         ("PING",)],
+    "off-then-subscribed-on": [("CLIENT", "REPLY", "OFF"), ("SUBSCRIBE", "a"), ("PING",),
+                               ("CLIENT", "REPLY", "ON"), ("PING",)],
+    "off-subscribed-setname": [("CLIENT", "REPLY", "OFF"), ("SUBSCRIBE", "x"),
+                               ("CLIENT", "SETNAME", "a"), ("UNSUBSCRIBE",),
+                               ("CLIENT", "REPLY", "ON"), ("CLIENT", "GETNAME")],
+    "subscribed-off-setname": [("SUBSCRIBE", "x"), ("CLIENT", "REPLY", "OFF"),
+                               ("CLIENT", "SETNAME", "a"), ("UNSUBSCRIBE",),
+                               ("CLIENT", "REPLY", "ON"), ("CLIENT", "GETNAME")],
+    "off-setname-after-exec": [("CLIENT", "REPLY", "OFF"), ("MULTI",),
+                               ("CLIENT", "SETNAME", "a"), ("EXEC",),
+                               ("CLIENT", "SETNAME", "b"), ("CLIENT", "REPLY", "ON"),
+                               ("CLIENT", "GETNAME")],
+    "monitor-off": [("MONITOR",), ("CLIENT", "REPLY", "OFF"), ("PING",)],
+    "unsubscribed-off": [("SUBSCRIBE", "a"), ("UNSUBSCRIBE",), ("CLIENT", "REPLY", "OFF"),
+                         ("PING",), ("CLIENT", "REPLY", "ON"), ("PING",)],
+}
+
+
+@pytest.mark.parametrize("case", list(CLIENT_REPLY_ORDER))
+def test_client_reply_runs_where_redis_runs_it(case, redis_factory, sluice_factory):
+    srv, s = start_pair(redis_factory, sluice_factory)
+    ref = redis_factory()
+    script = CLIENT_REPLY_ORDER[case]
+    got = _stream_bytes(s.port, script, 1.0 * SLOW)
+    want = _stream_bytes(ref.port, script, 1.0 * SLOW)
+    assert got == want, f"sluice {got!r}\nredis  {want!r}"
+    assert_serves(s)
+
+
+def test_client_reply_refused_for_noauth_changes_nothing(redis_factory, sluice_factory):
+    """Redis asks for a password and sluice has none of its own: a CLIENT
+    REPLY OFF before AUTH gets -NOAUTH and leaves the replies on."""
+    srv, ref = redis_factory(), redis_factory()
+    s = sluice_factory(srv.port, start=False)
+    for x in (srv, ref):
+        d = x.client()
+        d.config_set("requirepass", "pw")
+        d.close()
+    s.start()
+    script = [("CLIENT", "REPLY", "OFF"), ("AUTH", "pw"), ("PING",)]
+    got = _stream_bytes(s.port, script, 1.0 * SLOW)
+    want = _stream_bytes(ref.port, script, 1.0 * SLOW)
+    assert want[0].startswith(b"-NOAUTH")
+    assert got == want
+
+
 # --------------------------------------------------------------------------
 # 3. a blocking XREAD/XREADGROUP with keys or names that look like options
 

@@ -87,6 +87,23 @@ def test_renew_sets_ttl(sluice, backend, clean):
     assert backend.client().pttl("j") > 19000
 
 
+@pytest.mark.parametrize("ttl", ["9223372036854775807", str(2**62 + 1)])
+def test_ttl_past_redis_clock_is_refused_and_takes_nothing(sluice, backend, clean, ttl):
+    """A ttl Redis's clock overflows on: Redis refused its PEXPIRE only
+    after the script had made the key, so LOCK answered an error yet left
+    a lock that never expires. sluice refuses it before Redis sees it."""
+    c = sluice.client(single_connection_client=True)
+    with pytest.raises(redis.ResponseError, match="^invalid expire time in 'lock' command"):
+        c.execute_command("LOCK", "huge", ttl)
+    with pytest.raises(redis.ResponseError, match="^invalid expire time in 'lock' command"):
+        c.execute_command("LOCK", "huge", ttl, "OWNER", "t", "FENCE")
+    assert backend.client().exists("huge") == 0
+    c.execute_command("LOCK", "huge", "1000", "OWNER", "t")
+    with pytest.raises(redis.ResponseError, match="^invalid expire time in 'renew' command"):
+        c.execute_command("RENEW", "huge", ttl, "OWNER", "t")
+    assert 0 < backend.client().pttl("huge") <= 1000
+
+
 def test_wrongtype(sluice, backend, clean):
     backend.client().set("s", "v")
     with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):

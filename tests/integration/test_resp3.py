@@ -106,6 +106,28 @@ def test_subscribed_client_runs_commands_in_order(sluice, ref, clean):
     assert frames[-1][-2:] == [b"$-1\r\n", b"$-1\r\n"]   # RESET: RESP2 again
 
 
+def test_own_message_inside_exec_keeps_later_replies(sluice, ref, clean):
+    """A RESP3 client subscribed to ch publishes to ch inside MULTI: Redis
+    7.0 writes the message push inside EXEC's array (*1, the push, then
+    :1). sluice frames the push as the array's element, so the PUBLISH
+    count was taken for PING's reply and PING's own +PONG dropped ("sent
+    a reply nobody asked for"). A queued SUBSCRIBE's confirmation, the
+    value of its slot, still counts."""
+    script = _cmds(("SUBSCRIBE", "ch"), ("MULTI",), ("PUBLISH", "ch", "x"), ("EXEC",),
+                   ("PING",))
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as c:
+            _hello3(c)
+            c.send(script)
+            got[name] = c.read_all_until_eof(1.0 * SLOW)[0]
+            c.send(_cmds(("MULTI",), ("SUBSCRIBE", "d"), ("PUBLISH", "d", "y"), ("EXEC",),
+                         ("PING",)))
+            got[name] += c.read_all_until_eof(1.0 * SLOW)[0]
+    assert got["sluice"] == got["redis"]
+    assert got["redis"].endswith(b"+PONG\r\n")
+
+
 def test_pushes_under_client_reply_off(sluice, ref, clean):
     """RESP3 pushes (confirmations, messages, invalidations) still come
     under CLIENT REPLY OFF, as from Redis; replies do not."""

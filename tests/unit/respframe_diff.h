@@ -118,6 +118,25 @@ static int rfdiff_double(const char *s, size_t n)
     return ok;
 }
 
+/* Whether the whole value at S[0..N) is a push whose kind (its first
+ * value, a bulk) is message, pmessage or smessage: inside an aggregate
+ * (EXEC's array) Redis 7.0 does not count it, and neither does respframe. */
+static int rfdiff_uncounted_push(const char *s, size_t n)
+{
+    static const char *const kinds[] = {"$7\r\nmessage\r\n", "$8\r\npmessage\r\n",
+                                        "$8\r\nsmessage\r\n"};
+    const char *lf = memchr(s, '\n', n);
+
+    if (n == 0 || s[0] != '>' || lf == NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        size_t k = strlen(kinds[i]);
+        if ((size_t)(s + n - (lf + 1)) >= k && memcmp(lf + 1, kinds[i], k) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* Strict reader: one RESP2/RESP3 value at S[0..N) inside LEVEL open
  * aggregates. Sets *USED, *TYPE, raises *MAXLEVEL to the deepest aggregate
  * header and sets *RESP3 when a RESP3 type byte was used. */
@@ -196,6 +215,8 @@ again:
             rc = rfdiff_value(s + off, n - off, level + 1, &u, &t, maxlevel, resp3);
             if (rc != RFD_VALID)
                 return rc;
+            if (rfdiff_uncounted_push(s + off, u))
+                i--;   /* a message Redis wrote inside the aggregate: not one of its values */
             off += u;
         }
         if (c == '|')
