@@ -260,10 +260,6 @@ static struct placement placement_check_xreadgroup(int argc, const struct sv *ar
     return placement_check_stream_read(argc, argv, 1);
 }
 
-/* HELLO is sluice's: it keeps the protocol, name and user of its own
- * clients. Only when Redis authenticates the clients (no users file, no
- * backend_password) does HELLO ... AUTH go to Redis, on the client's own
- * connection, as AUTH does. */
 /* AUTH or HELLO AUTH that goes to Redis (no users of sluice's own): on
  * the client's own connection. In cluster mode that is one node's, while
  * the client's other commands run on other nodes as sluice's user: a
@@ -275,6 +271,10 @@ static struct placement placement_forwarded_login(void)
     return placement_private();
 }
 
+/* HELLO is sluice's: it keeps the protocol, name and user of its own
+ * clients. Only when Redis authenticates the clients (no users file, no
+ * backend_password) does HELLO ... AUTH go to Redis, on the client's own
+ * connection, as AUTH does. */
 static struct placement placement_check_hello(int argc, const struct sv *argv)
 {
     if (auth_local() || (argc >= 2 && sv_ieq(argv[1], "3")))
