@@ -904,32 +904,33 @@ int users_may_access_channels(const struct user *u, const struct command *cmd, i
     return 1;
 }
 
-int users_channels_narrowed(const struct user *old, const struct user *new_user)
+/* 1 when NEW's globs (NEW_ALL: every name) may miss a name OLD's matched
+ * (OLD_ALL: every name): an OLD glob NEW lacks, compared as a pattern, or
+ * all names taken away. For keys and channels alike. */
+static int users_globs_narrowed(const struct users_globs *old, int old_all,
+                                const struct users_globs *new_globs, int new_all)
 {
-    if (new_user->flags & USERS_ALLCHANNELS)
+    if (new_all)
         return 0;
-    if (old->flags & USERS_ALLCHANNELS)
+    if (old_all)
         return 1;
-    for (int i = 0; i < old->channels.count; i++) {
-        if (!users_channel_ok(&new_user->channels, old->channels.items[i], 1))
+    for (int i = 0; i < old->count; i++) {
+        if (!users_channel_ok(new_globs, old->items[i], 1))
             return 1;
     }
     return 0;
 }
 
-/* 1 when NEW's globs may miss a key OLD's matched (an OLD glob NEW lacks,
- * byte for byte, or all keys taken away). */
+int users_channels_narrowed(const struct user *old, const struct user *new_user)
+{
+    return users_globs_narrowed(&old->channels, (old->flags & USERS_ALLCHANNELS) != 0,
+                                &new_user->channels, (new_user->flags & USERS_ALLCHANNELS) != 0);
+}
+
 static int users_keys_narrowed(const struct user *old, const struct user *new_user)
 {
-    if (new_user->flags & USERS_ALLKEYS)
-        return 0;
-    if (old->flags & USERS_ALLKEYS)
-        return 1;
-    for (int i = 0; i < old->keys.count; i++) {
-        if (!users_channel_ok(&new_user->keys, old->keys.items[i], 1))
-            return 1;
-    }
-    return 0;
+    return users_globs_narrowed(&old->keys, (old->flags & USERS_ALLKEYS) != 0,
+                                &new_user->keys, (new_user->flags & USERS_ALLKEYS) != 0);
 }
 
 int users_narrowed(const struct user *old, const struct user *new_user)
