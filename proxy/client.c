@@ -408,6 +408,9 @@ static void client_want_write(struct client *c)
  * through here, so whatever is added goes out at the end of the pass. */
 static struct evbuffer *client_output(struct client *c)
 {
+    /* Like Redis, a reply is activity: C was waiting for it, not idle,
+     * and client_cron may run in this pass before it is written. */
+    c->last_active_ms = server_pass_now_us() / 1000;
     client_want_write(c);
     return c->output;
 }
@@ -476,6 +479,7 @@ static void client_write_event(struct client *c, int on)
  * error, or when it asked to go and everything is written. */
 static void client_write(struct client *c)
 {
+    size_t before = evbuffer_get_length(c->output);
     int rc = netio_write(c->output, c->fd, c->ssl);
 
     if (rc < 0) {
@@ -489,6 +493,8 @@ static void client_write(struct client *c)
         c->tls_write_wants_read = 1;
         rc = -2;
     }
+    if (evbuffer_get_length(c->output) < before)
+        c->last_active_ms = server_pass_now_us() / 1000;   /* Redis: a write is activity */
     client_write_event(c, rc == 0);
     if (rc == 1 && client_finished(c)) {
         client_close(c);

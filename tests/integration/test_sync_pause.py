@@ -489,6 +489,26 @@ def test_long_pause_raises_no_error(redis_factory, sluice_factory):
         unpause_direct(srv)
 
 
+def test_idle_time_counts_from_the_late_reply(redis_factory, sluice_factory):
+    """Idle time counts from the client's last read or reply, as Redis
+    counts it: a client whose reply came after more than the idle timeout
+    has its whole timeout again from then (it was closed at the next tick,
+    and the reply with it when the tick and the reply met in one pass)."""
+    srv, s = start_pair(redis_factory, sluice_factory, timeout=1)
+    try:
+        with s.raw(10 * SLOW) as c, s.raw(10 * SLOW) as w:
+            assert c.call("CLIENT", "PAUSE", str(int(30000 * SLOW)), "WRITE") == Simple("OK")
+            w.send_command("SET", "late", "1")
+            wait_blocked(srv, 1)
+            time.sleep(1.5)   # past the idle timeout while it waits
+            unpause_direct(srv)
+            assert w.read_reply() == Simple("OK")
+            time.sleep(0.4)   # several ticks, well within the timeout
+            assert w.call("PING") == Simple("PONG")
+    finally:
+        unpause_direct(srv)
+
+
 # --------------------------------------------------------------------------
 # hostile tunnels
 
