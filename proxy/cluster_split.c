@@ -540,6 +540,32 @@ static int split_scan_next_start(int after)
     return 0;
 }
 
+/* Parse a SCAN cursor as Redis 7.0 does (strtoul, base 10, the whole
+ * text): an optional sign, then digits; "" is 0 and "-N" wraps around as
+ * strtoul makes it. Returns -1 for what Redis calls an invalid cursor. */
+static int split_scan_cursor(struct sv text, unsigned long long *cursor)
+{
+    size_t i = 0;
+    int negative = 0;
+    unsigned long long n = 0;
+
+    if (text.len > 0 && (text.ptr[0] == '+' || text.ptr[0] == '-')) {
+        negative = text.ptr[0] == '-';
+        if (text.len == 1)
+            return -1;   /* a sign and no digits */
+        i = 1;
+    }
+    for (; i < text.len; i++) {
+        unsigned digit = (unsigned)(text.ptr[i] - '0');
+
+        if (text.ptr[i] < '0' || text.ptr[i] > '9' || n > (~0ULL - digit) / 10)
+            return -1;
+        n = n * 10 + digit;
+    }
+    *cursor = negative ? 0 - n : n;
+    return 0;
+}
+
 /* SCAN with the client's CURSOR (ARGV[1]): the rest of the command to
  * the node the cursor names, with that node's own cursor. */
 static void split_scan(struct split *s, unsigned long long client_id, int argc,
@@ -556,13 +582,9 @@ static void split_scan(struct split *s, unsigned long long client_id, int argc,
         split_part_error(s, arity, sizeof(arity) - 1);
         return;
     }
-    for (size_t i = 0; i < argv[1].len || i == 0; i++) {
-        if (argv[1].len == 0 || argv[1].len > 20 || argv[1].ptr[i] < '0' || argv[1].ptr[i] > '9' ||
-            cursor > (~0ULL - 9) / 10) {
-            split_part_error(s, "-ERR invalid cursor\r\n", 21);
-            return;
-        }
-        cursor = cursor * 10 + (unsigned)(argv[1].ptr[i] - '0');
+    if (split_scan_cursor(argv[1], &cursor) != 0) {
+        split_part_error(s, "-ERR invalid cursor\r\n", 21);
+        return;
     }
     s->scan_slot = (int)(cursor & (SLOT_COUNT - 1));
     if (cursor == 0)

@@ -1229,9 +1229,18 @@ def test_scan_walks_every_primary(csluice, sr, rc):
             break
     assert set(seen) == keys | {"scan:list"}
     assert {k.decode() for k in sr.scan_iter(match="scan:*", _type="list")} == {"scan:list"}
-    for bad in ("abc", "-1", "", "99999999999999999999999"):
+    # Cursors are read as Redis reads them (strtoul): what it takes, sluice
+    # takes; what it calls invalid, so does sluice.
+    for bad in ("abc", "+", "-", " 1", "1 ", "0x1", "18446744073709551616",
+                "-18446744073709551616", "99999999999999999999999"):
         with pytest.raises(redis.ResponseError, match="invalid cursor"):
             sr.execute_command("SCAN", bad)
+    first = sr.execute_command("SCAN", 0, "MATCH", "scan:*", "COUNT", 50)
+    for zero in ("", "+0", "-0", "000000000000000000000000"):
+        assert sr.execute_command("SCAN", zero, "MATCH", "scan:*", "COUNT", 50) == first, zero
+    for big in ("-1", "18446744073709551615", "-18446744073709551615", "+7"):
+        cursor, page = sr.execute_command("SCAN", big)
+        assert isinstance(page, list), big
     with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
         sr.execute_command("SCAN")
     assert sr.delete(*keys, "scan:list") == 501
