@@ -37,7 +37,7 @@ struct placement_row {
 
 static placement_check placement_check_xread, placement_check_xreadgroup,
     placement_check_hello, placement_check_auth, placement_check_sync,
-    placement_check_replconf, placement_check_pause;
+    placement_check_replconf, placement_check_pause, placement_check_shutdown;
 
 #define WHY_REPLICATION "a byte tunnel to the client's own connection from then on"
 #define WHY_REPLCONF "replica handshake state of the connection"
@@ -48,6 +48,8 @@ static placement_check placement_check_xread, placement_check_xreadgroup,
 #define WHY_CLUSTER_REPLICATION "in cluster mode a replica must connect to a node itself"
 #define WHY_CLUSTER_PAUSE "in cluster mode it would pause one node of many; send it to " \
     "each node directly"
+#define WHY_CLUSTER_SHUTDOWN "in cluster mode it would stop one node of many, whichever " \
+    "sluice sends keyless commands to; shut nodes down directly"
 #define WHY_CLUSTER_AUTH "in cluster mode without a users file or backend_password it would " \
     "log in one node's connection only, and the client's commands for other nodes would run as " \
     "sluice's backend user; give sluice a users file (or backend_password)"
@@ -117,7 +119,8 @@ static const struct placement_row placement_rows[] = {
     /* Must reach Redis at once, even while a script keeps it busy. */
     {"script|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy script: cannot wait behind it"},
     {"function|kill", PLACE_CONTROL, 0, ROLE_NONE, NULL, "stops a busy function"},
-    {"shutdown", PLACE_CONTROL, 0, ROLE_NONE, NULL, "SHUTDOWN NOSAVE works past a busy script"},
+    {"shutdown", PLACE_CONTROL, 0, ROLE_NONE, placement_check_shutdown,
+     "SHUTDOWN NOSAVE works past a busy script"},
     /* Would break the shared connections for everybody. */
     /* Replication: a private connection, then a byte tunnel (standalone). */
     {"sync", PLACE_PRIVATE, REQ_TUNNEL, ROLE_NONE, placement_check_sync, WHY_REPLICATION},
@@ -329,5 +332,14 @@ static struct placement placement_check_pause(int argc, const struct sv *argv)
     (void)argv;
     if (cluster_enabled())
         return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_PAUSE};
+    return (struct placement){PLACE_CONTROL, 0, NULL};
+}
+
+static struct placement placement_check_shutdown(int argc, const struct sv *argv)
+{
+    (void)argc;
+    (void)argv;
+    if (cluster_enabled())
+        return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_SHUTDOWN};
     return (struct placement){PLACE_CONTROL, 0, NULL};
 }

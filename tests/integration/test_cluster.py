@@ -277,7 +277,9 @@ def test_looks_like_a_standalone_redis(sr, csluice):
     (("AUTH", "someone", "pw"), "would log in one node's connection only"),
     (("AUTH", "pw"), "would log in one node's connection only"),
     (("HELLO", "2", "AUTH", "someone", "pw"), "would log in one node's connection only"),
-], ids=["sync", "psync", "replconf", "pause", "unpause", "auth", "auth-password", "hello-auth"])
+    (("SHUTDOWN", "NOSAVE"), "it would stop one node of many"),
+], ids=["sync", "psync", "replconf", "pause", "unpause", "auth", "auth-password", "hello-auth",
+        "shutdown"])
 def test_replication_and_pause_refused_with_reason(sr, cmd, why):
     """Standalone sluice tunnels SYNC and forwards CLIENT PAUSE; in cluster
     mode they stay refused, saying why."""
