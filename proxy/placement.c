@@ -326,20 +326,24 @@ static struct placement placement_check_replconf(int argc, const struct sv *argv
 
 /* CLIENT PAUSE and UNPAUSE: a one-shot connection (pause.c follows the
  * pause); cluster mode refuses them. */
+/* A one-shot connection standalone; refused for WHY in cluster mode. */
+static struct placement placement_control_standalone(const char *why)
+{
+    if (cluster_enabled())
+        return (struct placement){PLACE_REFUSED, 0, why};
+    return (struct placement){PLACE_CONTROL, 0, NULL};
+}
+
 static struct placement placement_check_pause(int argc, const struct sv *argv)
 {
     (void)argc;
     (void)argv;
-    if (cluster_enabled())
-        return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_PAUSE};
-    return (struct placement){PLACE_CONTROL, 0, NULL};
+    return placement_control_standalone(WHY_CLUSTER_PAUSE);
 }
 
 static struct placement placement_check_shutdown(int argc, const struct sv *argv)
 {
     (void)argc;
     (void)argv;
-    if (cluster_enabled())
-        return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_SHUTDOWN};
-    return (struct placement){PLACE_CONTROL, 0, NULL};
+    return placement_control_standalone(WHY_CLUSTER_SHUTDOWN);
 }

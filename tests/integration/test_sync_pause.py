@@ -12,6 +12,7 @@ serving everybody else, and Redis's INFO blocked_clients counts the paused
 clients as it would without sluice.
 """
 
+import contextlib
 import socket
 import subprocess
 import threading
@@ -475,18 +476,26 @@ def test_lock_during_pause_does_not_hold_shared_connection(paused_pair):
         assert isinstance(got, bytes) and got, got   # the lock's token
 
 
-def test_long_pause_raises_no_error(redis_factory, sluice_factory):
-    """No sluice timer takes a connection with no reply for long for dead:
-    with an idle timeout of 1 s, a write held 3 s still gets its reply."""
+@contextlib.contextmanager
+def write_held_by_pause(redis_factory, sluice_factory, pause_ms):
+    """Sluice with an idle timeout of 1 s; yields (Redis, a client whose
+    SET Redis holds for a WRITE pause of PAUSE_MS)."""
     srv, s = start_pair(redis_factory, sluice_factory, timeout=1)
     try:
         with s.raw(10 * SLOW) as c, s.raw(10 * SLOW) as w:
-            assert c.call("CLIENT", "PAUSE", str(int(3000 * SLOW)), "WRITE") == Simple("OK")
-            w.send_command("SET", "long", "1")
+            assert c.call("CLIENT", "PAUSE", str(int(pause_ms * SLOW)), "WRITE") == Simple("OK")
+            w.send_command("SET", "held", "1")
             wait_blocked(srv, 1)
-            assert w.read_reply() == Simple("OK")
+            yield srv, w
     finally:
         unpause_direct(srv)
+
+
+def test_long_pause_raises_no_error(redis_factory, sluice_factory):
+    """No sluice timer takes a connection with no reply for long for dead:
+    with an idle timeout of 1 s, a write held 3 s still gets its reply."""
+    with write_held_by_pause(redis_factory, sluice_factory, 3000) as (_, w):
+        assert w.read_reply() == Simple("OK")
 
 
 def test_idle_time_counts_from_the_late_reply(redis_factory, sluice_factory):
@@ -494,19 +503,12 @@ def test_idle_time_counts_from_the_late_reply(redis_factory, sluice_factory):
     counts it: a client whose reply came after more than the idle timeout
     has its whole timeout again from then (it was closed at the next tick,
     and the reply with it when the tick and the reply met in one pass)."""
-    srv, s = start_pair(redis_factory, sluice_factory, timeout=1)
-    try:
-        with s.raw(10 * SLOW) as c, s.raw(10 * SLOW) as w:
-            assert c.call("CLIENT", "PAUSE", str(int(30000 * SLOW)), "WRITE") == Simple("OK")
-            w.send_command("SET", "late", "1")
-            wait_blocked(srv, 1)
-            time.sleep(1.5)   # past the idle timeout while it waits
-            unpause_direct(srv)
-            assert w.read_reply() == Simple("OK")
-            time.sleep(0.4)   # several ticks, well within the timeout
-            assert w.call("PING") == Simple("PONG")
-    finally:
+    with write_held_by_pause(redis_factory, sluice_factory, 30000) as (srv, w):
+        time.sleep(1.5)   # past the idle timeout while it waits
         unpause_direct(srv)
+        assert w.read_reply() == Simple("OK")
+        time.sleep(0.4)   # several ticks, well within the timeout
+        assert w.call("PING") == Simple("PONG")
 
 
 # --------------------------------------------------------------------------
