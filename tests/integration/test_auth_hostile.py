@@ -9,6 +9,7 @@ Where Redis 7.0 has an answer, sluice's is compared with a real
 redis-server given the same users with ACL SETUSER (and the same test
 module, tests/modules/sluicetest.c)."""
 
+import contextlib
 import socket
 import time
 from pathlib import Path
@@ -456,15 +457,26 @@ def test_reload_revoking_a_channel_closes_resp3_subscribers(reload_env):
         sub.close()
 
 
+@contextlib.contextmanager
+def _logged_in(s, *names):
+    """Raw connections to S, each logged in as one of NAMES (the users of
+    USERS_INI, whose password is the name and "pw")."""
+    conns = []
+    try:
+        for name in names:
+            conns.append(s.raw())
+            assert conns[-1].call("AUTH", name, name + "pw") == "OK"
+        yield conns
+    finally:
+        for c in conns:
+            c.close()
+
+
 def test_reload_removing_a_user_mid_pipeline(reload_env):
     """A removed user's client with thousands of requests in flight is
     closed; its replies are swallowed and the others go on."""
     s, users, srv = reload_env
-    busy = s.raw()
-    other = s.raw()
-    try:
-        assert busy.call("AUTH", "tmp", "tmppw") == "OK"
-        assert other.call("AUTH", "app", "apppw") == "OK"
+    with _logged_in(s, "tmp", "app") as (busy, other):
         busy.send(b"".join(encode_command("SET", f"k{i}", "v" * 100) for i in range(5000)))
         users.write_text(USERS_INI)
         assert _reload(s) == "OK"
@@ -473,9 +485,6 @@ def test_reload_removing_a_user_mid_pipeline(reload_env):
         for i in range(50):
             assert other.call("SET", f"app:{i}", "v") == "OK"
         assert other.call("GET", "app:49") == b"v"
-    finally:
-        busy.close()
-        other.close()
 
 
 def test_reload_narrowing_a_user_fails_its_open_transaction(reload_env):
@@ -486,11 +495,7 @@ def test_reload_narrowing_a_user_fails_its_open_transaction(reload_env):
     refused command in EXEC's reply instead), and nothing queued runs. A
     reload that leaves the user as it was changes nothing."""
     s, users, srv = reload_env
-    narrowed = s.raw()
-    same = s.raw()
-    try:
-        assert narrowed.call("AUTH", "tmp", "tmppw") == "OK"
-        assert same.call("AUTH", "app", "apppw") == "OK"
+    with _logged_in(s, "tmp", "app") as (narrowed, same):
         for c, key in ((narrowed, "secret"), (same, "app:1")):
             assert c.call("MULTI") == "OK"
             assert c.call("SET", key, "v") == "QUEUED"
@@ -503,9 +508,6 @@ def test_reload_narrowing_a_user_fails_its_open_transaction(reload_env):
         assert srv.client().exists("secret") == 0
         assert narrowed.call("SET", "secret", "v") == Err(
             "NOPERM this user has no permissions to access one of the keys used as arguments")
-    finally:
-        narrowed.close()
-        same.close()
 
 
 def test_reload_narrowing_a_user_refuses_its_delayed_request(redis_factory, sluice_factory,
