@@ -1140,7 +1140,6 @@ static void client_note_login(struct request *req)
         req->flags |= REQ_LOGIN_WAIT;
 }
 
-/* Remember the user or name a HELLO or AUTH sets, to record on success. */
 /* Cluster mode: follow CLIENT TRACKING ON and OFF (REQ) of C. It counts
  * as on from when it is sent (a read pipelined behind it is judged so),
  * until Redis refuses it or OFF (or RESET) ends it. */
@@ -1158,6 +1157,7 @@ static void client_note_tracking(struct client *c, struct request *req, int argc
     }
 }
 
+/* Remember the user or name a HELLO or AUTH sets, to record on success. */
 static void client_note_session(struct request *req, int argc, const struct sv *argv)
 {
     enum placement_role role = client_role(req);

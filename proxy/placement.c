@@ -324,8 +324,6 @@ static struct placement placement_check_replconf(int argc, const struct sv *argv
     return placement_private();
 }
 
-/* CLIENT PAUSE and UNPAUSE: a one-shot connection (pause.c follows the
- * pause); cluster mode refuses them. */
 /* A one-shot connection standalone; refused for WHY in cluster mode. */
 static struct placement placement_control_standalone(const char *why)
 {
@@ -334,6 +332,8 @@ static struct placement placement_control_standalone(const char *why)
     return (struct placement){PLACE_CONTROL, 0, NULL};
 }
 
+/* CLIENT PAUSE and UNPAUSE: a one-shot connection (pause.c follows the
+ * pause); cluster mode refuses them. */
 static struct placement placement_check_pause(int argc, const struct sv *argv)
 {
     (void)argc;
@@ -341,6 +341,8 @@ static struct placement placement_check_pause(int argc, const struct sv *argv)
     return placement_control_standalone(WHY_CLUSTER_PAUSE);
 }
 
+/* SHUTDOWN: a one-shot connection (past a busy script); cluster mode
+ * refuses it. */
 static struct placement placement_check_shutdown(int argc, const struct sv *argv)
 {
     (void)argc;
