@@ -257,6 +257,10 @@ static int respframe_line(struct respframe *f, const char *p, size_t n, size_t n
             return respframe_fail(f, "junk after '_'");
         return RF_VALUE;
     case RK_BULK:
+        /* Redis names a push's kind with a bulk string: a blob error or a
+         * verbatim string saying "message" is a counted value like any. */
+        if (p[0] != '$')
+            f->push_kind_wait = 0;
         if (respframe_int(p + 1, n - 1, &v) < 0)
             return respframe_bad_number(f, p, n, "length");
         if (v == -1 && b->nil_ok) {

@@ -257,6 +257,7 @@ static void rfdiff_respframe(const char *data, size_t len, size_t step, struct r
     respframe_init(&f);
     out->count = 0;
     out->end = RFD_INCOMPLETE;
+    out->err[0] = '\0';
     while (out->count < RFDIFF_MAX_FRAMES) {
         int type = 0;
         ssize_t n = respframe_next(&f, in, &type);
@@ -289,6 +290,7 @@ static void rfdiff_hiredis(const char *data, size_t len, struct rfdiff_frames *o
     redisReaderFeed(r, data, len);
     out->count = 0;
     out->end = RFD_INCOMPLETE;
+    out->err[0] = '\0';
     while (out->count < RFDIFF_MAX_FRAMES) {
         void *reply = NULL;
         if (redisReaderGetReply(r, &reply) != 0) {

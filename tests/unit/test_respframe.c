@@ -603,6 +603,42 @@ static void test_known_divergences(void)
     CHECK(respframe_diff("x\r\n", 3, 0, why, sizeof why) == RFDIFF_AGREE);
 }
 
+/* A message, pmessage or smessage push Redis 7.0 writes inside EXEC's
+ * array is framed with it but not counted as one of its values; any other
+ * push, and a push whose kind is not a bulk string, is counted. Each whole
+ * input is one reply, also fed a byte at a time, and the strict reader of
+ * respframe_diff.h agrees. */
+static void test_push_in_aggregate(void)
+{
+    static const char *const one_reply[] = {
+        "*2\r\n+OK\r\n>3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n:1\r\n",
+        "*1\r\n>4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$1\r\nc\r\n$1\r\nm\r\n:1\r\n",
+        "*1\r\n>3\r\n$8\r\nsmessage\r\n$1\r\nc\r\n$1\r\nm\r\n:1\r\n",
+        /* counted: a subscribe confirmation, kinds Redis does not write */
+        "*2\r\n>3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n:1\r\n",
+        "*2\r\n>2\r\n!7\r\nmessage\r\n+x\r\n+y\r\n",
+        "*2\r\n>2\r\n+message\r\n+x\r\n+y\r\n",
+        "*2\r\n>2\r\n*1\r\n$7\r\nmessage\r\n+x\r\n+y\r\n",
+        "*2\r\n>2\r\n$-1\r\n$7\r\nmessage\r\n+y\r\n",
+        "*1\r\n>2\r\n|1\r\n+a\r\n+b\r\n$7\r\nmessage\r\n+x\r\n",
+    };
+    char why[256];
+
+    for (size_t i = 0; i < sizeof one_reply / sizeof one_reply[0]; i++) {
+        const char *s = one_reply[i];
+        struct frames whole, bytes;
+        frame_all(s, strlen(s), 0, 0, &whole);
+        frame_all(s, strlen(s), 1, 1, &bytes);
+        if (whole.count != 1 || whole.len[0] != strlen(s))
+            fprintf(stderr, "push case %zu: %d replies, first %zu bytes of %zu\n", i,
+                    whole.count, whole.len[0], strlen(s));
+        CHECK(whole.count == 1 && whole.len[0] == strlen(s) && whole.type[0] == REPLY_ARRAY);
+        CHECK(frames_equal(&whole, &bytes));
+        CHECK(respframe_diff(s, strlen(s), 0, why, sizeof why) != RFDIFF_MISMATCH);
+        CHECK(respframe_diff(s, strlen(s), 1, why, sizeof why) != RFDIFF_MISMATCH);
+    }
+}
+
 UNIT_MAIN("respframe",
           {"every_type", test_every_type},
           {"pipelined", test_pipelined},
@@ -617,4 +653,5 @@ UNIT_MAIN("respframe",
           {"missing_is_a_lower_bound", test_missing_is_a_lower_bound},
           {"agrees_with_hiredis", test_agrees_with_hiredis},
           {"resp3_matches_strict_reader", test_resp3_matches_strict_reader},
-          {"known_divergences", test_known_divergences})
+          {"known_divergences", test_known_divergences},
+          {"push_in_aggregate", test_push_in_aggregate})
