@@ -22,6 +22,8 @@ for target in "$@"; do
     dict=""
     [ -f "$(dirname "$0")/dict/$name.dict" ] && dict="-dict=$(dirname "$0")/dict/$name.dict"
     echo "fuzz: $target for ${seconds}s (log $log)"
+    stamp=$build/logs/$target.started   # what this run wrote is newer
+    touch "$stamp"
     # shellcheck disable=SC2086
     "$build/$target" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 \
         -print_final_stats=1 -artifact_prefix="$artifacts" $dict "$corpus" >"$log" 2>&1
@@ -35,6 +37,13 @@ for target in "$@"; do
         failed=$((failed + 1))
         echo "fuzz: $target: FAILED (exit $rc) after ${execs:-?} executions; input in $artifacts"
         grep -v '^    #' "$log" | tail -n 25
+        # The input itself, so a failure on a machine whose build directory
+        # is gone (CI) can still be replayed: base64 -d it into a file and
+        # run BUILD/TARGET FILE.
+        find "$artifacts" -type f -newer "$stamp" | while read -r input; do
+            echo "fuzz: $input ($(wc -c <"$input") bytes), base64:"
+            head -c 8192 "$input" | base64
+        done
     fi
 done
 echo "fuzz: $passed passed, $failed failed"
