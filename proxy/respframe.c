@@ -227,9 +227,14 @@ static int respframe_bad_number(struct respframe *f, const char *p, size_t n, co
 static int respframe_line(struct respframe *f, const char *p, size_t n, size_t next)
 {
     const struct respframe_byte *b = &respframe_bytes[(unsigned char)p[0]];
+    /* Redis names a push's kind with a bulk string, its first value: a
+     * blob error or verbatim string saying "message", or one behind an
+     * attribute (even an empty one), is a counted value like any. */
+    int kind_next = f->push_kind_wait && p[0] == '$';
     struct respframe_level *level;
     int64_t v;
 
+    f->push_kind_wait = 0;
     if (f->depth == 0)
         f->type = b->type;
     switch (b->kind) {
@@ -257,10 +262,6 @@ static int respframe_line(struct respframe *f, const char *p, size_t n, size_t n
             return respframe_fail(f, "junk after '_'");
         return RF_VALUE;
     case RK_BULK:
-        /* Redis names a push's kind with a bulk string: a blob error or a
-         * verbatim string saying "message" is a counted value like any. */
-        if (p[0] != '$')
-            f->push_kind_wait = 0;
         if (respframe_int(p + 1, n - 1, &v) < 0)
             return respframe_bad_number(f, p, n, "length");
         if (v == -1 && b->nil_ok) {
@@ -272,6 +273,7 @@ static int respframe_line(struct respframe *f, const char *p, size_t n, size_t n
             return respframe_bad_number(f, p, n, "length");
         f->bulk_end = next + (size_t)v + 2;
         f->bulk_start = next;
+        f->push_kind_wait = kind_next;
         if (b->min_len != 0)
             f->verb_colon = next + 3;
         return RF_BULK;

@@ -118,9 +118,10 @@ static int rfdiff_double(const char *s, size_t n)
     return ok;
 }
 
-/* Whether the whole value at S[0..N) is a push whose kind (its first
- * value, a bulk) is message, pmessage or smessage: inside an aggregate
- * (EXEC's array) Redis 7.0 does not count it, and neither does respframe. */
+/* Whether the value at S[0..N) is a push whose kind (its first value, a
+ * bulk) is message, pmessage or smessage: inside an aggregate (EXEC's
+ * array) Redis 7.0 does not count it, and neither does respframe; nor
+ * the attributes annotating it (S is the push itself, behind them). */
 static int rfdiff_uncounted_push(const char *s, size_t n)
 {
     static const char *const kinds[] = {"$7\r\nmessage\r\n", "$8\r\npmessage\r\n",
@@ -138,16 +139,18 @@ static int rfdiff_uncounted_push(const char *s, size_t n)
 }
 
 /* Strict reader: one RESP2/RESP3 value at S[0..N) inside LEVEL open
- * aggregates. Sets *USED, *TYPE, raises *MAXLEVEL to the deepest aggregate
+ * aggregates. Sets *USED, *TYPE, *BARE (the offset of the value behind
+ * its attributes, if any), raises *MAXLEVEL to the deepest aggregate
  * header and sets *RESP3 when a RESP3 type byte was used. */
 static int rfdiff_value(const char *s, size_t n, int level, size_t *used, int *type,
-                        int *maxlevel, int *resp3)
+                        size_t *bare, int *maxlevel, int *resp3)
 {
     size_t ll, off = 0;
     long long v;
     int rc, t;
 
 again:
+    *bare = off;
     rc = rfdiff_line(s + off, n - off, &ll);
     if (rc != RFD_VALID)
         return rc;
@@ -211,11 +214,11 @@ again:
         if (c == '%' || c == '|')
             v *= 2;
         for (long long i = 0; i < v; i++) {
-            size_t u;
-            rc = rfdiff_value(s + off, n - off, level + 1, &u, &t, maxlevel, resp3);
+            size_t u, b;
+            rc = rfdiff_value(s + off, n - off, level + 1, &u, &t, &b, maxlevel, resp3);
             if (rc != RFD_VALID)
                 return rc;
-            if (rfdiff_uncounted_push(s + off, u))
+            if (rfdiff_uncounted_push(s + off + b, u - b))
                 i--;   /* a message Redis wrote inside the aggregate: not one of its values */
             off += u;
         }
@@ -236,10 +239,11 @@ static void rfdiff_strict(const char *data, size_t len, struct rfdiff_frames *ou
     out->count = 0;
     while (out->count < RFDIFF_MAX_FRAMES) {
         int i = out->count;
+        size_t bare;
         out->level[i] = 0;
         out->resp3[i] = 0;
         out->end = rfdiff_value(data + off, len - off, 0, &out->len[i], &out->type[i],
-                                &out->level[i], &out->resp3[i]);
+                                &bare, &out->level[i], &out->resp3[i]);
         if (out->end != RFD_VALID)
             return;
         off += out->len[i];

@@ -604,8 +604,10 @@ static void test_known_divergences(void)
 }
 
 /* A message, pmessage or smessage push Redis 7.0 writes inside EXEC's
- * array is framed with it but not counted as one of its values; any other
- * push, and a push whose kind is not a bulk string, is counted. Each whole
+ * array is framed with it but not counted as one of its values (nor are
+ * attributes annotating it); any other push, and a push whose first value
+ * is not a bulk string (a blob error, or a bulk behind an attribute), is
+ * counted. Each whole
  * input is one reply, also fed a byte at a time, and the strict reader of
  * respframe_diff.h agrees. */
 static void test_push_in_aggregate(void)
@@ -621,6 +623,10 @@ static void test_push_in_aggregate(void)
         "*2\r\n>2\r\n*1\r\n$7\r\nmessage\r\n+x\r\n+y\r\n",
         "*2\r\n>2\r\n$-1\r\n$7\r\nmessage\r\n+y\r\n",
         "*1\r\n>2\r\n|1\r\n+a\r\n+b\r\n$7\r\nmessage\r\n+x\r\n",
+        "*2\r\n>2\r\n|0\r\n$7\r\nmessage\r\n+x\r\n+y\r\n",
+        /* uncounted with the attribute annotating it */
+        "*1\r\n|1\r\n+k\r\n+v\r\n>1\r\n$7\r\nmessage\r\n+x\r\n",
+        "*1\r\n|0\r\n>1\r\n$8\r\nsmessage\r\n|0\r\n+x\r\n",
     };
     char why[256];
 
