@@ -111,19 +111,21 @@ static void multi_run_slot(struct client *c, const struct multi_slot *slot, stru
 }
 
 /* Copy EXEC's array reply ALL (whole, header first) into OUT, each element
- * that is a slot of M replaced by sluice's reply. Returns -1 when ALL does
- * not frame as expected (then OUT holds what was done). */
+ * that is a slot of M replaced by sluice's reply. A message push Redis
+ * wrote inside the array (a RESP3 subscriber's own PUBLISH) goes as it is
+ * and is not one of its elements. Returns -1 when ALL does not frame as
+ * expected (then OUT holds what was done). */
 static int multi_rewrite(struct client *c, struct multi_locals *m, struct evbuffer *all,
                          struct evbuffer *out)
 {
     struct evbuffer_ptr eol = evbuffer_search_eol(all, NULL, NULL, EVBUFFER_EOL_CRLF_STRICT);
     struct respframe f;
-    int next = 0, type;
+    int next = 0, element = 0, type;
 
     if (eol.pos < 0)
         return -1;
     evbuffer_remove_buffer(all, out, (size_t)eol.pos + 2);   /* "*N\r\n" */
-    for (int i = 0; evbuffer_get_length(all) > 0; i++) {
+    while (evbuffer_get_length(all) > 0) {
         ssize_t n;
         respframe_init(&f);
         n = respframe_next(&f, all, &type);
@@ -131,12 +133,17 @@ static int multi_rewrite(struct client *c, struct multi_locals *m, struct evbuff
             respframe_release(&f);
             return -1;
         }
-        if (next < m->count && m->slots[next].index == i) {
+        if (type == REPLY_PUSH && respframe_is_message_push(all, (size_t)n)) {
+            evbuffer_remove_buffer(all, out, (size_t)n);
+            continue;
+        }
+        if (next < m->count && m->slots[next].index == element) {
             evbuffer_drain(all, (size_t)n);
             multi_run_slot(c, &m->slots[next++], out);
         } else {
             evbuffer_remove_buffer(all, out, (size_t)n);
         }
+        element++;
     }
     return 0;
 }

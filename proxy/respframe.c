@@ -514,6 +514,19 @@ out:
     return 0;
 }
 
+/* Whether KIND[0..LEN), a push's first value, names one Redis 7.0 writes
+ * where it happens, even inside an aggregate, without counting it there. */
+static int respframe_message_kind(const char *kind, size_t len)
+{
+    static const char *const kinds[] = {"message", "pmessage", "smessage"};
+
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strlen(kinds[i]) == len && memcmp(kind, kinds[i], len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 /* The first value of a push inside an aggregate, a bulk that just ended
  * at f->pos, is its kind. Redis 7.0 writes a message to a RESP3 subscriber
  * where it is, even inside EXEC's array (its own PUBLISH in the
@@ -524,22 +537,36 @@ out:
  * (rare: only pushes inside aggregates). Returns 0, or -1 (RF_ERR set). */
 static int respframe_push_kind(struct respframe *f, struct respframe_cur *c)
 {
-    static const char *const kinds[] = {"message", "pmessage", "smessage"};
     struct respframe_level *l = respframe_level_at(f, f->depth - 1);
     size_t len = f->pos - 2 - f->bulk_start;
     struct evbuffer_ptr at;
-    char kind[8];
+    char kind[RESPFRAME_KIND_MAX];
 
     if (len > sizeof(kind))
         return 0;
     if (evbuffer_ptr_set(c->in, &at, f->bulk_start, EVBUFFER_PTR_SET) != 0 ||
         evbuffer_copyout_from(c->in, &at, kind, len) != (ev_ssize_t)len)
         return respframe_fail(f, "cannot read the input buffer");
-    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
-        if (strlen(kinds[i]) == len && memcmp(kind, kinds[i], len) == 0)
-            l->uncounted = 1;
-    }
+    l->uncounted = respframe_message_kind(kind, len);
     return 0;
+}
+
+int respframe_is_message_push(struct evbuffer *in, size_t len)
+{
+    /* ">N\r\n$L\r\nkind": a count of up to 10 digits, a length of 1 */
+    char head[16 + 4 + RESPFRAME_KIND_MAX];
+    size_t n = len < sizeof(head) ? len : sizeof(head);
+    const char *lf;
+
+    if (evbuffer_copyout(in, head, n) != (ev_ssize_t)n || n == 0 || head[0] != '>' ||
+        (lf = memchr(head, '\n', n)) == NULL)
+        return 0;
+    n -= (size_t)(lf + 1 - head);
+    lf++;
+    if (n < 6 || lf[0] != '$' || lf[1] < '1' || lf[1] > '0' + RESPFRAME_KIND_MAX ||
+        memcmp(lf + 2, "\r\n", 2) != 0 || n < 4 + (size_t)(lf[1] - '0'))
+        return 0;
+    return respframe_message_kind(lf + 4, (size_t)(lf[1] - '0'));
 }
 
 /* The line at f->pos where it is not whole in the run: find its CR across

@@ -73,6 +73,14 @@ void respframe_release(struct respframe *f);
  * only appends to IN. */
 ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type);
 
+/* Whether the whole reply of LEN bytes at the head of IN is a push whose
+ * kind is message, pmessage or smessage: one Redis 7.0 writes to a RESP3
+ * subscriber where it happens, even inside EXEC's array, where respframe
+ * frames it with the array but does not count it as one of its values.
+ * A caller walking such an array's values skips these the same way. */
+#define RESPFRAME_KIND_MAX 8   /* bytes of the longest of those kinds */
+int respframe_is_message_push(struct evbuffer *in, size_t len);
+
 /* After a 0 return: how many more bytes are needed at least before the
  * reply can be complete (exact for the rest of a bulk payload, plus 3 bytes
  * for every value known to be still to come), so a caller can hold off

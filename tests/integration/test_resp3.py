@@ -128,6 +128,28 @@ def test_own_message_inside_exec_keeps_later_replies(sluice, ref, clean):
     assert got["redis"].endswith(b"+PONG\r\n")
 
 
+def test_own_message_inside_exec_keeps_slot_replies_in_place(sluice, ref, clean):
+    """The same message push inside EXEC's array, with commands sluice
+    answers itself (CLIENT ID, CLIENT GETNAME) queued after the PUBLISH:
+    their answers must replace their own elements. Counting the push as an
+    element put sluice's client id in place of PUBLISH's count and shifted
+    every later answer by one."""
+    script = _cmds(("SUBSCRIBE", "ch"), ("MULTI",), ("PUBLISH", "ch", "x"), ("CLIENT", "ID"),
+                   ("CLIENT", "GETNAME"), ("PUBLISH", "ch", "y"), ("CLIENT", "ID"), ("EXEC",),
+                   ("PING",))
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as c:
+            my_id = _hello3(c)[b"id"]
+            c.send(script)
+            got[name] = c.read_all_until_eof(1.0 * SLOW)[0]
+            got[name] = got[name].replace(b":%d\r\n" % my_id, b":<my id>\r\n")
+    push = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\n"
+    assert got["sluice"] == got["redis"]
+    assert (b"*5\r\n" + push + b"x\r\n:1\r\n:<my id>\r\n_\r\n" + push +
+            b"y\r\n:1\r\n:<my id>\r\n+PONG\r\n") in got["sluice"]
+
+
 def test_pushes_under_client_reply_off(sluice, ref, clean):
     """RESP3 pushes (confirmations, messages, invalidations) still come
     under CLIENT REPLY OFF, as from Redis; replies do not."""
@@ -432,3 +454,4 @@ def test_redis_cli_3_same_as_redis(sluice, ref, backend, clean):
                               text=True, timeout=10 * SLOW).stdout
                for port in (sluice.port, ref.port)]
         assert out[0] == out[1], (cmd, out)
+

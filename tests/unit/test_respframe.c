@@ -645,6 +645,40 @@ static void test_push_in_aggregate(void)
     }
 }
 
+/* respframe_is_message_push: the pushes a caller walking EXEC's values
+ * skips, as respframe does not count them. */
+static void test_is_message_push(void)
+{
+    static const struct {
+        const char *bytes;
+        int message;
+    } cases[] = {
+        {">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n", 1},
+        {">4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$1\r\nc\r\n$1\r\nm\r\n", 1},
+        {">3\r\n$8\r\nsmessage\r\n$1\r\nc\r\n$1\r\nm\r\n", 1},
+        {">1\r\n$7\r\nmessage\r\n", 1},
+        {">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n", 0},
+        {">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n", 0},
+        {">2\r\n$7\r\nmessagX\r\n+x\r\n", 0},
+        {">2\r\n!7\r\nmessage\r\n+x\r\n", 0},
+        {">2\r\n+message\r\n+x\r\n", 0},
+        {">0\r\n", 0},
+        {"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n", 0},
+        {"|1\r\n+a\r\n+b\r\n>1\r\n$7\r\nmessage\r\n", 0},
+    };
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct evbuffer *in = evbuffer_new();
+        size_t len = strlen(cases[i].bytes);
+        evbuffer_add(in, cases[i].bytes, len);
+        evbuffer_add(in, ">1\r\n$7\r\nmessage\r\n", 20);   /* the next reply: not read */
+        if (respframe_is_message_push(in, len) != cases[i].message)
+            fprintf(stderr, "is_message_push case %zu wrong\n", i);
+        CHECK(respframe_is_message_push(in, len) == cases[i].message);
+        evbuffer_free(in);
+    }
+}
+
 UNIT_MAIN("respframe",
           {"every_type", test_every_type},
           {"pipelined", test_pipelined},
@@ -660,4 +694,5 @@ UNIT_MAIN("respframe",
           {"agrees_with_hiredis", test_agrees_with_hiredis},
           {"resp3_matches_strict_reader", test_resp3_matches_strict_reader},
           {"known_divergences", test_known_divergences},
-          {"push_in_aggregate", test_push_in_aggregate})
+          {"push_in_aggregate", test_push_in_aggregate},
+          {"is_message_push", test_is_message_push})
