@@ -666,12 +666,13 @@ static void test_is_message_push(void)
         {"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$2\r\nhi\r\n", 0},
         {"|1\r\n+a\r\n+b\r\n>1\r\n$7\r\nmessage\r\n", 0},
     };
+    static const char next[] = ">1\r\n$7\r\nmessage\r\n";
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct evbuffer *in = evbuffer_new();
         size_t len = strlen(cases[i].bytes);
         evbuffer_add(in, cases[i].bytes, len);
-        evbuffer_add(in, ">1\r\n$7\r\nmessage\r\n", 20);   /* the next reply: not read */
+        evbuffer_add(in, next, strlen(next));   /* the next reply: not read */
         if (respframe_is_message_push(in, len) != cases[i].message)
             fprintf(stderr, "is_message_push case %zu wrong\n", i);
         CHECK(respframe_is_message_push(in, len) == cases[i].message);
