@@ -71,6 +71,7 @@
 #include "pause.h"
 #include "placement.h"
 #include "reply.h"
+#include "respframe.h"
 #include "server.h"
 #include "sockaddr.h"
 #include "stats.h"
@@ -870,8 +871,7 @@ static int client_is_pubsub_message(struct evbuffer *src, size_t len)
         if (strcmp(kind, client_push_kinds[i].kind) == 0)
             return 1;
     }
-    return strcmp(kind, "message") == 0 || strcmp(kind, "pmessage") == 0 ||
-           strcmp(kind, "smessage") == 0;
+    return respframe_is_message_kind(kind, strlen(kind));
 }
 
 /* The subscription counts a (un)subscribe reply of LEN bytes at the head

@@ -514,9 +514,7 @@ out:
     return 0;
 }
 
-/* Whether KIND[0..LEN), a push's first value, names one Redis 7.0 writes
- * where it happens, even inside an aggregate, without counting it there. */
-static int respframe_message_kind(const char *kind, size_t len)
+int respframe_is_message_kind(const char *kind, size_t len)
 {
     static const char *const kinds[] = {"message", "pmessage", "smessage"};
 
@@ -547,7 +545,7 @@ static int respframe_push_kind(struct respframe *f, struct respframe_cur *c)
     if (evbuffer_ptr_set(c->in, &at, f->bulk_start, EVBUFFER_PTR_SET) != 0 ||
         evbuffer_copyout_from(c->in, &at, kind, len) != (ev_ssize_t)len)
         return respframe_fail(f, "cannot read the input buffer");
-    l->uncounted = respframe_message_kind(kind, len);
+    l->uncounted = respframe_is_message_kind(kind, len);
     return 0;
 }
 
@@ -566,7 +564,7 @@ int respframe_is_message_push(struct evbuffer *in, size_t len)
     if (n < 6 || lf[0] != '$' || lf[1] < '1' || lf[1] > '0' + RESPFRAME_KIND_MAX ||
         memcmp(lf + 2, "\r\n", 2) != 0 || n < 4 + (size_t)(lf[1] - '0'))
         return 0;
-    return respframe_message_kind(lf + 4, (size_t)(lf[1] - '0'));
+    return respframe_is_message_kind(lf + 4, (size_t)(lf[1] - '0'));
 }
 
 /* The line at f->pos where it is not whole in the run: find its CR across

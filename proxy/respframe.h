@@ -81,6 +81,10 @@ ssize_t respframe_next(struct respframe *f, struct evbuffer *in, int *type);
 #define RESPFRAME_KIND_MAX 8   /* bytes of the longest of those kinds */
 int respframe_is_message_push(struct evbuffer *in, size_t len);
 
+/* Whether KIND[0..LEN), the first value of a pub/sub push or array, is
+ * message, pmessage or smessage: the one list of those kinds. */
+int respframe_is_message_kind(const char *kind, size_t len);
+
 /* After a 0 return: how many more bytes are needed at least before the
  * reply can be complete (exact for the rest of a bulk payload, plus 3 bytes
  * for every value known to be still to come), so a caller can hold off
