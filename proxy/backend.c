@@ -530,9 +530,34 @@ static void backend_send_prelude(struct backend_conn *conn)
     evbuffer_free(buf);
 }
 
-/* Fail every in-flight request of CONN with the error TEXT. The
- * connection's own prelude goes quietly: the failure is logged once, by
- * backend_conn_down. */
+/* CONN is going down: flag REQ_UNWRITTEN on its in-flight requests whose
+ * bytes, all or some, are still in sluice's buffers (staged, or in the
+ * bufferevent's output): Redis has not read them whole, so it cannot have
+ * run them, and they may be sent again. The others were written and may
+ * have run. Requests are staged in the order they are in flight, so the
+ * unwritten ones are the last. Private connections are left alone: a
+ * tunnel's raw bytes are staged too and belong to no request. */
+static void backend_mark_unwritten(struct backend_conn *conn)
+{
+    struct request *req;
+    size_t unsent;
+
+    if (conn->owner != NULL || conn->spare)
+        return;
+    unsent = evbuffer_get_length(conn->staged);
+    if (conn->bev != NULL)
+        unsent += evbuffer_get_length(bufferevent_get_output(conn->bev));
+    TAILQ_FOREACH_REVERSE(req, &conn->inflight, request_queue, conn_link) {
+        if (unsent == 0)
+            break;
+        req->flags |= REQ_UNWRITTEN;
+        unsent = unsent > req->raw_len ? unsent - req->raw_len : 0;
+    }
+}
+
+/* Fail every in-flight request of CONN with the error TEXT; one Redis
+ * may have run is told so. The connection's own prelude goes quietly:
+ * the failure is logged once, by backend_conn_down. */
 static void backend_fail_inflight(struct backend_conn *conn, const char *text)
 {
     struct request *req;
@@ -547,7 +572,8 @@ static void backend_fail_inflight(struct backend_conn *conn, const char *text)
             request_free(req);
             continue;
         }
-        reply_error(err, "%s", text);
+        reply_error(err, "%s%s", text,
+                    (req->flags & REQ_UNWRITTEN) ? "" : "; the command may or may not have run");
         if (backend_reply_filter == NULL || !backend_conn_is_shared(conn) ||
             !backend_reply_filter(conn, req, err, evbuffer_get_length(err), 1))
             backend_deliver(req, err, evbuffer_get_length(err), REPLY_ERROR);
@@ -681,6 +707,7 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
     else
         log_debug("backend %s connection down: %s", conn->node->name, why);
     conn->state = BACKEND_DOWN;
+    backend_mark_unwritten(conn);
     backend_conn_reset_io(conn);
     /* Failing a request may close its client, which releases its private
      * connection, CONN itself: CONN stays allocated until this is done. */

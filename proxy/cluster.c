@@ -11,6 +11,23 @@
  *   node down, -CLUSTERDOWN  -> refresh soon; sent again by the map at the
  *                               next tick, for up to cluster_retry_window
  *
+ * A reply's text is never trusted on its own: a script, a function or a
+ * module command can write any error text, after it has run.
+ *   - A redirection is followed only to a member of the cluster as the
+ *     cluster reports it (every node of the last CLUSTER SLOTS reply, and
+ *     the seeds). One naming another address waits for a new map; if the
+ *     new map does not list it either, the client gets the reply as is.
+ *     So sluice never connects, nor sends credentials, anywhere else, and
+ *     its node list is bounded by the cluster's size.
+ *   - A command that may have run is never sent again (cluster_may_forge,
+ *     cluster_rerunnable). A client's script or function, or a command
+ *     the table does not know: its -TRYAGAIN, -CLUSTERDOWN and -ASK go to
+ *     the client as they are; its -MOVED is followed only when a map asked
+ *     for after it confirms it (the slot of its keys is now the named
+ *     node's, no longer the answering one's: Redis refused it before it
+ *     ran). A connection lost under a request sends it again only when its
+ *     bytes never reached the socket (REQ_UNWRITTEN) or it only reads.
+ *
  * The map is replaced whole, from one CLUSTER SLOTS reply, asked of one
  * node at a time (known nodes in turn), every cluster_refresh_interval and
  * soon after a MOVED (at most every CLUSTER_REFRESH_MIN_MS). Nodes are
@@ -46,7 +63,9 @@
 #define CLUSTER_REFRESH_MIN_MS 200        /* between two map requests at most */
 #define CLUSTER_REFRESH_TIMEOUT_MS 2000   /* a map request unanswered this long is given up */
 #define CLUSTER_TRYAGAIN_DELAY_MS 20
+#define CLUSTER_CONFIRM_TIMEOUT_MS 4000  /* a redirection unconfirmed this long goes on as is */
 #define CLUSTER_KEYS_STACK 64
+#define CLUSTER_NAME_MAX 300              /* "host:port", a host of up to 255 */
 
 static const struct config *cluster_cfg;
 static struct event *cluster_tick;
@@ -71,6 +90,35 @@ struct cluster_retry {
 };
 static struct cluster_retry *cluster_retries;
 static struct cluster_retry **cluster_retries_tail = &cluster_retries;
+
+enum cluster_redirect { REDIRECT_NONE, REDIRECT_MOVED, REDIRECT_ASK, REDIRECT_TRYAGAIN };
+
+/* A set of node names ("host:port"). */
+struct cluster_names {
+    char (*name)[CLUSTER_NAME_MAX];
+    int count, cap;
+};
+
+/* The cluster's members: every node, primary or replica, of the last map
+ * loaded. With the seeds, the only addresses a redirection may name. */
+static struct cluster_names cluster_members;
+static uint64_t cluster_loaded_gen;   /* the generation of the map last loaded */
+
+/* Redirections waiting for a map to confirm them, oldest first: REPLY
+ * (Redis's bytes) goes to the client as is when none does. */
+struct cluster_held {
+    struct request *req;
+    const struct backend_node *from;     /* the node that answered */
+    enum cluster_redirect kind;
+    int slot;
+    char target[CLUSTER_NAME_MAX];
+    struct evbuffer *reply;
+    uint64_t gen;                        /* a map asked at or after this confirms */
+    uint64_t since_ms;
+    struct cluster_held *next;
+};
+static struct cluster_held *cluster_held;
+static struct cluster_held **cluster_held_tail = &cluster_held;
 
 int cluster_enabled(void)
 {
@@ -111,6 +159,48 @@ void cluster_want_refresh(void)
     cluster_refresh_wanted = 1;
 }
 
+static int cluster_names_has(const struct cluster_names *names, const char *name)
+{
+    for (int i = 0; i < names->count; i++) {
+        if (strcmp(names->name[i], name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Add NAME to NAMES unless it is there. -1 on OOM. */
+static int cluster_names_add(struct cluster_names *names, const char *name)
+{
+    if (cluster_names_has(names, name))
+        return 0;
+    if (names->count == names->cap) {
+        int cap = names->cap ? names->cap * 2 : 16;
+        void *grown = realloc(names->name, (size_t)cap * sizeof(*names->name));
+        if (grown == NULL)
+            return -1;
+        names->name = grown;
+        names->cap = cap;
+    }
+    snprintf(names->name[names->count++], CLUSTER_NAME_MAX, "%s", name);
+    return 0;
+}
+
+static void cluster_names_free(struct cluster_names *names)
+{
+    free(names->name);
+    memset(names, 0, sizeof(*names));
+}
+
+/* Whether NAME is a node the cluster reported, or a seed. */
+static int cluster_is_member(const char *name)
+{
+    for (int i = 0; i < cluster_cfg->cluster_seed_count; i++) {
+        if (strcmp(cluster_cfg->cluster_seeds[i], name) == 0)
+            return 1;
+    }
+    return cluster_names_has(&cluster_members, name);
+}
+
 /* One node entry [ip, port, id, ...] as "host:port" in OUT; an empty or
  * "?" ip means the node that was asked (ASKED's host). */
 static int respwalk_node(struct respwalk *w, const char *asked, char *out, size_t size)
@@ -134,14 +224,15 @@ static int respwalk_node(struct respwalk *w, const char *asked, char *out, size_
     return 0;
 }
 
-/* Parse a CLUSTER SLOTS reply into MAP (NULL for slots nobody serves).
- * Nodes named in it are made backend nodes. -1 when malformed. */
+/* Parse a CLUSTER SLOTS reply into MAP (NULL for slots nobody serves)
+ * and MEMBERS (every node it names, replicas too). The primaries are
+ * made backend nodes. -1 when malformed. */
 static int cluster_parse_slots(const char *buf, size_t len, const char *asked,
-                               struct backend_node **map)
+                               struct backend_node **map, struct cluster_names *members)
 {
     struct respwalk w = {buf, buf + len};
     long long ranges, fields, first, last;
-    char name[300];
+    char name[CLUSTER_NAME_MAX];
 
     if (respwalk_array(&w, &ranges) != 0)
         return -1;
@@ -151,8 +242,14 @@ static int cluster_parse_slots(const char *buf, size_t len, const char *asked,
             respwalk_int(&w, &first) != 0 || respwalk_int(&w, &last) != 0 ||
             first < 0 || last >= SLOT_COUNT || first > last ||
             respwalk_node(&w, asked, name, sizeof(name)) != 0 ||
-            respwalk_skip(&w, fields - 3) != 0)
+            cluster_names_add(members, name) != 0)
             return -1;
+        for (long long r = 3; r < fields; r++) {   /* the range's replicas */
+            char replica[CLUSTER_NAME_MAX];
+            if (respwalk_node(&w, asked, replica, sizeof(replica)) != 0 ||
+                cluster_names_add(members, replica) != 0)
+                return -1;
+        }
         node = backend_node_get(name);
         if (node == NULL)
             return -1;
@@ -204,12 +301,15 @@ static void cluster_install(struct backend_node **map)
     STAT_INC(cluster_refreshes);
 }
 
+static void cluster_settle_held(uint64_t now_ms);
+
 /* The reply to CLUSTER SLOTS, asked with generation CTX. */
 static void cluster_slots_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     uint64_t gen = (uint64_t)(uintptr_t)req->ctx;
     const char *asked = cluster_last_asked != NULL ? backend_node_name(cluster_last_asked) : "?";
     struct backend_node **map = NULL;
+    struct cluster_names members = {0};
     const char *buf = (const char *)evbuffer_pullup(src, (ssize_t)len);
 
     if (gen != cluster_asked_gen) {
@@ -220,13 +320,19 @@ static void cluster_slots_reply(struct request *req, struct evbuffer *src, size_
         text[strcspn(text, "\r\n")] = '\0';
         cluster_refresh_failed(asked, text);
     } else if ((map = calloc(SLOT_COUNT, sizeof(*map))) == NULL ||
-               cluster_parse_slots(buf, len, asked, map) != 0) {
+               cluster_parse_slots(buf, len, asked, map, &members) != 0) {
         cluster_refresh_failed(asked, "malformed CLUSTER SLOTS reply");
     } else {
+        struct cluster_names old = cluster_members;
+        cluster_members = members;
+        members = old;
+        cluster_loaded_gen = gen;
         cluster_install(map);
         cluster_asked_gen = 0;
         cluster_last_error[0] = '\0';
+        cluster_settle_held(server_now_ms());
     }
+    cluster_names_free(&members);
     free(map);
     evbuffer_drain(src, len);
     request_free(req);
@@ -332,7 +438,7 @@ int cluster_take_unsent(struct request *req)
 }
 
 int cluster_send_own(struct backend_node *node, unsigned long long client_id, int resp, int slot,
-                     struct evbuffer *bytes, request_reply_fn *on_reply, void *ctx,
+                     unsigned flags, struct evbuffer *bytes, request_reply_fn *on_reply, void *ctx,
                      void (*ctx_free)(struct request *req))
 {
     struct backend_conn *conn = backend_pool_conn(node, client_id, resp);
@@ -357,6 +463,7 @@ int cluster_send_own(struct backend_node *node, unsigned long long client_id, in
     req->slot = slot;
     req->own_client_id = client_id;
     req->own_resp = resp;
+    req->flags |= flags & REQ_RERUNNABLE;
     if (backend_send(conn, req, NULL, err, sizeof(err)) == 0 || cluster_take_unsent(req))
         return 0;
     request_free(req);
@@ -428,8 +535,6 @@ static void cluster_run_retries(uint64_t now_ms)
     }
 }
 
-enum cluster_redirect { REDIRECT_NONE, REDIRECT_MOVED, REDIRECT_ASK, REDIRECT_TRYAGAIN };
-
 /* What the error TEXT asks: MOVED/ASK with *SLOT and TARGET, or TRYAGAIN. */
 static enum cluster_redirect cluster_classify(const char *text, int *slot, char *target,
                                               size_t size)
@@ -471,12 +576,151 @@ static void cluster_full_target(char *target, size_t size, const struct backend_
     memcpy(target, name, host_len);
 }
 
+/* Whether REQ's error reply may be text its command wrote after it ran:
+ * a client's script or function (redis.error_reply can return any text),
+ * or a command sluice's table does not know (a module's). sluice's own
+ * requests run its own scripts, which write no such text. */
+static int cluster_may_forge(const struct request *req)
+{
+    return req->client != NULL &&
+           (req->cmd == NULL || placement_role(req->cmd) == ROLE_SCRIPT);
+}
+
+/* Whether REQ may run twice: it only reads (a client's read-only command,
+ * read-only script included; sluice's own reading part or question). */
+static int cluster_rerunnable(const struct request *req)
+{
+    if (req->client == NULL)
+        return (req->flags & REQ_RERUNNABLE) != 0;
+    return req->cmd != NULL && (req->cmd->flags & CMD_READONLY) &&
+           !(req->cmd->flags & CMD_WRITE);
+}
+
+/* REQ's reply is the client's as Redis wrote it, though it reads like a
+ * signal to sluice: counted, and logged for whoever looks into it. */
+static int cluster_pass_on(const struct request *req, const char *text)
+{
+    STAT_INC(cluster_not_rerun);
+    log_debug("cluster: client %llu: '%.60s' passed on: the command may have run",
+              req->client != NULL ? (unsigned long long)req->client->id : 0ULL, text);
+    return 0;
+}
+
+/* The node a held redirection H may be followed to, now that a map asked
+ * for after it came (or none came in time): NULL when the cluster does
+ * not confirm it. A member only; for a command that may have run, a MOVED
+ * for its own slot that the map now gives to the named node and no
+ * longer to the node that answered (Redis refused it before running). */
+static struct backend_node *cluster_confirmed(const struct cluster_held *h)
+{
+    struct backend_node *owner;
+
+    if (cluster_loaded_gen < h->gen || !cluster_is_member(h->target))
+        return NULL;
+    if (!cluster_may_forge(h->req))
+        return backend_node_get(h->target);
+    owner = cluster_owner[h->slot];
+    if (h->kind != REDIRECT_MOVED || h->slot != h->req->slot || owner == NULL ||
+        owner == h->from || strcmp(backend_node_name(owner), h->target) != 0)
+        return NULL;
+    return owner;
+}
+
+/* Follow a redirection of KIND for SLOT to NODE, which the cluster lists. */
+static void cluster_follow(struct request *req, enum cluster_redirect kind, int slot,
+                           struct backend_node *node)
+{
+    if (kind == REDIRECT_MOVED) {
+        STAT_INC(cluster_moved);
+        cluster_set_owner(slot, node);
+        cluster_want_refresh();
+    } else {
+        STAT_INC(cluster_ask);
+    }
+    cluster_resend(req, node, kind == REDIRECT_ASK);
+}
+
+/* Hold REQ, whose redirection (KIND for SLOT to TARGET, the LEN bytes at
+ * the head of SRC, taken) FROM gave, until a map asked for from now on
+ * confirms it or not. */
+static void cluster_hold(struct request *req, const struct backend_node *from,
+                         enum cluster_redirect kind, int slot, const char *target,
+                         struct evbuffer *src, size_t len)
+{
+    struct cluster_held *h = calloc(1, sizeof(*h));
+
+    if (h == NULL || (h->reply = evbuffer_new()) == NULL) {
+        free(h);
+        evbuffer_drain(src, len);
+        cluster_fail(req, "OOM sluice is out of memory");
+        return;
+    }
+    evbuffer_remove_buffer(src, h->reply, len);
+    req->flags |= REQ_DETACHED;
+    h->req = req;
+    h->from = from;
+    h->kind = kind;
+    h->slot = slot;
+    snprintf(h->target, sizeof(h->target), "%s", target);
+    h->gen = cluster_next_gen;   /* the next map asked for: asked after this reply */
+    h->since_ms = server_now_ms();
+    *cluster_held_tail = h;
+    cluster_held_tail = &h->next;
+    cluster_want_refresh();
+}
+
+/* Settle H: follow it where the cluster confirms it, else give the
+ * client Redis's reply as it is. */
+static void cluster_settle(struct cluster_held *h)
+{
+    struct request *req = h->req;
+    struct backend_node *node;
+
+    req->flags &= ~(unsigned)REQ_DETACHED;
+    if (req->client == NULL && req->on_reply == NULL) {
+        request_free(req);
+        return;
+    }
+    node = cluster_confirmed(h);
+    if (node != NULL) {
+        cluster_follow(req, h->kind, h->slot, node);
+        return;
+    }
+    STAT_INC(cluster_unconfirmed);
+    log_notice("cluster: a reply named %s for slot %d, which the cluster does not confirm; "
+               "passed on to client %llu as it is",
+               h->target, h->slot,
+               req->client != NULL ? (unsigned long long)req->client->id : 0ULL);
+    backend_deliver(req, h->reply, evbuffer_get_length(h->reply), REPLY_ERROR);
+}
+
+/* Settle the held redirections a map has confirmed or not since, and
+ * those that waited too long for one. */
+static void cluster_settle_held(uint64_t now_ms)
+{
+    struct cluster_held **p = &cluster_held, *h;
+
+    while ((h = *p) != NULL) {
+        if (cluster_loaded_gen < h->gen && now_ms - h->since_ms < CLUSTER_CONFIRM_TIMEOUT_MS) {
+            p = &h->next;
+            continue;
+        }
+        *p = h->next;
+        if (cluster_held_tail == &h->next)
+            cluster_held_tail = p;
+        cluster_settle(h);
+        evbuffer_free(h->reply);
+        free(h);
+    }
+}
+
 /* A MOVED or ASK (TEXT) for REQ on a session's private connection
  * CONN: the request cannot go elsewhere (the session's state is on CONN's
  * node), so the client gets a plain error instead of the redirection;
  * inside MULTI, Redis has flagged the transaction and EXEC aborts it
- * (-EXECABORT). A MOVED updates the slot at once; either way the map is
- * read again soon. Returns 1 when it answered REQ. */
+ * (-EXECABORT). A MOVED to a member updates the slot at once; either way
+ * the map is read again soon. A command that may have written the text
+ * itself gets it as it is. Returns 1 when it answered REQ. */
 static int cluster_session_redirect(struct backend_conn *conn, struct request *req,
                                     struct evbuffer *src, size_t len, const char *text)
 {
@@ -484,25 +728,28 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
         "-TRYAGAIN sluice: the key's slot moved to another cluster node while this "
         "connection's session (transaction, WATCH, blocking command) was on the old one; "
         "try again\r\n";
-    char target[300];
+    char target[CLUSTER_NAME_MAX];
     enum cluster_redirect kind;
-    struct backend_node *node;
     struct evbuffer *out;
     int slot = -1;
 
     kind = cluster_classify(text, &slot, target, sizeof(target));
     if (kind != REDIRECT_MOVED && kind != REDIRECT_ASK)
         return 0;
+    cluster_want_refresh();
+    if (cluster_may_forge(req))
+        return cluster_pass_on(req, text);
     if (kind == REDIRECT_MOVED) {
         STAT_INC(cluster_moved);
         cluster_full_target(target, sizeof(target), backend_conn_node(conn));
-        node = backend_node_get(target);
-        if (node != NULL)
-            cluster_set_owner(slot, node);
+        if (cluster_is_member(target)) {
+            struct backend_node *node = backend_node_get(target);
+            if (node != NULL)
+                cluster_set_owner(slot, node);
+        }
     } else {
         STAT_INC(cluster_ask);
     }
-    cluster_want_refresh();
     out = evbuffer_new();
     if (out == NULL)
         return 0;
@@ -529,11 +776,25 @@ static int cluster_plain_on_private(const struct request *req)
            !(req->flags & (REQ_IN_MULTI | REQ_UNPAIRED)) && request_has_bytes(req);
 }
 
+/* REQ's connection failed under it: sent again by the map later, when
+ * Redis cannot have run it or running it twice does no harm. Returns 1
+ * when taken (SRC's LEN bytes drained). */
+static int cluster_conn_failed(struct request *req, struct evbuffer *src, size_t len,
+                               const char *text)
+{
+    if (!(req->flags & REQ_UNWRITTEN) && !cluster_rerunnable(req))
+        return cluster_pass_on(req, text);
+    if (!cluster_retry_unreachable(req))
+        return 0;
+    evbuffer_drain(src, len);
+    return 1;
+}
+
 /* The backend filter: see cluster.h's contract via backend_reply_filter_fn. */
 static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
                                 struct evbuffer *src, size_t len, int conn_failed)
 {
-    char text[320] = {0}, target[300];
+    char text[CLUSTER_NAME_MAX + 20] = {0}, target[CLUSTER_NAME_MAX];
     enum cluster_redirect kind;
     struct backend_node *node;
     int slot = -1;
@@ -557,9 +818,13 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
         return 0;
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
     text[strcspn(text, "\r\n")] = '\0';
+    if (conn_failed)
+        return cluster_conn_failed(req, src, len, text);
     kind = cluster_classify(text, &slot, target, sizeof(target));
-    if (conn_failed || strncmp(text, "-CLUSTERDOWN", 12) == 0) {
+    if (strncmp(text, "-CLUSTERDOWN", 12) == 0) {
         /* A failover may be under way: again later, by the new map. */
+        if (cluster_may_forge(req))
+            return cluster_pass_on(req, text);
         if (!cluster_retry_unreachable(req))
             return 0;
         evbuffer_drain(src, len);
@@ -567,12 +832,14 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     }
     if (kind == REDIRECT_NONE)
         return 0;
-    evbuffer_drain(src, len);
+    if (cluster_may_forge(req) && kind != REDIRECT_MOVED)
+        return cluster_pass_on(req, text);   /* TRYAGAIN, ASK: nothing can confirm them */
     if (++req->redirects > cluster_cfg->cluster_max_redirects) {
         STAT_INC(cluster_redirect_limit);
         log_info("cluster: a request gave up after %lld redirections (last: %s)",
                  cluster_cfg->cluster_max_redirects, text);
         cluster_want_refresh();
+        evbuffer_drain(src, len);
         cluster_fail(req, "-TRYAGAIN sluice followed cluster_max_redirects redirections "
                           "without an answer; try again");
         return 1;
@@ -581,24 +848,19 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
         /* Again from the slot's owner: after an ASK, the target's TRYAGAIN
          * is for the source to sort out (it asks again when it must). */
         STAT_INC(cluster_tryagain);
+        evbuffer_drain(src, len);
         node = cluster_node_for_slot(req->slot);
         cluster_retry_later(req, node != NULL ? node : backend_conn_node(conn));
         return 1;
     }
     cluster_full_target(target, sizeof(target), backend_conn_node(conn));
-    node = backend_node_get(target);
-    if (node == NULL) {
-        cluster_fail(req, "-CLUSTERDOWN sluice cannot reach the node a redirection named");
+    if (!cluster_may_forge(req) && cluster_is_member(target) &&
+        (node = backend_node_get(target)) != NULL) {
+        evbuffer_drain(src, len);
+        cluster_follow(req, kind, slot, node);
         return 1;
     }
-    if (kind == REDIRECT_MOVED) {
-        STAT_INC(cluster_moved);
-        cluster_set_owner(slot, node);
-        cluster_want_refresh();
-    } else {
-        STAT_INC(cluster_ask);
-    }
-    cluster_resend(req, node, kind == REDIRECT_ASK);
+    cluster_hold(req, backend_conn_node(conn), kind, slot, target, src, len);
     return 1;
 }
 
@@ -805,7 +1067,8 @@ void cluster_write_map(struct evbuffer *out)
     }
     evbuffer_add_printf(text, "\r\n# Counters\r\nmoved:%llu\r\nask:%llu\r\ntryagain:%llu\r\n"
                               "retries:%llu\r\nredirect_limit:%llu\r\nrefreshes:%llu\r\n"
-                              "refresh_failures:%llu\r\ncrossslot:%llu\r\nclusterdown_replies:%llu\r\n",
+                              "refresh_failures:%llu\r\ncrossslot:%llu\r\nclusterdown_replies:%llu\r\n"
+                              "unconfirmed:%llu\r\nnot_rerun:%llu\r\n",
                         (unsigned long long)stats[STAT_cluster_moved],
                         (unsigned long long)stats[STAT_cluster_ask],
                         (unsigned long long)stats[STAT_cluster_tryagain],
@@ -814,7 +1077,9 @@ void cluster_write_map(struct evbuffer *out)
                         (unsigned long long)stats[STAT_cluster_refreshes],
                         (unsigned long long)stats[STAT_cluster_refresh_failures],
                         (unsigned long long)stats[STAT_cluster_crossslot],
-                        (unsigned long long)stats[STAT_cluster_down_replies]);
+                        (unsigned long long)stats[STAT_cluster_down_replies],
+                        (unsigned long long)stats[STAT_cluster_unconfirmed],
+                        (unsigned long long)stats[STAT_cluster_not_rerun]);
     reply_bulk_buffer(out, text);
     evbuffer_free(text);
 }
@@ -846,6 +1111,7 @@ static void cluster_tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     (void)arg;
     cluster_run_retries(now);
+    cluster_settle_held(now);
     if (cluster_have_map && cluster_owner_down())
         cluster_refresh_wanted = 1;
     if (cluster_refresh_due(now))
@@ -868,6 +1134,7 @@ void cluster_init(struct event_base *base, const struct config *cfg)
 void cluster_free(void)
 {
     struct cluster_retry *r;
+    struct cluster_held *h;
 
     while ((r = cluster_retries) != NULL) {
         cluster_retries = r->next;
@@ -875,6 +1142,14 @@ void cluster_free(void)
         free(r);
     }
     cluster_retries_tail = &cluster_retries;
+    while ((h = cluster_held) != NULL) {
+        cluster_held = h->next;
+        request_free(h->req);
+        evbuffer_free(h->reply);
+        free(h);
+    }
+    cluster_held_tail = &cluster_held;
+    cluster_names_free(&cluster_members);
     if (cluster_tick != NULL)
         event_free(cluster_tick);
     cluster_tick = NULL;

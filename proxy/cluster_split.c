@@ -375,6 +375,17 @@ static void split_part_free(struct request *req)
 /* ---------------------------------------------------------------------
  * Splitting */
 
+/* REQ_RERUNNABLE when S's command only reads: a part whose connection
+ * failed after it was written may be sent again. */
+static unsigned split_rerunnable(const struct split *s)
+{
+    const struct command *cmd = s->parent != NULL ? s->parent->cmd : NULL;
+
+    return cmd != NULL && (cmd->flags & CMD_READONLY) && !(cmd->flags & CMD_WRITE)
+               ? REQ_RERUNNABLE
+               : 0;
+}
+
 /* Send PART, whose bytes are in BUF (freed here), for SLOT (a slot of
  * its keys; of the primary it is for) to NODE on the shared connection of
  * CLIENT_ID: when NODE is down it waits for SLOT's owner, as any request
@@ -390,8 +401,8 @@ static void split_send(struct split_part *part, struct backend_node *node, int s
         part->counted = 1;
         client_note_parts(s->parent->client, 1);
     }
-    if (cluster_send_own(node, client_id, s->resp, slot, buf, split_part_reply, part,
-                         split_part_free) != 0) {
+    if (cluster_send_own(node, client_id, s->resp, slot, split_rerunnable(s), buf,
+                         split_part_reply, part, split_part_free) != 0) {
         static const char down[] = "-ERR backend unavailable: a cluster node is down\r\n";
         /* ctx_free ran: PART is gone; S lives on (the maker holds it). */
         s->pending--;

@@ -346,7 +346,7 @@ static void lock_send_internal(const struct script *s, const char *key, size_t k
     /* During a CLIENT PAUSE Redis holds the script: on a one-shot
      * connection. Cluster mode has no CLIENT PAUSE: sluice's shared one. */
     if (cluster_enabled())
-        rc = cluster_send_own(node, 0, 2, slot_for_key(key, keylen), buf, on_reply, ctx, ctx_free);
+        rc = cluster_send_own(node, 0, 2, slot_for_key(key, keylen), 0, buf, on_reply, ctx, ctx_free);
     else
         rc = backend_send_internal(pause_internal_conn(node, 0, 1), buf, on_reply, ctx, ctx_free);
     if (rc != 0)

@@ -77,6 +77,10 @@ enum request_flag {
     REQ_TRACKING_OFF = 1 << 22, /* cluster: CLIENT TRACKING OFF; success clears it */
     REQ_IN_MULTI = 1 << 23,     /* sent inside MULTI: Redis queues it (or flags the
                                    transaction with its error) */
+    REQ_UNWRITTEN = 1 << 24,    /* its connection went down before all of its bytes reached
+                                   the socket: Redis cannot have run it (backend.c) */
+    REQ_RERUNNABLE = 1 << 25,   /* sluice's own request that only reads: it may be sent again
+                                   after its connection failed (cluster_send_own) */
 };
 
 struct req_arg {

@@ -33,7 +33,9 @@ struct evbuffer;
     X(cluster_refresh_failures, "cluster: slot map requests that failed")    \
     X(cluster_retries, "cluster: requests retried for want of a reachable node")\
     X(cluster_crossslot, "cluster: requests refused with CROSSSLOT")         \
-    X(cluster_down_replies, "cluster: requests refused for want of a map")
+    X(cluster_down_replies, "cluster: requests refused for want of a map")   \
+    X(cluster_unconfirmed, "cluster: redirections the cluster did not confirm, passed on")\
+    X(cluster_not_rerun, "cluster: replies passed on because the command may have run")
 
 enum stats_id {
 #define X(name, doc) STAT_##name,

@@ -1121,14 +1121,16 @@ class Traffic:
         i = 0
         while not self.stop_event.is_set():
             k = f"{self.prefix}:{i % 500}"
+            op = "SET"
             try:
                 c.set(k, i)
+                op = "GET"
                 got = c.get(k)
                 if got != str(i).encode():
                     self.errors.append((time.monotonic(), f"GET {k}: {got!r} != {i}"))
                 self.ops += 1
             except redis.RedisError as e:
-                self.errors.append((time.monotonic(), repr(e)))
+                self.errors.append((time.monotonic(), f"{op}: {e!r}"))
                 time.sleep(0.01)
             i += 1
         c.close()
@@ -1204,7 +1206,12 @@ def test_primary_killed_then_served_again(csluice, redis_cluster):
         print(f"\nprimary killed: {len(t.errors)} client errors; cluster healthy "
               f"{healthy_at - killed_at:.2f} s after the kill; sluice served every slot "
               f"{served_at - healthy_at:.2f} s after that")
-        assert t.errors == [], t.errors[:5]
+        # A SET written to the victim before it died may have run there:
+        # it is not sent again, and its client is told so (issue 19). At
+        # most the one SET in flight at the kill; a GET is sent again.
+        in_doubt = [e for e in t.errors
+                    if e[1].startswith("SET: ") and "may or may not have run" in e[1]]
+        assert len(in_doubt) <= 1 and len(t.errors) == len(in_doubt), t.errors[:5]
         assert int(cluster_info(csluice)["retries"]) > 0
         assert int(csluice.info()["cluster_retries"]) > 0
     finally:
@@ -1974,7 +1981,13 @@ def test_split_commands_through_a_killed_primary(tmp_path):
         finally:
             stop.set()
             t.join(30)
-        assert errors == [], errors[:3]
+        # An MSET part written to the victim before it died may have run
+        # there: it is not sent again, and the client is told so (issue 19);
+        # at most the one MSET in flight at the kill. The reading commands'
+        # parts are sent again.
+        in_doubt = [e for e in errors if isinstance(e, str) and "MSET" in e
+                    and "may or may not have run" in e]
+        assert len(in_doubt) <= 1 and len(errors) == len(in_doubt), errors[:3]
 
 
 def test_locks_of_every_node_from_a_connection_with_a_private_one(csluice, redis_cluster, rc):
