@@ -87,7 +87,7 @@ static void test_quick_pass_agrees_with_admit(void)
         {"SET order:1 v", 0},        /* the commands rule applies */
     };
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
 
     CHECK(load("[limit users]\nkeys = user:*\nrate = 1/h\nburst = 1\n"
                "[limit sets]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
@@ -117,12 +117,13 @@ static void test_quick_pass_agrees_with_admit(void)
     CHECK(quick(lc, "GET order:1") == 0);
     CHECK(quick(lc, "GET user:1") == 1);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 static void test_key_globs_through_the_index(void)
 {
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
 
     CHECK(load("[limit prefix]\nkeys = user:*\nrate = 1/h\nburst = 1\n"
                "[limit suffix]\nkeys = *:tmp\nrate = 1/h\nburst = 1\n"
@@ -148,12 +149,13 @@ static void test_key_globs_through_the_index(void)
     /* A multi-key command matches when any key does. */
     CHECK(admit(&lc, "MGET order:1 user:9", 8, &d) == LIMITER_REJECT);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 static void test_every_matching_rule_applies(void)
 {
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
 
     CHECK(load("[limit wide]\ncommands = @string\nrate = 1/h\nburst = 3\n"
                "[limit narrow]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
@@ -167,12 +169,13 @@ static void test_every_matching_rule_applies(void)
     CHECK_STR(d.rule_name, "wide");
     CHECK(admit(&lc, "HSET h f v", 1, &d) == LIMITER_PASS);  /* not @string */
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 static void test_reload_keeps_unchanged_buckets(void)
 {
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
 
     CHECK(load("[limit a]\ncommands = GET\nrate = 1/h\nburst = 1\n"
                "[limit b]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
@@ -189,12 +192,13 @@ static void test_reload_keeps_unchanged_buckets(void)
     CHECK(load("[limit a]\nrate = soon\n") == -1);
     CHECK(admit(&lc, "GET k", 3, &d) == LIMITER_REJECT);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 static void test_many_rules_past_one_word(void)
 {
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
     char text[16384];
     size_t off = 0;
 
@@ -210,6 +214,7 @@ static void test_many_rules_past_one_word(void)
     CHECK_STR(d.rule_name, "last");
     CHECK(admit(&lc, "GET other5:x", 1, &d) == LIMITER_PASS);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 /* What a request that did not go gives back: per client and per ip
@@ -219,7 +224,7 @@ static void test_give_back(void)
     struct sockaddr_in sin = {.sin_family = AF_INET};
     struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
     struct limiter_client *lc = NULL;
-    struct limiter_decision d, first;
+    struct limiter_decision d = {0}, first = {0};
 
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
     CHECK(load("[limit ips]\ncommands = GET\nper = ip\nrate = 1/h\nburst = 1\n"
@@ -237,6 +242,8 @@ static void test_give_back(void)
     CHECK(admit(&lc, "GET a", 2, &d) == LIMITER_PASS);
     CHECK(admit(&lc, "GET a", 2, &d) == LIMITER_REJECT);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
+    limiter_decision_free(&first);
 }
 
 static void test_cleanup(void)
