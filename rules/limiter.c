@@ -482,6 +482,21 @@ static uint64_t limiter_key_filter(int w, const struct sv *argv, const int *pos,
     return may;
 }
 
+/* The positions of the request's keys into *POS (16 of room; more are
+ * allocated there when ARGC is larger). Returns their count, or -2 when
+ * memory ran out: then no key filter is known, and every keyed rule
+ * applies rather than one be skipped. */
+static int limiter_find_keys(const struct command *cmd, const struct sv *argv, int argc, int **pos)
+{
+    if (argc > 16) {
+        int *room = malloc(sizeof(*room) * (size_t)argc);
+        if (room == NULL)
+            return -2;
+        *pos = room;
+    }
+    return commands_keys(cmd, argc, argv, *pos, argc > 16 ? argc : 16);
+}
+
 /* The client's rules that CMD (known to the table) meets: the candidates
  * are the client's rules AND the command's, then for keyed rules the
  * first-byte filter and the globs, with the request's keys found once. */
@@ -494,18 +509,16 @@ static void limiter_scan_known(struct limiter_pass *p, struct limiter_client *lc
     for (int w = 0; w < limiter_words; w++) {
         uint64_t bits = lc->rule_bits[w] & cmd_bits[w];
         if ((bits & limiter_keyed_bits[w]) != 0) {
-            if (nkeys < 0) {
-                if (argc > 16)
-                    pos = malloc(sizeof(*pos) * (size_t)argc);
-                nkeys = commands_keys(cmd, argc, argv, pos, argc > 16 ? argc : 16);
-            }
-            bits &= limiter_key_filter(w, argv, pos, nkeys);
+            if (nkeys == -1)
+                nkeys = limiter_find_keys(cmd, argv, argc, &pos);
+            if (nkeys >= 0)
+                bits &= limiter_key_filter(w, argv, pos, nkeys);
         }
         while (bits != 0) {
             int i = w * 64 + __builtin_ctzll(bits);
             struct limiter_entry *e = &lc->entries[lc->entry_of[i]];
             bits &= bits - 1;
-            if ((limiter_keyed_bits[w] & (1ULL << (i % 64))) &&
+            if (nkeys >= 0 && (limiter_keyed_bits[w] & (1ULL << (i % 64))) &&
                 !rules_keys_match(e->state->rule, argv, pos, nkeys))
                 continue;
             limiter_apply(p, e);

@@ -748,7 +748,7 @@ static int rules_any_key_matches(const struct rule_full *r, const struct command
     if (argc > RULES_KEYS_ON_STACK) {
         pos = malloc(sizeof(*pos) * (size_t)argc);
         if (pos == NULL)
-            return 0;
+            return 1;   /* its keys cannot be found: the rule applies, never skipped */
         max = argc;
     }
     n = commands_keys(cmd, argc, argv, pos, max);

@@ -13,7 +13,8 @@ add up: matched = admitted + rejected + delayed.
 import pytest
 
 from helpers import Err, RawConn, SLOW, wait_until
-from test_rules import call, count_admitted, is_throttled, rule_counters, start_with_rules
+from test_rules import (call, count_admitted, is_throttled, rule_counters, run_check,
+                        start_with_rules)
 
 
 def generous(name, scope="local"):
@@ -254,3 +255,24 @@ def test_long_rule_name_is_refused_at_load(redis_factory, sluice_factory, tmp_pa
     reply = call(s.client(), "PROXY", "RELOAD")
     assert isinstance(reply, Err) and "rules.ini:3:" in reply and "name" in reply, reply
     assert "ok" in rule_counters(s)
+    p = run_check(tmp_path, "\n" + tight("r" * 101, 1))
+    assert p.returncode == 1 and "rules.ini:3: rule name longer than 100 bytes" in p.stderr, p.stderr
+    assert run_check(tmp_path, "\n" + tight("r" * 100, 1)).returncode == 0
+
+
+@pytest.mark.parametrize("nkeys", [17, 70])
+def test_key_past_the_first_sixteen_matches(nkeys, redis_factory, sluice_factory):
+    """A keyed rule matches a request by any of its keys, however many come
+    before the one that matches."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit secrets]
+keys = secret:*
+rate = 1/h
+burst = 2
+""")
+    c = s.client()
+    keys = [f"k{i}" for i in range(nkeys - 1)] + ["secret:1"]
+    assert count_admitted(c, ["MGET"] + keys, 5) == 2
+    mset = [x for k in keys for x in (k, "v")]
+    assert count_admitted(c, ["MSET"] + mset, 5) == 0
+    assert_adds_up(rule_counters(s), "secrets", 10, 2)
