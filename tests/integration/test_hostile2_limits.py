@@ -8,6 +8,9 @@ MONITOR connection, after RESET. A shared bucket's key keeps the whole
 identity (a long CLIENT SETNAME name), so two clients never share a
 bucket by a common prefix. PROXY RULES counters of the rule that decides
 add up: matched = admitted + rejected + delayed.
+
+The tests of RESET, RESP3 subscribers, CLIENT REPLY OFF and keys past the
+16th passed before the fix too: they guard the rest of the class.
 """
 
 import pytest
@@ -195,6 +198,19 @@ def test_monitor_connection_is_limited(redis_factory, sluice_factory):
             conn.send_command("CLIENT", "ID")
         assert count_raw(conn, 30, ignore_status=True) == (5, 25)
     assert_adds_up(rule_counters(s), "ids", 30, 5)
+
+
+def test_reply_off_is_limited(redis_factory, sluice_factory):
+    """Under CLIENT REPLY OFF commands still run in Redis: limited, the
+    refusals unanswered, as any reply there."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, tight("incrs", 5, commands="INCR"))
+    with RawConn(s.port, timeout=10 * SLOW) as conn:
+        conn.send_command("CLIENT", "REPLY", "OFF")
+        for _ in range(20):
+            conn.send_command("INCR", "n")
+        assert conn.call("CLIENT", "REPLY", "ON") == "OK"
+        assert conn.call("GET", "n") == b"5"
+    assert_adds_up(rule_counters(s), "incrs", 20, 5)
 
 
 def test_delay_rule_on_subscribed_connection(redis_factory, sluice_factory):
