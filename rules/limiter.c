@@ -354,7 +354,7 @@ static void limiter_identity_key(const struct rule *r, const char *kind, const c
         return;
     }
     if (EVP_Digest(id, len, digest, &n, EVP_sha256(), NULL) != 1)
-        n = 0;   /* no digest: every long name shares one bucket, never another's */
+        n = 0;   /* no digest: long names share one bucket, never a short name's */
     for (unsigned int i = 0; i < n; i++)
         snprintf(hex + 2 * i, 3, "%02x", digest[i]);
     hex[2 * n] = '\0';
@@ -650,7 +650,7 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
     if (limiter_decision_reserve(out, lc->count) != 0) {
         out->verdict = LIMITER_REJECT;
         out->wait_us = 1000;
-        snprintf(out->rule_name, sizeof(out->rule_name), "%s", lc->entries[0].state->rule->name);
+        snprintf(out->rule_name, sizeof(out->rule_name), "(sluice out of memory)");
         return;
     }
     if (cmd != NULL) {
