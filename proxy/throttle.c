@@ -32,6 +32,7 @@
 #include "pause.h"
 #include "request.h"
 #include "router.h"
+#include "rules.h"
 #include "scripts.h"
 #include "server.h"
 #include "stats.h"
@@ -53,11 +54,12 @@ struct throttle_hold {
     uint64_t wait_us;           /* the longest wait any rule asked for */
     int rejected;
     char error[192];
-    /* Tokens to give back if the request does not go. */
+    /* Tokens to give back if the request does not go: one per matching
+     * local rule, and room for a grant of each shared rule asked. */
     int taken_count;
-    struct limiter_taken taken[LIMITER_MAX_TAKEN];
+    struct limiter_taken *taken;
     int granted_count;
-    struct throttle_granted granted[LIMITER_MAX_SHARED];
+    struct throttle_granted *granted;
 };
 
 /* One message about a shared bucket, the ctx of its internal request: a
@@ -72,6 +74,9 @@ struct throttle_ask {
 };
 
 static const struct script *throttle_bucket_script;
+/* The decision of the request being admitted (throttle_decision.limits):
+ * its arrays grow to the most rules a client has matched, and stay. */
+static struct limiter_decision throttle_limits;
 static void throttle_index_exempt(void);
 static uint64_t throttle_last_cron_us;
 
@@ -115,7 +120,7 @@ static void throttle_reject_text(char *out, size_t size, const char *rule, uint6
 {
     uint64_t ms = (wait_us + 999) / 1000;
 
-    snprintf(out, size, "-THROTTLED rule %s retry_after_ms=%llu", rule,
+    snprintf(out, size, "-THROTTLED rule %.*s retry_after_ms=%llu", RULES_NAME_MAX, rule,
              (unsigned long long)(ms > 0 ? ms : 1));
 }
 
@@ -144,12 +149,15 @@ static void throttle_index_exempt(void)
 }
 
 /* Requests the rules never see: sluice's own PROXY command (operators
- * must reach it), the commands above, and all a pub/sub client sends. */
-static int throttle_exempt(const struct client *c, const struct request *req,
-                           const struct sv *argv)
+ * must reach it) and the commands above. Whatever state C is in (pub/sub
+ * or after it, MONITOR, CLIENT REPLY OFF, MULTI) is no reason: Redis runs
+ * commands there too, and which ones sluice cannot know for certain before
+ * the replies to C's earlier commands are back (a pipelined UNSUBSCRIBE
+ * ends the subscribed context). A refusal then waits for its fence (see
+ * client.c), and a held request is sent on C's stream when released. Only
+ * a SYNC tunnel's bytes are never parsed, and so never limited. */
+static int throttle_exempt(const struct request *req, const struct sv *argv)
 {
-    if (c->flags & CLIENT_PASSTHROUGH)
-        return 1;
     if (req->cmd == NULL)
         return req->argc > 0 && sv_ieq(argv[0], "proxy");
     return throttle_exempt_by_id[req->cmd->id];
@@ -173,10 +181,11 @@ static __attribute__((noinline)) enum throttle_verdict
 throttle_admit_ruled(struct client *c, struct request *req, const struct sv *argv,
                      struct throttle_decision *out)
 {
-    struct limiter_decision *d = &out->limits;
+    struct limiter_decision *d = &throttle_limits;
     struct limiter_identity who;
     int enforce = 0;
 
+    out->limits = d;
     throttle_identity(c, &who);
     limiter_admit(&c->limiter, &who, req->cmd, argv, req->argc, 0, d);
     switch (d->verdict) {
@@ -204,7 +213,7 @@ throttle_admit_ruled(struct client *c, struct request *req, const struct sv *arg
 enum throttle_verdict throttle_admit(struct client *c, struct request *req,
                                      const struct sv *argv, struct throttle_decision *out)
 {
-    if (!limiter_active() || throttle_exempt(c, req, argv) ||
+    if (!limiter_active() || throttle_exempt(req, argv) ||
         limiter_quick_pass(c->limiter, req->cmd, argv, req->argc))
         return THROTTLE_PASS;
     return throttle_admit_ruled(c, req, argv, out);
@@ -215,6 +224,8 @@ static void throttle_hold_free(struct throttle_hold *h)
     if (h->timer != NULL)
         event_free(h->timer);
     request_free(h->req);
+    free(h->taken);
+    free(h->granted);
     free(h);
 }
 
@@ -328,8 +339,8 @@ static void throttle_answer(struct throttle_hold *h, const struct limiter_shared
     }
     if (h->rejected || h->c == NULL)
         throttle_send_refund(&g);
-    else if (h->granted_count < LIMITER_MAX_SHARED)
-        h->granted[h->granted_count++] = g;
+    else
+        h->granted[h->granted_count++] = g;   /* room for each ask: throttle_hold */
     if (wait_us > h->wait_us)
         h->wait_us = wait_us;
 }
@@ -408,22 +419,52 @@ static void throttle_send_ask(struct throttle_ask *a)
     evbuffer_free(buf);
 }
 
-void throttle_hold(struct client *c, struct request *req, const struct throttle_decision *d)
+/* A new hold of REQ for C with room for what the decision D gave and
+ * may give: its tokens taken, a grant per shared rule asked. NULL when
+ * memory ran out. */
+static struct throttle_hold *throttle_hold_new(struct client *c, struct request *req,
+                                               const struct limiter_decision *d)
 {
     struct throttle_hold *h = calloc(1, sizeof(*h));
 
+    if (h == NULL)
+        return NULL;
+    h->taken = calloc((size_t)d->taken_count + 1, sizeof(*h->taken));
+    h->granted = calloc((size_t)d->ask_count + 1, sizeof(*h->granted));
+    if (h->taken == NULL || h->granted == NULL) {
+        free(h->taken);
+        free(h->granted);
+        free(h);
+        return NULL;
+    }
     h->c = c;
     h->req = req;
-    h->wait_us = d->limits.wait_us;
-    h->taken_count = d->limits.taken_count;
-    memcpy(h->taken, d->limits.taken, sizeof(h->taken[0]) * (size_t)h->taken_count);
+    h->wait_us = d->wait_us;
+    h->taken_count = d->taken_count;
+    memcpy(h->taken, d->taken, sizeof(h->taken[0]) * (size_t)d->taken_count);
+    return h;
+}
+
+void throttle_hold(struct client *c, struct request *req, const struct throttle_decision *td)
+{
+    const struct limiter_decision *d = td->limits;
+    struct throttle_hold *h = throttle_hold_new(c, req, d);
+
+    if (h == NULL) {
+        /* It does not go: its tokens go back, and it is answered. */
+        struct limiter_identity who;
+        throttle_identity(c, &who);
+        limiter_give_back(c->limiter, &who, d->taken, d->taken_count);
+        client_release_held(c, req, "OOM sluice is out of memory");
+        return;
+    }
     c->throttle_hold = h;
     /* Counted before any is sent: a failed send settles at once. */
-    h->asks_pending = d->limits.ask_count + 1;
-    for (int i = 0; i < d->limits.ask_count; i++) {
+    h->asks_pending = d->ask_count + 1;
+    for (int i = 0; i < d->ask_count; i++) {
         struct throttle_ask *a = calloc(1, sizeof(*a));
         a->hold = h;
-        a->ask = d->limits.ask[i];
+        a->ask = d->ask[i];
         throttle_send_ask(a);
     }
     if (--h->asks_pending == 0)
@@ -469,4 +510,5 @@ void throttle_shutdown(void)
     errlist_free(&errs);
     free(throttle_exempt_by_id);
     throttle_exempt_by_id = NULL;
+    limiter_decision_free(&throttle_limits);
 }

@@ -19,8 +19,10 @@ enum throttle_verdict {
     THROTTLE_HOLD,    /* hand it to throttle_hold: it waits (delay or Redis) */
 };
 
+/* LIMITS is throttle's own, valid until the next throttle_admit: what
+ * must live longer (a held request's) is copied by throttle_hold. */
 struct throttle_decision {
-    struct limiter_decision limits;
+    const struct limiter_decision *limits;
     char error[192];  /* REJECT: "-THROTTLED rule NAME retry_after_ms=N" */
 };
 

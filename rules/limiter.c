@@ -13,6 +13,7 @@
 
 #include <event2/buffer.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,17 @@
 
 #define LIMITER_KEYED_CHAINS 256
 #define LIMITER_DRYRUN_LOG_EVERY_US 1000000
+/* A user or client name longer than this goes into a shared bucket's key
+ * as its SHA-256 (limiter_shared_key), so the key always fits. */
+#define LIMITER_KEY_IDENTITY_MAX 64
+
+_Static_assert(RULES_NAME_MAX < sizeof(((struct limiter_decision *)0)->rule_name),
+               "a rule name fits a decision");
+_Static_assert(sizeof("sluice:bucket:{}:client:4294967295:18446744073709551615") + RULES_NAME_MAX <=
+                   sizeof(((struct limiter_shared_ask *)0)->key) &&
+               sizeof("sluice:bucket:{}:name-sha256:") + RULES_NAME_MAX + 64 <=
+                   sizeof(((struct limiter_shared_ask *)0)->key),
+               "every shared bucket key fits");
 
 /* A bucket of one ip, user or name, for a rule with per = ip/user/name. */
 struct keyed_bucket {
@@ -89,6 +101,17 @@ static uint64_t *limiter_first_byte_bits;
 static int *limiter_key_pos;
 static uint64_t limiter_generation = 1;
 static uint64_t limiter_next_state_id = 1;
+
+/* A local enforce rule a request matches, and what its bucket says. */
+struct limiter_match {
+    struct rule_state *st;
+    struct bucket *bucket;
+    uint64_t wait_us;
+};
+
+/* Room for one request's local enforce rules: one per rule of the set,
+ * so every matching rule has its place (limiter_apply). */
+static struct limiter_match *limiter_matches;
 
 static unsigned limiter_hash(const char *s)
 {
@@ -174,11 +197,14 @@ static void limiter_index_commands(int count)
     free(limiter_keyed_bits);
     free(limiter_first_byte_bits);
     free(limiter_key_pos);
+    free(limiter_matches);
     limiter_cmd_bits = limiter_keyed_bits = limiter_first_byte_bits = NULL;
     limiter_key_pos = NULL;
+    limiter_matches = NULL;
     limiter_words = (count + 63) / 64;
     if (count == 0)
         return;
+    limiter_matches = calloc((size_t)count, sizeof(*limiter_matches));
     limiter_keyed_bits = calloc((size_t)limiter_words, sizeof(uint64_t));
     limiter_first_byte_bits = calloc(256 * (size_t)limiter_words, sizeof(uint64_t));
     for (int i = 0; i < count; i++) {
@@ -310,6 +336,31 @@ static void limiter_dryrun_hit(struct rule_state *st, uint64_t now_us, uint64_t 
                (unsigned long long)st->dryrun_hits);
 }
 
+/* The key of rule R's shared bucket for the user or client name ID, of
+ * kind KIND ("user", "name"): ID itself, or when it is long, "KIND-sha256:"
+ * and its digest in hex. Never cut short: two names that share a prefix
+ * must not share a bucket, and a short name cannot be taken for a digest
+ * (its kind is another). */
+static void limiter_identity_key(const struct rule *r, const char *kind, const char *id,
+                                 char *out, size_t size)
+{
+    size_t len = strlen(id);
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    char hex[2 * EVP_MAX_MD_SIZE + 1];
+
+    if (len <= LIMITER_KEY_IDENTITY_MAX) {
+        snprintf(out, size, "sluice:bucket:{%s}:%s:%s", r->name, kind, id);
+        return;
+    }
+    if (EVP_Digest(id, len, digest, &n, EVP_sha256(), NULL) != 1)
+        n = 0;   /* no digest: long names share one bucket, never a short name's */
+    for (unsigned int i = 0; i < n; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    hex[2 * n] = '\0';
+    snprintf(out, size, "sluice:bucket:{%s}:%s-sha256:%s", r->name, kind, hex);
+}
+
 /* The shared bucket key of rule ST for WHO, in one hash slot per rule. */
 static void limiter_shared_key(const struct rule_state *st, const struct limiter_identity *who,
                                char *out, size_t size)
@@ -323,20 +374,12 @@ static void limiter_shared_key(const struct rule_state *st, const struct limiter
         break;
     case RULE_PER_IP: snprintf(out, size, "sluice:bucket:{%s}:ip:%s", r->name, who->ip); break;
     case RULE_PER_USER:
-        snprintf(out, size, "sluice:bucket:{%s}:user:%s", r->name, who->user ? who->user : "default");
+        limiter_identity_key(r, "user", who->user ? who->user : "default", out, size);
         break;
-    case RULE_PER_NAME:
-        snprintf(out, size, "sluice:bucket:{%s}:name:%s", r->name, who->name ? who->name : "");
-        break;
+    case RULE_PER_NAME: limiter_identity_key(r, "name", who->name ? who->name : "", out, size); break;
     case RULE_PER_RULE: snprintf(out, size, "sluice:bucket:{%s}", r->name); break;
     }
 }
-
-struct limiter_match {
-    struct rule_state *st;
-    struct bucket *bucket;
-    uint64_t wait_us;
-};
 
 static void limiter_reject(struct limiter_decision *out, const struct rule_state *st, uint64_t wait_us)
 {
@@ -371,19 +414,20 @@ static void limiter_decide(struct limiter_match *m, int n, struct limiter_decisi
             m[i].st->delayed++;
         else
             m[i].st->admitted++;
-        if (out->taken_count < LIMITER_MAX_TAKEN)
-            out->taken[out->taken_count++] = (struct limiter_taken){m[i].st->id, m[i].wait_us > 0};
+        out->taken[out->taken_count++] = (struct limiter_taken){m[i].st->id, m[i].wait_us > 0};
     }
     out->verdict = delay > 0 ? LIMITER_DELAY : LIMITER_PASS;
     out->wait_us = delay;
 }
 
 /* What one request does to the rule of entry E, which it matches: a
- * question for Redis (shared), a dry-run count, or a candidate in M. */
+ * question for Redis (shared), a dry-run count, or a candidate in M. M
+ * (limiter_matches) and OUT's arrays have room for every rule of the
+ * client (limiter_decision_reserve). */
 struct limiter_pass {
     const struct limiter_identity *who;
     uint64_t now_us;                  /* 0 until first needed */
-    struct limiter_match m[16];
+    struct limiter_match *m;
     int n;
     struct limiter_decision *out;
 };
@@ -396,16 +440,14 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
 
     st->matched++;
     if (r->scope == RULE_SCOPE_SHARED) {
-        if (out->ask_count < LIMITER_MAX_SHARED) {
-            struct limiter_shared_ask *a = &out->ask[out->ask_count++];
-            a->rule_id = st->id;
-            limiter_shared_key(st, p->who, a->key, sizeof(a->key));
-            snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
-            a->rate_per_s = r->rate_per_s;
-            a->burst = r->burst;
-            a->max_wait_us = r->action == RULE_ACTION_DELAY ? r->max_delay_us : 0;
-            a->dryrun = r->mode == RULE_MODE_DRYRUN;
-        }
+        struct limiter_shared_ask *a = &out->ask[out->ask_count++];
+        a->rule_id = st->id;
+        limiter_shared_key(st, p->who, a->key, sizeof(a->key));
+        snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
+        a->rate_per_s = r->rate_per_s;
+        a->burst = r->burst;
+        a->max_wait_us = r->action == RULE_ACTION_DELAY ? r->max_delay_us : 0;
+        a->dryrun = r->mode == RULE_MODE_DRYRUN;
         return;
     }
     if (p->now_us == 0)
@@ -420,8 +462,7 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
             bucket_take(b);   /* it models the limit as if enforced */
         return;
     }
-    if (p->n < 16)
-        p->m[p->n++] = (struct limiter_match){st, b, wait};
+    p->m[p->n++] = (struct limiter_match){st, b, wait};
 }
 
 /* Of the keyed rules in word W, those one of the request's keys (POS, N)
@@ -441,6 +482,21 @@ static uint64_t limiter_key_filter(int w, const struct sv *argv, const int *pos,
     return may;
 }
 
+/* The positions of the request's keys into *POS (16 of room; more are
+ * allocated there when ARGC is larger). Returns their count, or -2 when
+ * memory ran out: then no key filter is known, and every keyed rule
+ * applies rather than one be skipped. */
+static int limiter_find_keys(const struct command *cmd, const struct sv *argv, int argc, int **pos)
+{
+    if (argc > 16) {
+        int *room = malloc(sizeof(*room) * (size_t)argc);
+        if (room == NULL)
+            return -2;
+        *pos = room;
+    }
+    return commands_keys(cmd, argc, argv, *pos, argc > 16 ? argc : 16);
+}
+
 /* The client's rules that CMD (known to the table) meets: the candidates
  * are the client's rules AND the command's, then for keyed rules the
  * first-byte filter and the globs, with the request's keys found once. */
@@ -453,18 +509,16 @@ static void limiter_scan_known(struct limiter_pass *p, struct limiter_client *lc
     for (int w = 0; w < limiter_words; w++) {
         uint64_t bits = lc->rule_bits[w] & cmd_bits[w];
         if ((bits & limiter_keyed_bits[w]) != 0) {
-            if (nkeys < 0) {
-                if (argc > 16)
-                    pos = malloc(sizeof(*pos) * (size_t)argc);
-                nkeys = commands_keys(cmd, argc, argv, pos, argc > 16 ? argc : 16);
-            }
-            bits &= limiter_key_filter(w, argv, pos, nkeys);
+            if (nkeys == -1)
+                nkeys = limiter_find_keys(cmd, argv, argc, &pos);
+            if (nkeys >= 0)
+                bits &= limiter_key_filter(w, argv, pos, nkeys);
         }
         while (bits != 0) {
             int i = w * 64 + __builtin_ctzll(bits);
             struct limiter_entry *e = &lc->entries[lc->entry_of[i]];
             bits &= bits - 1;
-            if ((limiter_keyed_bits[w] & (1ULL << (i % 64))) &&
+            if (nkeys >= 0 && (limiter_keyed_bits[w] & (1ULL << (i % 64))) &&
                 !rules_keys_match(e->state->rule, argv, pos, nkeys))
                 continue;
             limiter_apply(p, e);
@@ -536,15 +590,46 @@ int limiter_quick_pass(struct limiter_client *lc, const struct command *cmd,
     return 1;
 }
 
+void limiter_decision_free(struct limiter_decision *d)
+{
+    free(d->ask);
+    free(d->taken);
+    d->ask = NULL;
+    d->taken = NULL;
+    d->ask_cap = d->taken_cap = d->ask_count = d->taken_count = 0;
+}
+
+/* Room in D for N shared questions and N tokens taken. Returns 0, or -1
+ * when memory ran out (D keeps what it had). */
+static int limiter_decision_reserve(struct limiter_decision *d, int n)
+{
+    if (d->ask_cap < n) {
+        struct limiter_shared_ask *ask = realloc(d->ask, sizeof(*ask) * (size_t)n);
+        if (ask == NULL)
+            return -1;
+        d->ask = ask;
+        d->ask_cap = n;
+    }
+    if (d->taken_cap < n) {
+        struct limiter_taken *taken = realloc(d->taken, sizeof(*taken) * (size_t)n);
+        if (taken == NULL)
+            return -1;
+        d->taken = taken;
+        d->taken_cap = n;
+    }
+    return 0;
+}
+
 void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *who,
                    const struct command *cmd, const struct sv *argv, int argc,
                    uint64_t now_us, struct limiter_decision *out)
 {
     struct limiter_client *lc = *lcp;
-    struct limiter_pass p;   /* not zeroed as a whole: m[] is filled as used */
+    struct limiter_pass p;
 
     p.who = who;
     p.now_us = now_us;
+    p.m = limiter_matches;
     p.n = 0;
     p.out = out;
 
@@ -560,6 +645,14 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
         limiter_client_refresh(lc, who);
     if (lc->count == 0)
         return;
+    /* Each of the client's rules may match: room for all of them. Without
+     * it the request is refused, as no rule may be skipped. */
+    if (limiter_decision_reserve(out, lc->count) != 0) {
+        out->verdict = LIMITER_REJECT;
+        out->wait_us = 1000;
+        snprintf(out->rule_name, sizeof(out->rule_name), "(sluice out of memory)");
+        return;
+    }
     if (cmd != NULL) {
         limiter_scan_known(&p, lc, cmd, argv, argc);
     } else {

@@ -32,13 +32,11 @@ enum limiter_verdict {
     LIMITER_ASK,        /* local rules admit; shared buckets must be asked */
 };
 
-#define LIMITER_MAX_SHARED 4
-
 /* One shared bucket to ask Redis about with lua/bucket.lua. */
 struct limiter_shared_ask {
     uint64_t rule_id;       /* for limiter_shared_done */
-    char key[256];          /* the bucket key */
-    char rule_name[128];
+    char key[256];          /* the bucket key (limiter_shared_key: it always fits) */
+    char rule_name[128];    /* rule names are shorter (RULES_NAME_MAX) */
     double rate_per_s;
     double burst;
     uint64_t max_wait_us;   /* 0 for reject rules */
@@ -52,17 +50,22 @@ struct limiter_taken {
     int delayed;            /* counted as delayed, else as admitted */
 };
 
-#define LIMITER_MAX_TAKEN 16
-
+/* What limiter_admit decided. Every matching rule is in it, however many:
+ * ASK and TAKEN grow as needed (to the client's rule count) and are kept
+ * for the next decision made into the same struct. Start it zeroed, and
+ * free its arrays with limiter_decision_free. */
 struct limiter_decision {
     enum limiter_verdict verdict;
     uint64_t wait_us;       /* DELAY: how long; REJECT: retry after */
     char rule_name[128];    /* REJECT: the rule */
-    int ask_count;
-    struct limiter_shared_ask ask[LIMITER_MAX_SHARED];
+    int ask_count;          /* ASK: the shared buckets to ask, in ask[] */
+    struct limiter_shared_ask *ask;
     int taken_count;        /* PASS, DELAY, ASK: the local rules that gave a token */
-    struct limiter_taken taken[LIMITER_MAX_TAKEN];
+    struct limiter_taken *taken;
+    int ask_cap, taken_cap; /* entries allocated */
 };
+
+void limiter_decision_free(struct limiter_decision *d);
 
 /* Load PATH (NULL: no rules) as the live set. Rules whose name and
  * parameters are unchanged keep their buckets and counters. On any error
@@ -85,7 +88,8 @@ int limiter_quick_pass(struct limiter_client *lc, const struct command *cmd,
                        const struct sv *argv, int argc);
 
 /* Decide for one request of the client *LC (created on first use; free
- * with limiter_client_free). Fast when no rule can match the client.
+ * with limiter_client_free) into OUT (zeroed, or used before: see struct
+ * limiter_decision). Fast when no rule can match the client.
  * NOW_US: a monotonic clock in microseconds, or 0 to have it read only
  * when a local bucket is looked at (server_pass_now_us). */
 void limiter_admit(struct limiter_client **lc, const struct limiter_identity *who,

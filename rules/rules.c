@@ -491,6 +491,10 @@ static void rules_start(struct rules_parse *p, const struct inifile_header *h)
                     h->section ? h->section : "");
         return;
     }
+    if (strlen(name) > RULES_NAME_MAX) {
+        errlist_add(p->errs, p->path, h->line, "rule name longer than %d bytes", RULES_NAME_MAX);
+        return;
+    }
     first = rules_find_name(p->rs, name);
     if (first != NULL) {
         errlist_add(p->errs, p->path, h->line, "duplicate rule name '%s' (first on line %d)",
@@ -744,7 +748,7 @@ static int rules_any_key_matches(const struct rule_full *r, const struct command
     if (argc > RULES_KEYS_ON_STACK) {
         pos = malloc(sizeof(*pos) * (size_t)argc);
         if (pos == NULL)
-            return 0;
+            return 1;   /* its keys cannot be found: the rule applies, never skipped */
         max = argc;
     }
     n = commands_keys(cmd, argc, argv, pos, max);

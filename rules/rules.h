@@ -52,6 +52,10 @@ struct rule {
     enum rule_mode mode;
 };
 
+/* The longest rule name, in bytes: it goes into shared bucket keys and
+ * -THROTTLED replies. A longer one is an error FILE:LINE at load. */
+#define RULES_NAME_MAX 100
+
 struct rule_set;
 
 /* Load the rule file at PATH. commands_init() must have run. Returns the

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -87,7 +88,7 @@ static void test_quick_pass_agrees_with_admit(void)
         {"SET order:1 v", 0},        /* the commands rule applies */
     };
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
 
     CHECK(load("[limit users]\nkeys = user:*\nrate = 1/h\nburst = 1\n"
                "[limit sets]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
@@ -117,12 +118,13 @@ static void test_quick_pass_agrees_with_admit(void)
     CHECK(quick(lc, "GET order:1") == 0);
     CHECK(quick(lc, "GET user:1") == 1);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 static void test_key_globs_through_the_index(void)
 {
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
 
     CHECK(load("[limit prefix]\nkeys = user:*\nrate = 1/h\nburst = 1\n"
                "[limit suffix]\nkeys = *:tmp\nrate = 1/h\nburst = 1\n"
@@ -148,12 +150,13 @@ static void test_key_globs_through_the_index(void)
     /* A multi-key command matches when any key does. */
     CHECK(admit(&lc, "MGET order:1 user:9", 8, &d) == LIMITER_REJECT);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 static void test_every_matching_rule_applies(void)
 {
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
 
     CHECK(load("[limit wide]\ncommands = @string\nrate = 1/h\nburst = 3\n"
                "[limit narrow]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
@@ -167,12 +170,13 @@ static void test_every_matching_rule_applies(void)
     CHECK_STR(d.rule_name, "wide");
     CHECK(admit(&lc, "HSET h f v", 1, &d) == LIMITER_PASS);  /* not @string */
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 static void test_reload_keeps_unchanged_buckets(void)
 {
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
 
     CHECK(load("[limit a]\ncommands = GET\nrate = 1/h\nburst = 1\n"
                "[limit b]\ncommands = SET\nrate = 1/h\nburst = 1\n") == 0);
@@ -189,12 +193,13 @@ static void test_reload_keeps_unchanged_buckets(void)
     CHECK(load("[limit a]\nrate = soon\n") == -1);
     CHECK(admit(&lc, "GET k", 3, &d) == LIMITER_REJECT);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
 }
 
 static void test_many_rules_past_one_word(void)
 {
     struct limiter_client *lc = NULL;
-    struct limiter_decision d;
+    struct limiter_decision d = {0};
     char text[16384];
     size_t off = 0;
 
@@ -210,6 +215,78 @@ static void test_many_rules_past_one_word(void)
     CHECK_STR(d.rule_name, "last");
     CHECK(admit(&lc, "GET other5:x", 1, &d) == LIMITER_PASS);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
+}
+
+/* No fixed count of matching rules: the 40th local rule refuses, every
+ * one of 40 gives its token, and 10 shared rules are all asked. */
+static void test_no_cap_on_matching_rules(void)
+{
+    struct limiter_client *lc = NULL;
+    struct limiter_decision d = {0};
+    static char text[8192];
+    size_t off = 0;
+
+    for (int i = 0; i < 39; i++)
+        off += (size_t)snprintf(text + off, sizeof(text) - off,
+                                "[limit wide%d]\ncommands = GET\nrate = 1000/s\nburst = 1000\n", i);
+    for (int i = 0; i < 10; i++)
+        off += (size_t)snprintf(text + off, sizeof(text) - off,
+                                "[limit shared%d]\ncommands = SET\nrate = 1/h\nscope = shared\n", i);
+    snprintf(text + off, sizeof(text) - off, "[limit last]\ncommands = GET\nrate = 1/h\nburst = 2\n");
+    CHECK(load(text) == 0);
+    CHECK(admit(&lc, "GET k", 1, &d) == LIMITER_PASS);
+    CHECK(d.taken_count == 40);
+    CHECK(admit(&lc, "GET k", 1, &d) == LIMITER_PASS);
+    CHECK(admit(&lc, "GET k", 1, &d) == LIMITER_REJECT);
+    CHECK_STR(d.rule_name, "last");
+    CHECK(admit(&lc, "SET k v", 1, &d) == LIMITER_ASK);
+    CHECK(d.ask_count == 10);
+    for (int i = 0; i < d.ask_count; i++) {
+        char name[24];
+        snprintf(name, sizeof(name), "shared%d", i);
+        CHECK_STR(d.ask[i].rule_name, name);
+    }
+    limiter_client_free(lc);
+    limiter_decision_free(&d);
+}
+
+/* The shared bucket key of a long client name: bounded, and its own for
+ * each name, however long the prefix two names share. */
+static void test_shared_key_of_long_names(void)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
+    struct limiter_client *la = NULL, *lb = NULL;
+    struct limiter_decision a = {0}, b = {0};
+    char name_a[400], name_b[400];
+    struct sv argv[2] = {{"GET", 3}, {"k", 1}};
+
+    memset(name_a, 'n', sizeof(name_a));
+    memcpy(name_b, name_a, sizeof(name_b));
+    name_a[398] = 'a';
+    name_b[398] = 'b';
+    name_a[399] = name_b[399] = '\0';
+    CHECK(load("[limit by-name]\nper = name\nscope = shared\nrate = 1/h\n") == 0);
+    who.name = name_a;
+    limiter_admit(&la, &who, commands_resolve(2, argv), argv, 2, 1, &a);
+    who.name = name_b;
+    who.client_id = 2;
+    limiter_admit(&lb, &who, commands_resolve(2, argv), argv, 2, 1, &b);
+    CHECK(a.verdict == LIMITER_ASK && b.verdict == LIMITER_ASK);
+    CHECK(a.ask_count == 1 && b.ask_count == 1);
+    CHECK(strcmp(a.ask[0].key, b.ask[0].key) != 0);
+    CHECK(strncmp(a.ask[0].key, "sluice:bucket:{by-name}:name-sha256:", 36) == 0);
+    CHECK(strlen(a.ask[0].key) == 36 + 64);
+    /* A short name stays as it is. */
+    who.name = "app";
+    limiter_client_changed(la);
+    limiter_admit(&la, &who, commands_resolve(2, argv), argv, 2, 1, &a);
+    CHECK_STR(a.ask[0].key, "sluice:bucket:{by-name}:name:app");
+    limiter_client_free(la);
+    limiter_client_free(lb);
+    limiter_decision_free(&a);
+    limiter_decision_free(&b);
 }
 
 /* What a request that did not go gives back: per client and per ip
@@ -219,7 +296,7 @@ static void test_give_back(void)
     struct sockaddr_in sin = {.sin_family = AF_INET};
     struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
     struct limiter_client *lc = NULL;
-    struct limiter_decision d, first;
+    struct limiter_decision d = {0}, first = {0};
 
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
     CHECK(load("[limit ips]\ncommands = GET\nper = ip\nrate = 1/h\nburst = 1\n"
@@ -237,6 +314,8 @@ static void test_give_back(void)
     CHECK(admit(&lc, "GET a", 2, &d) == LIMITER_PASS);
     CHECK(admit(&lc, "GET a", 2, &d) == LIMITER_REJECT);
     limiter_client_free(lc);
+    limiter_decision_free(&d);
+    limiter_decision_free(&first);
 }
 
 static void test_cleanup(void)
@@ -255,4 +334,6 @@ UNIT_MAIN("limiter", {"setup", setup},
           {"every matching rule applies", test_every_matching_rule_applies},
           {"reload keeps unchanged buckets", test_reload_keeps_unchanged_buckets},
           {"many rules past one word", test_many_rules_past_one_word},
+          {"no cap on matching rules", test_no_cap_on_matching_rules},
+          {"shared key of long names", test_shared_key_of_long_names},
           {"give back", test_give_back}, {"cleanup", test_cleanup})
