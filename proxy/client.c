@@ -27,7 +27,9 @@
  *                  ^ replies leave from the head only, in order
  *
  * A reply sluice makes itself keeps that order too: one that reads session
- * state (CLIENT GETNAME) is made when it reaches the head (REQ_DEFERRED);
+ * state or sluice's (CLIENT GETNAME, CLIENT LIST, PROXY INFO) is made when
+ * it reaches the head and the client's output is below its limit
+ * (REQ_DEFERRED, client_flush), never as framed;
  * on a connection streaming unpaired (pub/sub, MONITOR) it waits for a
  * fence sent behind the client's earlier commands (REQ_FENCED, see
  * client_fence), then runs, refused as Redis refuses it while the client
