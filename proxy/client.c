@@ -27,7 +27,9 @@
  *                  ^ replies leave from the head only, in order
  *
  * A reply sluice makes itself keeps that order too: one that reads session
- * state (CLIENT GETNAME) is made when it reaches the head (REQ_DEFERRED);
+ * state or sluice's (CLIENT GETNAME, CLIENT LIST, PROXY INFO) is made when
+ * it reaches the head and the client's output is below its limit
+ * (REQ_DEFERRED, client_flush), never as framed;
  * on a connection streaming unpaired (pub/sub, MONITOR) it waits for a
  * fence sent behind the client's earlier commands (REQ_FENCED, see
  * client_fence), then runs, refused as Redis refuses it while the client
@@ -84,6 +86,10 @@
  * is not read, until the client has taken it down to LOW. */
 #define CLIENT_TUNNEL_HIGH (4 * 1024 * 1024)
 #define CLIENT_TUNNEL_LOW (1024 * 1024)
+/* Replies sluice builds itself (REQ_DEFERRED) are built at their turn, and
+ * one flush builds no more than this: the rest waits for the client's next
+ * write (client_write), so a pipeline of listings cannot hold the loop. */
+#define CLIENT_TURN_BUDGET (64 * 1024)
 
 static struct event_base *client_base;
 static const struct config *client_cfg;
@@ -446,7 +452,7 @@ static void client_over_limit(struct client *c)
  * closed meanwhile. */
 static int client_resume_drained(struct client *c)
 {
-    if (c->inflight + c->split_parts > client_cfg->client_max_inflight / 2 ||
+    if (c->inflight + c->split_parts + c->deferred > client_cfg->client_max_inflight / 2 ||
         client_pending_bytes(c) > (size_t)client_cfg->client_max_pending_bytes / 2)
         return 0;
     c->flags &= ~(unsigned)CLIENT_OVER_LIMIT;
@@ -475,13 +481,51 @@ static void client_write_event(struct client *c, int on)
     }
 }
 
-/* Write C's output now. What the socket does not take waits for its write
- * event, which is on only while there is such a rest. Closes C on a write
+static void client_flush(struct client *c);
+static int client_check_output_limit(struct client *c);
+
+/* Whether the head of C's queue is a reply sluice builds itself that may
+ * be built now: not fenced, and C's output below client_max_pending_bytes. */
+static int client_turn_waits(const struct client *c)
+{
+    const struct request *req = TAILQ_FIRST(&c->requests);
+
+    return req != NULL && (req->flags & REQ_DEFERRED) && !(req->flags & REQ_FENCED) &&
+           evbuffer_get_length(c->output) < (size_t)client_cfg->client_max_pending_bytes;
+}
+
+/* C is about to be written: build the replies waiting for their turn at
+ * the head of its queue, within client_flush's budget. C is taken off the
+ * write list (it is written right after). Returns -1 when C was closed. */
+static int client_take_turns(struct client *c)
+{
+    if (!client_turn_waits(c))
+        return 0;
+    client_enter(c);
+    client_flush(c);
+    if (!c->closing)
+        client_check_output_limit(c);
+    if (c->write_listed) {
+        TAILQ_REMOVE(&client_write_list, c, write_link);
+        c->write_listed = 0;
+    }
+    return client_leave(c);
+}
+
+/* Write C's output now, after building the replies whose turn it is. What
+ * the socket does not take waits for its write event, which is on only
+ * while there is such a rest, or more replies wait for their turn (built
+ * in the next pass: one budget per client and pass). Closes C on a write
  * error, or when it asked to go and everything is written. */
 static void client_write(struct client *c)
 {
-    size_t before = evbuffer_get_length(c->output);
-    int rc = netio_write(c->output, c->fd, c->ssl);
+    size_t before;
+    int rc;
+
+    if (client_take_turns(c) < 0)
+        return;
+    before = evbuffer_get_length(c->output);
+    rc = netio_write(c->output, c->fd, c->ssl);
 
     if (rc < 0) {
         log_debug("client %llu: write: %s", (unsigned long long)c->id, strerror(errno));
@@ -496,7 +540,7 @@ static void client_write(struct client *c)
     }
     if (evbuffer_get_length(c->output) < before)
         c->last_active_ms = server_pass_now_us() / 1000;   /* Redis: a write is activity */
-    client_write_event(c, rc == 0);
+    client_write_event(c, rc == 0 || (rc == 1 && client_turn_waits(c)));
     if (rc == 1 && client_finished(c)) {
         client_close(c);
         return;
@@ -529,11 +573,16 @@ static int client_check_output_limit(struct client *c)
     if (client_cfg->client_output_buffer_limit == 0 ||
         pending <= (size_t)client_cfg->client_output_buffer_limit)
         return 0;
+    client_output_overflow(c, pending);
+    return -1;
+}
+
+void client_output_overflow(struct client *c, size_t bytes)
+{
     log_notice("client %llu (%s) closed: %zu bytes of replies over client_output_buffer_limit",
-               (unsigned long long)c->id, c->addr_text, pending);
+               (unsigned long long)c->id, c->addr_text, bytes);
     STAT_INC(output_limit_disconnects);
     client_close(c);
-    return -1;
 }
 
 /* A client whose replies are all written and who asked to go. */
@@ -560,6 +609,7 @@ static void client_run_deferred(struct client *c, struct request *req)
     req->flags &= ~(unsigned)REQ_DEFERRED;
     req->flags |= REQ_DONE;
     c->held_reply_bytes -= req->raw_len;   /* counted while it waited */
+    c->deferred--;
     if (req->reply == NULL)
         req->reply = evbuffer_new();
     if (request_argv_open(&views, req, req->raw) != 0)
@@ -583,16 +633,25 @@ static size_t client_held_reply_len(const struct request *req)
     return req->reply != NULL ? evbuffer_get_length(req->reply) : 0;
 }
 
-/* Write the replies at the head of the queue that are complete. */
+/* Write the replies at the head of the queue that are complete. One that
+ * sluice builds itself (REQ_DEFERRED) is built here, at its turn, while C's
+ * output is below client_max_pending_bytes and this flush has built less
+ * than CLIENT_TURN_BUDGET; otherwise it waits for C's next write. */
 static void client_flush(struct client *c)
 {
     struct request *req;
     int reply_mode_ran = 0;
+    size_t built = 0;
 
-    while ((req = TAILQ_FIRST(&c->requests)) != NULL && !(req->flags & REQ_FENCED)) {
+    while ((req = TAILQ_FIRST(&c->requests)) != NULL && !(req->flags & REQ_FENCED) &&
+           !c->closing) {
         if (req->flags & REQ_DEFERRED) {
+            if (built >= CLIENT_TURN_BUDGET ||
+                evbuffer_get_length(c->output) >= (size_t)client_cfg->client_max_pending_bytes)
+                break;
             reply_mode_ran |= placement_role(req->cmd) == ROLE_CLIENT_REPLY;
             client_run_deferred(c, req);
+            built += client_held_reply_len(req);
         }
         if (!(req->flags & REQ_DONE))
             break;
@@ -607,9 +666,11 @@ static void client_flush(struct client *c)
         }
         request_free(req);
     }
+    if (c->closing)
+        return;
     if (client_finished(c) && evbuffer_get_length(c->output) == 0)
         client_close(c);
-    else if (reply_mode_ran && !c->closing)
+    else if (reply_mode_ran)
         client_unblock(c);   /* blocked by client_dispatch: framing goes on */
 }
 
@@ -629,6 +690,28 @@ struct evbuffer *client_reply_buffer(struct client *c, struct request *req)
     if (req->reply == NULL)
         req->reply = evbuffer_new();
     return req->reply;
+}
+
+/* REQ waits in C's queue for its turn, for sluice to build its reply
+ * (client_flush): its bytes count as a reply waiting, and it counts
+ * against client_max_inflight, as a request sent to Redis does. */
+static void client_defer(struct client *c, struct request *req)
+{
+    req->flags |= REQ_DEFERRED;
+    c->deferred++;
+    c->held_reply_bytes += req->raw_len;
+    if (c->inflight + c->split_parts + c->deferred >= client_cfg->client_max_inflight)
+        client_over_limit(c);
+}
+
+int client_answer_at_turn(struct client *c, struct request *req)
+{
+    client_enter(c);
+    client_defer(c, req);
+    client_flush(c);
+    if (!c->closing)
+        client_check_output_limit(c);
+    return client_leave(c);
 }
 
 int client_answer(struct client *c, struct request *req)
@@ -1504,14 +1587,14 @@ static void client_count_inflight(struct client *c, struct backend_conn *class)
     c->inflight++;
     c->inflight_conn = class;
     c->inflight_map_version = cluster_map_version();
-    if (c->inflight + c->split_parts >= client_cfg->client_max_inflight)
+    if (c->inflight + c->split_parts + c->deferred >= client_cfg->client_max_inflight)
         client_over_limit(c);
 }
 
 void client_note_parts(struct client *c, int delta)
 {
     c->split_parts += delta;
-    if (delta > 0 && c->inflight + c->split_parts >= client_cfg->client_max_inflight)
+    if (delta > 0 && c->inflight + c->split_parts + c->deferred >= client_cfg->client_max_inflight)
         client_over_limit(c);
 }
 
@@ -2026,21 +2109,23 @@ static int client_dispatch(struct client *c, struct request *req, const struct s
     /* Also when its reply is dropped (CLIENT REPLY OFF): what it does
      * (a name, the reply mode) must happen in order, or be refused. */
     if (req->place == PLACE_LOCAL &&
-        ((!TAILQ_EMPTY(&c->requests) &&
+        (local_at_turn(req, req->argc, argv) ||
+         (!TAILQ_EMPTY(&c->requests) &&
           (local_reads_session(req, req->argc, argv) || auth_redis_login_needed(c))) ||
          ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)))) {
         /* In pub/sub it runs once its fence is back, when sluice knows
          * whether Redis would still refuse it in the subscribed context. */
-        /* Earlier replies may change what it reads: it runs behind them. */
+        /* Earlier replies may change what it reads: it runs behind them.
+         * A reply made from sluice's state (a listing, counters) is built
+         * at its turn too, under C's output limits, never as it is framed. */
         if (src != NULL && request_take_raw(req, src) != 0) {
             client_refuse(c, req, "OOM sluice is out of memory");
             return c->closing ? -1 : 0;
         }
-        req->flags |= REQ_DEFERRED;
         client_enqueue(c, req);
-        /* Its bytes wait like a reply: past client_max_pending_bytes C is
-         * not read, so deferred commands behind a BLPOP stay bounded. */
-        c->held_reply_bytes += req->raw_len;
+        /* Its bytes wait like a reply, and it counts as one in flight:
+         * deferred commands behind a BLPOP stay bounded. */
+        client_defer(c, req);
         /* What follows a CLIENT REPLY is framed under the mode it leaves:
          * nothing is, until it has run (client_flush unblocks). */
         if (client_role(req) == ROLE_CLIENT_REPLY)

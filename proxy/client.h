@@ -91,7 +91,11 @@ struct client {
     int busy;                           /* > 0 inside its own callbacks */
     int in_input;                       /* inside client_process_input */
     int closing;                        /* close when no longer busy */
-    size_t held_reply_bytes;            /* replies waiting behind earlier ones */
+    size_t held_reply_bytes;            /* replies waiting behind earlier ones, and the
+                                           bytes of requests waiting for their turn */
+    int deferred;                       /* requests sluice answers itself, waiting for
+                                           their turn (REQ_DEFERRED): they count against
+                                           client_max_inflight */
     uint64_t last_active_ms;
     struct sockaddr_storage addr;
     char addr_text[64];                 /* "ip:port" */
@@ -147,6 +151,19 @@ struct evbuffer *client_reply_buffer(struct client *c, struct request *req);
 /* REQ (in C's queue) has its reply in req->reply: write it in order.
  * Returns -1 when C was closed meanwhile (over its output limit). */
 int client_answer(struct client *c, struct request *req);
+
+/* REQ (in C's queue, its command's bytes in req->raw) is one sluice
+ * answers itself: its reply is built by local.c at its turn, when every
+ * earlier reply is written to C's output and that output is below
+ * client_max_pending_bytes; until then it counts against C's limits.
+ * Returns -1 when C was closed meanwhile. */
+int client_answer_at_turn(struct client *c, struct request *req);
+
+/* A reply sluice is building for C has passed client_output_buffer_limit
+ * (BYTES so far): C is closed as client_check_output_limit closes it
+ * (logged, counted), at the end of its callbacks; what was built is never
+ * written. */
+void client_output_overflow(struct client *c, size_t bytes);
 
 /* Cluster mode: DELTA more (or fewer) parts of C's split requests are in
  * flight (cluster_split.c). They count against client_max_inflight, as

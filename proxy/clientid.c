@@ -402,8 +402,9 @@ unchanged:
 /* ---- CLIENT LIST / INFO: sluice's answer, once Redis allows it ---- */
 
 /* Redis's reply says whether the client may list (NOPERM otherwise):
- * then sluice's listing, made as the request was read (req->ctx), is the
- * reply. */
+ * then REQ takes back the command the client sent (req->ctx) and sluice's
+ * listing is built at its turn (client_answer_at_turn), under the client's
+ * output limits, like any reply sluice makes. */
 static void clientid_listing_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct client *c = request_hook_client(req, src, len);
@@ -412,41 +413,39 @@ static void clientid_listing_reply(struct request *req, struct evbuffer *src, si
         return;
     if (type == REPLY_ERROR) {
         evbuffer_remove_buffer(src, req->reply, len);
-    } else {
-        evbuffer_drain(src, len);
-        evbuffer_add_buffer(req->reply, req->ctx);
+        client_answer(c, req);
+        return;
     }
-    client_answer(c, req);
+    evbuffer_drain(src, len);
+    request_take_bytes(req, req->ctx);
+    client_answer_at_turn(c, req);
 }
 
 static void clientid_listing_free(struct request *req)
 {
-    if (req->ctx != NULL)
-        evbuffer_free(req->ctx);
+    request_free(req->ctx);
     req->ctx = NULL;
 }
 
-/* CLIENT LIST or INFO of C: sluice's answer is made now; Redis gets
- * CLIENT LIST ID <nobody> (CLIENT INFO as it is) only to check the client
- * may run it, as its ACL says, and lists none of its connections. */
+/* CLIENT LIST or INFO of C: Redis gets CLIENT LIST ID <nobody> (CLIENT
+ * INFO as it is) only to check the client may run it, as its ACL says,
+ * and lists none of its connections; a copy of the command as sent waits
+ * in req->ctx for Redis's yes. Nothing is listed yet. */
 static void clientid_checked_listing(struct client *c, struct request *req, const struct sv *argv,
                                      struct evbuffer **src)
 {
-    struct evbuffer *answer = evbuffer_new();
-    int is_list = clientid_is(req, "client|list");
+    struct request *sent = request_copy(req, *src);
 
-    if (answer == NULL)
+    (void)c;
+    if (sent == NULL)
         return;
-    if (is_list)
-        clientid_list(c, req->argc, argv, answer);
-    else
-        clientid_info(c, answer);
-    if (is_list && req->argc >= 2 && clientid_append_nobody(req, argv, 2, src) != 0) {
-        evbuffer_free(answer);
+    if (clientid_is(req, "client|list") && req->argc >= 2 &&
+        clientid_append_nobody(req, argv, 2, src) != 0) {
+        request_free(sent);
         return;
     }
     req->on_reply = clientid_listing_reply;
-    req->ctx = answer;
+    req->ctx = sent;
     req->ctx_free = clientid_listing_free;
 }
 
@@ -714,6 +713,7 @@ void clientid_list(struct client *c, int argc, const struct sv *argv, struct evb
     struct client *t;
     int by_type = argc == 4 && sv_ieq(argv[2], "type");
     int by_id = argc > 3 && sv_ieq(argv[2], "id");
+    size_t limit = (size_t)server.cfg.client_output_buffer_limit;
 
     if (argc != 2 && !by_type && !by_id) {
         reply_error(out, "syntax error");
@@ -732,9 +732,17 @@ void clientid_list(struct client *c, int argc, const struct sv *argv, struct evb
     }
     text = evbuffer_new();
     if (by_id) {
-        for (int i = 3; i < argc; i++)
+        /* An id may be repeated (Redis lists it each time): a short
+         * request can ask for a huge listing. Past the output limit the
+         * client goes, as it would once the listing was queued. */
+        for (int i = 3; i < argc; i++) {
             if ((t = client_find(clientid_parse(argv[i]))) != NULL)
                 clientid_line(t, text);
+            if (limit > 0 && evbuffer_get_length(text) > limit) {
+                client_output_overflow(c, evbuffer_get_length(text));
+                break;
+            }
+        }
     } else {
         for (t = client_next(NULL); t != NULL; t = client_next(t))
             if (!by_type || clientid_of_type(t, argv[3]) == 1)

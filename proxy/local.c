@@ -34,6 +34,8 @@ struct local_command {
     int queues;            /* inside MULTI Redis queues it: it runs at EXEC (multi.c) */
     int session;           /* reads or sets what an earlier reply may change (the name) */
     int subscribed_refused; /* Redis refuses it in a RESP2 subscribed context */
+    int at_turn;           /* its reply is read from sluice's state and changes nothing:
+                              built at its turn (local_at_turn) */
 };
 
 static local_handler local_client_setname, local_client_getname, local_client_id,
@@ -41,20 +43,21 @@ static local_handler local_client_setname, local_client_getname, local_client_id
     local_auth, local_acl_whoami, local_proxy;
 
 /* name, arity, handler, queues (in MULTI), session (runs behind earlier
- * replies), subscribed_refused (RESP2 pub/sub). */
+ * replies), subscribed_refused (RESP2 pub/sub), at_turn (a reply of
+ * sluice's state: a name, a listing, counters; PROXY: per subcommand). */
 static const struct local_command local_commands[] = {
-    {"client|setname", 3, local_client_setname, 1, 1, 1},
-    {"client|getname", 2, local_client_getname, 1, 1, 1},
-    {"client|id", 2, local_client_id, 1, 0, 1},
-    {"client|reply", 3, local_client_reply, 0, 0, 1},
-    {"client|list", -2, local_client_list, 1, 1, 0},   /* at EXEC (multi.c) */
-    {"client|info", 2, local_client_info, 1, 1, 0},
-    {"quit", -1, local_quit, 0, 0, 0},     /* Redis 7.0 answers QUIT at once, even in MULTI */
-    {"hello", -1, local_hello, 0, 0, 1},
+    {"client|setname", 3, local_client_setname, 1, 1, 1, 0},
+    {"client|getname", 2, local_client_getname, 1, 1, 1, 1},
+    {"client|id", 2, local_client_id, 1, 0, 1, 1},
+    {"client|reply", 3, local_client_reply, 0, 0, 1, 0},
+    {"client|list", -2, local_client_list, 1, 1, 0, 1},   /* at EXEC (multi.c) */
+    {"client|info", 2, local_client_info, 1, 1, 0, 1},
+    {"quit", -1, local_quit, 0, 0, 0, 0},  /* Redis 7.0 answers QUIT at once, even in MULTI */
+    {"hello", -1, local_hello, 0, 0, 1, 0},
     /* When sluice authenticates clients (auth.c); a subscriber keeps its user. */
-    {"auth", -2, local_auth, 0, 0, 1},
-    {"acl|whoami", 2, local_acl_whoami, 0, 1, 1},
-    {"proxy", -2, local_proxy, 0, 0, 0},   /* sluice's own: Redis never sees it */
+    {"auth", -2, local_auth, 0, 0, 1, 0},
+    {"acl|whoami", 2, local_acl_whoami, 0, 1, 1, 1},
+    {"proxy", -2, local_proxy, 0, 0, 0, 1},   /* sluice's own: Redis never sees it */
 };
 #define LOCAL_COUNT (int)(sizeof(local_commands) / sizeof(local_commands[0]))
 
@@ -104,6 +107,17 @@ int local_subscribed_refuses(const struct request *req, int argc, const struct s
 
     /* Redis checks the arity first: a wrong one gets its own error. */
     return lc != NULL && lc->subscribed_refused && req->cmd != NULL && local_arity_ok(lc, argc);
+}
+
+static int local_proxy_at_turn(struct sv sub);
+
+int local_at_turn(const struct request *req, int argc, const struct sv *argv)
+{
+    const struct local_command *lc = local_find(req, argc, argv);
+
+    if (lc == NULL || !lc->at_turn)
+        return 0;
+    return lc->run != local_proxy || argc != 2 || local_proxy_at_turn(argv[1]);
 }
 
 int local_reads_session(const struct request *req, int argc, const struct sv *argv)
@@ -464,19 +478,22 @@ static void local_proxy_cluster(struct evbuffer *out)
     cluster_write_map(out);
 }
 
-/* PROXY subcommands: name, handler, help line. */
+/* PROXY subcommands: name, handler, help line, and whether its reply is
+ * read from sluice's state and built at its turn (RELOAD acts as framed). */
 static const struct {
     const char *name;
     void (*run)(struct evbuffer *out);
     const char *help;
+    int at_turn;
 } local_proxy_subcommands[] = {
-    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis)."},
-    {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules."},
-    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters."},
+    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1},
+    {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules.", 1},
+    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters.", 1},
     {"cluster", local_proxy_cluster,
-     "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters."},
-    {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing)."},
-    {"help", local_proxy_help, "    Print this help."},
+     "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
+     1},
+    {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing).", 0},
+    {"help", local_proxy_help, "    Print this help.", 1},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))
 
@@ -493,6 +510,15 @@ static void local_proxy_help(struct evbuffer *out)
         reply_status(out, upper);
         reply_status(out, local_proxy_subcommands[i].help);
     }
+}
+
+static int local_proxy_at_turn(struct sv sub)
+{
+    for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
+        if (sv_ieq(sub, local_proxy_subcommands[i].name))
+            return local_proxy_subcommands[i].at_turn;
+    }
+    return 1;   /* an error reply */
 }
 
 static void local_proxy(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)

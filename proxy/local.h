@@ -23,6 +23,11 @@ int local_handles(const char *name);
  * HELLO SETNAME): then it runs once those are in (client.c defers it). */
 int local_reads_session(const struct request *req, int argc, const struct sv *argv);
 
+/* Whether REQ's reply is read from sluice's state and REQ changes nothing
+ * (CLIENT LIST/INFO/GETNAME/ID, PROXY INFO/RULES...): client.c builds it at
+ * its turn, under the client's output limits, not as it is framed. */
+int local_at_turn(const struct request *req, int argc, const struct sv *argv);
+
 /* Whether Redis would refuse REQ in a RESP2 subscribed context (CLIENT
  * SETNAME/GETNAME/ID/REPLY; not QUIT, nor sluice's own PROXY; nor one
  * with the wrong number of arguments, which Redis answers first). */

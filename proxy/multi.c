@@ -16,6 +16,7 @@
 #include "reply.h"
 #include "request.h"
 #include "respframe.h"
+#include "server.h"
 
 struct multi_slot {
     int index;               /* element of EXEC's array, from 0 */
@@ -27,33 +28,6 @@ struct multi_locals {
     int cap;
     struct multi_slot *slots; /* in index order */
 };
-
-/* A copy of REQ that owns its bytes (at the head of SRC, or REQ's). */
-static struct request *multi_copy(const struct request *req, struct evbuffer *src)
-{
-    struct evbuffer *from = src != NULL ? src : req->raw;
-    struct request *copy = request_new();
-    unsigned char *bytes;
-
-    if (copy == NULL)
-        return NULL;
-    copy->cmd = req->cmd;
-    copy->raw_len = req->raw_len;
-    copy->raw = evbuffer_new();
-    bytes = evbuffer_pullup(from, (ssize_t)req->raw_len);
-    if (copy->raw == NULL || bytes == NULL || evbuffer_add(copy->raw, bytes, req->raw_len) != 0) {
-        request_free(copy);
-        return NULL;
-    }
-    for (int i = 0; i < req->argc; i++) {
-        if (request_add_arg(copy, req->args[i].off, req->args[i].len) != 0) {
-            request_free(copy);
-            return NULL;
-        }
-    }
-    copy->argc = req->argc;
-    return copy;
-}
 
 int multi_record(struct multi_locals **ml, const struct request *req, int index,
                  struct evbuffer *src)
@@ -71,7 +45,7 @@ int multi_record(struct multi_locals **ml, const struct request *req, int index,
         m->slots = slots;
         m->cap = cap;
     }
-    if ((copy = multi_copy(req, src)) == NULL)
+    if ((copy = request_copy(req, src)) == NULL)
         return -1;
     m->slots[m->count++] = (struct multi_slot){index, copy};
     return 0;
@@ -110,6 +84,19 @@ static void multi_run_slot(struct client *c, const struct multi_slot *slot, stru
     request_argv_close(&views);
 }
 
+/* Whether the EXEC reply OUT that sluice is filling for C has passed
+ * client_output_buffer_limit (a transaction of many CLIENT LISTs): then C
+ * is closed (client_output_overflow) and nothing more is built. */
+static int multi_over_limit(struct client *c, const struct evbuffer *out)
+{
+    size_t limit = (size_t)server.cfg.client_output_buffer_limit;
+
+    if (limit == 0 || evbuffer_get_length(out) <= limit)
+        return 0;
+    client_output_overflow(c, evbuffer_get_length(out));
+    return 1;
+}
+
 /* Copy EXEC's array reply ALL (whole, header first) into OUT, each element
  * that is a slot of M replaced by sluice's reply. A message push Redis
  * wrote inside the array (a RESP3 subscriber's own PUBLISH) goes as it is
@@ -140,6 +127,8 @@ static int multi_rewrite(struct client *c, struct multi_locals *m, struct evbuff
         if (next < m->count && m->slots[next].index == element) {
             evbuffer_drain(all, (size_t)n);
             multi_run_slot(c, &m->slots[next++], out);
+            if (multi_over_limit(c, out))
+                return 0;
         } else {
             evbuffer_remove_buffer(all, out, (size_t)n);
         }

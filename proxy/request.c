@@ -240,6 +240,50 @@ void request_argv_close(struct req_argv *a)
     a->argv = a->stack;
 }
 
+struct request *request_copy(const struct request *req, struct evbuffer *src)
+{
+    struct evbuffer *from = src != NULL ? src : req->raw;
+    struct request *copy = request_new();
+    unsigned char *bytes;
+
+    if (copy == NULL)
+        return NULL;
+    copy->cmd = req->cmd;
+    copy->raw_len = req->raw_len;
+    copy->raw = evbuffer_new();
+    bytes = evbuffer_pullup(from, (ssize_t)req->raw_len);
+    if (copy->raw == NULL || bytes == NULL || evbuffer_add(copy->raw, bytes, req->raw_len) != 0) {
+        request_free(copy);
+        return NULL;
+    }
+    for (int i = 0; i < req->argc; i++) {
+        if (request_add_arg(copy, req->args[i].off, req->args[i].len) != 0) {
+            request_free(copy);
+            return NULL;
+        }
+    }
+    return copy;
+}
+
+void request_take_bytes(struct request *req, struct request *from)
+{
+    if (req->raw != NULL)
+        evbuffer_free(req->raw);
+    req->raw = from->raw;
+    req->raw_len = from->raw_len;
+    from->raw = NULL;
+    if (req->args != req->args_inline)
+        free(req->args);
+    req->args = from->args != from->args_inline ? from->args : req->args_inline;
+    req->args_cap = from->args != from->args_inline ? from->args_cap : REQ_ARGS_INLINE;
+    if (from->args == from->args_inline)
+        memcpy(req->args_inline, from->args_inline, sizeof(req->args_inline));
+    req->argc = from->argc;
+    from->args = from->args_inline;
+    from->args_cap = REQ_ARGS_INLINE;
+    from->argc = 0;
+}
+
 int request_take_raw(struct request *req, struct evbuffer *src)
 {
     if (req->raw == NULL) {

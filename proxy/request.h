@@ -169,6 +169,15 @@ struct req_argv {
 int request_argv_open(struct req_argv *a, const struct request *req, struct evbuffer *src);
 void request_argv_close(struct req_argv *a);
 
+/* A copy of REQ's command (its cmd, bytes and arguments) that owns its
+ * bytes: taken from the head of SRC, or from req->raw when SRC is NULL.
+ * NULL when out of memory. */
+struct request *request_copy(const struct request *req, struct evbuffer *src);
+
+/* REQ takes FROM's bytes and arguments (its own are dropped); FROM keeps
+ * none. */
+void request_take_bytes(struct request *req, struct request *from);
+
 /* Make the request own its bytes: move raw_len bytes from the head of SRC
  * into req->raw. */
 int request_take_raw(struct request *req, struct evbuffer *src);

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from conftest import DIRECT
-from helpers import SLOW, Err, RawConn, Simple, encode_command, wait_until
+from helpers import SLOW, Err, RawConn, Simple, encode_command, rss_kb, wait_until
 
 BIG = b"v" * 100_000
 
@@ -938,3 +938,179 @@ def test_script_big_number_passed_as_redis_writes_it(redis_factory, sluice_facto
     assert got["sluice"] == got["redis"]
     assert got["sluice"][0] == (b"(123  123\r\n" if resp == 3 else b"$8\r\n123  123\r\n")
     assert "connection lost" not in s.log_path.read_text()
+
+
+# --------------------------------------------------------------------------
+# 12. replies sluice builds itself (CLIENT LIST, PROXY INFO...) obey the
+#     same limits as Redis's: built one at a time, as each one's turn
+#     comes and the client's output is below client_max_pending_bytes
+
+
+def _idle_clients(s, n):
+    """N connections to S that send nothing, once S counts them all."""
+    base = connected_clients(s)
+    conns = [RawConn(s.port, timeout=10 * SLOW) for _ in range(n)]
+    wait_until(lambda: connected_clients(s) >= base + n, 10 * SLOW,
+               msg=f"sluice to count {n} idle clients")
+    return conns
+
+
+def _probe_while(s, seconds):
+    """PINGs on new connections to S for SECONDS, one after the other:
+    the slowest answer (or timeout) in seconds, and how many went."""
+    worst, count = 0.0, 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        got, took = one_reply(s.port, "PING", timeout=5 * SLOW)
+        worst = max(worst, took if got == Simple("PONG") else 5 * SLOW)
+        count += 1
+        time.sleep(0.05)
+    return worst, count
+
+
+def _flood_unread(s, cmd, n, attackers):
+    """ATTACKERS connections (small receive buffers) each sending N
+    pipelined CMD and reading nothing."""
+    conns = [RawConn(s.port, rcvbuf=4096, timeout=10 * SLOW) for _ in range(attackers)]
+    for c in conns:
+        c.sock.setblocking(False)
+        try:
+            c.sock.send(encode_command(*cmd) * n)
+        except BlockingIOError:
+            pass
+    return conns
+
+
+def test_pipelined_client_list_stalls_nobody_and_stays_bounded(redis_factory, sluice_factory):
+    """Issue 19, finding 6: 300 idle clients and 4 that pipeline 300 CLIENT
+    LIST each without reading. Each listing is ~75 KB; sluice built up to
+    256 of them per attacker at once (as framed), past
+    client_max_pending_bytes, and held the loop meanwhile. Now each is
+    built at its turn, while its client's output is below the limit:
+    another client's PING is answered at once, and sluice's memory grows by
+    little more than 4 x client_max_pending_bytes."""
+    srv, s = start_pair(redis_factory, sluice_factory, client_max_pending_bytes="1mb",
+                        maxclients=1000)
+    idle = _idle_clients(s, 300)
+    rss_before = rss_kb(s.proc.pid)
+    attackers = _flood_unread(s, ("CLIENT", "LIST"), 300, 4)
+    try:
+        peak = [rss_before]
+        stop = threading.Event()
+
+        def poll_rss():
+            while not stop.is_set():
+                peak[0] = max(peak[0], rss_kb(s.proc.pid))
+                time.sleep(0.02)
+
+        poller = threading.Thread(target=poll_rss, daemon=True)
+        poller.start()
+        worst, count = _probe_while(s, 3)
+        stop.set()
+        poller.join(5)
+        grown_mb = (peak[0] - rss_before) / 1024
+        assert worst < 1 * SLOW and grown_mb < 32, (
+            f"while 4 clients pipeline CLIENT LIST unread: slowest of {count} PINGs "
+            f"{worst:.2f} s (bound {1 * SLOW:.1f}), sluice grew {grown_mb:.0f} MB (bound 32)")
+    finally:
+        for c in attackers + idle:
+            c.close()
+    assert_serves(s)
+
+
+def test_pipelined_local_replies_in_order_for_a_reader(redis_factory, sluice_factory):
+    """A client that reads gets every reply of a pipeline mixing GETs with
+    replies sluice builds (CLIENT LIST, CLIENT INFO, CLIENT GETNAME, PROXY
+    PING, PROXY INFO), each complete and in order, also when the listings
+    together are far past client_max_pending_bytes (built at their turn)."""
+    srv, s = start_pair(redis_factory, sluice_factory, client_max_pending_bytes="64kb")
+    idle = _idle_clients(s, 100)
+    try:
+        with s.raw(timeout=20 * SLOW) as c:
+            my_id = c.call("CLIENT", "ID")
+            assert c.call("CLIENT", "SETNAME", "reader") == "OK"
+            srv.client().mset({f"k{i}": f"v{i}" for i in range(60)})
+            kinds = ["GET", "LIST", "INFO", "GETNAME", "PING", "PROXYINFO"]
+            cmds = {"LIST": ("CLIENT", "LIST"), "INFO": ("CLIENT", "INFO"),
+                    "GETNAME": ("CLIENT", "GETNAME"), "PING": ("PROXY", "PING"),
+                    "PROXYINFO": ("PROXY", "INFO")}
+            plan = [(kinds[i % len(kinds)], i) for i in range(360)]
+            c.send(b"".join(encode_command(*(("GET", f"k{i % 60}") if k == "GET" else cmds[k]))
+                            for k, i in plan))
+            replies = c.read_replies(len(plan), timeout=20 * SLOW)
+            for (kind, i), reply in zip(plan, replies):
+                if kind == "GET":
+                    assert reply == f"v{i % 60}".encode(), (i, reply[:80])
+                elif kind == "LIST":
+                    lines = reply.decode().splitlines()
+                    assert len(lines) >= 101 and all(l.startswith("id=") for l in lines) and \
+                        any(l.startswith(f"id={my_id} ") for l in lines), (i, reply[:80])
+                elif kind == "INFO":
+                    assert reply.startswith(f"id={my_id} ".encode()) and b" name=reader " in reply, \
+                        (i, reply[:80])
+                elif kind == "GETNAME":
+                    assert reply == b"reader", (i, reply)
+                elif kind == "PING":
+                    assert reply == Simple("PONG"), (i, reply)
+                else:
+                    assert b"connected_clients:" in reply, (i, reply[:80])
+            assert c.call("PING") == "PONG"
+    finally:
+        for c in idle:
+            c.close()
+
+
+def test_getnames_behind_blpop_are_built_at_their_turn(redis_factory, sluice_factory):
+    """A client that never reads names itself with 60 KB and pipelines
+    2,000 CLIENT GETNAME behind a BLPOP: they wait for the BLPOP's reply
+    (they read session state), and when it came sluice built all 2,000
+    replies at once (120 MB), past client_max_pending_bytes. Now each is
+    built at its turn, while the output is below the limit, and waiting
+    ones count against client_max_inflight (not read past it)."""
+    srv, s = start_pair(redis_factory, sluice_factory, client_max_pending_bytes="1mb")
+    name = "n" * 60_000
+    c = RawConn(s.port, rcvbuf=4096, timeout=10 * SLOW)
+    try:
+        assert c.call("CLIENT", "SETNAME", name) == "OK"
+        c.sock.setblocking(False)
+        try:
+            c.sock.send(encode_command("BLPOP", "q", "0") +
+                        encode_command("CLIENT", "GETNAME") * 2000)
+        except BlockingIOError:
+            pass
+        wait_until(lambda: _blpop_waiting(srv), 5 * SLOW, msg="BLPOP to reach Redis")
+        time.sleep(0.3)
+        rss_before = rss_kb(s.proc.pid)
+        srv.client().rpush("q", "x")
+        time.sleep(1.0)
+        grown_mb = (rss_kb(s.proc.pid) - rss_before) / 1024
+        assert grown_mb < 32, f"sluice grew {grown_mb:.0f} MB building GETNAME replies (bound 32)"
+        got, took = one_reply(s.port, "PING", timeout=5 * SLOW)
+        assert got == Simple("PONG") and took < 1 * SLOW, (got, took)
+    finally:
+        c.close()
+    assert_serves(s)
+
+
+def test_unread_client_list_closed_by_output_limit(redis_factory, sluice_factory):
+    """sluice's own replies count against client_output_buffer_limit as
+    Redis's do: a client that pipelines CLIENT LIST and never reads is
+    closed once they pass it, with a log line naming it and the
+    output_limit_disconnects counter; the others go on."""
+    srv, s = start_pair(redis_factory, sluice_factory, client_max_pending_bytes="4mb",
+                        client_output_buffer_limit="1mb")
+    idle = _idle_clients(s, 100)
+    attackers = _flood_unread(s, ("CLIENT", "LIST"), 300, 1)
+    try:
+        port = attackers[0].sock.getsockname()[1]
+        wait_until(lambda: int(s.info()["output_limit_disconnects"]) >= 1, 10 * SLOW,
+                   msg="output_limit_disconnects to count the client that does not read")
+        wait_until(lambda: f"127.0.0.1:{port}) closed: " in s.log_path.read_text()
+                   and "over client_output_buffer_limit" in s.log_path.read_text(), 5 * SLOW,
+                   msg="a log line naming the closed client")
+        attackers[0].sock.setblocking(True)
+        assert attackers[0].is_closed_by_peer(10 * SLOW)
+    finally:
+        for c in attackers + idle:
+            c.close()
+    assert_serves(s)
