@@ -829,6 +829,10 @@ static void backend_lookup_done(void *arg, const struct sockaddr *sa, socklen_t 
     if (sa != NULL) {
         memcpy(&node->addr, sa, len);
         node->addrlen = len;
+    } else if (backend_first_awaiting(node) == NULL) {
+        /* Its connections closed meanwhile (the node left the slot map):
+         * no connect failure will say it, so this does. */
+        log_notice("backend %s: %s; no connection waits for it now", node->name, err);
     }
     while ((conn = backend_first_awaiting(node)) != NULL) {
         conn->awaiting_addr = 0;
