@@ -46,12 +46,14 @@
 #include "netio.h"
 #include "reply.h"
 #include "request.h"
+#include "resolve.h"
 #include "respframe.h"
 #include "scripts.h"
 #include "server.h"
 #include "sockaddr.h"
 #include "stats.h"
 #include "tls.h"
+#include "value.h"
 
 #define BACKEND_HIGH_WATER (4 * 1024 * 1024)
 #define BACKEND_LOW_WATER (1024 * 1024)
@@ -83,6 +85,7 @@ struct backend_conn {
     int scripts;                     /* a shared one for clients' scripts */
     int passthrough;
     int tunnel;                      /* a SYNC went: past the replies in flight, raw bytes */
+    int awaiting_addr;               /* connecting: its node's host name is being looked up */
     int resp;                        /* protocol it speaks: 2, or 3 after HELLO 3 */
     int busy;                        /* inside its read callback */
     int released;                    /* free once not busy */
@@ -112,8 +115,12 @@ enum backend_pool_kind {
 
 struct backend_node {
     char name[280];                  /* "host:port" as configured or learned */
+    char host[256];                  /* NAME's host and port */
+    int port;
+    int host_is_name;                /* a host name, not an IP address: looked up (resolve.h) */
     struct sockaddr_storage addr;
-    socklen_t addrlen;
+    socklen_t addrlen;               /* 0: a host name not looked up yet */
+    struct resolve_lookup *lookup;   /* the lookup in flight, or NULL */
     /* Shared connections by kind (enum backend_pool_kind), pool_size of
      * each: RESP2 ones made with the node, the others when first needed. */
     struct backend_conn **pools[BACKEND_POOL_KINDS];
@@ -149,10 +156,22 @@ static void backend_read_cb(struct bufferevent *bev, void *arg);
 static void backend_close_if_retired(struct backend_conn *conn);
 static void backend_spares_refill(struct backend_node *node);
 
-static int backend_resolve(struct backend_node *node, const char *hostport, char *err, size_t errlen)
+/* Set NODE's name from HOSTPORT, and its address when the host is an IP
+ * address. A host name is looked up later, off the loop, when a
+ * connection needs it (backend_node_lookup): nothing here blocks. Returns
+ * 0, or -1 with ERR set when HOSTPORT is not "host:port". */
+static int backend_node_address(struct backend_node *node, const char *hostport, char *err,
+                                size_t errlen)
 {
-    if (sockaddr_resolve(hostport, 0, "backend", &node->addr, &node->addrlen, err, errlen) != 0)
+    int rc = sockaddr_resolve(hostport, SOCKADDR_NUMERIC, "backend", &node->addr,
+                              &node->addrlen, err, errlen);
+
+    if (rc < 0 || value_hostport(hostport, node->host, sizeof(node->host), &node->port, err,
+                                 errlen) != 0)
         return -1;
+    node->host_is_name = rc == 1;
+    if (node->host_is_name)
+        node->addrlen = 0;
     snprintf(node->name, sizeof(node->name), "%s", hostport);
     return 0;
 }
@@ -178,13 +197,14 @@ static struct backend_conn *backend_conn_new(struct backend_node *node, struct c
     return conn;
 }
 
-/* A new node for HOSTPORT with its pool connecting, at the end of the
- * node list. NULL with ERR set when it cannot be resolved (or OOM). */
+/* A new node for HOSTPORT with its pool connecting (a host name's after
+ * its lookup), at the end of the node list. NULL with ERR set when
+ * HOSTPORT is not "host:port" (or OOM). */
 static struct backend_node *backend_node_new(const char *hostport, char *err, size_t errlen)
 {
     struct backend_node *node = calloc(1, sizeof(*node));
 
-    if (node == NULL || backend_resolve(node, hostport, err, errlen) != 0) {
+    if (node == NULL || backend_node_address(node, hostport, err, errlen) != 0) {
         free(node);
         return NULL;
     }
@@ -590,6 +610,7 @@ static void backend_conn_reset_io(struct backend_conn *conn)
     /* Staged bytes belong to requests that fail with this connection. */
     evbuffer_drain(conn->staged, evbuffer_get_length(conn->staged));
     conn->write_off = 0;   /* a new bufferevent starts with writing on */
+    conn->awaiting_addr = 0;
     respframe_release(&conn->frame);   /* a reply cut off mid-way may hold levels */
     respframe_init(&conn->frame);
     conn->hold_until = 0;
@@ -776,8 +797,12 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
         backend_conn_down(conn, "connection closed by server");
     } else if (what & BEV_EVENT_ERROR) {
         char why[300] = "";
-        if (conn->state == BACKEND_CONNECTING)
+        if (conn->state == BACKEND_CONNECTING) {
             STAT_INC(backend_connect_failures);
+            /* The name may point elsewhere by now: look it up again. */
+            if (conn->node->host_is_name && conn->node->lookup == NULL)
+                conn->node->addrlen = 0;
+        }
         if (backend_cfg->backend_tls)
             tls_bev_error(bev, why, sizeof(why));
         backend_conn_down(conn, why[0] != '\0' ? why : strerror(EVUTIL_SOCKET_ERROR()));
@@ -788,6 +813,74 @@ static void backend_write_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     backend_wake_waiters(arg);
+}
+
+/* Start CONN's socket connecting to its node's address. Returns 0, or
+ * -1 when it could not even start (then handled as backend_fail_soon). */
+static int backend_socket_connect(struct backend_conn *conn)
+{
+    struct backend_node *node = conn->node;
+
+    if (bufferevent_socket_connect(conn->bev, (struct sockaddr *)&node->addr,
+                                   (int)node->addrlen) == 0)
+        return 0;
+    STAT_INC(backend_connect_failures);
+    backend_fail_soon(conn, strerror(errno));
+    return -1;
+}
+
+/* The first of NODE's connections waiting for its address, or NULL. */
+static struct backend_conn *backend_first_awaiting(struct backend_node *node)
+{
+    struct backend_conn *conn;
+
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (conn->awaiting_addr)
+            return conn;
+    }
+    return NULL;
+}
+
+/* NODE's host name lookup answered: SA, or ERR ("cannot resolve host
+ * NAME: reason"). Its waiting connections connect now, or fail as a
+ * connect fails (logged, retried with backoff, looked up again). Going
+ * down may release other connections of the list: look again from the
+ * start each time. */
+static void backend_lookup_done(void *arg, const struct sockaddr *sa, socklen_t len,
+                                const char *err)
+{
+    struct backend_node *node = arg;
+    struct backend_conn *conn;
+
+    node->lookup = NULL;
+    if (sa != NULL) {
+        memcpy(&node->addr, sa, len);
+        node->addrlen = len;
+    } else if (backend_first_awaiting(node) == NULL) {
+        /* Its connections closed meanwhile (the node left the slot map):
+         * no connect failure will say it, so this does. */
+        log_notice("backend %s: %s; no connection waits for it now", node->name, err);
+    }
+    while ((conn = backend_first_awaiting(node)) != NULL) {
+        conn->awaiting_addr = 0;
+        if (sa != NULL) {
+            backend_socket_connect(conn);
+        } else {
+            STAT_INC(backend_connect_failures);
+            backend_conn_down(conn, err);
+        }
+    }
+}
+
+/* Look NODE's host name up, unless a lookup is in flight already. Returns
+ * 0, or -1 when it cannot start. */
+static int backend_node_lookup(struct backend_node *node)
+{
+    if (node->lookup != NULL)
+        return 0;
+    log_info("backend %s: looking up host %s", node->name, node->host);
+    node->lookup = resolve_start(node->host, node->port, backend_lookup_done, node);
+    return node->lookup != NULL ? 0 : -1;
 }
 
 static void backend_connect(struct backend_conn *conn)
@@ -808,10 +901,16 @@ static void backend_connect(struct backend_conn *conn)
     bufferevent_set_max_single_read(conn->bev, BACKEND_MAX_SINGLE_READ);
     bufferevent_setwatermark(conn->bev, EV_WRITE, BACKEND_LOW_WATER, 0);
     bufferevent_enable(conn->bev, EV_READ | EV_WRITE);
-    if (bufferevent_socket_connect(conn->bev, (struct sockaddr *)&node->addr,
-                                   (int)node->addrlen) != 0) {
-        STAT_INC(backend_connect_failures);
-        backend_fail_soon(conn, strerror(errno));
+    if (node->addrlen == 0) {
+        /* A host name: CONN stays connecting, with its bufferevent taking
+         * requests, until the lookup answers (backend_lookup_done). */
+        if (backend_node_lookup(node) != 0) {
+            STAT_INC(backend_connect_failures);
+            backend_fail_soon(conn, "cannot start a DNS lookup (out of memory)");
+            return;
+        }
+        conn->awaiting_addr = 1;
+    } else if (backend_socket_connect(conn) != 0) {
         return;
     }
     backend_send_prelude(conn);
@@ -1338,6 +1437,8 @@ void backend_free_all(void)
     struct backend_node *node;
 
     while ((node = TAILQ_FIRST(&backend_nodes)) != NULL) {
+        if (node->lookup != NULL)
+            resolve_cancel(node->lookup);
         while (!TAILQ_EMPTY(&node->conns))
             backend_conn_free(TAILQ_FIRST(&node->conns));
         if (node->spare_ev != NULL)

@@ -15,8 +15,9 @@ struct request;
 struct backend_node;
 struct backend_conn;
 
-/* Resolve the configured backend and start connecting the pool. Returns 0,
- * or -1 with a message in ERR. */
+/* Start connecting the pool of the configured backend (or of each cluster
+ * seed); a host name is looked up first, off the loop (resolve.h). Returns
+ * 0, or -1 with a message in ERR (an address that is not "host:port"). */
 int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen);
 void backend_free_all(void);
 
@@ -26,7 +27,8 @@ void backend_free_all(void);
 struct backend_node *backend_default_node(void);
 
 /* Cluster mode: the node named HOSTPORT ("host:port"), made (with its
- * pool connecting) when new. NULL when it cannot be resolved (logged). */
+ * pool connecting, a host name's once looked up) when new. NULL when
+ * HOSTPORT is not "host:port" (logged). */
 struct backend_node *backend_node_get(const char *hostport);
 
 /* Cluster mode: RETIRED 1 when NODE left the slot map: its shared

@@ -9,10 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "safefile.h"
+
 struct inifile_state {
     FILE *file;
     const char *path;
     int line;
+    long long bytes;               /* read so far: at most SAFEFILE_MAX_BYTES */
     int section_line;              /* line of the last [section] header */
     char section[256];
     inifile_handler *handler;
@@ -27,6 +30,11 @@ static char *inifile_read_line(char *str, int num, void *stream)
     struct inifile_state *st = stream;
     char *got = fgets(str, num, st->file);
 
+    /* A file that grows while read stops at the cap as a bigger one does. */
+    if (got != NULL && (st->bytes += (long long)strlen(got)) > SAFEFILE_MAX_BYTES) {
+        errlist_add(st->errs, st->path, 0, "larger than %d bytes", SAFEFILE_MAX_BYTES);
+        return NULL;
+    }
     if (got != NULL) {
         st->line++;
         got += strspn(got, " \t");
@@ -53,9 +61,11 @@ int inifile_parse(const char *path, inifile_handler *handler, void *ctx, struct 
     struct inifile_state st = {.path = path, .handler = handler, .ctx = ctx, .errs = errs};
     int rc;
 
-    st.file = fopen(path, "r");
+    char why[128];
+
+    st.file = safefile_open(path, why, sizeof(why));
     if (st.file == NULL) {
-        errlist_add(errs, path, 0, "cannot open: %s", strerror(errno));
+        errlist_add(errs, path, 0, "%s", why);
         return -1;
     }
     rc = ini_parse_stream(inifile_read_line, &st, inifile_on_key, &st);
@@ -104,13 +114,17 @@ static void inifile_add_header(struct inifile_layout *l, int lineno, const char 
  * inifile_parse counts them), so line numbers agree. */
 void inifile_scan_layout(const char *path, struct inifile_layout *out)
 {
-    char line[INI_MAX_LINE];
-    FILE *f = fopen(path, "r");
+    char line[INI_MAX_LINE], why[128];
+    FILE *f = safefile_open(path, why, sizeof(why));   /* its refusal is inifile_parse's to say */
     int lineno = 0, after_key = 0;
+    long long bytes = 0;
 
     memset(out, 0, sizeof(*out));
     while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
         char *start = line, *end;
+
+        if ((bytes += (long long)strlen(line)) > SAFEFILE_MAX_BYTES)
+            break;   /* inifile_parse says so */
 
         if (++lineno == 1 && strncmp(line, "\xEF\xBB\xBF", 3) == 0)
             start += 3;     /* a UTF-8 BOM, which inih skips too */

@@ -109,7 +109,10 @@ static int listener_open(struct event_base *base, const char *hostport, int tls,
     socklen_t len;
     struct evconnlistener *l;
 
-    if (sockaddr_resolve(hostport, 1, "listen address", &ss, &len, err, errlen) != 0)
+    /* At start only, before the loop runs: a host name here may block on
+     * the system's resolver (getaddrinfo), and nothing else waits yet. */
+    if (sockaddr_resolve(hostport, SOCKADDR_PASSIVE, "listen address", &ss, &len, err,
+                         errlen) != 0)
         return -1;
     l = evconnlistener_new_bind(base, listener_accept_cb, tls ? &listener_tls : NULL,
                                 LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,

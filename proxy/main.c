@@ -20,6 +20,7 @@
 #include "learn.h"
 #include "local.h"
 #include "lock.h"
+#include "resolve.h"
 #include "scripts.h"
 #include "log.h"
 #include "server.h"
@@ -180,6 +181,7 @@ static int main_run(void)
     }
     client_module_init(server.base, &server.cfg);
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
+        resolve_init(server.base, err, sizeof(err)) != 0 ||
         backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
         listener_start(server.base, &server.cfg, err, sizeof(err)) != 0) {
         log_warning("%s", err);
@@ -207,6 +209,7 @@ static int main_run(void)
     learn_free_all();
     cluster_free();
     backend_free_all();
+    resolve_shutdown();
     tls_free();
     throttle_shutdown();
     auth_shutdown();

@@ -50,11 +50,14 @@ int sockaddr_format_local(int fd, int flags, char *out, size_t size)
     return rc;
 }
 
-int sockaddr_resolve(const char *hostport, int passive, const char *what,
+int sockaddr_resolve(const char *hostport, int flags, const char *what,
                      struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen)
 {
     char host[256], port_text[16];
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = passive ? AI_PASSIVE : 0};
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV |
+                                         ((flags & SOCKADDR_PASSIVE) ? AI_PASSIVE : 0) |
+                                         ((flags & SOCKADDR_NUMERIC) ? AI_NUMERICHOST : 0)};
     struct addrinfo *res;
     int port, rc;
 
@@ -62,6 +65,8 @@ int sockaddr_resolve(const char *hostport, int passive, const char *what,
         return -1;
     snprintf(port_text, sizeof(port_text), "%d", port);
     rc = getaddrinfo(host, port_text, &hints, &res);
+    if (rc == EAI_NONAME && (flags & SOCKADDR_NUMERIC))
+        return 1;   /* a host name: the caller looks it up without blocking */
     if (rc != 0) {
         snprintf(err, errlen, "cannot resolve %s %s: %s", what, hostport, gai_strerror(rc));
         return -1;

@@ -23,11 +23,18 @@ void sockaddr_format(const struct sockaddr_storage *ss, int flags, char *out, si
  * or -1 when getsockname fails: then OUT holds "?:0". */
 int sockaddr_format_local(int fd, int flags, char *out, size_t size);
 
+/* Flags for sockaddr_resolve. */
+#define SOCKADDR_PASSIVE 1   /* an address to listen on */
+#define SOCKADDR_NUMERIC 2   /* an IP address only: a host name is not looked up */
+
 /* Resolve HOSTPORT ("host:port", as value_hostport reads it) to its first
- * TCP address in *SS and *LEN; PASSIVE for an address to listen on.
- * Returns 0, or -1 with ERR set: value_hostport's message, or "cannot
- * resolve WHAT HOSTPORT: reason". */
-int sockaddr_resolve(const char *hostport, int passive, const char *what,
+ * TCP address in *SS and *LEN. Without SOCKADDR_NUMERIC this may block
+ * on the system's resolver: only for start-up, before the loop runs (the
+ * listen addresses); on the loop, host names go to resolve.h. Returns 0;
+ * 1 when SOCKADDR_NUMERIC and the host is a name (nothing done); or -1
+ * with ERR set: value_hostport's message, or "cannot resolve WHAT
+ * HOSTPORT: reason". */
+int sockaddr_resolve(const char *hostport, int flags, const char *what,
                      struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen);
 
 #endif

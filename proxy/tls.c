@@ -16,6 +16,7 @@
 #include "config.h"
 #include "errlist.h"
 #include "log.h"
+#include "safefile.h"
 #include "stats.h"
 
 /* The most plaintext one TLS record carries: what one SSL_write hands to
@@ -198,11 +199,41 @@ static void tls_contexts_free(struct tls_contexts *t)
     t->server = t->backend = NULL;
 }
 
+/* Every file the contexts CFG asks for are read from is a regular file of
+ * bounded size (safefile.h): OpenSSL would wait on a FIFO and read
+ * /dev/zero for ever, on the loop, at a reload. (Checked by name, then
+ * opened by OpenSSL: a file swapped in between is the operator's own.)
+ * Returns 0, or -1 with "KEY FILE: why" in ERR. */
+static int tls_check_files(const struct config *cfg, char *err, size_t errlen)
+{
+    const int server = cfg->tls_listen_count > 0, backend = cfg->backend_tls;
+    const struct { int used; const char *key, *path; } files[] = {
+        {server, "tls_cert_file", cfg->tls_cert_file},
+        {server, "tls_key_file", cfg->tls_key_file},
+        {server, "tls_ca_cert_file", cfg->tls_ca_cert_file},
+        {backend, "backend_tls_ca_cert_file", cfg->backend_tls_ca_cert_file},
+        {backend, "backend_tls_cert_file", cfg->backend_tls_cert_file},
+        {backend, "backend_tls_key_file", cfg->backend_tls_key_file},
+    };
+    char why[128];
+
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        if (files[i].used && files[i].path != NULL &&
+            safefile_check(files[i].path, why, sizeof(why)) != 0) {
+            snprintf(err, errlen, "%s %s: %s", files[i].key, files[i].path, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Build every context CFG asks for into OUT, whole or not at all. */
 static int tls_build(const struct config *cfg, struct tls_contexts *out, char *err, size_t errlen)
 {
     out->server = out->backend = NULL;
     ERR_clear_error();
+    if (tls_check_files(cfg, err, errlen) != 0)
+        return -1;
     if (cfg->tls_listen_count > 0 && (out->server = tls_server_ctx(cfg, err, errlen)) == NULL)
         return -1;
     if (cfg->backend_tls && (out->backend = tls_backend_ctx(cfg, err, errlen)) == NULL) {

@@ -18,12 +18,15 @@ Fixtures
 """
 
 import os
+import random
 import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -193,8 +196,12 @@ class RedisServer:
 
 class Sluice:
     def __init__(self, tmpdir, backend_port, listen_ports=None, extra=None,
-                 extra_text="", cluster_seeds=None):
+                 extra_text="", cluster_seeds=None, backend_host="127.0.0.1", prefix=()):
+        """BACKEND_HOST: the host of `backend =` (a name is looked up by
+        sluice). PREFIX: argv run before sluice's own (a wrapper that
+        ends by exec'ing the rest, so the process stopped is sluice)."""
         self.dir = Path(tmpdir)
+        self.prefix = list(prefix)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.ports = list(listen_ports) if listen_ports else [free_port()]
         self.port = self.ports[0]
@@ -208,7 +215,7 @@ class Sluice:
         if cluster_seeds is not None:
             lines.append(f"cluster = {cluster_seeds}")
         else:
-            lines.append(f"backend = 127.0.0.1:{backend_port}")
+            lines.append(f"backend = {backend_host}:{backend_port}")
         extra = dict(extra or {})
         extra.setdefault("log_level", "notice")
         for k, v in extra.items():
@@ -225,7 +232,7 @@ class Sluice:
             return self
         binary = require_sluice_bin()
         self._logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([binary, "-c", str(self.config_path)],
+        self.proc = subprocess.Popen(self.prefix + [binary, "-c", str(self.config_path)],
                                      stdout=self._logf, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, cwd=str(self.dir),
                                      env=sanitizer_env())
@@ -381,10 +388,11 @@ def redis_factory(tmp_path):
 def sluice_factory(tmp_path):
     started = []
 
-    def make(backend_port, start=True, listen_ports=None, extra_text="", **extra):
+    def make(backend_port, start=True, listen_ports=None, extra_text="",
+             backend_host="127.0.0.1", prefix=(), **extra):
         d = tmp_path / f"sluice{len(started)}"
         s = Sluice(d, backend_port, listen_ports=listen_ports, extra=extra,
-                   extra_text=extra_text)
+                   extra_text=extra_text, backend_host=backend_host, prefix=prefix)
         started.append(s)
         if start:
             s.start()
@@ -399,6 +407,63 @@ def sluice_factory(tmp_path):
                             f"\nlog:\n{_read_log(s.log_path)}")
     if failures:
         pytest.fail("\n\n".join(failures), pytrace=False)
+
+
+class HangingResolver:
+    """A DNS server that never answers: a UDP socket on 127.0.0.X:53 (X
+    picked free) that counts the queries it reads and drops them, and a
+    resolv.conf naming it. `prefix` (for Sluice) runs sluice in a private
+    mount namespace where that file is /etc/resolv.conf; it needs root and
+    unshare(1), as on the test machines. OPTIONS: resolv.conf's options
+    line (a lookup gives up after timeout x attempts seconds)."""
+
+    def __init__(self, tmpdir, options="timeout:1 attempts:1"):
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            pytest.skip("a private /etc/resolv.conf needs root and unshare(1)")
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for last in random.sample(range(20, 250), 230):
+            try:
+                self.sock.bind((f"127.0.0.{last}", 53))
+                break
+            except OSError:
+                continue
+        else:
+            pytest.skip("no free 127.0.0.X:53 for a resolver that never answers")
+        self.address = self.sock.getsockname()[0]
+        self.sock.settimeout(0.05)
+        self.queries = []
+        self.conf = Path(tmpdir) / "resolv.conf"
+        self.conf.write_text(f"nameserver {self.address}\noptions {options}\n")
+        self.prefix = ["unshare", "--mount", "sh", "-c",
+                       'mount --bind "$0" /etc/resolv.conf && exec "$@"', str(self.conf)]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drop, daemon=True)
+        self._thread.start()
+
+    def _drop(self):
+        while not self._stop.is_set():
+            try:
+                self.queries.append(self.sock.recv(4096))
+            except OSError:
+                continue
+
+    def asked_for(self, name):
+        """Whether a query for NAME came (in DNS wire form, labels lower-cased:
+        evdns may randomize the case)."""
+        wire = b"".join(bytes([len(p)]) + p.encode() for p in name.split("."))
+        return any(wire in q.lower() for q in list(self.queries))
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def hanging_resolver(tmp_path):
+    r = HangingResolver(tmp_path)
+    yield r
+    r.stop()
 
 
 @pytest.fixture(scope="module")
