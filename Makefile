@@ -10,7 +10,7 @@ PKGS      = libevent libevent_openssl hiredis inih libcrypto libssl
 CC       ?= cc
 OPT      ?= -O2
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g $(OPT) \
-            -Iproxy -Irules -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS))
+            $(INCLUDES) -I$(BUILD)/gen $(shell pkg-config --cflags $(PKGS))
 LDLIBS   += $(shell pkg-config --libs $(PKGS)) -lm
 
 ifeq ($(SANITIZE),1)
@@ -22,7 +22,12 @@ else
 BUILD     = build
 endif
 
-SRCS      = $(wildcard proxy/*.c rules/*.c)
+# proxy/ is in folders by layer, lowest first (proxy/layers.txt); each
+# folder's headers are included by name.
+LAYER_DIRS = $(sort $(dir $(wildcard proxy/*/*.c)))
+INCLUDES  = -Iproxy $(patsubst %/,-I%,$(LAYER_DIRS)) -Irules
+HEADERS   = $(wildcard proxy/*.h proxy/*/*.h rules/*.h)
+SRCS      = $(wildcard proxy/*.c proxy/*/*.c rules/*.c)
 LIB_OBJS  = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out proxy/main.c,$(SRCS))) $(BUILD)/obj/gen/lua_scripts.o
 MAIN_OBJ  = $(BUILD)/obj/proxy/main.o
 UNIT_SRCS = $(wildcard tests/unit/test_*.c)
@@ -38,7 +43,7 @@ deps:
 $(BUILD)/sluice: $(MAIN_OBJ) $(LIB_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/obj/%.o: %.c $(wildcard proxy/*.h rules/*.h) $(BUILD)/gen/lua_scripts.h
+$(BUILD)/obj/%.o: %.c $(HEADERS) $(BUILD)/gen/lua_scripts.h
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"; $(CC) $(CFLAGS) -c -o $@ $<
 
@@ -102,7 +107,7 @@ FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # -Werror only on the targets: the gcc builds hold the library to it, and a
 # warning only clang gives must not stop the fuzzing.
 FUZZ_CFLAGS   = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -O1 -fno-omit-frame-pointer \
-                $(FUZZ_SAN) -Iproxy -Irules -Itests/fuzz -Itests/unit -I$(FUZZ_BUILD)/gen \
+                $(FUZZ_SAN) $(INCLUDES) -Itests/fuzz -Itests/unit -I$(FUZZ_BUILD)/gen \
                 $(shell pkg-config --cflags $(PKGS))
 FUZZ_LIB_OBJS = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(filter-out proxy/main.c,$(SRCS))) \
                 $(FUZZ_BUILD)/obj/gen/lua_scripts.o
@@ -126,7 +131,7 @@ fuzz-bins: $(patsubst %,$(FUZZ_BUILD)/%,$(FUZZ_TARGETS))
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h tests/unit/*.h) $(FUZZ_LIB_OBJS)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB_OBJS) $(LDLIBS)
 
-$(FUZZ_BUILD)/obj/%.o: %.c $(wildcard proxy/*.h rules/*.h) $(FUZZ_BUILD)/gen/lua_scripts.h
+$(FUZZ_BUILD)/obj/%.o: %.c $(HEADERS) $(FUZZ_BUILD)/gen/lua_scripts.h
 	@mkdir -p $(dir $@)
 	@echo "  CC $< (fuzz)"; $(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c -o $@ $<
 

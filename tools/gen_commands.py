@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""gen_commands.py - write proxy/commands_table.c from redis-server's COMMAND.
+"""gen_commands.py - write proxy/cmd/commands_table.c from redis-server's COMMAND.
 
 Starts a throwaway redis-server on a free loopback port, reads COMMAND, and
 writes the command table (names, arity, flags, ACL categories, key specs,
 subcommands) as C data. The flag and category names come from the X-macro
-lists in proxy/commands.h, so the header stays the one source of the bits.
+lists in proxy/cmd/commands.h, so the header stays the one source of the bits.
 
     /usr/bin/python3 tools/gen_commands.py [--redis-server PATH] [--output FILE]
 

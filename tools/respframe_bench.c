@@ -5,7 +5,7 @@
  * Mode "none" only appends and drains, to subtract.
  *
  *   cc -O2 -Iproxy -o build/respframe_bench tools/respframe_bench.c \
- *      proxy/respframe.c -levent -lhiredis
+ *      proxy/resp/respframe.c -levent -lhiredis
  *   build/respframe_bench respframe|hiredis|none [N [BULK]]
  * With BULK, every reply is one bulk string of BULK bytes instead of the mix.
  *   valgrind --tool=callgrind build/respframe_bench respframe 1000000
