@@ -24,8 +24,8 @@ import time
 import redis
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HEADER = os.path.join(ROOT, "proxy", "commands.h")
-OUTPUT = os.path.join(ROOT, "proxy", "commands_table.c")
+HEADER = os.path.join(ROOT, "proxy", "cmd", "commands.h")
+OUTPUT = os.path.join(ROOT, "proxy", "cmd", "commands_table.c")
 
 INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
 
