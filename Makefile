@@ -30,8 +30,13 @@ HEADERS   = $(wildcard proxy/*.h proxy/*/*.h rules/*.h)
 SRCS      = $(wildcard proxy/*.c proxy/*/*.c rules/*.c)
 LIB_OBJS  = $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out proxy/main.c,$(SRCS))) $(BUILD)/obj/gen/lua_scripts.o
 MAIN_OBJ  = $(BUILD)/obj/proxy/main.o
-UNIT_SRCS = $(wildcard tests/unit/test_*.c)
-UNIT_BINS = $(patsubst tests/unit/%.c,$(BUILD)/unit/%,$(UNIT_SRCS))
+# Unit tests sit in tests/unit/ in the folders of the layers they test;
+# their binaries go flat into $(BUILD)/unit/.
+UNIT_DIRS = $(sort $(dir $(wildcard tests/unit/*/test_*.c)))
+UNIT_SRCS = $(wildcard tests/unit/*/test_*.c)
+UNIT_BINS = $(addprefix $(BUILD)/unit/,$(notdir $(basename $(UNIT_SRCS))))
+UNIT_INCS = -Itests/unit $(patsubst %/,-I%,$(UNIT_DIRS))
+vpath test_%.c $(UNIT_DIRS)
 LUA       = $(sort $(wildcard lua/*.lua))
 
 .PHONY: all deps run test unit-bins bench clean
@@ -56,9 +61,9 @@ $(BUILD)/obj/gen/lua_scripts.o: $(BUILD)/gen/lua_scripts.c $(BUILD)/gen/lua_scri
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"; $(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/unit/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(LIB_OBJS)
+$(BUILD)/unit/%: %.c $(wildcard tests/unit/*.h tests/unit/*/*.h) $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests/unit $(LDFLAGS) -o $@ $< $(LIB_OBJS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(UNIT_INCS) $(LDFLAGS) -o $@ $< $(LIB_OBJS) $(LDLIBS)
 
 run: deps
 	@$(MAKE) --no-print-directory all
@@ -107,7 +112,7 @@ FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined
 # -Werror only on the targets: the gcc builds hold the library to it, and a
 # warning only clang gives must not stop the fuzzing.
 FUZZ_CFLAGS   = -std=c11 -D_GNU_SOURCE -Wall -Wextra -g -O1 -fno-omit-frame-pointer \
-                $(FUZZ_SAN) $(INCLUDES) -Itests/fuzz -Itests/unit -I$(FUZZ_BUILD)/gen \
+                $(FUZZ_SAN) $(INCLUDES) -Itests/fuzz $(UNIT_INCS) -I$(FUZZ_BUILD)/gen \
                 $(shell pkg-config --cflags $(PKGS))
 FUZZ_LIB_OBJS = $(patsubst %.c,$(FUZZ_BUILD)/obj/%.o,$(filter-out proxy/main.c,$(SRCS))) \
                 $(FUZZ_BUILD)/obj/gen/lua_scripts.o
@@ -128,7 +133,7 @@ fuzz-bins: $(patsubst %,$(FUZZ_BUILD)/%,$(FUZZ_TARGETS))
 # Reached only through the pattern rule below, yet worth keeping.
 .SECONDARY: $(FUZZ_LIB_OBJS)
 
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h tests/unit/*.h) $(FUZZ_LIB_OBJS)
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h tests/unit/*.h tests/unit/*/*.h) $(FUZZ_LIB_OBJS)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -Werror -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB_OBJS) $(LDLIBS)
 
 $(FUZZ_BUILD)/obj/%.o: %.c $(HEADERS) $(FUZZ_BUILD)/gen/lua_scripts.h

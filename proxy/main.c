@@ -28,6 +28,15 @@
 #include "throttle.h"
 #include "tls.h"
 
+/* The lock verbs, the layer above the clients', as the client layer
+ * asks them (client_set_verbs). */
+static const struct client_verbs main_lock_verbs = {
+    .wants = lock_wants,
+    .handle = lock_handle,
+    .client_closed = lock_client_closed,
+};
+
+
 #define MAIN_DEFAULT_CONFIG "conf/sluice.ini"
 #define MAIN_TICK_MS 100
 
@@ -180,6 +189,7 @@ static int main_run(void)
         return 1;
     }
     client_module_init(server.base, &server.cfg);
+    client_set_verbs(&main_lock_verbs);
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
         backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||

@@ -20,6 +20,8 @@ struct throttle_hold;
 struct user;
 struct command;
 struct multi_locals;
+struct request;
+struct sv;
 
 enum client_flag {
     CLIENT_CLOSE_AFTER_REPLY = 1 << 0, /* answer what is pending, then close */
@@ -130,6 +132,17 @@ TAILQ_HEAD(client_list, client);
 
 /* Set up client handling for the whole process. */
 void client_module_init(struct event_base *base, const struct config *cfg);
+
+/* Verbs sluice adds (LOCK, UNLOCK, RENEW), from the layer above: WANTS
+ * says whether a request that sluice answers itself is one of theirs,
+ * HANDLE answers it (client_answer, or client_forward to Redis), and
+ * CLIENT_CLOSED lets go of what they hold for a client that leaves. */
+struct client_verbs {
+    int (*wants)(const struct request *req, int argc, const struct sv *argv);
+    void (*handle)(struct client *c, struct request *req, int argc, const struct sv *argv);
+    void (*client_closed)(struct client *c);
+};
+void client_set_verbs(const struct client_verbs *verbs);
 
 /* Take over an accepted socket FD (speaking TLS when TLS is set: the
  * handshake comes first). Closes it when it cannot be served. */

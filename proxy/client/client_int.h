@@ -1,0 +1,110 @@
+/* client_int.h - what the files of the client layer share among
+ * themselves (client.c, client_session.c, client_route.c,
+ * client_replies.c, client_dispatch.c); nothing outside proxy/client/
+ * includes it. Each function's contract is above its definition. */
+#ifndef SLUICE_CLIENT_INT_H
+#define SLUICE_CLIENT_INT_H
+
+#include <stddef.h>
+
+#include "client.h"
+#include "placement.h"
+
+struct backend_conn;
+struct event_base;
+struct config;
+struct evbuffer;
+struct request;
+struct sv;
+
+extern const struct config *client_cfg;
+
+/* What the files above client.c (the core: connections, reply order) do
+ * for it; client_dispatch.c fills it in. The core calls up only through
+ * it, so no file of the layer calls back into one that calls it. */
+struct client_hooks {
+    /* Frame and handle the requests in IN, C's input, until one waits. */
+    void (*input)(struct client *c, struct evbuffer *in);
+    /* Send what waited for an earlier reply (a script's, a split's). */
+    void (*unstall)(struct client *c);
+    /* Build REQ's reply (REQ_DEFERRED) now that its turn has come. */
+    void (*run_deferred)(struct client *c, struct request *req);
+    /* C is closing: let go of its transaction, locks, learning. */
+    void (*closing)(struct client *c);
+    /* REQ, held (a rule's delay, learning, a client id lookup), goes on,
+     * or is refused with ERROR when it is not NULL. */
+    void (*release_held)(struct client *c, struct request *req, const char *error);
+};
+
+/* Start the core (client_module_init, in client_dispatch.c, calls it). */
+void client_core_init(struct event_base *base, const struct config *cfg,
+                      const struct client_hooks *hooks);
+
+/* Room for the longest push kind Redis sends, "tracking-redir-broken". */
+#define CLIENT_PUSH_KIND_SIZE 24
+
+/* client.c */
+void client_read_on(struct client *c);
+void client_read_off(struct client *c);
+int client_fence_back(struct client *c, struct evbuffer *src, size_t len);
+void client_fences_drop(struct client *c);
+void client_enqueue(struct client *c, struct request *req);
+void client_enter(struct client *c);
+int client_leave(struct client *c);
+struct evbuffer *client_output(struct client *c);
+int client_readable(const struct client *c);
+void client_over_limit(struct client *c);
+int client_check_drained(struct client *c);
+int client_check_output_limit(struct client *c);
+int client_subscribed_context(const struct client *c);
+void client_flush(struct client *c);
+void client_complete(struct client *c, struct request *req);
+void client_defer(struct client *c, struct request *req);
+void client_reply_error(struct client *c, struct request *req, const char *text);
+void client_fail_send(struct client *c, struct request *req, const char *text);
+void client_refuse(struct client *c, struct request *req, const char *text);
+int client_is_monitor(const struct client *c);
+void client_tunnel_start(struct client *c, struct backend_conn *conn);
+void client_tunnel_input(struct client *c, struct evbuffer *in);
+void client_protocol_error(struct client *c, const char *msg);
+void client_process_input(struct client *c);
+
+/* client_session.c */
+void client_reset_session(struct client *c);
+void client_apply_session(struct client *c, struct request *req, int type);
+void client_push_kind(struct evbuffer *src, size_t len, char *kind, long long *count);
+int client_is_pubsub_message(struct evbuffer *src, size_t len);
+void client_note_subscriptions(struct client *c, struct evbuffer *src, size_t len);
+int client_count_push(struct client *c, const char *kind, long long count);
+int client_push_ends(struct client *c, struct request *head, int row);
+enum placement_role client_role(const struct request *req);
+void client_reply_mark(struct client *c, struct request *req);
+void client_note_tracking(struct client *c, struct request *req, int argc, const struct sv *argv);
+void client_note_session(struct request *req, int argc, const struct sv *argv);
+void client_execabort_reply(struct request *req, struct evbuffer *src, size_t len, int type);
+void client_track_multi(struct client *c, struct request *req, struct evbuffer **src);
+void client_multi_held_free(struct client *c);
+void client_cluster_start_multi(struct client *c);
+int client_cluster_off_session(const struct client *c, const struct request *req);
+int client_private_holds_state(const struct client *c);
+int client_private_idle(const struct client *c);
+int client_cluster_moves(const struct client *c, const struct request *req);
+int client_leaves_session(const struct request *req);
+void client_note_watch(struct client *c, const struct request *req);
+
+/* client_route.c */
+struct backend_conn *client_route(struct client *c, struct request *req);
+int client_must_wait(const struct client *c, const struct request *req, struct backend_conn *conn);
+int client_split_must_wait(const struct client *c);
+void client_wait_offset_reply(struct request *req, struct evbuffer *src, size_t len, int type);
+void client_send(struct client *c, struct request *req, struct backend_conn *conn, struct evbuffer *src);
+void client_try_unstall(struct client *c);
+int client_split(struct client *c, struct request *req, const struct sv *argv, struct evbuffer **src);
+
+/* client_dispatch.c */
+void client_run_deferred(struct client *c, struct request *req);
+int client_cluster_hold(struct client *c, struct request *req, struct evbuffer *src);
+int client_dispatch(struct client *c, struct request *req, const struct sv *argv, struct evbuffer *src);
+void client_process_input_loop(struct client *c, struct evbuffer *in);
+
+#endif
