@@ -1,7 +1,9 @@
-/* client.c - owns client connections: reading and framing requests,
- * choosing the backend connection for each, and writing replies back in
- * request order. The one place a client connection is closed is
- * client_close().
+/* client.c - the core of a client connection: accepting it, reading,
+ * writing replies back in request order under the output limits, fences,
+ * tunnels, and closing it. The one place a client connection is closed
+ * is client_close(). It knows nothing of commands: framed input goes up
+ * through struct client_hooks (client_dispatch.c), which the picture below
+ * follows across the layer's files (README "Architecture").
  *
  *   socket (TLS: tls.c) -> input evbuffer -> reqparse -> request -> placement
  *      DEBUG/MODULE LOAD from a client not local -> Redis's "not allowed"
