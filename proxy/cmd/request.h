@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "respframe.h"
 #include "sv.h"
 
 struct evbuffer;
@@ -21,15 +22,6 @@ struct backend_conn;
 struct backend_node;
 struct command;
 struct request;
-
-/* Reply types, as hiredis numbers them. */
-enum reply_type {
-    REPLY_STRING = 1, REPLY_ARRAY = 2, REPLY_INTEGER = 3,
-    REPLY_NIL = 4, REPLY_STATUS = 5, REPLY_ERROR = 6,
-    /* RESP3, numbered as in hiredis 1.x */
-    REPLY_DOUBLE = 7, REPLY_BOOL = 8, REPLY_MAP = 9, REPLY_SET = 10,
-    REPLY_ATTR = 11, REPLY_PUSH = 12, REPLY_BIGNUM = 13, REPLY_VERB = 14,
-};
 
 /* Called with the complete reply to an internal or rewritten request: LEN
  * bytes at the head of SRC, which the callback must remove (move or drain).
