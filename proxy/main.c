@@ -112,6 +112,21 @@ static void main_loop(void)
     }
 }
 
+/* The reload sequence behind server_reload (SIGHUP, PROXY RELOAD). Each
+ * file on its own: a bad one keeps its old contents. */
+static int main_reload(struct errlist *errs)
+{
+    int rc = 0;
+
+    if (throttle_reload(errs) != 0)
+        rc = -1;
+    if (auth_reload(errs) != 0)
+        rc = -1;
+    if (tls_reload(&server.cfg, errs) != 0)
+        rc = -1;
+    return rc;
+}
+
 static void main_begin_shutdown(void)
 {
     if (server.shutting_down) {
@@ -174,6 +189,7 @@ static int main_run(void)
     }
     stats_init();
     local_init();
+    server_set_reload(main_reload);
     if (throttle_init(server.cfg.rules, &errs) != 0 || auth_init(&server.cfg, &errs) != 0) {
         log_warning("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
         errlist_free(&errs);
@@ -183,7 +199,7 @@ static int main_run(void)
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
         backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
-        listener_start(server.base, &server.cfg, err, sizeof(err)) != 0) {
+        listener_start(server.base, &server.cfg, client_accept, err, sizeof(err)) != 0) {
         log_warning("%s", err);
         return 1;
     }
