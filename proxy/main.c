@@ -127,6 +127,34 @@ static int main_reload(struct errlist *errs)
     return rc;
 }
 
+/* The client layer's side of the seams lower layers call up through:
+ * registered once at start, before anything can call them. */
+static const struct backend_client_ops main_backend_client_ops = {
+    .on_reply = client_on_reply,
+    .on_push = client_on_push,
+    .on_passthrough = client_on_passthrough,
+    .on_tunnel = client_on_tunnel,
+    .on_private_lost = client_on_private_lost,
+    .resume = client_resume,
+};
+static const struct auth_client_ops main_auth_client_ops = {
+    .users_changed = client_users_changed,
+    .subscribed_resp3 = client_subscribed_resp3,
+};
+static const struct learn_client_ops main_learn_client_ops = {
+    .block = client_block,
+    .release_held = client_release_held,
+};
+
+static void main_register_hooks(void)
+{
+    server_set_reload(main_reload);
+    backend_set_client_ops(&main_backend_client_ops);
+    auth_set_client_ops(&main_auth_client_ops);
+    learn_set_client_ops(&main_learn_client_ops);
+    throttle_set_release(client_release_held);
+}
+
 static void main_begin_shutdown(void)
 {
     if (server.shutting_down) {
@@ -189,7 +217,7 @@ static int main_run(void)
     }
     stats_init();
     local_init();
-    server_set_reload(main_reload);
+    main_register_hooks();
     if (throttle_init(server.cfg.rules, &errs) != 0 || auth_init(&server.cfg, &errs) != 0) {
         log_warning("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
         errlist_free(&errs);

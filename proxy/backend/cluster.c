@@ -49,7 +49,7 @@
 #include "client.h"
 #include "commands.h"
 #include "config.h"
-#include "learn.h"
+#include "learned.h"
 #include "log.h"
 #include "placement.h"
 #include "reply.h"
@@ -876,7 +876,7 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
  * (CROSSSLOT). */
 static int cluster_learned_keys(int argc, const struct sv *argv, int *keys)
 {
-    const struct learned_command *lc = argc > 0 ? learn_lookup(argv[0].ptr, argv[0].len) : NULL;
+    const struct learned_command *lc = argc > 0 ? learned_lookup(argv[0].ptr, argv[0].len) : NULL;
     int last, step, n = 0;
 
     if (lc == NULL || !lc->known || lc->first_key <= 0)

@@ -18,7 +18,7 @@
 
 #include "commands.h"
 #include "config.h"
-#include "learn.h"
+#include "learned.h"
 #include "request.h"
 #include "server.h"
 #include "value.h"
@@ -188,7 +188,7 @@ static struct placement placement_unknown(int argc, const struct sv *argv)
     /* No module has such a name: Redis answers it with one error. */
     if (argc == 0 || argv[0].len > LEARN_MAX_NAME || memchr(argv[0].ptr, '\0', argv[0].len))
         return (struct placement){PLACE_SHARED, 0, NULL};
-    lc = learn_lookup(argv[0].ptr, argv[0].len);
+    lc = learned_lookup(argv[0].ptr, argv[0].len);
     if (lc == NULL)
         return (struct placement){PLACE_LEARN, 0, NULL};
     if (!lc->known)   /* Redis does not know it either: it answers one error */

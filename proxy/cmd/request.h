@@ -30,6 +30,12 @@ struct request;
  * has gone (req->client NULL), it must free REQ. */
 typedef void request_reply_fn(struct request *req, struct evbuffer *src, size_t len, int type);
 
+/* Hands REQ, held back from client C (C blocked meanwhile), to the client
+ * code again: answered with the error ERROR, or, when ERROR is NULL,
+ * checked and dispatched (client_release_held). Lower layers that hold a
+ * client's request get it from their owner. */
+typedef void request_release_fn(struct client *c, struct request *req, const char *error);
+
 enum request_flag {
     REQ_DONE = 1 << 0,        /* the reply is complete, in req->reply */
     REQ_NOREPLY = 1 << 1,     /* its reply is dropped (CLIENT REPLY OFF/SKIP): Redis still
