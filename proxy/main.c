@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "client.h"
 #include "cluster.h"
+#include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
 #include "listener.h"
@@ -153,6 +154,7 @@ static void main_register_hooks(void)
     auth_set_client_ops(&main_auth_client_ops);
     learn_set_client_ops(&main_learn_client_ops);
     throttle_set_release(client_release_held);
+    cluster_set_split_wants(cluster_split_wants);
 }
 
 static void main_begin_shutdown(void)
