@@ -45,8 +45,8 @@ enum throttle_verdict throttle_admit(struct client *c, struct request *req,
                                      const struct sv *argv, struct throttle_decision *out);
 
 /* Take REQ (which owns its bytes: req->raw) until it may go: C is blocked
- * meanwhile, and the throttle_set_release function gets REQ back, with the error to
- * answer or NULL to dispatch it. */
+ * meanwhile, and the function throttle_set_release gave gets REQ back,
+ * with the error to answer or NULL to dispatch it. */
 void throttle_hold(struct client *c, struct request *req, const struct throttle_decision *d);
 
 /* C is closing: drop its held request and its limiter state. */

@@ -5,7 +5,6 @@
 
 #include <time.h>
 
-
 struct server server;
 
 /* 0: not read yet in this loop pass. */
