@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "client.h"
 #include "cluster.h"
+#include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
 #include "listener.h"
@@ -121,6 +122,50 @@ static void main_loop(void)
     }
 }
 
+/* The reload sequence behind server_reload (SIGHUP, PROXY RELOAD). Each
+ * file on its own: a bad one keeps its old contents. */
+static int main_reload(struct errlist *errs)
+{
+    int rc = 0;
+
+    if (throttle_reload(errs) != 0)
+        rc = -1;
+    if (auth_reload(errs) != 0)
+        rc = -1;
+    if (tls_reload(&server.cfg, errs) != 0)
+        rc = -1;
+    return rc;
+}
+
+/* The client layer's side of the seams lower layers call up through:
+ * registered once at start, before anything can call them. */
+static const struct backend_client_ops main_backend_client_ops = {
+    .on_reply = client_on_reply,
+    .on_push = client_on_push,
+    .on_passthrough = client_on_passthrough,
+    .on_tunnel = client_on_tunnel,
+    .on_private_lost = client_on_private_lost,
+    .resume = client_resume,
+};
+static const struct auth_client_ops main_auth_client_ops = {
+    .users_changed = client_users_changed,
+    .subscribed_resp3 = client_subscribed_resp3,
+};
+static const struct learn_client_ops main_learn_client_ops = {
+    .block = client_block,
+    .release_held = client_release_held,
+};
+
+static void main_register_hooks(void)
+{
+    server_set_reload(main_reload);
+    backend_set_client_ops(&main_backend_client_ops);
+    auth_set_client_ops(&main_auth_client_ops);
+    learn_set_client_ops(&main_learn_client_ops);
+    throttle_set_release(client_release_held);
+    cluster_set_split_wants(cluster_split_wants);
+}
+
 static void main_begin_shutdown(void)
 {
     if (server.shutting_down) {
@@ -183,6 +228,7 @@ static int main_run(void)
     }
     stats_init();
     local_init();
+    main_register_hooks();
     if (throttle_init(server.cfg.rules, &errs) != 0 || auth_init(&server.cfg, &errs) != 0) {
         log_warning("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
         errlist_free(&errs);
@@ -193,7 +239,7 @@ static int main_run(void)
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
         backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
-        listener_start(server.base, &server.cfg, err, sizeof(err)) != 0) {
+        listener_start(server.base, &server.cfg, client_accept, err, sizeof(err)) != 0) {
         log_warning("%s", err);
         return 1;
     }

@@ -28,7 +28,7 @@
 #include "commands.h"
 #include "config.h"
 #include "errlist.h"
-#include "learn.h"
+#include "learned.h"
 #include "log.h"
 #include "placement.h"
 #include "server.h"
@@ -59,6 +59,12 @@ static struct auth_failures *auth_failed;    /* per user of auth_users, same ind
 static unsigned long long auth_failed_unknown; /* for names that are no user */
 static uint64_t auth_last_log_ms;
 static unsigned long long auth_unlogged;     /* failures since the last log line */
+static const struct auth_client_ops *auth_client; /* from auth_set_client_ops */
+
+void auth_set_client_ops(const struct auth_client_ops *ops)
+{
+    auth_client = ops;
+}
 
 int auth_local(void)
 {
@@ -146,7 +152,7 @@ int auth_reload(struct errlist *errs)
     auth_failures_free(auth_failed, users_count(old));
     auth_failed = failed;
     auth_users = set;
-    client_users_changed();   /* every client lets go of OLD's users */
+    auth_client->users_changed();   /* every client lets go of OLD's users */
     users_free(old);
     log_notice("users file %s reloaded: %d users", auth_users_path, users_count(set));
     return 0;
@@ -294,7 +300,7 @@ int auth_login(struct client *c, const struct sv *user, struct sv pass)
 static int auth_subscriber_lost_channels(const struct client *c, const struct user *u)
 {
     int subscribed = ((c->flags & CLIENT_PASSTHROUGH) && !(c->flags & CLIENT_MONITOR)) ||
-                     (c->resp == 3 && client_subscribed_resp3(c));
+                     (c->resp == 3 && auth_client->subscribed_resp3(c));
 
     return subscribed && c->auth_user != NULL && u != NULL &&
            users_channels_narrowed(c->auth_user, u);
@@ -348,7 +354,7 @@ static int auth_precheck(const struct command *cmd, int argc, const struct sv *a
                          size_t errlen)
 {
     if (cmd == NULL) {
-        const struct learned_command *learned = learn_lookup(argv[0].ptr, argv[0].len);
+        const struct learned_command *learned = learned_lookup(argv[0].ptr, argv[0].len);
         if (learned != NULL && learned->known)
             return 0;
         auth_unknown_command(err, errlen, argc, argv);
@@ -409,7 +415,7 @@ static int auth_is_lock_verb(const struct command *cmd, int argc, const struct s
 static int auth_will_learn(struct sv name)
 {
     return name.len <= LEARN_MAX_NAME && memchr(name.ptr, '\0', name.len) == NULL &&
-           learn_lookup(name.ptr, name.len) == NULL;
+           learned_lookup(name.ptr, name.len) == NULL;
 }
 
 /* Every key of a module's command LC (its legacy positions, as COMMAND
@@ -449,7 +455,7 @@ static int auth_admit_module(const struct user *u, int argc, const struct sv *ar
                  users_denied_name(NULL, argc, argv, name, sizeof(name)));
         return -1;
     }
-    lc = learn_lookup(argv[0].ptr, argv[0].len);
+    lc = learned_lookup(argv[0].ptr, argv[0].len);
     if (lc != NULL && lc->known && !auth_learned_keys_ok(u, lc, argc, argv)) {
         snprintf(err, errlen, "%s", USERS_ERR_NOPERM_KEYS);
         return -1;

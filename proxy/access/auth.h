@@ -14,6 +14,20 @@ struct config;
 struct errlist;
 struct evbuffer;
 
+/* What the users file's reload needs of the client code; set once at
+ * start (main.c), before the first auth_reload. */
+struct auth_client_ops {
+    /* The users were replaced: every client takes its user's new entry
+     * (client_users_changed). */
+    void (*users_changed)(void);
+    /* Whether RESP3 client C is (or may be about to be) subscribed
+     * (client_subscribed_resp3). */
+    int (*subscribed_resp3)(const struct client *c);
+};
+
+/* Register OPS (kept, not copied). */
+void auth_set_client_ops(const struct auth_client_ops *ops);
+
 /* Load CFG's users file, or stand in for backend_password without one.
  * Returns 0, or -1 with every error (FILE:LINE: message) in ERRS. */
 int auth_init(const struct config *cfg, struct errlist *errs);

@@ -8,7 +8,7 @@
  *        REJECT  -> -THROTTLED rule NAME retry_after_ms=N, in reply order
  *        HOLD    -> throttle_hold: client blocked, request kept
  *                     shared rules: EVALSHA bucket per rule -> settle
- *                     delay: timer -> client_release_held -> dispatch
+ *                     delay: timer -> release (client_release_held) -> dispatch
  *
  * A held request that does not go after all (a shared rule refuses it, or
  * its client leaves first) gives back every token it took: to the local
@@ -79,6 +79,12 @@ static const struct script *throttle_bucket_script;
 static struct limiter_decision throttle_limits;
 static void throttle_index_exempt(void);
 static uint64_t throttle_last_cron_us;
+static request_release_fn *throttle_hand_back;   /* from throttle_set_release */
+
+void throttle_set_release(request_release_fn *release)
+{
+    throttle_hand_back = release;
+}
 
 static void throttle_log_errors(const struct errlist *errs)
 {
@@ -242,7 +248,7 @@ static void throttle_release(struct throttle_hold *h, const char *error)
     h->req = NULL;
     c->throttle_hold = NULL;
     throttle_hold_free(h);
-    client_release_held(c, req, error != NULL ? text : NULL);
+    throttle_hand_back(c, req, error != NULL ? text : NULL);
 }
 
 static void throttle_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -455,7 +461,7 @@ void throttle_hold(struct client *c, struct request *req, const struct throttle_
         struct limiter_identity who;
         throttle_identity(c, &who);
         limiter_give_back(c->limiter, &who, d->taken, d->taken_count);
-        client_release_held(c, req, "OOM sluice is out of memory");
+        throttle_hand_back(c, req, "OOM sluice is out of memory");
         return;
     }
     c->throttle_hold = h;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "limiter.h"
+#include "request.h"
 #include "sv.h"
 
 struct client;
@@ -26,6 +27,10 @@ struct throttle_decision {
     char error[192];  /* REJECT: "-THROTTLED rule NAME retry_after_ms=N" */
 };
 
+/* Where held requests go back to the client code (client_release_held);
+ * set once at start (main.c), before the first throttle_hold. */
+void throttle_set_release(request_release_fn *release);
+
 /* Load the rule file of the config at start-up (PATH may be NULL: no
  * rules). Returns 0, or -1 with every error in ERRS. */
 int throttle_init(const char *path, struct errlist *errs);
@@ -40,8 +45,8 @@ enum throttle_verdict throttle_admit(struct client *c, struct request *req,
                                      const struct sv *argv, struct throttle_decision *out);
 
 /* Take REQ (which owns its bytes: req->raw) until it may go: C is blocked
- * meanwhile, and client_release_held gets REQ back, with the error to
- * answer or NULL to dispatch it. */
+ * meanwhile, and the function throttle_set_release gave gets REQ back,
+ * with the error to answer or NULL to dispatch it. */
 void throttle_hold(struct client *c, struct request *req, const struct throttle_decision *d);
 
 /* C is closing: drop its held request and its limiter state. */

@@ -1,6 +1,8 @@
 /* backend.c - owns connections to Redis: connecting with backoff, sending
  * requests, framing replies and pairing them with requests in FIFO order.
- * It never writes to a client itself; it hands replies to backend_deliver.
+ * It never writes to a client itself; it hands replies to backend_deliver,
+ * and reaches the client code only through the backend_client_ops main.c
+ * registers.
  *
  *   client A --req a1--\                     +------------------+
  *   client B --req b1---+--> pool conn ----> | redis-server     |
@@ -149,6 +151,7 @@ static struct backend_node_list backend_nodes = TAILQ_HEAD_INITIALIZER(backend_n
 static int backend_cluster_mode;
 /* Cluster mode: sees error replies before they are delivered. */
 static backend_reply_filter_fn *backend_reply_filter;
+static struct backend_client_ops backend_client;   /* from backend_set_client_ops */
 
 static void backend_connect(struct backend_conn *conn);
 static void backend_conn_down(struct backend_conn *conn, const char *why);
@@ -664,6 +667,11 @@ static void backend_fail_soon(struct backend_conn *conn, const char *why)
     evtimer_add(conn->retry, &now);
 }
 
+void backend_set_client_ops(const struct backend_client_ops *ops)
+{
+    backend_client = *ops;
+}
+
 static void backend_wake_waiters(struct backend_conn *conn)
 {
     struct client *c;
@@ -671,7 +679,7 @@ static void backend_wake_waiters(struct backend_conn *conn)
     while ((c = TAILQ_FIRST(&conn->waiters)) != NULL) {
         TAILQ_REMOVE(&conn->waiters, c, wait_link);
         c->waiting_on = NULL;
-        client_resume(c);
+        backend_client.resume(c);
     }
 }
 
@@ -745,7 +753,7 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
     if (owner != NULL || conn->oneshot) {
         backend_conn_release(conn);
         if (owner != NULL)
-            client_on_private_lost(owner);
+            backend_client.on_private_lost(owner);
         return;
     }
     if (conn->node->retired) {
@@ -1201,7 +1209,7 @@ void backend_unwait(struct backend_conn *conn, struct client *c)
 void backend_deliver(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     if (req->client != NULL) {
-        client_on_reply(req, src, len, type);
+        backend_client.on_reply(req, src, len, type);
         return;
     }
     if (req->on_reply != NULL) {
@@ -1239,7 +1247,7 @@ static void backend_dispatch_push(struct backend_conn *conn, struct evbuffer *in
         evbuffer_drain(in, len);
         return;
     }
-    if (!client_on_push(conn->owner, head, in, len))
+    if (!backend_client.on_push(conn->owner, head, in, len))
         return;
     backend_pop(conn, head);
     backend_deliver(head, in, 0, REPLY_PUSH);
@@ -1252,7 +1260,7 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
     struct request *req;
 
     if (conn->passthrough && conn->owner != NULL && TAILQ_EMPTY(&conn->inflight)) {
-        client_on_passthrough(conn->owner, in, len);
+        backend_client.on_passthrough(conn->owner, in, len);
         return;
     }
     if (type == REPLY_PUSH && !conn->passthrough) {
@@ -1307,7 +1315,7 @@ static int backend_tunnel_pass(struct backend_conn *conn, struct evbuffer *in)
     if (!conn->tunnel || !TAILQ_EMPTY(&conn->inflight))
         return 0;
     if (conn->owner != NULL && evbuffer_get_length(in) > 0)
-        client_on_tunnel(conn->owner, in);
+        backend_client.on_tunnel(conn->owner, in);
     else
         evbuffer_drain(in, evbuffer_get_length(in));
     return 1;

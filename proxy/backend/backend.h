@@ -61,6 +61,32 @@ int backend_conn_is_oneshot(const struct backend_conn *conn);
  * when the error is sluice's own because CONN went down (FN must then not
  * send on CONN). It returns 1 when it took the reply (drained SRC and now
  * owns REQ, e.g. to send it again), 0 to have it delivered as usual. */
+/* What backend connections tell the client code: a reply for a client's
+ * request, and what comes to a client's private connection (pushes,
+ * pub/sub and MONITOR messages, tunnel bytes, its loss), and that a
+ * congested connection drained. The client layer fills it in and main.c
+ * registers it once, before backend_init; backend.c calls the client layer
+ * only through it. */
+struct backend_client_ops {
+    /* A reply for REQ (whose client is set): LEN bytes at the head of SRC
+     * (client_on_reply). */
+    void (*on_reply)(struct request *req, struct evbuffer *src, size_t len, int type);
+    /* A RESP3 push for C, HEAD first in line on its connection (or NULL);
+     * 1 when it ended HEAD (client_on_push). */
+    int (*on_push)(struct client *c, struct request *head, struct evbuffer *src, size_t len);
+    /* A pub/sub or MONITOR message for C (client_on_passthrough). */
+    void (*on_passthrough)(struct client *c, struct evbuffer *src, size_t len);
+    /* Bytes of C's tunnel, all of SRC (client_on_tunnel). */
+    void (*on_tunnel)(struct client *c, struct evbuffer *src);
+    /* C's private connection is gone (client_on_private_lost). */
+    void (*on_private_lost)(struct client *c);
+    /* The connection C waited for (backend_wait) drained (client_resume). */
+    void (*resume)(struct client *c);
+};
+
+/* Register OPS (copied) for every later call. */
+void backend_set_client_ops(const struct backend_client_ops *ops);
+
 typedef int backend_reply_filter_fn(struct backend_conn *conn, struct request *req,
                                     struct evbuffer *src, size_t len, int conn_failed);
 void backend_set_reply_filter(backend_reply_filter_fn *fn);
@@ -140,7 +166,7 @@ void backend_write_now(void);
 
 /* CONN, a private connection, has just been sent SYNC or PSYNC: once the
  * replies in flight before it are delivered, every byte it reads goes to
- * its owner unframed (client_on_tunnel): the RDB, keepalives, the stream. */
+ * its owner unframed (the ops' on_tunnel): the RDB, keepalives, the stream. */
 void backend_set_tunnel(struct backend_conn *conn);
 
 /* Move every byte of SRC to CONN (a tunnel) as it is. Returns 0, or -1
@@ -165,7 +191,7 @@ void backend_set_passthrough(struct backend_conn *conn, int on);
 int backend_stalled(const struct backend_conn *conn);
 
 /* Non-zero while CONN's output is above its high watermark; then the caller
- * waits (backend_wait) and is resumed through client_resume. */
+ * waits (backend_wait) and is resumed through the ops' resume. */
 int backend_congested(const struct backend_conn *conn);
 void backend_wait(struct backend_conn *conn, struct client *c);
 void backend_unwait(struct backend_conn *conn, struct client *c);

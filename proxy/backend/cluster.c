@@ -36,7 +36,6 @@
  * answered) until the map or a redirection names it again.
  */
 #include "cluster.h"
-#include "cluster_split.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -49,7 +48,7 @@
 #include "client.h"
 #include "commands.h"
 #include "config.h"
-#include "learn.h"
+#include "learned.h"
 #include "log.h"
 #include "placement.h"
 #include "reply.h"
@@ -68,6 +67,7 @@
 #define CLUSTER_NAME_MAX 300              /* "host:port", a host of up to 255 */
 
 static const struct config *cluster_cfg;
+static cluster_split_wants_fn *cluster_split_wants_hook;   /* from cluster_set_split_wants */
 static struct event *cluster_tick;
 static struct backend_node *cluster_owner[SLOT_COUNT];
 static uint64_t cluster_version;   /* counts changes of cluster_owner (cluster_map_version) */
@@ -876,7 +876,7 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
  * (CROSSSLOT). */
 static int cluster_learned_keys(int argc, const struct sv *argv, int *keys)
 {
-    const struct learned_command *lc = argc > 0 ? learn_lookup(argv[0].ptr, argv[0].len) : NULL;
+    const struct learned_command *lc = argc > 0 ? learned_lookup(argv[0].ptr, argv[0].len) : NULL;
     int last, step, n = 0;
 
     if (lc == NULL || !lc->known || lc->first_key <= 0)
@@ -999,6 +999,11 @@ static const char *cluster_disabled_answer(const struct command *cmd, int argc,
     return "-ERR This instance has cluster support disabled";
 }
 
+void cluster_set_split_wants(cluster_split_wants_fn *fn)
+{
+    cluster_split_wants_hook = fn;
+}
+
 const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv, int slot)
 {
     static char text[200];
@@ -1017,7 +1022,8 @@ const char *cluster_answer(const struct command *cmd, int argc, const struct sv 
     case CLUSTER_CMD_FORWARD:
         break;
     }
-    if (slot == CLUSTER_SLOT_CROSS && !cluster_split_wants(cmd, slot)) {
+    if (slot == CLUSTER_SLOT_CROSS &&
+        !(cluster_split_wants_hook != NULL && cluster_split_wants_hook(cmd, slot))) {
         STAT_INC(cluster_crossslot);
         return "-CROSSSLOT Keys in request don't hash to the same slot";
     }

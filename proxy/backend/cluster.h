@@ -43,11 +43,19 @@ uint64_t cluster_map_version(void);
  * CLUSTER_SLOT_CROSS when keys hash to different slots. */
 int cluster_request_slot(const struct command *cmd, int argc, const struct sv *argv);
 
+/* Whether a request for CMD whose keys are in SLOT is run in parts
+ * (cluster_split_wants, in the client layer, which runs them). */
+typedef int cluster_split_wants_fn(const struct command *cmd, int slot);
+
+/* Register FN once at start (main.c): cluster_answer asks it before it
+ * refuses keys in several slots. None set: nothing is run in parts. */
+void cluster_set_split_wants(cluster_split_wants_fn *fn);
+
 /* What sluice itself answers, in cluster mode, to a request for CMD
  * (NULL: unknown command) with ARGC arguments ARGV before any routing:
  * a whole reply line without its CRLF ("-ERR ..." or "+OK"), or NULL when
  * the request goes on. Includes -CLUSTERDOWN while there is no slot map
- * and -CROSSSLOT. */
+ * and -CROSSSLOT (unless cluster_set_split_wants's FN runs it in parts). */
 const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv,
                            int slot);
 

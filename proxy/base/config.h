@@ -77,4 +77,19 @@ void config_free(struct config *cfg);
 /* The line of CFG's file where key NAME was set, 0 when it was not. */
 int config_key_line(const struct config *cfg, const char *name);
 
+/* Whether CFG runs sluice in cluster mode (`cluster =` names seeds): from
+ * start on, the same answer as cluster_enabled. */
+static inline int config_cluster_mode(const struct config *cfg)
+{
+    return cfg->cluster_seed_count > 0;
+}
+
+/* Whether under CFG sluice authenticates clients itself (a users file, or
+ * backend_password as its one user): from start on, the same answer as
+ * auth_local. */
+static inline int config_auth_local(const struct config *cfg)
+{
+    return cfg->users != NULL || cfg->backend_password != NULL;
+}
+
 #endif

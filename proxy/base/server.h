@@ -34,10 +34,19 @@ void server_pass_end(void);
 
 struct errlist;
 
+/* Reads again what a reload reads, adding every error to ERRS; returns 0
+ * when all loaded, else -1. */
+typedef int server_reload_fn(struct errlist *errs);
+
+/* Set once at start (main.c, which may name every layer): what
+ * server_reload runs. */
+void server_set_reload(server_reload_fn *fn);
+
 /* SIGHUP and PROXY RELOAD: read the rule file, the users file and the TLS
- * certificates and keys again. Each is replaced only when it loads without
- * error; every error is added to ERRS (FILE:LINE: message). Returns 0 when
- * all loaded, else -1. */
+ * certificates and keys again (through the function server_set_reload
+ * gave; none set: nothing to read, 0). Each is replaced only when it loads
+ * without error; every error is added to ERRS (FILE:LINE: message).
+ * Returns 0 when all loaded, else -1. */
 int server_reload(struct errlist *errs);
 
 #endif

@@ -16,12 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
-#include "backend.h"
-#include "cluster.h"
 #include "commands.h"
-#include "learn.h"
+#include "config.h"
+#include "learned.h"
 #include "request.h"
+#include "server.h"
 #include "value.h"
 
 typedef struct placement placement_check(int argc, const struct sv *argv);
@@ -189,7 +188,7 @@ static struct placement placement_unknown(int argc, const struct sv *argv)
     /* No module has such a name: Redis answers it with one error. */
     if (argc == 0 || argv[0].len > LEARN_MAX_NAME || memchr(argv[0].ptr, '\0', argv[0].len))
         return (struct placement){PLACE_SHARED, 0, NULL};
-    lc = learn_lookup(argv[0].ptr, argv[0].len);
+    lc = learned_lookup(argv[0].ptr, argv[0].len);
     if (lc == NULL)
         return (struct placement){PLACE_LEARN, 0, NULL};
     if (!lc->known)   /* Redis does not know it either: it answers one error */
@@ -269,7 +268,7 @@ static struct placement placement_check_xreadgroup(int argc, const struct sv *ar
  * login that would hold for part of the keyspace only is refused. */
 static struct placement placement_forwarded_login(void)
 {
-    if (cluster_enabled())
+    if (config_cluster_mode(&server.cfg))
         return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_AUTH};
     return placement_private();
 }
@@ -280,7 +279,7 @@ static struct placement placement_forwarded_login(void)
  * connection, as AUTH does. */
 static struct placement placement_check_hello(int argc, const struct sv *argv)
 {
-    if (auth_local() || (argc >= 2 && sv_ieq(argv[1], "3")))
+    if (config_auth_local(&server.cfg) || (argc >= 2 && sv_ieq(argv[1], "3")))
         return (struct placement){PLACE_LOCAL, 0, NULL};
     for (int i = 2; i < argc; i++) {
         if (sv_ieq(argv[i], "auth"))
@@ -293,7 +292,7 @@ static struct placement placement_check_hello(int argc, const struct sv *argv)
  * (auth.c); else AUTH's user belongs to the client's own connection. */
 static struct placement placement_check_auth(int argc, const struct sv *argv)
 {
-    if (auth_local())
+    if (config_auth_local(&server.cfg))
         return (struct placement){PLACE_LOCAL, 0, NULL};
     return argc >= 1 && sv_ieq(argv[0], "acl") ? placement_shared() : placement_forwarded_login();
 }
@@ -304,7 +303,7 @@ static struct placement placement_check_sync(int argc, const struct sv *argv)
 {
     (void)argc;
     (void)argv;
-    if (cluster_enabled())
+    if (config_cluster_mode(&server.cfg))
         return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_REPLICATION};
     return placement_private();
 }
@@ -315,7 +314,7 @@ static struct placement placement_check_sync(int argc, const struct sv *argv)
  * parsed, so only these stray ones are refused. */
 static struct placement placement_check_replconf(int argc, const struct sv *argv)
 {
-    if (cluster_enabled())
+    if (config_cluster_mode(&server.cfg))
         return (struct placement){PLACE_REFUSED, 0, WHY_CLUSTER_REPLICATION};
     for (int i = 1; i < argc; i += 2) {
         if (sv_ieq(argv[i], "ack") || sv_ieq(argv[i], "getack"))
@@ -327,7 +326,7 @@ static struct placement placement_check_replconf(int argc, const struct sv *argv
 /* A one-shot connection standalone; refused for WHY in cluster mode. */
 static struct placement placement_control_standalone(const char *why)
 {
-    if (cluster_enabled())
+    if (config_cluster_mode(&server.cfg))
         return (struct placement){PLACE_REFUSED, 0, why};
     return (struct placement){PLACE_CONTROL, 0, NULL};
 }

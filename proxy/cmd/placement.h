@@ -59,7 +59,8 @@ struct placement placement_decide_slow(const struct command *cmd, int argc,
                                        const struct sv *argv);
 
 /* Where a request for CMD (NULL: not in the command table) with ARGC
- * arguments ARGV runs. Pure but for what learn.c has learned. */
+ * arguments ARGV runs. Pure but for what learn.c has learned and the
+ * config's modes (cluster, clients authenticated by sluice). */
 static inline struct placement placement_decide(const struct command *cmd, int argc,
                                                 const struct sv *argv)
 {

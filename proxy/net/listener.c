@@ -1,5 +1,6 @@
 /* listener.c - owns the listening sockets and hands accepted ones to
- * client_accept; when accept runs out of descriptors, it pauses accepting
+ * the accept callback its owner gives listener_start; when accept runs out
+ * of descriptors, it pauses accepting
  * for a moment instead of spinning. Knows nothing about the protocol. */
 #include "listener.h"
 
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client.h"
 #include "config.h"
 #include "log.h"
 #include "server.h"
@@ -31,11 +31,13 @@ static unsigned long listener_suppressed;     /* failures not logged since */
 /* ARG is listener_tls for a tls_listen address, NULL for a plain one. */
 static int listener_tls;
 
+static listener_accept_fn *listener_on_accept;   /* from listener_start */
+
 static void listener_accept_cb(struct evconnlistener *l, evutil_socket_t fd,
                                struct sockaddr *addr, int addrlen, void *arg)
 {
     (void)l;
-    client_accept(fd, addr, (socklen_t)addrlen, arg == &listener_tls);
+    listener_on_accept(fd, addr, (socklen_t)addrlen, arg == &listener_tls);
 }
 
 /* Log an accept failure, at most once per LISTENER_LOG_EVERY_MS; the next
@@ -127,8 +129,10 @@ static int listener_open(struct event_base *base, const char *hostport, int tls,
     return 0;
 }
 
-int listener_start(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
+int listener_start(struct event_base *base, const struct config *cfg, listener_accept_fn *on_accept,
+                   char *err, size_t errlen)
 {
+    listener_on_accept = on_accept;
     listener_resume_timer = evtimer_new(base, listener_resume_cb, NULL);
     if (listener_resume_timer == NULL) {
         snprintf(err, errlen, "cannot create the accept timer");

@@ -20,7 +20,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "request.h"
 
 /* Results inside the scanner. RF_ERR, RF_MORE, RF_DONE are also the scan's. */
 enum {

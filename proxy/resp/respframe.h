@@ -9,6 +9,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* Reply types, as hiredis numbers them. */
+enum reply_type {
+    REPLY_STRING = 1, REPLY_ARRAY = 2, REPLY_INTEGER = 3,
+    REPLY_NIL = 4, REPLY_STATUS = 5, REPLY_ERROR = 6,
+    /* RESP3, numbered as in hiredis 1.x */
+    REPLY_DOUBLE = 7, REPLY_BOOL = 8, REPLY_MAP = 9, REPLY_SET = 10,
+    REPLY_ATTR = 11, REPLY_PUSH = 12, REPLY_BIGNUM = 13, REPLY_VERB = 14,
+};
+
 struct evbuffer;
 
 #define RESPFRAME_STACK_INLINE 128        /* open aggregates kept in the struct */

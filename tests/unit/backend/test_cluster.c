@@ -98,6 +98,7 @@ static void test_split_choice(void)
 static void setup(void)
 {
     commands_init();
+    cluster_set_split_wants(cluster_split_wants);   /* as main.c registers it */
 }
 
 UNIT_MAIN("cluster",

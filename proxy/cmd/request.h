@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <sys/queue.h>
 
+#include "respframe.h"
 #include "sv.h"
 
 struct evbuffer;
@@ -22,21 +23,18 @@ struct backend_node;
 struct command;
 struct request;
 
-/* Reply types, as hiredis numbers them. */
-enum reply_type {
-    REPLY_STRING = 1, REPLY_ARRAY = 2, REPLY_INTEGER = 3,
-    REPLY_NIL = 4, REPLY_STATUS = 5, REPLY_ERROR = 6,
-    /* RESP3, numbered as in hiredis 1.x */
-    REPLY_DOUBLE = 7, REPLY_BOOL = 8, REPLY_MAP = 9, REPLY_SET = 10,
-    REPLY_ATTR = 11, REPLY_PUSH = 12, REPLY_BIGNUM = 13, REPLY_VERB = 14,
-};
-
 /* Called with the complete reply to an internal or rewritten request: LEN
  * bytes at the head of SRC, which the callback must remove (move or drain).
  * For a client's request (req->client set) the callback answers it with
  * client_answer or sends it again; for an internal one, or one whose client
  * has gone (req->client NULL), it must free REQ. */
 typedef void request_reply_fn(struct request *req, struct evbuffer *src, size_t len, int type);
+
+/* Hands REQ, held back from client C (C blocked meanwhile), to the client
+ * code again: answered with the error ERROR, or, when ERROR is NULL,
+ * checked and dispatched (client_release_held). Lower layers that hold a
+ * client's request get it from their owner. */
+typedef void request_release_fn(struct client *c, struct request *req, const char *error);
 
 enum request_flag {
     REQ_DONE = 1 << 0,        /* the reply is complete, in req->reply */

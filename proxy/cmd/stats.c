@@ -1,4 +1,5 @@
-/* stats.c - owns the counters and their text form in PROXY INFO. */
+/* stats.c - owns the counters, the per-command call counts (by command
+ * table id, hence in cmd/) and their text form in PROXY INFO. */
 #include "stats.h"
 
 #include <event2/buffer.h>
