@@ -1009,7 +1009,9 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
     /* In pub/sub mode only RESET answers with a status: the session is
      * back to normal, and replies pair with requests again. */
     if (len == sizeof(head) && c->private_conn != NULL && !client_is_monitor(c) &&
+        c->resets_unanswered > 0 &&
         evbuffer_copyout(src, head, len) == (ssize_t)len && memcmp(head, reset_reply, len) == 0) {
+        c->resets_unanswered--;
         c->flags &= ~(unsigned)CLIENT_PASSTHROUGH;
         backend_set_passthrough(c->private_conn, 0);
         backend_after_reset(c->private_conn);   /* RESET logged Redis's connection out */
@@ -1766,6 +1768,8 @@ static void client_send(struct client *c, struct request *req, struct backend_co
      * leaves, and in pub/sub must be paired with replies again: so it waits
      * until Redis has answered RESET (client_on_reply, or +RESET seen by
      * client_on_passthrough). */
+    if ((req->flags & REQ_RESET) && unpaired && !client_is_monitor(c))
+        c->resets_unanswered++;   /* its +RESET ends the streaming (client_on_passthrough) */
     if (((req->flags & REQ_RESET) && !client_is_monitor(c)) ||
         ((req->flags & REQ_LOGIN_WAIT) && !unpaired))
         client_block(c);
