@@ -39,7 +39,7 @@ UNIT_INCS = -Itests/unit $(patsubst %/,-I%,$(UNIT_DIRS))
 vpath test_%.c $(UNIT_DIRS)
 LUA       = $(sort $(wildcard lua/*.lua))
 
-.PHONY: all deps run test unit-bins bench clean
+.PHONY: all deps run test unit-bins bench clean prune-objs
 all: $(BUILD)/sluice
 
 deps:
@@ -70,8 +70,15 @@ run: deps
 	tools/run.sh $(BUILD)/sluice conf/sluice.ini
 
 test: deps
-	@$(MAKE) --no-print-directory all unit-bins $(TEST_MODULE)
+	@$(MAKE) --no-print-directory all unit-bins $(TEST_MODULE) prune-objs
 	tools/test.sh $(BUILD)
+
+# Objects of sources that moved or went: the layer check reads every
+# object in $(BUILD)/obj, so a stale one would be judged too.
+prune-objs:
+	@for o in $$(find $(BUILD)/obj -name '*.o' 2>/dev/null); do \
+	    case " $(LIB_OBJS) $(MAIN_OBJ) " in *" $$o "*) ;; *) rm -f "$$o";; esac; \
+	done
 
 unit-bins: $(UNIT_BINS)
 

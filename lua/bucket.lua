@@ -51,13 +51,24 @@ if tokens == nil or ts == nil then
     tokens = burst
     ts = now
 end
--- Refill; a clock that went back (failover) refills nothing.
+-- Refill; a clock that went back (failover) refills nothing now, and
+-- counts from now on: a time stamp in the future (a clock that jumped,
+-- or a bucket a client wrote) never holds the bucket empty for good.
+local repaired = ts > now
 if now > ts then
     tokens = tokens + (now - ts) * rate / 1000000
-    ts = now
 end
+ts = now
 if tokens > burst then
     tokens = burst
+end
+-- No debt deeper than one burst plus the longest wait reserved: a bucket
+-- written with a huge debt (any client can write the key) refills in
+-- bounded time, as one sluice's own requests could leave it at worst.
+local floor = -(burst + max_wait * rate / 1000000)
+if tokens < floor then
+    tokens = floor
+    repaired = true
 end
 
 local function store()
@@ -87,5 +98,7 @@ end
 if allowed == 1 and not peek then
     tokens = tokens - cost
     store()
+elseif repaired and not peek then
+    store()   -- the bucket as it should be: a refusal then refills from now
 end
 return {allowed, wait, math.floor(tokens)}

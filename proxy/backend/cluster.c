@@ -578,12 +578,14 @@ static void cluster_full_target(char *target, size_t size, const struct backend_
 
 /* Whether REQ's error reply may be text its command wrote after it ran:
  * a client's script or function (redis.error_reply can return any text),
- * or a command sluice's table does not know (a module's). sluice's own
- * requests run its own scripts, which write no such text. */
+ * DEBUG (DEBUG ERROR answers with the text it is given), or a command
+ * sluice's table does not know (a module's). sluice's own requests run
+ * its own scripts, which write no such text. */
 static int cluster_may_forge(const struct request *req)
 {
     return req->client != NULL &&
-           (req->cmd == NULL || placement_role(req->cmd) == ROLE_SCRIPT);
+           (req->cmd == NULL || placement_role(req->cmd) == ROLE_SCRIPT ||
+            strncmp(req->cmd->name, "debug", 5) == 0);
 }
 
 /* Whether REQ may run twice: it only reads (a client's read-only command,

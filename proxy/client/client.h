@@ -77,6 +77,10 @@ struct client {
                                            inflight) sent and not yet answered */
     uint64_t inflight_map_version;      /* cluster: the slot map's version they were sent under */
     int fences;                         /* fences sent, not yet back (client_fence) */
+    int resets_unanswered;              /* RESETs sent on a connection streaming unpaired
+                                           whose +RESET has not come: only then is a
+                                           +RESET the session's end (a script can
+                                           return that status too) */
     long long subscriptions;            /* channels + patterns, as Redis last counted */
     long long shard_subscriptions;      /* shard channels, likewise */
     int multi_queued;                   /* commands sent that Redis queues in this MULTI */

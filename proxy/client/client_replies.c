@@ -127,7 +127,9 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
     /* In pub/sub mode only RESET answers with a status: the session is
      * back to normal, and replies pair with requests again. */
     if (len == sizeof(head) && c->private_conn != NULL && !client_is_monitor(c) &&
+        c->resets_unanswered > 0 &&
         evbuffer_copyout(src, head, len) == (ssize_t)len && memcmp(head, reset_reply, len) == 0) {
+        c->resets_unanswered--;
         c->flags &= ~(unsigned)CLIENT_PASSTHROUGH;
         backend_set_passthrough(c->private_conn, 0);
         backend_after_reset(c->private_conn);   /* RESET logged Redis's connection out */

@@ -356,6 +356,8 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
      * leaves, and in pub/sub must be paired with replies again: so it waits
      * until Redis has answered RESET (client_on_reply, or +RESET seen by
      * client_on_passthrough). */
+    if ((req->flags & REQ_RESET) && unpaired && !client_is_monitor(c))
+        c->resets_unanswered++;   /* its +RESET ends the streaming (client_on_passthrough) */
     if (((req->flags & REQ_RESET) && !client_is_monitor(c)) ||
         ((req->flags & REQ_LOGIN_WAIT) && !unpaired))
         client_block(c);

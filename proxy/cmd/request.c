@@ -244,18 +244,26 @@ struct request *request_copy(const struct request *req, struct evbuffer *src)
 {
     struct evbuffer *from = src != NULL ? src : req->raw;
     struct request *copy = request_new();
-    unsigned char *bytes;
+    char *bytes = malloc(req->raw_len > 0 ? req->raw_len : 1);
 
-    if (copy == NULL)
+    if (copy == NULL || bytes == NULL) {
+        request_free(copy);
+        free(bytes);
         return NULL;
+    }
     copy->cmd = req->cmd;
     copy->raw_len = req->raw_len;
     copy->raw = evbuffer_new();
-    bytes = evbuffer_pullup(from, (ssize_t)req->raw_len);
-    if (copy->raw == NULL || bytes == NULL || evbuffer_add(copy->raw, bytes, req->raw_len) != 0) {
+    /* Copied out, never pulled up: the caller's argument views may point
+     * into FROM's chains, which a pullup would free and move. */
+    if (copy->raw == NULL ||
+        evbuffer_copyout(from, bytes, req->raw_len) != (ev_ssize_t)req->raw_len ||
+        evbuffer_add(copy->raw, bytes, req->raw_len) != 0) {
+        free(bytes);
         request_free(copy);
         return NULL;
     }
+    free(bytes);
     for (int i = 0; i < req->argc; i++) {
         if (request_add_arg(copy, req->args[i].off, req->args[i].len) != 0) {
             request_free(copy);

@@ -1114,3 +1114,48 @@ def test_unread_client_list_closed_by_output_limit(redis_factory, sluice_factory
         for c in attackers + idle:
             c.close()
     assert_serves(s)
+
+
+# --------------------------------------------------------------------------
+# 13. issue 19's own round: what a review found past the six findings
+
+
+def test_client_list_id_with_100000_ids_reads_no_freed_memory(redis_factory, sluice_factory):
+    """CLIENT LIST ID with 100,000 ids in one write: sluice copies the
+    command for Redis's permission check; the copy pulled the client's
+    input buffer up, freeing the chains the arguments still pointed into,
+    and the rewrite then read them (heap-use-after-free on the sanitizer
+    build). The reply lists the ids that are sluice's clients (none)."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    n = 100000
+    with s.raw(timeout=30 * SLOW) as a:
+        a.send(b"*%d\r\n$6\r\nCLIENT\r\n$4\r\nLIST\r\n$2\r\nID\r\n" % (n + 3) +
+               b"$5\r\n99999\r\n" * n)
+        assert a.read_reply(timeout=30 * SLOW) == b""
+        assert a.call("PING") == "PONG"
+    assert s.sanitizer_report() is None
+
+
+def test_script_returning_reset_status_ends_no_session(redis_factory, sluice_factory):
+    """After UNSUBSCRIBE (RESP2), a connection streams unpaired until RESET;
+    a script's `+RESET` status used to be taken for RESET's own reply:
+    sluice forgot the client's name and database and logged its Redis
+    connection in again, while Redis kept the session. Only a RESET the
+    client sent is answered by +RESET."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    with s.raw() as a:
+        assert a.call("CLIENT", "SETNAME", "me") == "OK"
+        assert a.call("SELECT", "3") == "OK"
+        assert a.call("SET", "k3", "in-db3") == "OK"
+        a.call("SUBSCRIBE", "x")
+        a.call("UNSUBSCRIBE", "x")
+        assert a.call("EVAL", "return redis.status_reply('RESET')", 0) == "RESET"
+        assert a.call("CLIENT", "GETNAME") == b"me"
+        assert b" db=3 " in a.call("CLIENT", "INFO")
+        assert a.call("GET", "k3") == b"in-db3"
+        # A real RESET still ends it.
+        assert a.call("RESET") == "RESET"
+        assert a.call("CLIENT", "GETNAME") is None
+        assert a.call("GET", "k3") is None

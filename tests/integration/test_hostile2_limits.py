@@ -292,3 +292,28 @@ burst = 2
     mset = [x for k in keys for x in (k, "v")]
     assert count_admitted(c, ["MSET"] + mset, 5) == 0
     assert_adds_up(rule_counters(s), "secrets", 10, 2)
+
+
+def test_a_shared_bucket_written_by_a_client_refills_in_bounded_time(redis_factory, sluice_factory):
+    """Any client that may write keys can write a shared bucket: a debt of
+    -1e15 tokens and a time stamp far in the future used to hold the
+    bucket empty for good (every SET of that IP throttled with
+    retry_after_ms=9223372036854776). The bucket's script now refills from
+    Redis's clock and owes at most one burst plus the longest wait: the
+    victim is admitted again within a few refill intervals."""
+    from test_rules import count_admitted, start_with_rules
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit perip]
+commands = SET
+rate = 50/s
+burst = 5
+per = ip
+scope = shared
+""")
+    c = s.client()
+    with srv.client() as d:
+        d.hset("sluice:bucket:{perip}:ip:127.0.0.1",
+               mapping={"tokens": "-1e15", "ts_us": "99999999999999999"})
+        d.persist("sluice:bucket:{perip}:ip:127.0.0.1")
+    wait_until(lambda: count_admitted(c, ("SET", "a", "b"), 1) == 1, 3 * SLOW,
+               msg="the SETs of that IP to be admitted again")

@@ -258,3 +258,28 @@ def test_a_write_in_flight_on_a_lost_node_is_not_sent_again(tmp_path):
             wait_until(lambda: heir in cl.primaries(), 30 * SLOW, msg="the failover")
             assert w.call("GET", key) == b"5"   # the INCR did not run a second time
         assert int(cluster_info(s)["not_rerun"]) >= 1
+
+
+def test_debug_error_is_no_redirection(tmp_path):
+    """DEBUG ERROR answers with any text it is given: like a script's, its
+    MOVED, TRYAGAIN, CLUSTERDOWN or ASK is passed on as it is, never
+    followed nor retried (a MOVED to a member used to move the slot in
+    sluice's map at once)."""
+    from test_cluster import own_cluster_sluice
+    with own_cluster_sluice(tmp_path, extra_args=["--enable-debug-command", "yes"],
+                            replicas=1) as (cl, s):
+        slot = 100
+        key = key_for_slot(slot, "dbg:")
+        owner = cl.slot_owner_port(slot)
+        member = next(p for p in cl.ports if p != owner)
+        before = cluster_info(s)
+        with s.raw() as a:
+            for text in (f"MOVED {slot} 127.0.0.1:{member}", "TRYAGAIN x", "CLUSTERDOWN x",
+                         f"ASK {slot} 127.0.0.1:{member}"):
+                assert a.call("DEBUG", "ERROR", text) == Err(text)
+            assert a.call("SET", key, "v") == "OK"
+            assert a.call("GET", key) == b"v"
+        after = cluster_info(s)
+        assert after["slots"] == before["slots"]
+        for k in ("moved", "ask", "tryagain", "retries"):
+            assert after[k] == before[k], k
