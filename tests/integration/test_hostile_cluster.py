@@ -147,7 +147,9 @@ def test_many_forged_addresses_leave_the_node_list_and_memory_alone(csluice, red
     info = cluster_info(csluice)
     assert len(info["nodes"]) <= len(redis_cluster.ports), info["nodes"]
     grown = rss_kb(csluice.proc.pid) - before
-    assert grown < 8 * 1024, f"sluice grew {grown} kB"
+    # The sanitizer build keeps freed memory in quarantine: more room there
+    # (SLOW is 3 on it); the old code grew 31 MB on the normal build.
+    assert grown < 8 * 1024 * SLOW, f"sluice grew {grown} kB"
 
 
 @pytest.mark.parametrize("kind", ["TRYAGAIN", "CLUSTERDOWN", "MOVED-self", "MOVED-other",
