@@ -27,6 +27,9 @@
  * in cluster mode cluster.c adds a node per primary it learns of
  * (backend_node_get), and sees error replies first (backend_set_reply_filter)
  * to follow redirections: requests then keep their bytes until answered.
+ * Which pool connection a client takes, private and one-shot connections
+ * and their spares, and the connections' Redis ids are in
+ * backend_extra.c, which calls this file (never the other way round).
  */
 #include "backend.h"
 
@@ -57,107 +60,25 @@
 #include "tls.h"
 #include "value.h"
 
-#define BACKEND_HIGH_WATER (4 * 1024 * 1024)
-#define BACKEND_LOW_WATER (1024 * 1024)
-#define BACKEND_BACKOFF_MIN_MS 50
-#define BACKEND_BACKOFF_MAX_MS 2000
-/* A reply still missing more than this is not looked at again until that
- * much more has come (a large bulk arrives in many reads). */
-#define BACKEND_FRAME_WAIT (64 * 1024)
-/* libevent reads 16 KB a callback by default: large replies want more. */
-#define BACKEND_MAX_SINGLE_READ (256 * 1024)
+#include "backend_int.h"
 
-enum backend_state { BACKEND_CONNECTING, BACKEND_UP, BACKEND_DOWN };
-static const char *const backend_state_names[] = {"connecting", "up", "down"};
+const char *const backend_state_names[] = {"connecting", "up", "down"};
 
-struct backend_conn {
-    struct backend_node *node;
-    struct bufferevent *bev;
-    struct evbuffer *staged;         /* requests of this pass: moved to bev's output once a
-                                        pass, as its output runs callbacks on every add */
-    struct respframe frame;          /* where the reply at the head of the input ends */
-    size_t hold_until;               /* frame nothing until the input has this many */
-    struct request_queue inflight;
-    int inflight_count;
-    uint64_t progress_ms;            /* last reply, or first request sent while idle */
-    enum backend_state state;
-    struct client *owner;            /* private connection's client; NULL: pool */
-    int oneshot;                     /* a control connection: freed once answered */
-    int spare;                       /* a private connection nobody owns yet */
-    int scripts;                     /* a shared one for clients' scripts */
-    int passthrough;
-    int tunnel;                      /* a SYNC went: past the replies in flight, raw bytes */
-    int awaiting_addr;               /* connecting: its node's host name is being looked up */
-    int resp;                        /* protocol it speaks: 2, or 3 after HELLO 3 */
-    int busy;                        /* inside its read callback */
-    int released;                    /* free once not busy */
-    struct event *retry;
-    int backoff_ms;
-    struct client_list waiters;      /* clients paused while congested */
-    TAILQ_ENTRY(backend_conn) write_link; /* in backend_write_list */
-    int write_listed;
-    int write_off;                   /* write event off: output empty (netio.h) */
-    char error[400];                 /* why it is down */
-    long long redis_id;              /* CLIENT ID on Redis's side; 0 until known */
-    char local_addr[64];             /* "ip:port" as Redis sees this connection */
-    TAILQ_ENTRY(backend_conn) node_link; /* in node->conns */
-};
-
-TAILQ_HEAD(backend_conn_list, backend_conn);
-
-/* The kinds of shared connection. RESP2 and RESP3 clients never share
- * one; clients' scripts have their own (backend_script_conn). */
-enum backend_pool_kind {
-    BACKEND_POOL_RESP2,
-    BACKEND_POOL_RESP3,
-    BACKEND_POOL_SCRIPTS_RESP2,
-    BACKEND_POOL_SCRIPTS_RESP3,
-    BACKEND_POOL_KINDS
-};
-
-struct backend_node {
-    char name[280];                  /* "host:port" as configured or learned */
-    char host[256];                  /* NAME's host and port */
-    int port;
-    int host_is_name;                /* a host name, not an IP address: looked up (resolve.h) */
-    struct sockaddr_storage addr;
-    socklen_t addrlen;               /* 0: a host name not looked up yet */
-    struct resolve_lookup *lookup;   /* the lookup in flight, or NULL */
-    /* Shared connections by kind (enum backend_pool_kind), pool_size of
-     * each: RESP2 ones made with the node, the others when first needed. */
-    struct backend_conn **pools[BACKEND_POOL_KINDS];
-    int pool_size;
-    int private_count;               /* private and one-shot connections */
-    int spare_count;                 /* spare connections, not in private_count */
-    struct event *spare_ev;          /* replenish the spares (backend_spares_cb) */
-    struct backend_conn_list conns;  /* every connection, pool included */
-    int retired;                     /* cluster: out of the slot map, shared ones closed */
-    TAILQ_ENTRY(backend_node) link;  /* in backend_nodes */
-    /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
-    char redis_version[32];
-    char redis_mode[16];
-    char redis_role[16];
-    int wants_auth;                  /* a pool connection's CLIENT ID met -NOAUTH */
-};
-
-TAILQ_HEAD(backend_node_list, backend_node);
-
-/* Connections with requests this loop pass added: backend_write_now. */
 static struct backend_conn_list backend_write_list = TAILQ_HEAD_INITIALIZER(backend_write_list);
 
-static struct event_base *backend_base;
-static const struct config *backend_cfg;
-static struct backend_node_list backend_nodes = TAILQ_HEAD_INITIALIZER(backend_nodes);
-static int backend_cluster_mode;
+struct event_base *backend_base;
+const struct config *backend_cfg;
+struct backend_node_list backend_nodes = TAILQ_HEAD_INITIALIZER(backend_nodes);
+int backend_cluster_mode;
 /* Cluster mode: sees error replies before they are delivered. */
 static backend_reply_filter_fn *backend_reply_filter;
 static struct backend_client_ops backend_client;   /* from backend_set_client_ops */
 
-static void backend_connect(struct backend_conn *conn);
-static void backend_conn_down(struct backend_conn *conn, const char *why);
+void backend_connect(struct backend_conn *conn);
+void backend_conn_down(struct backend_conn *conn, const char *why);
 static void backend_read_cb(struct bufferevent *bev, void *arg);
 static void backend_close_if_retired(struct backend_conn *conn);
-static void backend_spares_refill(struct backend_node *node);
+void backend_spares_refill(struct backend_node *node);
 
 /* Set NODE's name from HOSTPORT, and its address when the host is an IP
  * address. A host name is looked up later, off the loop, when a
@@ -179,7 +100,7 @@ static int backend_node_address(struct backend_node *node, const char *hostport,
     return 0;
 }
 
-static struct backend_conn *backend_conn_new(struct backend_node *node, struct client *owner)
+struct backend_conn *backend_conn_new(struct backend_node *node, struct client *owner)
 {
     struct backend_conn *conn = calloc(1, sizeof(*conn));
 
@@ -310,43 +231,7 @@ void backend_set_reply_filter(backend_reply_filter_fn *fn)
     backend_reply_filter = fn;
 }
 
-/* Shared connection I of KIND: RESP2 ones exist from the start; the
- * others are made on first use, so a deployment whose clients all speak
- * RESP2 and run no scripts keeps backend_connections connections. Made
- * connections are never NULL: a failed one is DOWN and retries. */
-static struct backend_conn *backend_pool_kind_conn(struct backend_node *node,
-                                                   enum backend_pool_kind kind, int i)
-{
-    struct backend_conn *conn = node->pools[kind][i];
 
-    if (conn != NULL)
-        return conn;
-    conn = backend_conn_new(node, NULL);
-    if (conn == NULL)   /* out of memory: RESP2 shapes on the first pool beat no reply */
-        return node->pools[BACKEND_POOL_RESP2][i];
-    conn->resp = kind == BACKEND_POOL_RESP3 || kind == BACKEND_POOL_SCRIPTS_RESP3 ? 3 : 2;
-    conn->scripts = kind == BACKEND_POOL_SCRIPTS_RESP2 || kind == BACKEND_POOL_SCRIPTS_RESP3;
-    node->pools[kind][i] = conn;
-    backend_connect(conn);
-    return conn;
-}
-
-struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id,
-                                       int resp)
-{
-    int i = (int)(client_id % (unsigned long long)node->pool_size);
-
-    return backend_pool_kind_conn(node, resp == 3 ? BACKEND_POOL_RESP3 : BACKEND_POOL_RESP2, i);
-}
-
-struct backend_conn *backend_script_conn(struct backend_node *node, unsigned long long client_id,
-                                         int resp)
-{
-    int i = (int)(client_id % (unsigned long long)node->pool_size);
-
-    return backend_pool_kind_conn(node, resp == 3 ? BACKEND_POOL_SCRIPTS_RESP3
-                                                  : BACKEND_POOL_SCRIPTS_RESP2, i);
-}
 
 /* The reply to a request sluice sent on its own behalf (AUTH, SCRIPT
  * LOAD): only an error is worth a word. */
@@ -423,21 +308,6 @@ static void backend_hello_reply(struct request *req, struct evbuffer *src, size_
     request_free(req);
 }
 
-int backend_wants_auth(void)
-{
-    const struct backend_node *node = backend_default_node();
-
-    return node != NULL && node->wants_auth;
-}
-
-void backend_server_hello(const struct backend_node *node, const char **version,
-                          const char **mode, const char **role)
-{
-    *version = node->redis_version;
-    /* A cluster behind sluice looks like one standalone Redis. */
-    *mode = backend_cluster_mode ? "standalone" : node->redis_mode;
-    *role = node->redis_role;
-}
 
 int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
                           request_reply_fn *on_reply, void *ctx,
@@ -685,7 +555,7 @@ static void backend_wake_waiters(struct backend_conn *conn)
 
 /* Free CONN (private or one-shot) now, or once its read callback, which
  * is running, returns. */
-static void backend_conn_release(struct backend_conn *conn)
+void backend_conn_release(struct backend_conn *conn)
 {
     struct client *c;
 
@@ -722,7 +592,7 @@ static void backend_log_down(const struct backend_conn *conn, const char *why)
 /* The one place a backend connection goes down. Pending requests get an
  * error reply; a pool connection reconnects with backoff; a private one is
  * freed and its client told; a one-shot one is freed. */
-static void backend_conn_down(struct backend_conn *conn, const char *why)
+void backend_conn_down(struct backend_conn *conn, const char *why)
 {
     struct timeval tv;
     struct client *owner = conn->owner;
@@ -891,7 +761,7 @@ static int backend_node_lookup(struct backend_node *node)
     return node->lookup != NULL ? 0 : -1;
 }
 
-static void backend_connect(struct backend_conn *conn)
+void backend_connect(struct backend_conn *conn)
 {
     struct backend_node *node = conn->node;
 
@@ -924,27 +794,6 @@ static void backend_connect(struct backend_conn *conn)
     backend_send_prelude(conn);
 }
 
-/* A new connection to NODE that is not in its pool: private (OWNER set)
- * or one-shot. NULL when NODE has backend_max_connections already. */
-static struct backend_conn *backend_extra_conn(struct backend_node *node, struct client *owner,
-                                               int oneshot)
-{
-    struct backend_conn *conn;
-
-    if (node->private_count >= backend_cfg->backend_max_connections) {
-        log_info("backend %s: backend_max_connections (%lld) reached", node->name,
-                 backend_cfg->backend_max_connections);
-        return NULL;
-    }
-    conn = backend_conn_new(node, owner);
-    if (conn == NULL)
-        return NULL;
-    conn->oneshot = oneshot;
-    node->private_count++;
-    backend_connect(conn);
-    return conn;
-}
-
 /* Spares. A client's first command that needs a private connection (a
  * blocking XREADGROUP, SELECT) would otherwise wait for a connect round
  * trip, while a later command of another client on a shared connection
@@ -972,7 +821,7 @@ static void backend_spares_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Refill NODE's spares from the loop, not inside a caller's callback. */
-static void backend_spares_refill(struct backend_node *node)
+void backend_spares_refill(struct backend_node *node)
 {
     struct timeval now = {0, 0};
 
@@ -984,107 +833,12 @@ static void backend_spares_refill(struct backend_node *node)
         evtimer_add(node->spare_ev, &now);
 }
 
-/* A spare of NODE for OWNER: one that is up, else one still connecting
- * (its connect started earlier than a new one would), or NULL. */
-static struct backend_conn *backend_take_spare(struct backend_node *node, struct client *owner)
-{
-    struct backend_conn *conn, *best = NULL;
 
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (!conn->spare || conn->released || conn->state == BACKEND_DOWN)
-            continue;
-        if (best == NULL || (conn->state == BACKEND_UP && best->state != BACKEND_UP))
-            best = conn;
-    }
-    if (best == NULL)
-        return NULL;
-    best->spare = 0;
-    best->owner = owner;
-    node->spare_count--;
-    node->private_count++;
-    if (best->retry != NULL)
-        evtimer_del(best->retry);
-    return best;
-}
 
-struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner)
-{
-    struct backend_conn *conn = backend_take_spare(node, owner);
 
-    if (conn == NULL)
-        conn = backend_extra_conn(node, owner, 0);
-    backend_spares_refill(node);
-    return conn;
-}
 
-struct backend_conn *backend_control_conn(struct backend_node *node)
-{
-    return backend_extra_conn(node, NULL, 1);
-}
 
-void backend_close_orphan(struct backend_conn *conn)
-{
-    struct request *req;
 
-    if (!conn->oneshot || conn->released)
-        return;
-    TAILQ_FOREACH(req, &conn->inflight, conn_link) {
-        if (req->client != NULL)
-            return;
-    }
-    backend_conn_down(conn, "its client has gone");
-}
-
-void backend_release_private(struct backend_conn *conn)
-{
-    backend_conn_release(conn);
-}
-
-long long backend_conn_redis_id(const struct backend_conn *conn)
-{
-    return conn->redis_id;
-}
-
-/* The value of FIELD ("id=") in the CLIENT LIST line LINE (LEN bytes):
- * where it starts, and its length in *VLEN. NULL when absent. */
-static const char *backend_list_field(const char *line, size_t len, const char *field, size_t *vlen)
-{
-    size_t flen = strlen(field);
-
-    for (size_t i = 0; i + flen <= len; i++) {
-        if ((i == 0 || line[i - 1] == ' ') && memcmp(line + i, field, flen) == 0) {
-            const char *v = line + i + flen;
-            const char *end = memchr(v, ' ', len - i - flen);
-            *vlen = end != NULL ? (size_t)(end - v) : len - i - flen;
-            return v;
-        }
-    }
-    return NULL;
-}
-
-void backend_learn_redis_ids(struct backend_node *node, const char *text, size_t len)
-{
-    struct backend_conn *conn;
-
-    /* Only NODE's connections: two connections to different nodes may
-     * share a local address (the kernel keeps 4-tuples apart, not local
-     * ports), and an id is a node's own. */
-    while (len > 0) {
-        const char *nl = memchr(text, '\n', len);
-        size_t line_len = nl != NULL ? (size_t)(nl - text) : len;
-        size_t id_len, addr_len;
-        const char *id = backend_list_field(text, line_len, "id=", &id_len);
-        const char *addr = backend_list_field(text, line_len, "addr=", &addr_len);
-        TAILQ_FOREACH(conn, &node->conns, node_link) {
-            if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
-                strlen(conn->local_addr) == addr_len &&
-                memcmp(conn->local_addr, addr, addr_len) == 0)
-                conn->redis_id = strtoll(id, NULL, 10);
-        }
-        text += line_len + (nl != NULL);
-        len -= line_len + (nl != NULL);
-    }
-}
 
 static void backend_want_write(struct backend_conn *conn)
 {
@@ -1408,36 +1162,6 @@ void backend_node_retire(struct backend_node *node, int retired)
 int backend_node_retired(const struct backend_node *node)
 {
     return node->retired;
-}
-
-/* The shared connections are numbered across nodes (backend_0, 1...), in
- * the order the nodes were added; standalone has only its one node's. */
-void backend_write_info(struct evbuffer *out)
-{
-    struct backend_node *node;
-    static const char *const backend_pool_names[BACKEND_POOL_KINDS] = {
-        [BACKEND_POOL_RESP2] = "", [BACKEND_POOL_RESP3] = "resp3_",
-        [BACKEND_POOL_SCRIPTS_RESP2] = "scripts_", [BACKEND_POOL_SCRIPTS_RESP3] = "scripts_resp3_"};
-    int numbers[BACKEND_POOL_KINDS] = {0}, private_count = 0, spare_count = 0;
-
-    TAILQ_FOREACH(node, &backend_nodes, link) {
-        for (int k = 0; k < BACKEND_POOL_KINDS; k++) {
-            for (int i = 0; i < node->pool_size; i++) {
-                struct backend_conn *conn = node->pools[k][i];
-                if (conn != NULL)
-                    evbuffer_add_printf(out, "backend_%s%d:addr=%s,state=%s,inflight=%d,"
-                                        "redis_id=%lld,laddr=%s\r\n", backend_pool_names[k],
-                                        numbers[k] + i, node->name,
-                                        backend_state_names[conn->state], conn->inflight_count,
-                                        conn->redis_id, conn->local_addr);
-            }
-            numbers[k] += node->pool_size;
-        }
-        private_count += node->private_count;
-        spare_count += node->spare_count;
-    }
-    evbuffer_add_printf(out, "backend_private_connections:%d\r\n", private_count);
-    evbuffer_add_printf(out, "backend_spare_connections:%d\r\n", spare_count);
 }
 
 void backend_free_all(void)

@@ -1,0 +1,255 @@
+/* backend_extra.c - the backend connections beyond a node's shared
+ * pools: which pool connection a client's requests take, private and
+ * one-shot connections (and the spares they are taken from), the Redis
+ * ids of connections, and PROXY INFO's backend section. */
+#include "backend.h"
+#include "backend_int.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "client.h"
+#include "config.h"
+#include "log.h"
+#include "netio.h"
+#include "reply.h"
+#include "request.h"
+#include "resolve.h"
+#include "respframe.h"
+#include "scripts.h"
+#include "server.h"
+#include "sockaddr.h"
+#include "stats.h"
+#include "tls.h"
+#include "value.h"
+
+
+/* Shared connection I of KIND: RESP2 ones exist from the start; the
+ * others are made on first use, so a deployment whose clients all speak
+ * RESP2 and run no scripts keeps backend_connections connections. Made
+ * connections are never NULL: a failed one is DOWN and retries. */
+static struct backend_conn *backend_pool_kind_conn(struct backend_node *node,
+                                                   enum backend_pool_kind kind, int i)
+{
+    struct backend_conn *conn = node->pools[kind][i];
+
+    if (conn != NULL)
+        return conn;
+    conn = backend_conn_new(node, NULL);
+    if (conn == NULL)   /* out of memory: RESP2 shapes on the first pool beat no reply */
+        return node->pools[BACKEND_POOL_RESP2][i];
+    conn->resp = kind == BACKEND_POOL_RESP3 || kind == BACKEND_POOL_SCRIPTS_RESP3 ? 3 : 2;
+    conn->scripts = kind == BACKEND_POOL_SCRIPTS_RESP2 || kind == BACKEND_POOL_SCRIPTS_RESP3;
+    node->pools[kind][i] = conn;
+    backend_connect(conn);
+    return conn;
+}
+
+
+struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id,
+                                       int resp)
+{
+    int i = (int)(client_id % (unsigned long long)node->pool_size);
+
+    return backend_pool_kind_conn(node, resp == 3 ? BACKEND_POOL_RESP3 : BACKEND_POOL_RESP2, i);
+}
+
+
+struct backend_conn *backend_script_conn(struct backend_node *node, unsigned long long client_id,
+                                         int resp)
+{
+    int i = (int)(client_id % (unsigned long long)node->pool_size);
+
+    return backend_pool_kind_conn(node, resp == 3 ? BACKEND_POOL_SCRIPTS_RESP3
+                                                  : BACKEND_POOL_SCRIPTS_RESP2, i);
+}
+
+
+int backend_wants_auth(void)
+{
+    const struct backend_node *node = backend_default_node();
+
+    return node != NULL && node->wants_auth;
+}
+
+
+void backend_server_hello(const struct backend_node *node, const char **version,
+                          const char **mode, const char **role)
+{
+    *version = node->redis_version;
+    /* A cluster behind sluice looks like one standalone Redis. */
+    *mode = backend_cluster_mode ? "standalone" : node->redis_mode;
+    *role = node->redis_role;
+}
+
+
+/* A new connection to NODE that is not in its pool: private (OWNER set)
+ * or one-shot. NULL when NODE has backend_max_connections already. */
+static struct backend_conn *backend_extra_conn(struct backend_node *node, struct client *owner,
+                                               int oneshot)
+{
+    struct backend_conn *conn;
+
+    if (node->private_count >= backend_cfg->backend_max_connections) {
+        log_info("backend %s: backend_max_connections (%lld) reached", node->name,
+                 backend_cfg->backend_max_connections);
+        return NULL;
+    }
+    conn = backend_conn_new(node, owner);
+    if (conn == NULL)
+        return NULL;
+    conn->oneshot = oneshot;
+    node->private_count++;
+    backend_connect(conn);
+    return conn;
+}
+
+
+/* A spare of NODE for OWNER: one that is up, else one still connecting
+ * (its connect started earlier than a new one would), or NULL. */
+static struct backend_conn *backend_take_spare(struct backend_node *node, struct client *owner)
+{
+    struct backend_conn *conn, *best = NULL;
+
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (!conn->spare || conn->released || conn->state == BACKEND_DOWN)
+            continue;
+        if (best == NULL || (conn->state == BACKEND_UP && best->state != BACKEND_UP))
+            best = conn;
+    }
+    if (best == NULL)
+        return NULL;
+    best->spare = 0;
+    best->owner = owner;
+    node->spare_count--;
+    node->private_count++;
+    if (best->retry != NULL)
+        evtimer_del(best->retry);
+    return best;
+}
+
+
+struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner)
+{
+    struct backend_conn *conn = backend_take_spare(node, owner);
+
+    if (conn == NULL)
+        conn = backend_extra_conn(node, owner, 0);
+    backend_spares_refill(node);
+    return conn;
+}
+
+
+struct backend_conn *backend_control_conn(struct backend_node *node)
+{
+    return backend_extra_conn(node, NULL, 1);
+}
+
+
+void backend_close_orphan(struct backend_conn *conn)
+{
+    struct request *req;
+
+    if (!conn->oneshot || conn->released)
+        return;
+    TAILQ_FOREACH(req, &conn->inflight, conn_link) {
+        if (req->client != NULL)
+            return;
+    }
+    backend_conn_down(conn, "its client has gone");
+}
+
+
+void backend_release_private(struct backend_conn *conn)
+{
+    backend_conn_release(conn);
+}
+
+
+long long backend_conn_redis_id(const struct backend_conn *conn)
+{
+    return conn->redis_id;
+}
+
+
+/* The value of FIELD ("id=") in the CLIENT LIST line LINE (LEN bytes):
+ * where it starts, and its length in *VLEN. NULL when absent. */
+static const char *backend_list_field(const char *line, size_t len, const char *field, size_t *vlen)
+{
+    size_t flen = strlen(field);
+
+    for (size_t i = 0; i + flen <= len; i++) {
+        if ((i == 0 || line[i - 1] == ' ') && memcmp(line + i, field, flen) == 0) {
+            const char *v = line + i + flen;
+            const char *end = memchr(v, ' ', len - i - flen);
+            *vlen = end != NULL ? (size_t)(end - v) : len - i - flen;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+
+void backend_learn_redis_ids(struct backend_node *node, const char *text, size_t len)
+{
+    struct backend_conn *conn;
+
+    /* Only NODE's connections: two connections to different nodes may
+     * share a local address (the kernel keeps 4-tuples apart, not local
+     * ports), and an id is a node's own. */
+    while (len > 0) {
+        const char *nl = memchr(text, '\n', len);
+        size_t line_len = nl != NULL ? (size_t)(nl - text) : len;
+        size_t id_len, addr_len;
+        const char *id = backend_list_field(text, line_len, "id=", &id_len);
+        const char *addr = backend_list_field(text, line_len, "addr=", &addr_len);
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (id != NULL && addr != NULL && conn->redis_id <= 0 &&
+                strlen(conn->local_addr) == addr_len &&
+                memcmp(conn->local_addr, addr, addr_len) == 0)
+                conn->redis_id = strtoll(id, NULL, 10);
+        }
+        text += line_len + (nl != NULL);
+        len -= line_len + (nl != NULL);
+    }
+}
+
+
+/* The shared connections are numbered across nodes (backend_0, 1...), in
+ * the order the nodes were added; standalone has only its one node's. */
+void backend_write_info(struct evbuffer *out)
+{
+    struct backend_node *node;
+    static const char *const backend_pool_names[BACKEND_POOL_KINDS] = {
+        [BACKEND_POOL_RESP2] = "", [BACKEND_POOL_RESP3] = "resp3_",
+        [BACKEND_POOL_SCRIPTS_RESP2] = "scripts_", [BACKEND_POOL_SCRIPTS_RESP3] = "scripts_resp3_"};
+    int numbers[BACKEND_POOL_KINDS] = {0}, private_count = 0, spare_count = 0;
+
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        for (int k = 0; k < BACKEND_POOL_KINDS; k++) {
+            for (int i = 0; i < node->pool_size; i++) {
+                struct backend_conn *conn = node->pools[k][i];
+                if (conn != NULL)
+                    evbuffer_add_printf(out, "backend_%s%d:addr=%s,state=%s,inflight=%d,"
+                                        "redis_id=%lld,laddr=%s\r\n", backend_pool_names[k],
+                                        numbers[k] + i, node->name,
+                                        backend_state_names[conn->state], conn->inflight_count,
+                                        conn->redis_id, conn->local_addr);
+            }
+            numbers[k] += node->pool_size;
+        }
+        private_count += node->private_count;
+        spare_count += node->spare_count;
+    }
+    evbuffer_add_printf(out, "backend_private_connections:%d\r\n", private_count);
+    evbuffer_add_printf(out, "backend_spare_connections:%d\r\n", spare_count);
+}

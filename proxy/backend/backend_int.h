@@ -1,0 +1,121 @@
+/* backend_int.h - what the files of the backend connections share
+ * (backend.c, backend_extra.c): the node and connection structures and
+ * the few functions and globals both use. Nothing outside proxy/backend/
+ * includes it. */
+#ifndef SLUICE_BACKEND_INT_H
+#define SLUICE_BACKEND_INT_H
+
+#include <stdint.h>
+#include <sys/queue.h>
+#include <sys/socket.h>
+
+#include "backend.h"
+#include "respframe.h"
+#include "request.h"
+
+struct bufferevent;
+struct event;
+struct event_base;
+struct client;
+#include "client.h"   /* struct client_list: the clients waiting for a congested conn */
+
+#define BACKEND_HIGH_WATER (4 * 1024 * 1024)
+#define BACKEND_LOW_WATER (1024 * 1024)
+#define BACKEND_BACKOFF_MIN_MS 50
+#define BACKEND_BACKOFF_MAX_MS 2000
+/* A reply still missing more than this is not looked at again until that
+ * much more has come (a large bulk arrives in many reads). */
+#define BACKEND_FRAME_WAIT (64 * 1024)
+/* libevent reads 16 KB a callback by default: large replies want more. */
+#define BACKEND_MAX_SINGLE_READ (256 * 1024)
+
+enum backend_state { BACKEND_CONNECTING, BACKEND_UP, BACKEND_DOWN };
+extern const char *const backend_state_names[];
+
+struct backend_conn {
+    struct backend_node *node;
+    struct bufferevent *bev;
+    struct evbuffer *staged;         /* requests of this pass: moved to bev's output once a
+                                        pass, as its output runs callbacks on every add */
+    struct respframe frame;          /* where the reply at the head of the input ends */
+    size_t hold_until;               /* frame nothing until the input has this many */
+    struct request_queue inflight;
+    int inflight_count;
+    uint64_t progress_ms;            /* last reply, or first request sent while idle */
+    enum backend_state state;
+    struct client *owner;            /* private connection's client; NULL: pool */
+    int oneshot;                     /* a control connection: freed once answered */
+    int spare;                       /* a private connection nobody owns yet */
+    int scripts;                     /* a shared one for clients' scripts */
+    int passthrough;
+    int tunnel;                      /* a SYNC went: past the replies in flight, raw bytes */
+    int awaiting_addr;               /* connecting: its node's host name is being looked up */
+    int resp;                        /* protocol it speaks: 2, or 3 after HELLO 3 */
+    int busy;                        /* inside its read callback */
+    int released;                    /* free once not busy */
+    struct event *retry;
+    int backoff_ms;
+    struct client_list waiters;      /* clients paused while congested */
+    TAILQ_ENTRY(backend_conn) write_link; /* in backend_write_list */
+    int write_listed;
+    int write_off;                   /* write event off: output empty (netio.h) */
+    char error[400];                 /* why it is down */
+    long long redis_id;              /* CLIENT ID on Redis's side; 0 until known */
+    char local_addr[64];             /* "ip:port" as Redis sees this connection */
+    TAILQ_ENTRY(backend_conn) node_link; /* in node->conns */
+};
+
+TAILQ_HEAD(backend_conn_list, backend_conn);
+
+/* The kinds of shared connection. RESP2 and RESP3 clients never share
+ * one; clients' scripts have their own (backend_script_conn). */
+enum backend_pool_kind {
+    BACKEND_POOL_RESP2,
+    BACKEND_POOL_RESP3,
+    BACKEND_POOL_SCRIPTS_RESP2,
+    BACKEND_POOL_SCRIPTS_RESP3,
+    BACKEND_POOL_KINDS
+};
+
+struct backend_node {
+    char name[280];                  /* "host:port" as configured or learned */
+    char host[256];                  /* NAME's host and port */
+    int port;
+    int host_is_name;                /* a host name, not an IP address: looked up (resolve.h) */
+    struct sockaddr_storage addr;
+    socklen_t addrlen;               /* 0: a host name not looked up yet */
+    struct resolve_lookup *lookup;   /* the lookup in flight, or NULL */
+    /* Shared connections by kind (enum backend_pool_kind), pool_size of
+     * each: RESP2 ones made with the node, the others when first needed. */
+    struct backend_conn **pools[BACKEND_POOL_KINDS];
+    int pool_size;
+    int private_count;               /* private and one-shot connections */
+    int spare_count;                 /* spare connections, not in private_count */
+    struct event *spare_ev;          /* replenish the spares (backend_spares_cb) */
+    struct backend_conn_list conns;  /* every connection, pool included */
+    int retired;                     /* cluster: out of the slot map, shared ones closed */
+    TAILQ_ENTRY(backend_node) link;  /* in backend_nodes */
+    /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
+    char redis_version[32];
+    char redis_mode[16];
+    char redis_role[16];
+    int wants_auth;                  /* a pool connection's CLIENT ID met -NOAUTH */
+};
+
+TAILQ_HEAD(backend_node_list, backend_node);
+
+/* Connections with requests this loop pass added: backend_write_now. */
+
+extern struct event_base *backend_base;
+extern const struct config *backend_cfg;
+extern struct backend_node_list backend_nodes;
+extern int backend_cluster_mode;
+
+/* backend.c */
+struct backend_conn *backend_conn_new(struct backend_node *node, struct client *owner);
+void backend_connect(struct backend_conn *conn);
+void backend_conn_down(struct backend_conn *conn, const char *why);
+void backend_conn_release(struct backend_conn *conn);
+void backend_spares_refill(struct backend_node *node);
+
+#endif
