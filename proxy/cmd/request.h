@@ -79,6 +79,9 @@ enum request_flag {
                                    the socket: Redis cannot have run it (backend.c) */
     REQ_RERUNNABLE = 1 << 25,   /* sluice's own request that only reads: it may be sent again
                                    after its connection failed (cluster_send_own) */
+    REQ_FRAMES_AFTER = 1 << 26, /* answered by sluice at its turn; its client frames nothing
+                                   more until it has run (CLIENT REPLY; HELLO in RESP2
+                                   pub/sub, which may end the streaming) */
 };
 
 struct req_arg {
