@@ -85,6 +85,8 @@ struct backend_conn {
     int oneshot;                     /* a control connection: freed once answered */
     int spare;                       /* a private connection nobody owns yet */
     int scripts;                     /* a shared one for clients' scripts */
+    const struct backend_login *login; /* logged in as this user, not sluice's; NULL */
+    int login_wait;                  /* sends nothing more until Redis accepted its AUTH */
     int passthrough;
     int tunnel;                      /* a SYNC went: past the replies in flight, raw bytes */
     int awaiting_addr;               /* connecting: its node's host name is being looked up */
@@ -138,14 +140,24 @@ struct backend_node {
     char redis_mode[16];
     char redis_role[16];
     int wants_auth;                  /* a pool connection's CLIENT ID met -NOAUTH */
+    struct backend_login_pool *login_pools;
 };
 
 TAILQ_HEAD(backend_node_list, backend_node);
+
+/* The script connections of one node logged in as LOGIN, pool_size of
+ * each protocol, made on first use (backend_login_script_conn). */
+struct backend_login_pool {
+    const struct backend_login *login;
+    struct backend_conn **conns[2];  /* RESP2, RESP3 */
+    struct backend_login_pool *next;
+};
 
 /* Connections with requests this loop pass added: backend_write_now. */
 static struct backend_conn_list backend_write_list = TAILQ_HEAD_INITIALIZER(backend_write_list);
 
 static struct event_base *backend_base;
+static void (*backend_node_up_hook)(struct backend_node *node);
 static const struct config *backend_cfg;
 static struct backend_node_list backend_nodes = TAILQ_HEAD_INITIALIZER(backend_nodes);
 static int backend_cluster_mode;
@@ -155,6 +167,7 @@ static struct backend_client_ops backend_client;   /* from backend_set_client_op
 
 static void backend_connect(struct backend_conn *conn);
 static void backend_conn_down(struct backend_conn *conn, const char *why);
+static void backend_want_write(struct backend_conn *conn);
 static void backend_read_cb(struct bufferevent *bev, void *arg);
 static void backend_close_if_retired(struct backend_conn *conn);
 static void backend_spares_refill(struct backend_node *node);
@@ -329,6 +342,64 @@ static struct backend_conn *backend_pool_kind_conn(struct backend_node *node,
     node->pools[kind][i] = conn;
     backend_connect(conn);
     return conn;
+}
+
+/* NODE's pool for LOGIN, made when new; NULL on OOM. */
+static struct backend_login_pool *backend_login_pool(struct backend_node *node,
+                                                     const struct backend_login *login)
+{
+    struct backend_login_pool *pool;
+
+    for (pool = node->login_pools; pool != NULL; pool = pool->next) {
+        if (pool->login == login)
+            return pool;
+    }
+    pool = calloc(1, sizeof(*pool));
+    if (pool == NULL)
+        return NULL;
+    pool->conns[0] = calloc((size_t)node->pool_size, sizeof(*pool->conns[0]));
+    pool->conns[1] = calloc((size_t)node->pool_size, sizeof(*pool->conns[1]));
+    if (pool->conns[0] == NULL || pool->conns[1] == NULL) {
+        free(pool->conns[0]);
+        free(pool->conns[1]);
+        free(pool);
+        return NULL;
+    }
+    pool->login = login;
+    pool->next = node->login_pools;
+    node->login_pools = pool;
+    return pool;
+}
+
+struct backend_conn *backend_login_script_conn(struct backend_node *node,
+                                               const struct backend_login *login,
+                                               unsigned long long client_id, int resp)
+{
+    int i = (int)(client_id % (unsigned long long)node->pool_size);
+    struct backend_login_pool *pool;
+    struct backend_conn *conn;
+
+    if (login == NULL)
+        return backend_script_conn(node, client_id, resp);
+    pool = backend_login_pool(node, login);
+    if (pool == NULL)
+        return NULL;
+    if (pool->conns[resp == 3][i] != NULL)
+        return pool->conns[resp == 3][i];
+    conn = backend_conn_new(node, NULL);
+    if (conn == NULL)
+        return NULL;
+    conn->resp = resp == 3 ? 3 : 2;
+    conn->scripts = 1;
+    conn->login = login;
+    pool->conns[resp == 3][i] = conn;
+    backend_connect(conn);
+    return conn;
+}
+
+void backend_set_node_up_hook(void (*fn)(struct backend_node *node))
+{
+    backend_node_up_hook = fn;
 }
 
 struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id,
@@ -512,6 +583,47 @@ void backend_after_reset(struct backend_conn *conn)
     backend_reauth(conn);
 }
 
+/* The reply to the AUTH of a connection logged in as a user of its own:
+ * until it is +OK nothing else was sent (a script must never run as the
+ * user a connection has before, sluice's or Redis's default). A refusal
+ * takes the connection down with Redis's reason, which its requests get;
+ * it connects again later. */
+static void backend_login_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct backend_conn *conn = req->ctx;
+    char text[200] = {0}, why[400];
+
+    evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+    text[strcspn(text, "\r\n")] = '\0';
+    evbuffer_drain(src, len);
+    request_free(req);
+    if (type != REPLY_ERROR) {
+        conn->login_wait = 0;
+        backend_want_write(conn);
+        return;
+    }
+    snprintf(why, sizeof(why), "Redis refused to log a script connection in as %s: %s",
+             conn->login->user, text + (text[0] == '-'));
+    log_warning("backend %s: %s", conn->node->name, why);
+    backend_conn_down(conn, why);
+}
+
+/* Send AUTH as CONN's own user, ahead of anything staged, and hold the
+ * rest until it is accepted (backend_login_reply). */
+static void backend_login_first(struct backend_conn *conn)
+{
+    struct evbuffer *buf = evbuffer_new();
+
+    evbuffer_add_printf(buf, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n",
+                        strlen(conn->login->user), conn->login->user,
+                        strlen(conn->login->password), conn->login->password);
+    backend_send_internal(conn, buf, backend_login_reply, conn, NULL);
+    evbuffer_free(buf);
+    if (conn->bev != NULL)
+        evbuffer_add_buffer(netio_output(conn->bev, &conn->write_off), conn->staged);
+    conn->login_wait = 1;
+}
+
 /* A new connection first authenticates (when configured). A RESP3 pool
  * or script connection then asks for RESP3. A pool one also learns its
  * Redis client id (PROXY INFO shows it) and what Redis says of itself
@@ -527,6 +639,12 @@ static void backend_send_prelude(struct backend_conn *conn)
     static const char hello[] = "*1\r\n$5\r\nHELLO\r\n";
     struct evbuffer *buf;
 
+    if (conn->login != NULL) {
+        backend_login_first(conn);
+        if (conn->resp == 3)
+            backend_send_hello(conn, 3);
+        return;
+    }
     backend_reauth(conn);
     /* A private connection asks for its client's protocol just before
      * the client's first command (backend_use_resp): whatever sluice
@@ -766,6 +884,8 @@ static void backend_conn_down(struct backend_conn *conn, const char *why)
         }
         return;
     }
+    if (conn->login != NULL && conn->login->gone)
+        return;   /* nobody's scripts come to it again */
     if (conn->retry == NULL)
         conn->retry = evtimer_new(backend_base, backend_retry_cb, conn);
     tv.tv_sec = conn->backoff_ms / 1000;
@@ -799,6 +919,8 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
         conn->state = BACKEND_UP;
         conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
         STAT_INC(backend_connects);
+        if (conn == conn->node->pools[BACKEND_POOL_RESP2][0] && backend_node_up_hook != NULL)
+            backend_node_up_hook(conn->node);
         return;
     }
     if (what & BEV_EVENT_EOF) {
@@ -1101,8 +1223,8 @@ void backend_write_now(void)
     while ((conn = TAILQ_FIRST(&backend_write_list)) != NULL) {
         TAILQ_REMOVE(&backend_write_list, conn, write_link);
         conn->write_listed = 0;
-        if (conn->bev == NULL)
-            continue;
+        if (conn->bev == NULL || conn->login_wait)
+            continue;   /* backend_login_reply lists it again */
         evbuffer_add_buffer(netio_output(conn->bev, &conn->write_off), conn->staged);
         /* Still connecting: the bufferevent writes once it is connected.
          * With TLS, the OpenSSL bufferevent encrypts and writes itself. */
@@ -1454,6 +1576,13 @@ void backend_free_all(void)
         TAILQ_REMOVE(&backend_nodes, node, link);
         for (int k = 0; k < BACKEND_POOL_KINDS; k++)
             free(node->pools[k]);
+        while (node->login_pools != NULL) {
+            struct backend_login_pool *pool = node->login_pools;
+            node->login_pools = pool->next;
+            free(pool->conns[0]);
+            free(pool->conns[1]);
+            free(pool);
+        }
         free(node);
     }
 }
