@@ -87,6 +87,7 @@ struct backend_conn {
     int scripts;                     /* a shared one for clients' scripts */
     const struct backend_login *login; /* logged in as this user, not sluice's; NULL */
     int login_wait;                  /* sends nothing more until Redis accepted its AUTH */
+    int login_refused;               /* its last AUTH was refused (logged once) */
     int passthrough;
     int tunnel;                      /* a SYNC went: past the replies in flight, raw bytes */
     int awaiting_addr;               /* connecting: its node's host name is being looked up */
@@ -599,12 +600,15 @@ static void backend_login_reply(struct request *req, struct evbuffer *src, size_
     request_free(req);
     if (type != REPLY_ERROR) {
         conn->login_wait = 0;
+        conn->login_refused = 0;
         backend_want_write(conn);
         return;
     }
     snprintf(why, sizeof(why), "Redis refused to log a script connection in as %s: %s",
              conn->login->user, text + (text[0] == '-'));
-    log_warning("backend %s: %s", conn->node->name, why);
+    if (!conn->login_refused)   /* not again on every retry */
+        log_warning("backend %s: %s", conn->node->name, why);
+    conn->login_refused = 1;
     backend_conn_down(conn, why);
 }
 

@@ -149,8 +149,7 @@ def test_users_without_redis_user_keep_the_refusal(env):
         assert c.call("MULTI") == "OK"
         reply = c.call("EVAL", TOUCH, "1", "app:m")
         assert isinstance(reply, Err) and "MULTI" in str(reply), reply
-    info = parse_info(s.client().execute_command("AUTH", "admin", "adminpw") and
-                      _proxy_info(s))
+    info = parse_info(_proxy_info(s))
     assert info["users_in_redis"] == "yes" and info["users_in_redis_users"] == "1"
 
 
@@ -196,3 +195,96 @@ def test_reload_narrows_and_removes_the_redis_user(env):
                5 * SLOW, msg="sluice:app made again")
     b.close()
     assert _as_app(s, ("EVAL", TOUCH, "1", "app:1")) == [b"+OK\r\n"]
+
+
+def test_redis_refusing_the_user_is_said_and_no_script_runs(tmp_path):
+    """sluice's backend user lacks +acl|setuser: Redis refuses the user,
+    which the log and PROXY INFO say; the limited user's scripts then get
+    Redis's refusal of the login, and none runs as anybody else (Redis's
+    default user here may do everything)."""
+    backend = RedisServer(tmp_path / "backend").start()
+    b = backend.client()
+    b.execute_command("ACL", "SETUSER", "be", "on", ">bepw", "+@all", "-acl", "~*", "&*")
+    s = _sluice(tmp_path, backend.port, USERS_INI,
+                extra={"backend_user": "be", "backend_password": "bepw"})
+    try:
+        s.start()
+        wait_until(lambda: "users_in_redis_refusals:1" in _proxy_info(s).decode(), 5 * SLOW,
+                   msg="the refusal in PROXY INFO")
+        info = parse_info(_proxy_info(s))
+        assert "sluice:app" in info["users_in_redis_last_refusal"]
+        assert "NOPERM" in info["users_in_redis_last_refusal"]
+        got = _as_app(s, ("EVAL", TOUCH_OTHER, "0"), ("EVAL", TOUCH, "1", "app:1"))
+        for reply in got:
+            assert reply.startswith(b"-") and b"sluice:app" in reply, got
+        assert b.get("other:1") is None and b.get("app:1") is None
+        log = s.log_path.read_text()
+        assert "refused to keep Redis user sluice:app" in log and "+acl|setuser" in log
+    finally:
+        s.stop()
+        b.close()
+        backend.stop()
+
+
+def test_a_restarted_node_gets_the_user_again(tmp_path):
+    """Redis restarts (ACL users set by command are gone): sluice sets the
+    user again once it is back, and the next script runs as it."""
+    backend = RedisServer(tmp_path / "backend").start()
+    s = _sluice(tmp_path, backend.port, USERS_INI)
+    try:
+        s.start()
+        assert _as_app(s, ("EVAL", TOUCH, "1", "app:1")) == [b"+OK\r\n"]
+        backend.stop()
+        backend.start()
+        b = backend.client()
+        wait_until(lambda: b.execute_command("ACL", "GETUSER", "sluice:app") is not None,
+                   10 * SLOW, msg="sluice:app set again")
+        b.close()
+        def runs():
+            return _as_app(s, ("EVAL", TOUCH, "1", "app:2")) == [b"+OK\r\n"]
+        wait_until(runs, 10 * SLOW, msg="a script runs again")
+        assert _as_app(s, ("EVAL", TOUCH_OTHER, "0"))[0].startswith(b"-ERR The user executing")
+    finally:
+        problems = s.stop()
+        backend.stop()
+    assert not problems, problems
+
+
+def test_cluster_mode_every_primary(tmp_path):
+    """Cluster mode, three primaries: each has sluice:app, and app's
+    scripts for keys on each of them run there as it, refused by Redis
+    where they reach beyond app:*."""
+    from test_cluster import own_cluster_sluice
+    d = tmp_path / "own-sluice"
+    d.mkdir(parents=True)
+    # (a default user that may do everything: the fixture asks PROXY INFO)
+    (d / "users.ini").write_text(USERS_INI.replace(
+        "password = secret", "nopass = yes\ncommands = +@all\nkeys = *\nchannels = *"))
+    with own_cluster_sluice(tmp_path, sluice_extra={"users": "users.ini",
+                                                    "users_in_redis": "yes"}) as (cl, s):
+        primaries = cl.primaries()
+        assert len(primaries) == 3
+        for port in primaries:
+            node = cl.node_by_port(port).client()
+            wait_until(lambda: node.execute_command("ACL", "GETUSER", "sluice:app") is not None,
+                       10 * SLOW, msg=f"sluice:app on {port}")
+            node.close()
+        from redis.crc import key_slot
+        tags = [next(f"t{i}" for i in range(100000)
+                     if cl.slot_owner_port(key_slot(f"t{i}".encode())) == port)
+                for port in primaries]
+        keys = [f"app:{{{t}}}" for t in tags]
+        got = _as_app(s, *[("EVAL", TOUCH, "1", k) for k in keys],
+                      *[("EVAL", "return redis.call('set', ARGV[1], 'y')", "1", k,
+                         f"other:{{{t}}}") for k, t in zip(keys, tags)],
+                      ("EVAL", TOUCH_OTHER, "0"))
+        assert got[:3] == [b"+OK\r\n"] * 3, got
+        for reply in got[3:]:
+            assert reply.startswith(b"-ERR The user executing the script can't"), got
+        for port, k in zip(primaries, keys):
+            node = cl.node_by_port(port).client()
+            assert node.get(k) == b"x" and node.keys("other:*") == []
+            lines = [l for l in node.execute_command("CLIENT", "LIST").decode().splitlines()
+                     if " user=sluice:app " in l]
+            assert lines, port
+            node.close()
