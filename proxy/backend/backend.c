@@ -1506,7 +1506,8 @@ void backend_node_retire(struct backend_node *node, int retired)
     if (!retired) {
         log_notice("cluster node %s is back in the slot map", node->name);
         TAILQ_FOREACH(conn, &node->conns, node_link) {
-            if (backend_conn_is_shared(conn) && !conn->spare && conn->state == BACKEND_DOWN) {
+            if (backend_conn_is_shared(conn) && !conn->spare && conn->state == BACKEND_DOWN &&
+                !(conn->login != NULL && conn->login->gone)) {
                 if (conn->retry != NULL)
                     evtimer_del(conn->retry);
                 conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
