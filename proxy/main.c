@@ -21,6 +21,7 @@
 #include "learn.h"
 #include "local.h"
 #include "lock.h"
+#include "redisusers.h"
 #include "resolve.h"
 #include "scripts.h"
 #include "log.h"
@@ -164,6 +165,7 @@ static void main_register_hooks(void)
     learn_set_client_ops(&main_learn_client_ops);
     throttle_set_release(client_release_held);
     cluster_set_split_wants(cluster_split_wants);
+    backend_set_node_up_hook(redisusers_node_up);
 }
 
 static void main_begin_shutdown(void)

@@ -7,7 +7,8 @@
  *                                               arity errors first, as Redis)
  *                logged in -> command bits -> key globs -> channel globs
  *                          -> SORT's BY/GET only with every key
- *                          -> scripts only with every permission
+ *                          -> scripts only with every permission, or
+ *                             (users_in_redis) as the user's Redis user
  *                          -> -NOPERM ..., nothing sent, no token taken
  *
  * A client whose user may do everything has c->auth_checks off: then the
@@ -31,6 +32,7 @@
 #include "learned.h"
 #include "log.h"
 #include "placement.h"
+#include "redisusers.h"
 #include "server.h"
 #include "users.h"
 
@@ -39,6 +41,13 @@
     "-NOPERM this user has no permissions to run scripts through sluice: a script runs as " \
     "sluice's backend user and could reach any key or command; scripts need commands = "    \
     "+@all, keys = * and channels = *"
+
+/* users_in_redis: a script of a restricted user where it would run on
+ * the client's own connection, logged in as sluice's backend user. */
+#define AUTH_ERR_NOPERM_SCRIPTS_PRIVATE                                                      \
+    "-NOPERM this user's scripts run through sluice only on its Redis user's shared "       \
+    "connections: not inside MULTI, nor once the connection holds session state (SELECT, " \
+    "WATCH, CLIENT TRACKING, pub/sub...); use another connection"
 
 /* Redis's reply to SORT's BY (with a pattern) or GET from a user without
  * access to every key (users_sort_denied_option): those read other keys.
@@ -123,6 +132,8 @@ int auth_init(const struct config *cfg, struct errlist *errs)
     auth_users_path = cfg->users != NULL ? strdup(cfg->users) : NULL;
     if (auth_users != NULL)
         auth_failed = auth_failures_for(auth_users, NULL, NULL);
+    redisusers_init(cfg->users_in_redis && cfg->users != NULL);
+    redisusers_sync(auth_users);
     return 0;
 }
 
@@ -152,6 +163,7 @@ int auth_reload(struct errlist *errs)
     auth_failures_free(auth_failed, users_count(old));
     auth_failed = failed;
     auth_users = set;
+    redisusers_sync(set);   /* before any client's next script */
     auth_client->users_changed();   /* every client lets go of OLD's users */
     users_free(old);
     log_notice("users file %s reloaded: %d users", auth_users_path, users_count(set));
@@ -166,6 +178,16 @@ void auth_shutdown(void)
     auth_users = NULL;
     free(auth_users_path);
     auth_users_path = NULL;
+    redisusers_free();
+}
+
+const struct backend_login *auth_script_login(const struct client *c)
+{
+    const struct user *u = c->auth_user;
+
+    if (auth_users_path == NULL || u == NULL || !c->auth_checks || users_unrestricted(u))
+        return NULL;
+    return redisusers_login(users_name(u));
 }
 
 /* Whether C's requests must pass auth_admit: it is not logged in, or its
@@ -473,6 +495,14 @@ static int auth_runs_script(const struct command *cmd)
     return placement_role(cmd) == ROLE_SCRIPT;
 }
 
+/* Whether C's next request goes to its own connection (client_route),
+ * where a script would run as sluice's backend user. */
+static int auth_script_on_private(const struct client *c)
+{
+    return c->private_conn != NULL ||
+           (c->flags & (CLIENT_IN_MULTI | CLIENT_MULTI_DEFERRED | CLIENT_PASSTHROUGH)) != 0;
+}
+
 /* auth_admit's decision, with the refusal in ERR. */
 static int auth_decide(struct client *c, const struct command *cmd, int argc,
                        const struct sv *argv, char *err, size_t errlen)
@@ -515,8 +545,13 @@ static int auth_decide(struct client *c, const struct command *cmd, int argc,
         return -1;
     }
     if (auth_runs_script(cmd) && !users_unrestricted(u)) {
-        snprintf(err, errlen, "%s", AUTH_ERR_NOPERM_SCRIPTS);
-        return -1;
+        const char *why = auth_script_login(c) == NULL ? AUTH_ERR_NOPERM_SCRIPTS
+                          : auth_script_on_private(c)  ? AUTH_ERR_NOPERM_SCRIPTS_PRIVATE
+                                                       : NULL;
+        if (why != NULL) {
+            snprintf(err, errlen, "%s", why);
+            return -1;
+        }
     }
     return 0;
 }
@@ -549,4 +584,5 @@ void auth_write_info(struct evbuffer *out)
         evbuffer_add_printf(out, "auth_failures_user_%s:%llu\r\n", auth_failed[i].name,
                             auth_failed[i].count);
     evbuffer_add_printf(out, "auth_failures_unknown_user:%llu\r\n", auth_failed_unknown);
+    redisusers_write_info(out);
 }

@@ -8,6 +8,7 @@
 
 #include "sv.h"
 
+struct backend_login;
 struct client;
 struct command;
 struct config;
@@ -47,6 +48,11 @@ void auth_shutdown(void);
  * logged in there and Redis wants a login (backend_wants_auth), so what
  * sluice answers itself must wait for it (-NOAUTH, as Redis). */
 int auth_redis_login_needed(const struct client *c);
+
+/* users_in_redis: the login C's scripts run as (its user's Redis user,
+ * redisusers.c), or NULL when C's user has none (it may do everything,
+ * or may not run scripts through sluice). */
+const struct backend_login *auth_script_login(const struct client *c);
 
 /* Redis accepted C's AUTH (or HELLO 2 AUTH): C is logged in there. */
 void auth_redis_logged_in(struct client *c);

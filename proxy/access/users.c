@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include <event2/buffer.h>
+
 #include "glob.h"
 #include "inifile.h"
 #include "value.h"
@@ -70,6 +72,7 @@ struct user {
     unsigned verbs;                     /* users_verbs[].bit */
     struct users_globs keys;
     struct users_globs channels;
+    struct users_globs redis_commands;  /* the commands items, sluice's own left out */
 };
 
 struct user_set {
@@ -417,6 +420,19 @@ static int users_apply_item(struct user *u, struct sv word, char *err, size_t er
     return 0;
 }
 
+/* Whether WORD, a valid commands item, names only sluice's own (@lock,
+ * LOCK, UNLOCK, RENEW, PROXY...), which Redis does not know. */
+static int users_sluice_item(struct sv word)
+{
+    struct sv rest = {word.ptr + 1, word.len - 1};
+
+    if (word.ptr[0] != '+' && word.ptr[0] != '-')
+        return 0;   /* allcommands, nocommands */
+    if (rest.ptr[0] == '@')
+        return users_category((struct sv){rest.ptr + 1, rest.len - 1}) == USERS_CAT_LOCK;
+    return users_verb_bits(rest) >= 0;
+}
+
 static int users_set_commands(struct user *u, const char *value, char *err, size_t errlen)
 {
     int items = 0;
@@ -425,6 +441,10 @@ static int users_set_commands(struct user *u, const char *value, char *err, size
          word = users_next_word(&value), items++) {
         if (users_apply_item(u, word, err, errlen) != 0)
             return -1;
+        if (!users_sluice_item(word) && users_glob_add(&u->redis_commands, word) != 0) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
     }
     if (items == 0) {
         snprintf(err, errlen, "needs at least one item (leave the key out for none)");
@@ -464,6 +484,7 @@ static void users_free_user(struct user *u)
     free(u->command_bits);
     users_free_globs(&u->keys);
     users_free_globs(&u->channels);
+    users_free_globs(&u->redis_commands);
     free(u);
 }
 
@@ -696,6 +717,58 @@ int users_unrestricted(const struct user *u)
     unsigned all = USERS_ALLCOMMANDS | USERS_ALLKEYS | USERS_ALLCHANNELS;
 
     return (u->flags & all) == all && u->verbs == USERS_VERBS_ALL;
+}
+
+int users_scripts_in_redis(const struct user *u)
+{
+    /* placement.c's ROLE_SCRIPT commands (read before placement_init). */
+    static const char *const scripts[] = {"eval", "evalsha", "eval_ro", "evalsha_ro",
+                                          "fcall", "fcall_ro"};
+
+    if (!u->enabled || users_unrestricted(u))
+        return 0;
+    for (size_t i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
+        const struct command *cmd = commands_lookup(scripts[i], strlen(scripts[i]));
+        if (cmd != NULL && users_bit_test(u->command_bits, cmd->id))
+            return 1;
+    }
+    return 0;
+}
+
+/* Add WORD, with PREFIX before it unless PREFIX is 0, to OUT as a bulk.
+ * Returns 1 (one item). */
+static int users_add_bulk(struct evbuffer *out, char prefix, const char *word, size_t len)
+{
+    evbuffer_add_printf(out, "$%zu\r\n", len + (prefix != 0));
+    if (prefix != 0)
+        evbuffer_add(out, &prefix, 1);
+    evbuffer_add(out, word, len);
+    evbuffer_add(out, "\r\n", 2);
+    return 1;
+}
+
+static int users_add_globs(struct evbuffer *out, char prefix, const struct users_globs *globs)
+{
+    for (int i = 0; i < globs->count; i++)
+        users_add_bulk(out, prefix, globs->items[i].ptr, globs->items[i].len);
+    return globs->count;
+}
+
+#define USERS_BULK(out, word) users_add_bulk(out, 0, word, sizeof(word) - 1)
+
+int users_redis_rules(const struct user *u, struct evbuffer *out)
+{
+    int n = USERS_BULK(out, "nocommands");
+
+    n += users_add_globs(out, 0, &u->redis_commands);
+    n += USERS_BULK(out, "resetkeys");
+    if (u->flags & USERS_ALLKEYS)
+        n += USERS_BULK(out, "allkeys");
+    n += users_add_globs(out, '~', &u->keys);
+    n += USERS_BULK(out, "resetchannels");
+    if (u->flags & USERS_ALLCHANNELS)
+        n += USERS_BULK(out, "allchannels");
+    return n + users_add_globs(out, '&', &u->channels);
 }
 
 const struct user *users_at(const struct user_set *set, int index)

@@ -26,6 +26,7 @@
 
 struct user_set;
 struct user;
+struct evbuffer;
 
 /* Read the users file PATH into a new set. Every problem is added to ERRS
  * as "FILE:LINE: message" (all of them, not only the first); then NULL is
@@ -46,6 +47,18 @@ const struct user *users_at(const struct user_set *set, int index);
 /* 1 when U may run every command on every key and channel: no check is
  * needed per request. */
 int users_unrestricted(const struct user *u);
+
+/* 1 when U, enabled, may run a script or function (EVAL, EVALSHA, FCALL
+ * or their _RO forms) but lacks some permission: with users_in_redis its
+ * scripts run in Redis as a user of its own (redisusers.c). */
+int users_scripts_in_redis(const struct user *u);
+
+/* U's command, key and channel grants as items of Redis's ACL SETUSER,
+ * sluice's own (@lock, LOCK, UNLOCK, RENEW, PROXY) left out, each added to
+ * OUT as a RESP bulk string: "nocommands", U's commands items in order,
+ * "resetkeys", "allkeys" or "~glob"..., "resetchannels", "allchannels" or
+ * "&glob".... Returns how many. */
+int users_redis_rules(const struct user *u, struct evbuffer *out);
 
 /* The user named NAME (LEN bytes, case sensitive, as Redis), or NULL. */
 const struct user *users_find(const struct user_set *set, const char *name, size_t len);

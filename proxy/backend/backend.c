@@ -72,12 +72,14 @@ struct backend_node_list backend_nodes = TAILQ_HEAD_INITIALIZER(backend_nodes);
 int backend_cluster_mode;
 /* Cluster mode: sees error replies before they are delivered. */
 static backend_reply_filter_fn *backend_reply_filter;
+static void (*backend_node_up_hook)(struct backend_node *node);
 static struct backend_client_ops backend_client;   /* from backend_set_client_ops */
 
 void backend_connect(struct backend_conn *conn);
 void backend_conn_down(struct backend_conn *conn, const char *why);
+static void backend_want_write(struct backend_conn *conn);
 static void backend_read_cb(struct bufferevent *bev, void *arg);
-static void backend_close_if_retired(struct backend_conn *conn);
+void backend_close_if_retired(struct backend_conn *conn);
 void backend_spares_refill(struct backend_node *node);
 
 /* Set NODE's name from HOSTPORT, and its address when the host is an IP
@@ -124,7 +126,7 @@ struct backend_conn *backend_conn_new(struct backend_node *node, struct client *
 /* A new node for HOSTPORT with its pool connecting (a host name's after
  * its lookup), at the end of the node list. NULL with ERR set when
  * HOSTPORT is not "host:port" (or OOM). */
-static struct backend_node *backend_node_new(const char *hostport, char *err, size_t errlen)
+struct backend_node *backend_node_new(const char *hostport, char *err, size_t errlen)
 {
     struct backend_node *node = calloc(1, sizeof(*node));
 
@@ -145,51 +147,7 @@ static struct backend_node *backend_node_new(const char *hostport, char *err, si
     return node;
 }
 
-int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
-{
-    backend_base = base;
-    backend_cfg = cfg;
-    backend_cluster_mode = cfg->cluster_seed_count > 0;
-    if (!backend_cluster_mode)
-        return backend_node_new(cfg->backend, err, errlen) != NULL ? 0 : -1;
-    for (int i = 0; i < cfg->cluster_seed_count; i++) {
-        if (backend_node_new(cfg->cluster_seeds[i], err, errlen) == NULL)
-            return -1;
-    }
-    return 0;
-}
 
-struct backend_node *backend_default_node(void)
-{
-    struct backend_node *node;
-
-    if (!backend_cluster_mode)
-        return TAILQ_FIRST(&backend_nodes);
-    TAILQ_FOREACH(node, &backend_nodes, link) {
-        if (backend_node_up(node))
-            return node;
-    }
-    return TAILQ_FIRST(&backend_nodes);
-}
-
-struct backend_node *backend_node_get(const char *hostport)
-{
-    struct backend_node *node;
-    char err[300];
-
-    TAILQ_FOREACH(node, &backend_nodes, link) {
-        if (strcmp(node->name, hostport) == 0) {
-            backend_node_retire(node, 0);   /* named again: connect again */
-            return node;
-        }
-    }
-    node = backend_node_new(hostport, err, sizeof(err));
-    if (node == NULL)
-        log_warning("cluster node %s: %s", hostport, err);
-    else
-        log_notice("cluster node %s added", hostport);
-    return node;
-}
 
 struct backend_node *backend_node_next(const struct backend_node *node)
 {
@@ -382,6 +340,55 @@ void backend_after_reset(struct backend_conn *conn)
     backend_reauth(conn);
 }
 
+void backend_set_node_up_hook(void (*fn)(struct backend_node *node))
+{
+    backend_node_up_hook = fn;
+}
+
+/* The reply to the AUTH of a connection logged in as a user of its own:
+ * until it is +OK nothing else was sent (a script must never run as the
+ * user a connection has before, sluice's or Redis's default). A refusal
+ * takes the connection down with Redis's reason, which its requests get;
+ * it connects again later. */
+static void backend_login_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct backend_conn *conn = req->ctx;
+    char text[200] = {0}, why[400];
+
+    evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+    text[strcspn(text, "\r\n")] = '\0';
+    evbuffer_drain(src, len);
+    request_free(req);
+    if (type != REPLY_ERROR) {
+        conn->login_wait = 0;
+        conn->login_refused = 0;
+        backend_want_write(conn);
+        return;
+    }
+    snprintf(why, sizeof(why), "Redis refused to log a script connection in as %s: %s",
+             conn->login->user, text + (text[0] == '-'));
+    if (!conn->login_refused)   /* not again on every retry */
+        log_warning("backend %s: %s", conn->node->name, why);
+    conn->login_refused = 1;
+    backend_conn_down(conn, why);
+}
+
+/* Send AUTH as CONN's own user, ahead of anything staged, and hold the
+ * rest until it is accepted (backend_login_reply). */
+static void backend_login_first(struct backend_conn *conn)
+{
+    struct evbuffer *buf = evbuffer_new();
+
+    evbuffer_add_printf(buf, "*3\r\n$4\r\nAUTH\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n",
+                        strlen(conn->login->user), conn->login->user,
+                        strlen(conn->login->password), conn->login->password);
+    backend_send_internal(conn, buf, backend_login_reply, conn, NULL);
+    evbuffer_free(buf);
+    if (conn->bev != NULL)
+        evbuffer_add_buffer(netio_output(conn->bev, &conn->write_off), conn->staged);
+    conn->login_wait = 1;
+}
+
 /* A new connection first authenticates (when configured). A RESP3 pool
  * or script connection then asks for RESP3. A pool one also learns its
  * Redis client id (PROXY INFO shows it) and what Redis says of itself
@@ -397,6 +404,12 @@ static void backend_send_prelude(struct backend_conn *conn)
     static const char hello[] = "*1\r\n$5\r\nHELLO\r\n";
     struct evbuffer *buf;
 
+    if (conn->login != NULL) {
+        backend_login_first(conn);
+        if (conn->resp == 3)
+            backend_send_hello(conn, 3);
+        return;
+    }
     backend_reauth(conn);
     /* A private connection asks for its client's protocol just before
      * the client's first command (backend_use_resp): whatever sluice
@@ -489,7 +502,7 @@ static void backend_conn_reset_io(struct backend_conn *conn)
     conn->hold_until = 0;
 }
 
-static void backend_conn_free(struct backend_conn *conn)
+void backend_conn_free(struct backend_conn *conn)
 {
     struct request *req;
 
@@ -636,6 +649,8 @@ void backend_conn_down(struct backend_conn *conn, const char *why)
         }
         return;
     }
+    if (conn->login != NULL && conn->login->gone)
+        return;   /* nobody's scripts come to it again */
     if (conn->retry == NULL)
         conn->retry = evtimer_new(backend_base, backend_retry_cb, conn);
     tv.tv_sec = conn->backoff_ms / 1000;
@@ -669,6 +684,8 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
         conn->state = BACKEND_UP;
         conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
         STAT_INC(backend_connects);
+        if (conn == conn->node->pools[BACKEND_POOL_RESP2][0] && backend_node_up_hook != NULL)
+            backend_node_up_hook(conn->node);
         return;
     }
     if (what & BEV_EVENT_EOF) {
@@ -855,8 +872,8 @@ void backend_write_now(void)
     while ((conn = TAILQ_FIRST(&backend_write_list)) != NULL) {
         TAILQ_REMOVE(&backend_write_list, conn, write_link);
         conn->write_listed = 0;
-        if (conn->bev == NULL)
-            continue;
+        if (conn->bev == NULL || conn->login_wait)
+            continue;   /* backend_login_reply lists it again */
         evbuffer_add_buffer(netio_output(conn->bev, &conn->write_off), conn->staged);
         /* Still connecting: the bufferevent writes once it is connected.
          * With TLS, the OpenSSL bufferevent encrypts and writes itself. */
@@ -1106,14 +1123,14 @@ static void backend_read_cb(struct bufferevent *bev, void *arg)
 
 /* CONN, a shared connection of a node out of the map, closes once it has
  * nothing in flight (its last reply delivered); a spare goes at once. */
-static int backend_retired_closable(const struct backend_conn *conn)
+int backend_retired_closable(const struct backend_conn *conn)
 {
     if (!conn->node->retired || !backend_conn_is_shared(conn) || conn->busy || conn->released)
         return 0;
     return conn->spare || (conn->state != BACKEND_DOWN && conn->inflight_count == 0);
 }
 
-static void backend_close_if_retired(struct backend_conn *conn)
+void backend_close_if_retired(struct backend_conn *conn)
 {
     if (!backend_retired_closable(conn))
         return;
@@ -1123,61 +1140,4 @@ static void backend_close_if_retired(struct backend_conn *conn)
         backend_conn_down(conn, "the node left the cluster's slot map");
 }
 
-/* See backend.h. */
-void backend_node_retire(struct backend_node *node, int retired)
-{
-    struct backend_conn *conn;
 
-    if (node->retired == retired)
-        return;
-    node->retired = retired;
-    if (!retired) {
-        log_notice("cluster node %s is back in the slot map", node->name);
-        TAILQ_FOREACH(conn, &node->conns, node_link) {
-            if (backend_conn_is_shared(conn) && !conn->spare && conn->state == BACKEND_DOWN) {
-                if (conn->retry != NULL)
-                    evtimer_del(conn->retry);
-                conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
-                backend_connect(conn);
-            }
-        }
-        backend_spares_refill(node);
-        return;
-    }
-    log_notice("cluster node %s left the slot map: its shared connections close once "
-               "answered", node->name);
-    /* Closing one wakes its waiting clients, which may release other
-     * connections of the list: look again from the start each time. */
-    for (;;) {
-        TAILQ_FOREACH(conn, &node->conns, node_link) {
-            if (backend_retired_closable(conn))
-                break;
-        }
-        if (conn == NULL)
-            return;
-        backend_close_if_retired(conn);
-    }
-}
-
-int backend_node_retired(const struct backend_node *node)
-{
-    return node->retired;
-}
-
-void backend_free_all(void)
-{
-    struct backend_node *node;
-
-    while ((node = TAILQ_FIRST(&backend_nodes)) != NULL) {
-        if (node->lookup != NULL)
-            resolve_cancel(node->lookup);
-        while (!TAILQ_EMPTY(&node->conns))
-            backend_conn_free(TAILQ_FIRST(&node->conns));
-        if (node->spare_ev != NULL)
-            event_free(node->spare_ev);
-        TAILQ_REMOVE(&backend_nodes, node, link);
-        for (int k = 0; k < BACKEND_POOL_KINDS; k++)
-            free(node->pools[k]);
-        free(node);
-    }
-}

@@ -103,6 +103,28 @@ struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long 
 struct backend_conn *backend_script_conn(struct backend_node *node, unsigned long long client_id,
                                          int resp);
 
+/* A Redis user some of sluice's connections log in as instead of the
+ * backend user (users_in_redis: redisusers.c owns each, for the life of
+ * the process, as connections and requests point to it). */
+struct backend_login {
+    char user[300];
+    char password[65];
+    int gone;   /* its user was deleted: its connections do not connect again */
+};
+
+/* Like backend_script_conn, for connections logged in as LOGIN (NULL:
+ * backend_script_conn's own). Nothing but the AUTH goes out on a new one
+ * before Redis has accepted it; when Redis refuses, the connection goes
+ * down with Redis's reason (its requests get it, logged) and connects
+ * again later. NULL on OOM. */
+struct backend_conn *backend_login_script_conn(struct backend_node *node,
+                                               const struct backend_login *login,
+                                               unsigned long long client_id, int resp);
+
+/* FN(NODE) runs whenever NODE's first shared connection has connected: a
+ * node that joins, or comes back after a restart. main.c registers it. */
+void backend_set_node_up_hook(void (*fn)(struct backend_node *node));
+
 /* A new private connection to NODE for OWNER. NULL when NODE has
  * backend_max_connections private connections already (or on OOM). */
 struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner);

@@ -253,3 +253,175 @@ void backend_write_info(struct evbuffer *out)
     evbuffer_add_printf(out, "backend_private_connections:%d\r\n", private_count);
     evbuffer_add_printf(out, "backend_spare_connections:%d\r\n", spare_count);
 }
+
+
+int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
+{
+    backend_base = base;
+    backend_cfg = cfg;
+    backend_cluster_mode = cfg->cluster_seed_count > 0;
+    if (!backend_cluster_mode)
+        return backend_node_new(cfg->backend, err, errlen) != NULL ? 0 : -1;
+    for (int i = 0; i < cfg->cluster_seed_count; i++) {
+        if (backend_node_new(cfg->cluster_seeds[i], err, errlen) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+
+struct backend_node *backend_default_node(void)
+{
+    struct backend_node *node;
+
+    if (!backend_cluster_mode)
+        return TAILQ_FIRST(&backend_nodes);
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        if (backend_node_up(node))
+            return node;
+    }
+    return TAILQ_FIRST(&backend_nodes);
+}
+
+
+struct backend_node *backend_node_get(const char *hostport)
+{
+    struct backend_node *node;
+    char err[300];
+
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        if (strcmp(node->name, hostport) == 0) {
+            backend_node_retire(node, 0);   /* named again: connect again */
+            return node;
+        }
+    }
+    node = backend_node_new(hostport, err, sizeof(err));
+    if (node == NULL)
+        log_warning("cluster node %s: %s", hostport, err);
+    else
+        log_notice("cluster node %s added", hostport);
+    return node;
+}
+
+
+/* See backend.h. */
+void backend_node_retire(struct backend_node *node, int retired)
+{
+    struct backend_conn *conn;
+
+    if (node->retired == retired)
+        return;
+    node->retired = retired;
+    if (!retired) {
+        log_notice("cluster node %s is back in the slot map", node->name);
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (backend_conn_is_shared(conn) && !conn->spare && conn->state == BACKEND_DOWN &&
+                !(conn->login != NULL && conn->login->gone)) {
+                if (conn->retry != NULL)
+                    evtimer_del(conn->retry);
+                conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
+                backend_connect(conn);
+            }
+        }
+        backend_spares_refill(node);
+        return;
+    }
+    log_notice("cluster node %s left the slot map: its shared connections close once "
+               "answered", node->name);
+    /* Closing one wakes its waiting clients, which may release other
+     * connections of the list: look again from the start each time. */
+    for (;;) {
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (backend_retired_closable(conn))
+                break;
+        }
+        if (conn == NULL)
+            return;
+        backend_close_if_retired(conn);
+    }
+}
+
+
+int backend_node_retired(const struct backend_node *node)
+{
+    return node->retired;
+}
+
+
+void backend_free_all(void)
+{
+    struct backend_node *node;
+
+    while ((node = TAILQ_FIRST(&backend_nodes)) != NULL) {
+        if (node->lookup != NULL)
+            resolve_cancel(node->lookup);
+        while (!TAILQ_EMPTY(&node->conns))
+            backend_conn_free(TAILQ_FIRST(&node->conns));
+        if (node->spare_ev != NULL)
+            event_free(node->spare_ev);
+        TAILQ_REMOVE(&backend_nodes, node, link);
+        for (int k = 0; k < BACKEND_POOL_KINDS; k++)
+            free(node->pools[k]);
+        while (node->login_pools != NULL) {
+            struct backend_login_pool *pool = node->login_pools;
+            node->login_pools = pool->next;
+            free(pool->conns[0]);
+            free(pool->conns[1]);
+            free(pool);
+        }
+        free(node);
+    }
+}
+
+/* NODE's pool for LOGIN, made when new; NULL on OOM. */
+static struct backend_login_pool *backend_login_pool(struct backend_node *node,
+                                                     const struct backend_login *login)
+{
+    struct backend_login_pool *pool;
+
+    for (pool = node->login_pools; pool != NULL; pool = pool->next) {
+        if (pool->login == login)
+            return pool;
+    }
+    pool = calloc(1, sizeof(*pool));
+    if (pool == NULL)
+        return NULL;
+    pool->conns[0] = calloc((size_t)node->pool_size, sizeof(*pool->conns[0]));
+    pool->conns[1] = calloc((size_t)node->pool_size, sizeof(*pool->conns[1]));
+    if (pool->conns[0] == NULL || pool->conns[1] == NULL) {
+        free(pool->conns[0]);
+        free(pool->conns[1]);
+        free(pool);
+        return NULL;
+    }
+    pool->login = login;
+    pool->next = node->login_pools;
+    node->login_pools = pool;
+    return pool;
+}
+
+struct backend_conn *backend_login_script_conn(struct backend_node *node,
+                                               const struct backend_login *login,
+                                               unsigned long long client_id, int resp)
+{
+    int i = (int)(client_id % (unsigned long long)node->pool_size);
+    struct backend_login_pool *pool;
+    struct backend_conn *conn;
+
+    if (login == NULL)
+        return backend_script_conn(node, client_id, resp);
+    pool = backend_login_pool(node, login);
+    if (pool == NULL)
+        return NULL;
+    if (pool->conns[resp == 3][i] != NULL)
+        return pool->conns[resp == 3][i];
+    conn = backend_conn_new(node, NULL);
+    if (conn == NULL)
+        return NULL;
+    conn->resp = resp == 3 ? 3 : 2;
+    conn->scripts = 1;
+    conn->login = login;
+    pool->conns[resp == 3][i] = conn;
+    backend_connect(conn);
+    return conn;
+}

@@ -47,6 +47,9 @@ struct backend_conn {
     int oneshot;                     /* a control connection: freed once answered */
     int spare;                       /* a private connection nobody owns yet */
     int scripts;                     /* a shared one for clients' scripts */
+    const struct backend_login *login; /* logged in as this user, not sluice's; NULL */
+    int login_wait;                  /* sends nothing more until Redis accepted its AUTH */
+    int login_refused;               /* its last AUTH was refused (logged once) */
     int passthrough;
     int tunnel;                      /* a SYNC went: past the replies in flight, raw bytes */
     int awaiting_addr;               /* connecting: its node's host name is being looked up */
@@ -100,9 +103,18 @@ struct backend_node {
     char redis_mode[16];
     char redis_role[16];
     int wants_auth;                  /* a pool connection's CLIENT ID met -NOAUTH */
+    struct backend_login_pool *login_pools;
 };
 
 TAILQ_HEAD(backend_node_list, backend_node);
+
+/* The script connections of one node logged in as LOGIN, pool_size of
+ * each protocol, made on first use (backend_login_script_conn). */
+struct backend_login_pool {
+    const struct backend_login *login;
+    struct backend_conn **conns[2];  /* RESP2, RESP3 */
+    struct backend_login_pool *next;
+};
 
 /* Connections with requests this loop pass added: backend_write_now. */
 
@@ -117,5 +129,9 @@ void backend_connect(struct backend_conn *conn);
 void backend_conn_down(struct backend_conn *conn, const char *why);
 void backend_conn_release(struct backend_conn *conn);
 void backend_spares_refill(struct backend_node *node);
+struct backend_node *backend_node_new(const char *hostport, char *err, size_t errlen);
+void backend_close_if_retired(struct backend_conn *conn);
+void backend_conn_free(struct backend_conn *conn);
+int backend_retired_closable(const struct backend_conn *conn);
 
 #endif

@@ -484,7 +484,7 @@ static void cluster_resend(struct request *req, struct backend_node *node, int a
         req->client == NULL
             ? backend_pool_conn(node, req->own_client_id, req->own_resp == 3 ? 3 : 2)
         : placement_role(req->cmd) == ROLE_SCRIPT
-            ? backend_script_conn(node, req->client->id, req->client->resp)
+            ? backend_login_script_conn(node, req->login, req->client->id, req->client->resp)
             : backend_pool_conn(node, req->client->id, req->client->resp);
     char err[512];
 

@@ -107,6 +107,7 @@ static const struct config_key config_keys[] = {
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0},
     {"rules", config_set_string, F(rules), 0, 0, 0},
     {"users", config_set_string, F(users), 0, 0, 0},
+    {"users_in_redis", config_set_yesno, F(users_in_redis), 0, 0, 0},
     {"log_level", config_set_log_level, F(log_level), 0, 0, 0},
     {"log_file", config_set_string, F(log_file), 0, 0, 0},
     {"maxclients", config_set_int, F(maxclients), 1, 1000000, 0},

@@ -33,6 +33,7 @@ struct config {
     char *backend_password;
     char *rules;                       /* resolved against the config's folder */
     char *users;                       /* the users file, resolved likewise; NULL: none */
+    int users_in_redis;                /* keep restricted users' scripts' users in Redis */
     int log_level;                     /* enum log_level */
     char *log_file;                    /* NULL: stderr */
     long long maxclients;

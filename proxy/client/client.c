@@ -623,7 +623,7 @@ void client_flush(struct client *c)
             if (built >= CLIENT_TURN_BUDGET ||
                 evbuffer_get_length(c->output) >= (size_t)client_cfg->client_max_pending_bytes)
                 break;
-            reply_mode_ran |= placement_role(req->cmd) == ROLE_CLIENT_REPLY;
+            reply_mode_ran |= (req->flags & REQ_FRAMES_AFTER) != 0;
             client_hooks.run_deferred(c, req);
             built += client_held_reply_len(req);
         }

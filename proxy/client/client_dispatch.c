@@ -67,6 +67,8 @@ void client_run_deferred(struct client *c, struct request *req)
     else
         local_execute(c, req, req->argc, views.argv, req->reply);
     request_argv_close(&views);
+    if (client_role(req) == ROLE_HELLO && (req->flags & REQ_FRAMES_AFTER))
+        client_leave_pubsub(c);
     c->held_reply_bytes += evbuffer_get_length(req->reply);
 }
 
@@ -308,10 +310,16 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
         /* Its bytes wait like a reply, and it counts as one in flight:
          * deferred commands behind a BLPOP stay bounded. */
         client_defer(c, req);
-        /* What follows a CLIENT REPLY is framed under the mode it leaves:
-         * nothing is, until it has run (client_flush unblocks). */
-        if (client_role(req) == ROLE_CLIENT_REPLY)
+        /* What follows a CLIENT REPLY is framed under the mode it leaves,
+         * and what follows a HELLO in RESP2 pub/sub maybe paired again in
+         * another protocol (client_leave_pubsub): nothing is, until it has
+         * run (client_flush unblocks). */
+        if (client_role(req) == ROLE_CLIENT_REPLY ||
+            (client_role(req) == ROLE_HELLO && (c->flags & CLIENT_PASSTHROUGH) &&
+             !client_is_monitor(c))) {
+            req->flags |= REQ_FRAMES_AFTER;
             client_block(c);
+        }
         client_flush(c);   /* fenced meanwhile (pub/sub): it waits for its fence */
         client_check_output_limit(c);
         return (c->flags & (CLIENT_OVER_LIMIT | CLIENT_BLOCKED)) || c->closing ? -1 : 0;

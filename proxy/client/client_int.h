@@ -74,6 +74,7 @@ void client_reset_session(struct client *c);
 void client_apply_session(struct client *c, struct request *req, int type);
 void client_push_kind(struct evbuffer *src, size_t len, char *kind, long long *count);
 int client_is_pubsub_message(struct evbuffer *src, size_t len);
+void client_leave_pubsub(struct client *c);
 void client_note_subscriptions(struct client *c, struct evbuffer *src, size_t len);
 int client_count_push(struct client *c, const char *kind, long long count);
 int client_push_ends(struct client *c, struct request *head, int row);

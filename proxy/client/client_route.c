@@ -87,12 +87,17 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
  * holds no other command behind it: those reach Redis and get its -BUSY,
  * as on any other connection. C's next command that is not a script waits
  * for the script's reply (client_must_wait), so C's own order holds. */
-static struct backend_conn *client_shared_conn(const struct client *c, const struct request *req)
+static struct backend_conn *client_shared_conn(const struct client *c, struct request *req)
 {
     struct backend_node *node = router_node_for_request(req, NULL);
 
-    if (client_role(req) == ROLE_SCRIPT)
-        return backend_script_conn(node, c->id, c->resp);
+    /* users_in_redis: as the user's Redis user, which checks each call;
+     * SCRIPT LOAD too, so loading needs the same rights as running. */
+    req->login = client_role(req) == ROLE_SCRIPT || client_role(req) == ROLE_SCRIPT_LOAD
+                     ? auth_script_login(c)
+                     : NULL;
+    if (client_role(req) == ROLE_SCRIPT || req->login != NULL)
+        return backend_login_script_conn(node, req->login, c->id, c->resp);
     return backend_pool_conn(node, c->id, c->resp);
 }
 

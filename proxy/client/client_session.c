@@ -187,6 +187,28 @@ void client_note_subscriptions(struct client *c, struct evbuffer *src, size_t le
     }
 }
 
+/* A HELLO of C, streaming RESP2 pub/sub (CLIENT_PASSTHROUGH), has just run
+ * at its turn. With no subscription left Redis's connection is out of the
+ * subscribed context, as Redis saw the HELLO: so C leaves the streaming,
+ * and its private connection switches to C's protocol now, or every reply
+ * would stay RESP2 until RESET (and an invalidation redirected to C,
+ * which Redis sends a RESP2 connection only while subscribed, be lost
+ * before C's next command). Safe here: every reply sent before the HELLO
+ * is in (its fence came back), and C framed nothing after it
+ * (REQ_FRAMES_AFTER). The private connection stays C's, with what Redis
+ * keeps on it (tracking, a DB). */
+void client_leave_pubsub(struct client *c)
+{
+    if (!(c->flags & CLIENT_PASSTHROUGH) || client_is_monitor(c) || c->private_conn == NULL ||
+        c->subscriptions > 0 || c->shard_subscriptions > 0 || c->resets_unanswered > 0 ||
+        c->fences > 0)
+        return;
+    c->flags &= ~(unsigned)CLIENT_PASSTHROUGH;
+    c->flags |= CLIENT_SESSION;
+    backend_set_passthrough(c->private_conn, 0);
+    backend_use_resp(c->private_conn, c->resp);
+}
+
 /* Count a confirmation of KIND with COUNT into C's subscriptions; returns
  * its row in client_push_kinds, or -1 for any other push. */
 int client_count_push(struct client *c, const char *kind, long long count)

@@ -108,6 +108,8 @@ static const struct placement_row placement_rows[] = {
     {"evalsha_ro", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a script"},
     {"fcall", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a function"},
     {"fcall_ro", PLACE_SHARED, 0, ROLE_SCRIPT, NULL, "a function"},
+    {"script|load", PLACE_SHARED, 0, ROLE_SCRIPT_LOAD, NULL,
+     "with users_in_redis, a restricted user's on its Redis user's script connections"},
     /* Redis's "protected" commands: allowed by enable-debug-command and
      * enable-module-command only from a local connection, which every
      * connection of sluice's is; so sluice asks where its client is. */

@@ -34,6 +34,7 @@ enum placement_role {
     ROLE_CLIENT_REPLY,  /* CLIENT REPLY ON/OFF/SKIP */
     ROLE_MONITOR,
     ROLE_SCRIPT,        /* a client's script or function: the script connections */
+    ROLE_SCRIPT_LOAD,   /* SCRIPT LOAD: there too for a user with a Redis user */
     ROLE_PAUSE,         /* CLIENT PAUSE: sluice notes the pause (pause.c) */
     ROLE_UNPAUSE,       /* CLIENT UNPAUSE: ends it on +OK */
     ROLE_WAIT,          /* WAIT: its connection must first take the client's writes'

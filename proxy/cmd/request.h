@@ -79,6 +79,9 @@ enum request_flag {
                                    the socket: Redis cannot have run it (backend.c) */
     REQ_RERUNNABLE = 1 << 25,   /* sluice's own request that only reads: it may be sent again
                                    after its connection failed (cluster_send_own) */
+    REQ_FRAMES_AFTER = 1 << 26, /* answered by sluice at its turn; its client frames nothing
+                                   more until it has run (CLIENT REPLY; HELLO in RESP2
+                                   pub/sub, which may end the streaming) */
 };
 
 struct req_arg {
@@ -105,6 +108,8 @@ struct request {
     struct backend_node *node;     /* cluster: the node it goes to whatever its slot (NULL:
                                       by its slot); CLIENT UNBLOCK: its target's */
     int redirects;                 /* cluster: redirections followed so far */
+    const struct backend_login *login; /* a script run as its user's Redis user (users_in_redis):
+                                      sent again, it goes on that login's connections */
     uint64_t own_client_id;        /* cluster, sluice's own request: the client whose shared
                                       connections it goes on (0: sluice's), */
     int own_resp;                  /* and their protocol (0: RESP2) */

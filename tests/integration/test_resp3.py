@@ -455,3 +455,91 @@ def test_redis_cli_3_same_as_redis(sluice, ref, backend, clean):
                for port in (sluice.port, ref.port)]
         assert out[0] == out[1], (cmd, out)
 
+
+
+# ---- HELLO after pub/sub: every later reply in the protocol asked for ----
+
+
+def _hello_frame_ok(frame, proto):
+    """sluice's HELLO reply has its own client id: only its shape is compared."""
+    return frame.startswith(b"%7\r\n" if proto == 3 else b"*14\r\n")
+
+
+def _after_pubsub(srv, first, steps):
+    """On a new connection to SRV (RESP3 first when FIRST is 3), send each
+    step's commands at once and read its frames; HELLO replies are checked
+    for their shape and left out."""
+    out = []
+    with srv.raw() as c:
+        if first == 3:
+            _hello3(c)
+        for cmds, n in steps:
+            c.send(_cmds(*cmds))
+            frames = _frames(c, n)
+            for cmd, f in zip(cmds, frames):
+                if cmd[0] == "HELLO":
+                    assert _hello_frame_ok(f, int(cmd[1])), (cmd, f)
+            out.append([f for cmd, f in zip(cmds, frames) if cmd[0] != "HELLO"]
+                       if len(frames) == len(cmds) else frames)
+    return out
+
+
+@pytest.mark.parametrize("sub,unsub,arg", [("SUBSCRIBE", "UNSUBSCRIBE", "a"),
+                                           ("PSUBSCRIBE", "PUNSUBSCRIBE", "p*"),
+                                           ("SSUBSCRIBE", "SUNSUBSCRIBE", "s")])
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_hello_3_after_resp2_pubsub_is_resp3(sluice, ref, clean, sub, unsub, arg, pipelined):
+    """Issue 25: RESP2 (P|S)SUBSCRIBE, its last (P|S)UNSUBSCRIBE, then
+    HELLO 3: every later reply is RESP3 (HGETALL a map), byte for byte
+    what Redis sends. sluice kept streaming its private connection in
+    RESP2, which lasted until RESET, so HGETALL came back an array."""
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            assert c.call("HSET", "h", "f", "v") == 1
+    tail = [("HELLO", "3"), ("HGETALL", "h"), ("GET", "nokey"), ("HELLO", "2"),
+            ("HGETALL", "h")]
+    if pipelined:
+        steps = [([(sub, arg)], 1), ([(unsub, arg)] + tail, 6)]
+    else:
+        steps = [([(sub, arg)], 1), ([(unsub, arg)], 1)] + [([cmd], 1) for cmd in tail]
+    got = [_after_pubsub(srv, 2, steps) for srv in (sluice, ref)]
+    assert got[0] == got[1]
+    flat = [f for step in got[0] for f in step]
+    assert flat[-3:] == [b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n", b"_\r\n",
+                         b"*2\r\n$1\r\nf\r\n$1\r\nv\r\n"], flat
+
+
+def test_hello_2_after_resp3_pubsub_is_resp2(sluice, ref, clean):
+    """The other way: RESP3 SUBSCRIBE, UNSUBSCRIBE, HELLO 2: RESP2 replies."""
+    for srv in (sluice, ref):
+        with srv.raw() as c:
+            assert c.call("HSET", "h", "f", "v") == 1
+    steps = [([("SUBSCRIBE", "a")], 1), ([("UNSUBSCRIBE", "a")], 1), ([("HELLO", "2")], 1),
+             ([("HGETALL", "h"), ("GET", "nokey")], 2)]
+    got = [_after_pubsub(srv, 3, steps) for srv in (sluice, ref)]
+    assert got[0] == got[1]
+    assert got[0][-1] == [b"*2\r\n$1\r\nf\r\n$1\r\nv\r\n", b"$-1\r\n"]
+
+
+def test_hello_3_on_a_tracking_redirect_target_after_pubsub(sluice, ref, clean):
+    """A RESP2 client other clients' tracking redirects to subscribes to
+    __redis__:invalidate, unsubscribes and says HELLO 3: the invalidation
+    comes as a RESP3 push and its replies are RESP3, as from Redis."""
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as target, srv.raw() as tracker, srv.raw() as writer:
+            assert writer.call("HSET", "h", "f", "v") == 1
+            target_id = target.call("CLIENT", "ID")
+            assert tracker.call("CLIENT", "TRACKING", "ON", "REDIRECT", str(target_id)) == "OK"
+            target.send(_cmds(("SUBSCRIBE", "__redis__:invalidate")))
+            frames = _frames(target, 1)
+            target.send(_cmds(("UNSUBSCRIBE", "__redis__:invalidate"), ("HELLO", "3")))
+            frames += _frames(target, 2)[:1]
+            assert tracker.call("GET", "k") is None
+            assert writer.call("SET", "k", "1") == "OK"
+            target.send(_cmds(("HGETALL", "h")))
+            frames += _frames(target, 2)
+            got[name] = frames
+    assert got["sluice"] == got["redis"]
+    assert got["sluice"][-2:] == [b">2\r\n$10\r\ninvalidate\r\n*1\r\n$1\r\nk\r\n",
+                                  b"%1\r\n$1\r\nf\r\n$1\r\nv\r\n"]

@@ -1,8 +1,10 @@
 /* test_users.c - the users file (every error as FILE:LINE), passwords plain
  * and sha256, and command, key and channel grants checked against verdicts
  * a real Redis 7.0 gave (ACL DRYRUN, through tools/acl_cases.py). */
+#include <event2/buffer.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -750,6 +752,52 @@ static void test_denied_names(void)
     CHECK_STR(USERS_ERR_NOAUTH, "-NOAUTH Authentication required.");
 }
 
+/* users_in_redis: U's rules as ACL SETUSER items (RESP bulks, sluice's
+ * own items left out), and which users need a Redis user at all. */
+static void check_redis_rules(const char *commands, const char *keys, const char *channels,
+                              int want_count, const char *want)
+{
+    struct user_set *set = one_user(commands, keys, channels);
+    struct evbuffer *out = evbuffer_new();
+    size_t len;
+    char *got;
+
+    CHECK(set != NULL);
+    CHECK(users_redis_rules(users_at(set, 0), out) == want_count);
+    len = evbuffer_get_length(out);
+    got = (char *)evbuffer_pullup(out, -1);
+    CHECK(len == strlen(want) && memcmp(got, want, len) == 0);
+    evbuffer_free(out);
+    users_free(set);
+}
+
+static void test_redis_rules(void)
+{
+    struct user_set *set;
+
+    init_commands_once();
+    check_redis_rules("+@all -@dangerous +@lock -proxy|info -lock", "app:* ~b:?", NULL, 7,
+                      "$10\r\nnocommands\r\n$5\r\n+@all\r\n$11\r\n-@dangerous\r\n"
+                      "$9\r\nresetkeys\r\n$6\r\n~app:*\r\n$4\r\n~b:?\r\n"
+                      "$13\r\nresetchannels\r\n");
+    check_redis_rules("allcommands", "*", "news.* &x", 7,
+                      "$10\r\nnocommands\r\n$11\r\nallcommands\r\n$9\r\nresetkeys\r\n"
+                      "$7\r\nallkeys\r\n$13\r\nresetchannels\r\n$7\r\n&news.*\r\n"
+                      "$2\r\n&x\r\n");
+    set = one_user("+@all -flushall", "*", "*");   /* may run scripts, lacks FLUSHALL */
+    CHECK(users_scripts_in_redis(users_at(set, 0)));
+    users_free(set);
+    set = one_user("+@all", "*", "*");   /* may do everything: no Redis user */
+    CHECK(!users_scripts_in_redis(users_at(set, 0)));
+    users_free(set);
+    set = one_user("+@read", "app:*", NULL);   /* may run no script */
+    CHECK(!users_scripts_in_redis(users_at(set, 0)));
+    users_free(set);
+    set = one_user("+@read +evalsha", "app:*", NULL);
+    CHECK(users_scripts_in_redis(users_at(set, 0)));
+    users_free(set);
+}
+
 UNIT_MAIN("users", {"example_file_loads", test_example_file_loads},
           {"good_file", test_good_file}, {"errors_have_lines", test_errors_have_lines},
           {"all_errors_collected", test_all_errors_collected}, {"passwords", test_passwords},
@@ -758,4 +806,5 @@ UNIT_MAIN("users", {"example_file_loads", test_example_file_loads},
           {"keys_as_redis", test_keys_as_redis}, {"channels_as_redis", test_channels_as_redis},
           {"sluice_verbs", test_sluice_verbs}, {"defaults_are_none", test_defaults_are_none},
           {"keys_many", test_keys_many}, {"denied_names", test_denied_names},
-          {"sort_options", test_sort_options}, {"narrowed", test_narrowed})
+          {"sort_options", test_sort_options}, {"narrowed", test_narrowed},
+          {"redis_rules", test_redis_rules})
