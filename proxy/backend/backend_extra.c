@@ -1,7 +1,11 @@
-/* backend_extra.c - the backend connections beyond a node's shared
- * pools: which pool connection a client's requests take, private and
- * one-shot connections (and the spares they are taken from), the Redis
- * ids of connections, and PROXY INFO's backend section. */
+/* backend_extra.c - the backend's nodes as a whole and the connections
+ * beyond a node's shared pools: start-up, finding or adding a node,
+ * retiring it from the cluster's map, freeing them all; which pool
+ * connection a client's requests take, the script pools of users logged
+ * in as themselves (users_in_redis), private and one-shot connections
+ * (and the spares they are taken from), the Redis ids of connections,
+ * and PROXY INFO's backend section. It calls backend.c, never the other
+ * way round. */
 #include "backend.h"
 #include "backend_int.h"
 
