@@ -108,8 +108,7 @@ static int client_follows_script(const struct client *c, const struct request *r
         return 0;
     if (cluster_enabled())
         return c->inflight_conn == CLIENT_SCRIPT_CONNS;
-    return c->inflight_conn != NULL && c->inflight_conn != c->private_conn &&
-           backend_conn_is_shared(c->inflight_conn) &&
+    return c->inflight_conn != NULL && backend_conn_is_shared(c->inflight_conn) &&
            backend_conn_runs_scripts(c->inflight_conn);
 }
 
