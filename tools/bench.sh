@@ -42,6 +42,11 @@
 #      Plus LOCK+UNLOCK pairs (-c 50, a key per connection) through sluice vs
 #      the same EVALSHA pairs from a cluster-aware client (lockbench -m
 #      cluster: each connection on its key's primary), same rounds.
+#   9. A client mixing scripts and plain commands: 10,000 commands in one
+#      pipeline (redis-cli --pipe) alternating EVALSHA (an INCR script) and
+#      GET, then all EVALSHA and all GET, through sluice vs Redis directly;
+#      and one ioredis client (tests/node/mixedbench.mjs) sending batches
+#      of 200 alternating commands, median time per batch.
 #   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
 #   per request (/proc/stat: client, servers, proxy and kernel) for both
 #   targets, how busy the cores were, and the ceiling, the ratio sluice
@@ -49,9 +54,10 @@
 #   only: other work on it counts too.
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
-# BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N, BENCH_SCALE=F
-# (multiplies request counts), BENCH_SECTIONS="1 2 3 4 5 6 7 8" (which sections
-# to run, e.g. "3" for the rules).
+# BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N,
+# BENCH_MIXED_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
+# BENCH_SECTIONS="1 2 3 4 5 6 7 8 9" (which sections to run, e.g. "3" for
+# the rules).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -62,12 +68,14 @@ rules_rounds=${BENCH_RULES_ROUNDS:-9}
 tls_rounds=${BENCH_TLS_ROUNDS:-3}
 scale=${BENCH_SCALE:-1}
 cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8}
+mixed_rounds=${BENCH_MIXED_ROUNDS:-5}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
     tls_rounds=1
     cluster_rounds=1
+    mixed_rounds=1
     scale=0.1
 fi
 
@@ -744,6 +752,74 @@ if section 8; then
         "$(median_ratio clock_sluice clock_direct pairs 50 1)" "$(median cpu_clock_sluice pairs 50 1)"
     echo "   LOCK+UNLOCK pairs/s at -c 50 (a key per connection): through sluice vs the same"
     echo "   EVALSHA pairs from a cluster-aware client on each key's primary (lockbench -m cluster)"
+fi
+
+# mixed_pipe MODE SHA: 10,000 commands in RESP, alternating EVALSHA SHA
+# (an INCR script) and GET (MODE mixed), or all EVALSHA (scripts) or all
+# GET (gets), all on one key.
+mixed_pipe() {
+    awk -v mode="$1" -v sha="$2" 'BEGIN {
+        for (i = 0; i < 10000; i++) {
+            if (mode == "mixed" ? i % 2 == 0 : mode == "scripts")
+                printf "*4\r\n$7\r\nEVALSHA\r\n$40\r\n%s\r\n$1\r\n1\r\n$7\r\nmixed:n\r\n", sha
+            else
+                printf "*2\r\n$3\r\nGET\r\n$7\r\nmixed:n\r\n"
+        }
+    }'
+}
+
+# pipe_per_s PORT FILE: commands/s of redis-cli --pipe sending FILE (10,000).
+pipe_per_s() {
+    t0=$(date +%s%N)
+    out=$(redis-cli -p "$1" --pipe <"$2" 2>&1)
+    t1=$(date +%s%N)
+    case $out in *"errors: 0, replies: 10000"*) ;; *) echo 0; return ;; esac
+    awk -v ns=$((t1 - t0)) 'BEGIN { printf "%.0f\n", 10000 * 1e9 / ns }'
+}
+
+if section 9 && [ "$mixed_rounds" -gt 0 ]; then
+    msha=$(redis-cli -p "$rport" SCRIPT LOAD "return redis.call('INCR', KEYS[1])")
+    for m in mixed scripts gets; do mixed_pipe $m "$msha" >"$tmp/pipe_$m.resp"; done
+    nodedir=$(dirname "$(readlink -f "$0")")/../tests/node
+    if [ ! -d "$nodedir/node_modules/ioredis" ] && command -v npm >/dev/null 2>&1; then
+        (cd "$nodedir" && npm ci --no-audit --no-fund >"$tmp/npm.log" 2>&1) || true
+    fi
+    r=1
+    while [ $r -le "$mixed_rounds" ]; do
+        echo "  mixed round $r/$mixed_rounds ..." >&2
+        for m in mixed scripts gets; do
+            for target in $(rotate "$r" direct sluice); do
+                port=$rport; [ "$target" = direct ] || port=$sport
+                echo "mx_$target $m 1 1 $(pipe_per_s "$port" "$tmp/pipe_$m.resp") $r" >>"$results"
+            done
+        done
+        if [ -d "$nodedir/node_modules/ioredis" ]; then
+            for target in $(rotate "$r" direct sluice); do
+                port=$rport; [ "$target" = direct ] || port=$sport
+                ms=$(cd "$nodedir" && node mixedbench.mjs "$port" 50 2>>"$tmp/node.log") || ms=0
+                # batches/s, so that the ratio reads like the others
+                echo "mx_$target ioredis 1 1 $(awk -v ms="$ms" 'BEGIN { printf "%.1f", (ms > 0 ? 1000 / ms : 0) }') $r" \
+                    >>"$results"
+            done
+        fi
+        r=$((r + 1))
+    done
+    echo
+    echo "9. A client mixing scripts and plain commands (median of $mixed_rounds): redis-cli"
+    echo "   --pipe of 10,000 commands, commands/s; ioredis, batches of 200 alternating"
+    echo "   EVALSHA and GET, batches/s"
+    printf '%-24s %11s %11s %8s\n' "" direct sluice ratio
+    for m in mixed scripts gets ioredis; do
+        case $m in
+            mixed) label="pipe EVALSHA+GET" ;;
+            scripts) label="pipe EVALSHA only" ;;
+            gets) label="pipe GET only" ;;
+            ioredis) label="ioredis 200 mixed" ;;
+        esac
+        printf '%-24s %11.0f %11.0f %8s\n' "$label" "$(median mx_direct $m 1 1)" \
+            "$(median mx_sluice $m 1 1)" "$(median_ratio mx_sluice mx_direct $m 1 1)"
+    done
+    echo "   target: mixed rows >= 0.8 (before: about 0.2), the others as before"
 fi
 
 for f in sluice rules0 rules100 rules1 users sluice-tls resp3 sluice-cluster; do

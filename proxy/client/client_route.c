@@ -42,6 +42,17 @@
 #include "throttle.h"
 #include "tls.h"
 
+/* Stand for "the shared connections" and "the script connections" in
+ * c->inflight_conn: in cluster mode a client's requests may be out on the
+ * shared (or the script) connections of several nodes at once (replies
+ * wait in c->requests for their turn); a script after other commands waits
+ * for them, since one node's two kinds of connection keep no order
+ * between them (other commands after a script follow it instead:
+ * client_follows_script). */
+static char client_shared_marker, client_scripts_marker;
+#define CLIENT_SHARED_CONNS ((struct backend_conn *)(void *)&client_shared_marker)
+#define CLIENT_SCRIPT_CONNS ((struct backend_conn *)(void *)&client_scripts_marker)
+
 static struct backend_conn *client_conn_class(struct backend_conn *conn);
 
 /* CONN, the shared connection REQ of C would go on, unless it is stalled
@@ -82,11 +93,31 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
     return NULL;
 }
 
+/* Whether C's command REQ, not a script, follows C's scripts onto the
+ * script connection: while C has requests out on the script connections
+ * (one of them, or in cluster mode the class of them), REQ goes behind
+ * them on its node's script connection, where Redis runs it after them,
+ * as it would on C's own connection: no round trip to wait for their
+ * replies (client_must_wait), and no other client behind anything that
+ * was not already behind C's script. Once they are answered, C's
+ * commands go on the pool connections again. sluice's lock verbs
+ * (PLACE_LOCAL) keep waiting, as before. */
+static int client_follows_script(const struct client *c, const struct request *req)
+{
+    if (c->inflight == 0 || req->place != PLACE_SHARED)
+        return 0;
+    if (cluster_enabled())
+        return c->inflight_conn == CLIENT_SCRIPT_CONNS;
+    return c->inflight_conn != NULL && backend_conn_is_shared(c->inflight_conn) &&
+           backend_conn_runs_scripts(c->inflight_conn);
+}
+
 /* The shared connection REQ of C goes to: its node's, for C's protocol.
  * A script or function goes on the script connections, where a long one
  * holds no other command behind it: those reach Redis and get its -BUSY,
- * as on any other connection. C's next command that is not a script waits
- * for the script's reply (client_must_wait), so C's own order holds. */
+ * as on any other connection. C's next commands that are not scripts
+ * follow it there until its reply is in (client_follows_script), so C's
+ * own order holds without a round trip. */
 static struct backend_conn *client_shared_conn(const struct client *c, struct request *req)
 {
     struct backend_node *node = router_node_for_request(req, NULL);
@@ -98,6 +129,14 @@ static struct backend_conn *client_shared_conn(const struct client *c, struct re
                      : NULL;
     if (client_role(req) == ROLE_SCRIPT || req->login != NULL)
         return backend_login_script_conn(node, req->login, c->id, c->resp);
+    if (client_follows_script(c, req)) {
+        /* Where its script went: standalone, the one connection C has
+         * requests out on; in cluster mode, the script connection of its
+         * own key's node, of the same user as C's scripts. */
+        if (!cluster_enabled())
+            return c->inflight_conn;
+        return backend_login_script_conn(node, auth_script_login(c), c->id, c->resp);
+    }
     return backend_pool_conn(node, c->id, c->resp);
 }
 
@@ -132,16 +171,6 @@ struct backend_conn *client_route(struct client *c, struct request *req)
     }
     return client_detour(c, req, client_shared_conn(c, req));
 }
-
-/* Stand for "the shared connections" and "the script connections" in
- * c->inflight_conn: in cluster mode a client's requests may be out on the
- * shared (or the script) connections of several nodes at once (replies
- * wait in c->requests for their turn); a client switching between scripts
- * and other commands waits, since one node's two kinds of connection keep
- * no order between them. */
-static char client_shared_marker, client_scripts_marker;
-#define CLIENT_SHARED_CONNS ((struct backend_conn *)(void *)&client_shared_marker)
-#define CLIENT_SCRIPT_CONNS ((struct backend_conn *)(void *)&client_scripts_marker)
 
 /* What c->inflight_conn records for a request sent on CONN. */
 static struct backend_conn *client_conn_class(struct backend_conn *conn)

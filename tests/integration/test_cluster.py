@@ -722,6 +722,48 @@ def test_long_script_holds_no_plain_command_of_its_node(csluice, redis_cluster, 
     rc.delete(ka, kb)
 
 
+def script_inflight_of_node(s, port):
+    """Requests in flight on sluice S's script connections to node PORT."""
+    total = 0
+    for name, value in s.info().items():
+        if name.startswith("backend_scripts") and f":{port}," in value:
+            total += int(dict(f.split("=", 1) for f in value.split(","))["inflight"])
+    return total
+
+
+def test_commands_follow_a_script_per_node(csluice, redis_cluster, rc):
+    """Cluster mode, per node: the plain commands a client pipelines behind
+    its script go at once on the script connection of their own key's node
+    (the script's node, or another: that one keeps them in order with the
+    client's scripts there), not held until the script's reply is in: the
+    SET on another node has run while the script still runs. The replies
+    come in the order sent."""
+    (ka, _), (kb, _), _ = keys_per_primary(redis_cluster, "follow:")
+    pa, pb = redis_cluster.slot_owner_port(slot_of(ka)), redis_cluster.slot_owner_port(slot_of(kb))
+    with redis_cluster.node_by_port(pa).client() as node:
+        node.config_set("lua-time-limit", 10)
+    try:
+        with RawConn(csluice.port, timeout=5 * SLOW) as runner:
+            runner.send(b"".join([
+                encode_command("EVAL", "while true do end", "1", ka), encode_command("GET", ka),
+                encode_command("SET", kb, "v"), encode_command("GET", kb)]))
+            with redis_cluster.node_by_port(pb).client() as other_node:
+                wait_until(lambda: script_inflight_of_node(csluice, pa) == 2 and
+                           other_node.get(kb) == b"v", 5 * SLOW,
+                           msg="GET behind the script on its node, SET run on the other")
+            with redis_cluster.node_by_port(pa).client() as node:
+                node.script_kill()
+            killed = runner.read_reply(timeout=5 * SLOW)
+            assert isinstance(killed, Err) and "killed" in killed.lower(), killed
+            assert runner.read_replies(3, timeout=5 * SLOW) == [None, "OK", b"v"]
+    finally:
+        with redis_cluster.node_by_port(pa).client() as node:
+            with contextlib.suppress(redis.ResponseError):
+                node.script_kill()   # when the test failed before its kill
+            node.config_set("lua-time-limit", 5000)
+        rc.delete(ka, kb)
+
+
 def test_script_and_function_kill_reach_the_node_that_runs_it(csluice, redis_cluster, rc):
     """SCRIPT KILL and FUNCTION KILL go to every primary: a long script or
     function on any node's key is killed through sluice (+OK, as Redis
