@@ -10,7 +10,7 @@ backend directly."""
 import pytest
 
 from conftest import RedisServer, Sluice, parse_info
-from helpers import SLOW, Err, wait_until
+from helpers import SLOW, Err, encode_command, wait_until
 
 USERS_INI = """\
 [user default]
@@ -288,3 +288,20 @@ def test_cluster_mode_every_primary(tmp_path):
                      if " user=sluice:app " in l]
             assert lines, port
             node.close()
+
+
+def test_commands_following_a_limited_users_script_keep_their_order(env):
+    """Issue 26 with users_in_redis: a limited user's plain commands
+    pipelined behind its script follow it onto its user's script
+    connection, so each GET sees the increment of the script before it."""
+    s, ref, backend = env
+    _flush(backend, ref)
+    incr = "return redis.call('incr', KEYS[1])"
+    with s.raw(timeout=10 * SLOW) as c:
+        assert c.call("AUTH", "app", "apppw") == "OK"
+        cmds = []
+        for _ in range(100):
+            cmds += [("EVAL", incr, "1", "app:n"), ("GET", "app:n")]
+        c.send(b"".join(encode_command(*cmd) for cmd in cmds))
+        got = c.read_replies(len(cmds), timeout=10 * SLOW)
+    assert got == [x for i in range(1, 101) for x in (i, str(i).encode())]
