@@ -20,6 +20,14 @@ CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-r
 LDFLAGS  += -fsanitize=address,undefined
 else
 BUILD     = build
+# Link-time optimisation: the layers keep one job per file, and the small
+# functions the files of a layer share (client_role, client_output...) are
+# inlined across them again, as when they were one file (callgrind: 2.7%
+# fewer instructions per GET/SET than without it). Fat objects keep
+# ordinary code beside the IR, which `nm` (tools/callgraph.py) reads.
+LTO      ?= -flto=auto -ffat-lto-objects
+CFLAGS   += $(LTO)
+LDFLAGS  += $(LTO)
 endif
 
 # proxy/ is in folders by layer, lowest first (proxy/layers.txt); each
