@@ -764,7 +764,7 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
 
 /* Whether REQ, sent on its client's private connection, is a plain
  * command that only went there because its key's node was that
- * connection's (client.c): no transaction, WATCH, blocking command,
+ * connection's (client_route.c): no transaction, WATCH, blocking command,
  * pub/sub or CLIENT TRACKING (a read must be tracked there) needs it
  * there, so its redirections are followed on the shared connections, and
  * it is sent again there when that connection fails. */
