@@ -47,6 +47,11 @@
 #      GET, then all EVALSHA and all GET, through sluice vs Redis directly;
 #      and one ioredis client (tests/node/mixedbench.mjs) sending batches
 #      of 200 alternating commands, median time per batch.
+#  10. Metrics (issue 21): two sluices started alike, one with metrics_listen
+#      and a scraper reading /metrics every second (as Prometheus would),
+#      one without; GET/SET at -c 50, -P 1/16, placed on cores as section 3,
+#      the two back to back in rotated order; throughput and sluice's CPU
+#      time per request.
 #   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
 #   per request (/proc/stat: client, servers, proxy and kernel) for both
 #   targets, how busy the cores were, and the ceiling, the ratio sluice
@@ -56,7 +61,7 @@
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N,
 # BENCH_MIXED_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
-# BENCH_SECTIONS="1 2 3 4 5 6 7 8 9" (which sections to run, e.g. "3" for
+# BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10" (which sections to run, e.g. "3" for
 # the rules).
 set -eu
 
@@ -69,7 +74,7 @@ tls_rounds=${BENCH_TLS_ROUNDS:-3}
 scale=${BENCH_SCALE:-1}
 cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
 mixed_rounds=${BENCH_MIXED_ROUNDS:-5}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -93,7 +98,7 @@ section() {     # section N: true when section N is to run
     case " $sections " in *" $1 "*) return 0 ;; *) return 1 ;; esac
 }
 section 1 || section 2 || section 7 || rounds=0
-section 3 || section 5 || rules_rounds=0
+section 3 || section 5 || section 10 || rules_rounds=0
 section 6 || tls_rounds=0
 section 8 || cluster_rounds=0
 
@@ -122,7 +127,7 @@ rpid=$!
 pids="$pids $rpid"
 wait_port "$rport"
 
-start_sluice() {   # start_sluice NAME [RULES_FILE [USERS_FILE]]: prints its port
+start_sluice() {   # start_sluice NAME [RULES_FILE [USERS_FILE [METRICS_PORT]]]: prints its port
     port=$(free_port)
     {
         echo "[proxy]"
@@ -131,6 +136,7 @@ start_sluice() {   # start_sluice NAME [RULES_FILE [USERS_FILE]]: prints its por
         echo "log_level = warning"
         [ -z "${2:-}" ] || echo "rules = $2"
         [ -z "${3:-}" ] || echo "users = $3"
+        [ -z "${4:-}" ] || echo "metrics_listen = 127.0.0.1:$4"
     } >"$tmp/$1.conf"
     "$sluice" -c "$tmp/$1.conf" >"$tmp/$1.log" 2>&1 &
     echo "$port $!"
@@ -183,10 +189,29 @@ printf '[user bench]\npassword = bench-pw\ncommands = +@all -@dangerous\nkeys = 
     >"$tmp/users.ini"
 set -- $(start_sluice users "" "$tmp/users.ini"); su=$1; pu=$2; pids="$pids $2"
 
+# Section 10: a sluice without metrics and one with metrics_listen, read
+# every second by a scraper as Prometheus would (the whole page each time).
+set -- $(start_sluice metrics_off); smo=$1; pmo=$2; pids="$pids $2"
+mport=$(free_port)
+set -- $(start_sluice metrics_on "" "" "$mport"); smi=$1; pmi=$2; pids="$pids $2"
+if section 10; then
+    /usr/bin/python3 -c '
+import sys, time, urllib.request
+url = "http://127.0.0.1:%s/metrics" % sys.argv[1]
+while True:
+    try:
+        urllib.request.urlopen(url, timeout=5).read()
+    except OSError:
+        pass
+    time.sleep(1)
+' "$mport" >/dev/null 2>&1 &
+    pids="$pids $!"
+fi
+
 # Section 7's sluice: RESP2 and RESP3 clients of the same sluice.
 set -- $(start_sluice resp3); s3=$1; p3=$2; pids="$pids $2"
 
-for p in $sport $nport $s0 $s100 $s1 $su $s3; do wait_port "$p"; done
+for p in $sport $nport $s0 $s100 $s1 $su $s3 $smo $smi; do wait_port "$p"; done
 
 # TLS (section 6): a CA and a server certificate for 127.0.0.1, a Redis
 # with only a TLS port, and a sluice with a plain and a TLS listener in
@@ -425,7 +450,7 @@ done
 pinned=0
 if [ "$rules_rounds" -gt 0 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
     taskset -apc 0 "$rpid" >/dev/null
-    for p in $p0 $p100 $p1 $pu; do taskset -apc 1 "$p" >/dev/null; done
+    for p in $p0 $p100 $p1 $pu $pmo $pmi; do taskset -apc 1 "$p" >/dev/null; done
     client_cpu="taskset -c 1"
     pinned=1
 fi
@@ -443,6 +468,13 @@ while [ $r -le "$rules_rounds" ]; do
                 esac
                 section 3 && bench_one "rules_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
             done
+            # Section 10: without metrics and with metrics scraped, back to back.
+            if section 10; then
+                for target in $(rotate $(( r + p )) off on); do
+                    if [ "$target" = on ]; then port=$smi; pid=$pmi; else port=$smo; pid=$pmo; fi
+                    bench_one "metrics_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
+                done
+            fi
             # Section 5: without a users file (rules0) and with one, back to back.
             section 5 || continue
             for target in $(rotate $(( r + p )) none users); do
@@ -663,6 +695,24 @@ if section 5; then
     echo "   target: ratio >= 0.97 (cpu: CPU without / with, 1.00 = authentication costs nothing)"
 fi
 
+if section 10; then
+    echo
+    echo "10. Metrics at -c 50 (median of $rules_rounds, placed as section 3): a sluice without"
+    echo "   metrics_listen vs one with it, its /metrics read every second"
+    printf '%-4s %3s %11s %11s %8s %10s %10s %8s\n' cmd -P "no metrics" metrics ratio \
+        "ns/req" "ns/req" "cpu"
+    for t in get set; do
+        for p in 1 16; do
+            printf '%-4s %3s %11.0f %11.0f %8s %10.0f %10.0f %8s\n' "$t" "$p" \
+                "$(median metrics_off $t 50 $p)" "$(median metrics_on $t 50 $p)" \
+                "$(median_ratio metrics_on metrics_off $t 50 $p)" \
+                "$(median cpu_metrics_off $t 50 $p)" "$(median cpu_metrics_on $t 50 $p)" \
+                "$(median_ratio cpu_metrics_off cpu_metrics_on $t 50 $p)"
+        done
+    done
+    echo "   target: ratio >= 0.98 on every row (cpu: CPU without / with, 1.00 = metrics cost nothing)"
+fi
+
 # cpu_budget_table LABEL BASE LNAME BNAME: for sections 6 and 8 (-c 50), the
 # whole machine's CPU time per request through LABEL and BASE, how busy the
 # cores were, and the ceiling: BASE's CPU per request over LABEL's, the
@@ -822,7 +872,7 @@ if section 9 && [ "$mixed_rounds" -gt 0 ]; then
     echo "   target: mixed rows >= 0.8 (before: about 0.2), the others as before"
 fi
 
-for f in sluice rules0 rules100 rules1 users sluice-tls resp3 sluice-cluster; do
+for f in sluice rules0 rules100 rules1 users metrics_off metrics_on sluice-tls resp3 sluice-cluster; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
     fi
