@@ -47,7 +47,7 @@ UNIT_INCS = -Itests/unit $(patsubst %/,-I%,$(UNIT_DIRS))
 vpath test_%.c $(UNIT_DIRS)
 LUA       = $(sort $(wildcard lua/*.lua))
 
-.PHONY: all deps run test unit-bins bench clean prune-objs
+.PHONY: all deps run test unit-bins bench clean prune-objs install FORCE
 all: $(BUILD)/sluice
 
 deps:
@@ -55,6 +55,13 @@ deps:
 
 $(BUILD)/sluice: $(MAIN_OBJ) $(LIB_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# What `sluice --version` prints of the build (commit, day, compiler):
+# regenerated on every make, rewritten only when it changed.
+$(MAIN_OBJ): $(BUILD)/gen/build_info.h
+$(BUILD)/gen/build_info.h: FORCE
+	@tools/build_info.sh $@ "$(CC)"
+FORCE:
 
 $(BUILD)/obj/%.o: %.c $(HEADERS) $(BUILD)/gen/lua_scripts.h
 	@mkdir -p $(dir $@)
