@@ -5,6 +5,8 @@
 #   make test       install what is missing, build, run unit + integration tests
 #   make test SANITIZE=1   the same on an AddressSanitizer + UBSan build
 #   make bench      benchmarks (numbers printed, never asserted)
+#   make install    binary, man page, example configs, systemd unit
+#                   (PREFIX=/usr/local, DESTDIR=; README "Installing")
 
 PKGS      = libevent libevent_openssl hiredis inih libcrypto libssl
 CC       ?= cc
@@ -47,7 +49,7 @@ UNIT_INCS = -Itests/unit $(patsubst %/,-I%,$(UNIT_DIRS))
 vpath test_%.c $(UNIT_DIRS)
 LUA       = $(sort $(wildcard lua/*.lua))
 
-.PHONY: all deps run test unit-bins bench clean prune-objs
+.PHONY: all deps run test unit-bins bench clean prune-objs install FORCE
 all: $(BUILD)/sluice
 
 deps:
@@ -55,6 +57,13 @@ deps:
 
 $(BUILD)/sluice: $(MAIN_OBJ) $(LIB_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# What `sluice --version` prints of the build (commit, day, compiler):
+# regenerated on every make, rewritten only when it changed.
+$(MAIN_OBJ): $(BUILD)/gen/build_info.h
+$(BUILD)/gen/build_info.h: FORCE
+	@tools/build_info.sh $@ "$(CC)"
+FORCE:
 
 $(BUILD)/obj/%.o: %.c $(HEADERS) $(BUILD)/gen/lua_scripts.h
 	@mkdir -p $(dir $@)
@@ -113,6 +122,25 @@ $(TEST_MODULE): tests/modules/sluicetest.c
 
 clean:
 	rm -rf build
+
+# make install [PREFIX=/usr/local] [DESTDIR=] [INSTALL_BIN=$(BUILD)/sluice]:
+# the example configs go to $(PREFIX)/share/sluice, never to /etc/sluice
+# (an operator's files); the unit names $(BINDIR)/sluice.
+PREFIX     ?= /usr/local
+BINDIR      = $(PREFIX)/bin
+MANDIR      = $(PREFIX)/share/man
+DATADIR     = $(PREFIX)/share/sluice
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+INSTALL_BIN ?= $(BUILD)/sluice
+
+install: $(INSTALL_BIN)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR) \
+	    $(DESTDIR)$(UNITDIR)
+	install -m 755 $(INSTALL_BIN) $(DESTDIR)$(BINDIR)/sluice
+	install -m 644 conf/sluice.8 $(DESTDIR)$(MANDIR)/man8/sluice.8
+	install -m 644 conf/sluice.ini conf/rules.ini conf/users.ini $(DESTDIR)$(DATADIR)/
+	sed 's|@BINDIR@|$(BINDIR)|g' conf/sluice.service.in >$(DESTDIR)$(UNITDIR)/sluice.service
+	chmod 644 $(DESTDIR)$(UNITDIR)/sluice.service
 
 # Fuzzing (tests/fuzz, README "Fuzzing"): libFuzzer targets built with
 # clang, ASan and UBSan into build/fuzz, apart from the builds above.

@@ -2,6 +2,8 @@
  * signals, the periodic tick and an orderly shutdown. */
 #include <event2/event.h>
 #include <getopt.h>
+#include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,10 +27,12 @@
 #include "resolve.h"
 #include "scripts.h"
 #include "log.h"
+#include "pidfile.h"
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
+#include "build_info.h"   /* generated: tools/build_info.sh */
 
 /* The lock verbs, the layer above the clients', as the client layer
  * asks them (client_set_verbs). */
@@ -51,9 +55,22 @@ static void main_usage(FILE *out)
             "  -c FILE  config file (default %s)\n"
             "  -t       check the config and the rule file it names, then exit\n"
             "           (0: fine; 1: errors, printed as FILE:LINE: message)\n"
-            "  -v       print the version and exit\n"
-            "  -h       print this help and exit\n",
+            "  -v, --version  print the version and build details, then exit\n"
+            "  -h, --help     print this help and exit\n",
             MAIN_DEFAULT_CONFIG);
+}
+
+/* `sluice --version`: the version, then how this binary was built and
+ * the libraries it runs with (a difference from the build's headers is
+ * shown: a library upgraded under the binary). */
+static void main_version(void)
+{
+    printf("sluice %s\n", SLUICE_VERSION);
+    printf("commit %s, built %s\n", SLUICE_BUILD_COMMIT, SLUICE_BUILD_DAY);
+    printf("compiler %s\n", SLUICE_BUILD_COMPILER);
+    printf("libevent %s (built with %s)\n", event_get_version(), LIBEVENT_VERSION);
+    printf("%s (built with %s)\n", OpenSSL_version(OPENSSL_VERSION), OPENSSL_VERSION_TEXT);
+    printf("hiredis %d.%d.%d\n", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
 }
 
 /* Load and check the config and the rule file it names; print every
@@ -76,25 +93,68 @@ static int main_load_config(const char *path)
     return rc;
 }
 
-/* Raise the soft open-file limit to what a full house needs: each of
- * maxclients clients may own a private backend connection besides its own
- * socket, then the shared pool, and 64 spare for the listeners, the log,
- * the event loop and one-shot control connections. Capped by the hard
- * limit, with a warning when that is too low. */
+/* Descriptors besides the clients' and their backend connections: the
+ * listeners, the log, the event loop and one-shot control connections. */
+#define MAIN_FD_SPARE 64
+
+/* Open files that MAXCLIENTS clients may need: each one's socket and a
+ * private backend connection, though in standalone mode no more of those
+ * than backend_max_connections; then the shared pool and its spares. */
+static long long main_fds_needed(long long maxclients)
+{
+    long long private_max = maxclients;
+
+    if (!config_cluster_mode(&server.cfg) && server.cfg.backend_max_connections < private_max)
+        private_max = server.cfg.backend_max_connections;
+    return maxclients + private_max + server.cfg.backend_connections +
+           server.cfg.backend_spare_connections + MAIN_FD_SPARE;
+}
+
+/* The largest maxclients whose main_fds_needed fits in LIMIT (at least 1). */
+static long long main_clients_fitting(rlim_t limit)
+{
+    long long room = (long long)limit - main_fds_needed(0);
+    long long half = room / 2;
+
+    if (half < 1)
+        return 1;
+    if (config_cluster_mode(&server.cfg) || half <= server.cfg.backend_max_connections)
+        return half;
+    return room - server.cfg.backend_max_connections;
+}
+
+/* Raise the soft open-file limit to what maxclients needs, as far as the
+ * hard limit allows. When it does not allow enough, maxclients is lowered
+ * to what fits (as Redis does) so that a full house is told "max number of
+ * clients reached" rather than failing to accept: the default maxclients
+ * quietly (a notice: nobody asked for that number), one set in sluice.ini
+ * with a warning. */
 static void main_raise_fd_limit(void)
 {
-    rlim_t want = (rlim_t)(2 * server.cfg.maxclients + server.cfg.backend_connections + 64);
+    long long want = main_fds_needed(server.cfg.maxclients), fit;
     struct rlimit rl;
 
-    /* Compared as rlim_t: RLIM_INFINITY is its largest value. */
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return;
-    rl.rlim_cur = want > rl.rlim_max ? rl.rlim_max : want;
-    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < want)
-        log_warning("open file limit is %llu, below the %llu that maxclients %lld clients "
-                    "with a private backend connection each may need",
-                    (unsigned long long)rl.rlim_cur, (unsigned long long)want,
-                    server.cfg.maxclients);
+    /* Compared as rlim_t: RLIM_INFINITY is its largest value. */
+    if (rl.rlim_cur >= (rlim_t)want)
+        return;
+    rl.rlim_cur = (rlim_t)want > rl.rlim_max ? rl.rlim_max : (rlim_t)want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur >= (rlim_t)want)
+        return;
+    fit = main_clients_fitting(rl.rlim_cur);
+    if (config_key_line(&server.cfg, "maxclients") > 0)
+        log_warning("maxclients %lld needs %lld open files but the limit is %llu (hard %llu): "
+                    "maxclients lowered to %lld; raise the hard limit (ulimit -Hn, systemd "
+                    "LimitNOFILE=) to allow more", server.cfg.maxclients, want,
+                    (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max, fit);
+    else
+        log_notice("open file limit %llu (hard %llu): maxclients adjusted from the default "
+                   "%lld to %lld", (unsigned long long)rl.rlim_cur,
+                   (unsigned long long)rl.rlim_max, server.cfg.maxclients, fit);
+    server.cfg.maxclients = fit;
 }
 
 /* The event loop. With a changelist, an event turned on and off again in
@@ -192,6 +252,9 @@ static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
         struct errlist errs = {0};
         server_reload(&errs);
         errlist_free(&errs);
+    } else if (sig == SIGUSR1) {
+        /* Bound to nothing yet; never fatal, as its default would be. */
+        log_notice("SIGUSR1 received: ignored");
     }
 }
 
@@ -216,23 +279,28 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
 static int main_run(void)
 {
     struct errlist errs = {0};
-    struct event *sigint, *sigterm, *sighup, *tick;
+    struct event *sigint, *sigterm, *sighup, *sigusr1, *tick;
     struct timeval tick_tv = {0, MAIN_TICK_MS * 1000};
     char err[1024];
 
     signal(SIGPIPE, SIG_IGN);
+    /* SIGUSR1 and SIGUSR2 end a process by default: ignored from the
+     * start, SIGUSR1 then logged (main_signal_cb). SIGUSR2 is kept for a
+     * hand-over restart. */
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
     main_raise_fd_limit();
     server.base = main_event_base();
     server.start_time = time(NULL);
     if (scripts_init() != 0 || lock_init() != 0) {
-        log_warning("a Lua script is missing from the build");
+        log_error("a Lua script is missing from the build");
         return 1;
     }
     stats_init();
     local_init();
     main_register_hooks();
     if (throttle_init(server.cfg.rules, &errs) != 0 || auth_init(&server.cfg, &errs) != 0) {
-        log_warning("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
+        log_error("%s", errs.text != NULL ? errs.text : "cannot load the rule file\n");
         errlist_free(&errs);
         return 1;
     }
@@ -241,18 +309,21 @@ static int main_run(void)
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
         backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
-        listener_start(server.base, &server.cfg, client_accept, err, sizeof(err)) != 0) {
-        log_warning("%s", err);
+        listener_start(server.base, &server.cfg, client_accept, err, sizeof(err)) != 0 ||
+        (server.cfg.pidfile != NULL && pidfile_write(server.cfg.pidfile, err, sizeof(err)) != 0)) {
+        log_error("%s", err);
         return 1;
     }
     cluster_init(server.base, &server.cfg);
     sigint = evsignal_new(server.base, SIGINT, main_signal_cb, NULL);
     sigterm = evsignal_new(server.base, SIGTERM, main_signal_cb, NULL);
     sighup = evsignal_new(server.base, SIGHUP, main_signal_cb, NULL);
+    sigusr1 = evsignal_new(server.base, SIGUSR1, main_signal_cb, NULL);
     tick = event_new(server.base, -1, EV_PERSIST, main_tick_cb, NULL);
     evsignal_add(sigint, NULL);
     evsignal_add(sigterm, NULL);
     evsignal_add(sighup, NULL);
+    evsignal_add(sigusr1, NULL);
     evtimer_add(tick, &tick_tv);
     if (server.cfg.cluster_seed_count > 0)
         log_notice("sluice %s started, pid %d, cluster seeds %d (first %s)", SLUICE_VERSION,
@@ -260,6 +331,7 @@ static int main_run(void)
     else
         log_notice("sluice %s started, pid %d, backend %s", SLUICE_VERSION, (int)getpid(),
                    server.cfg.backend);
+    log_set_startup(0);   /* running: from now on the log file alone */
     main_loop();
 
     listener_stop();
@@ -273,9 +345,12 @@ static int main_run(void)
     auth_shutdown();
     event_free(sigint);
     event_free(sighup);
+    event_free(sigusr1);
     event_free(sigterm);
     event_free(tick);
     event_base_free(server.base);
+    if (server.cfg.pidfile != NULL)
+        pidfile_remove(server.cfg.pidfile);
     log_notice("sluice stopped");
     return 0;
 }
@@ -283,13 +358,18 @@ static int main_run(void)
 int main(int argc, char **argv)
 {
     const char *config_path = MAIN_DEFAULT_CONFIG;
+    static const struct option long_options[] = {
+        {"version", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     int check_only = 0, opt, rc;
 
-    while ((opt = getopt(argc, argv, "c:tvh")) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:tvh", long_options, NULL)) != -1) {
         switch (opt) {
         case 'c': config_path = optarg; break;
         case 't': check_only = 1; break;
-        case 'v': printf("sluice %s\n", SLUICE_VERSION); return 0;
+        case 'v': main_version(); return 0;
         case 'h': main_usage(stdout); return 0;
         default: main_usage(stderr); return 1;
         }
@@ -309,6 +389,8 @@ int main(int argc, char **argv)
         return 0;
     }
     log_current_level = (enum log_level)server.cfg.log_level;
+    log_set_format((enum log_format)server.cfg.log_format);
+    log_set_startup(1);   /* until sluice runs, errors reach stderr too */
     if (log_open(server.cfg.log_file) != 0) {
         fprintf(stderr, "%s: cannot open log_file %s\n", config_path, server.cfg.log_file);
         config_free(&server.cfg);

@@ -214,6 +214,11 @@ static void auth_set_user(struct client *c, const char *name, int authenticated)
     auth_update_checks(c);
 }
 
+int auth_has_user(const char *name, size_t len)
+{
+    return auth_users != NULL && users_find(auth_users, name, len) != NULL;
+}
+
 void auth_client_start(struct client *c)
 {
     auth_set_user(c, USERS_DEFAULT_NAME, 0);

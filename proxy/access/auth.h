@@ -68,6 +68,11 @@ const char *auth_lock_refusal(const struct client *c, const char *verb, const ch
  * backend_password): else they go to Redis as they are. */
 int auth_local(void);
 
+/* Whether sluice's own users (the users file, or backend_password's one
+ * user "default") include the one named NAME (LEN bytes); 0 when sluice
+ * has no users of its own. */
+int auth_has_user(const char *name, size_t len);
+
 /* A new client, or one after RESET: the user "default", logged in when
  * that needs no password. */
 void auth_client_start(struct client *c);

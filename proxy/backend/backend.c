@@ -597,9 +597,32 @@ static void backend_log_down(const struct backend_conn *conn, const char *why)
     if (conn->state == BACKEND_UP)
         log_warning("backend %s connection lost: %s; reconnecting in %d ms", conn->node->name,
                     why, conn->backoff_ms);
-    else
+    else if (!conn->refused)
         log_warning("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
                     conn->backoff_ms);
+    else if (conn->refused_in_row % BACKEND_REFUSED_WARN_EVERY == 1)
+        log_warning("backend %s: cannot connect: %s; next try in %d ms (refused %d times in a "
+                    "row)", conn->node->name, why, BACKEND_REFUSED_RETRY_MS,
+                    conn->refused_in_row);
+    else
+        log_info("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
+                 BACKEND_REFUSED_RETRY_MS);
+}
+
+/* When CONN, a shared connection just down, tries again: soon after a
+ * refusal (backend_event_cb), else on the backoff, which then doubles. */
+static void backend_retry_later(struct backend_conn *conn)
+{
+    int delay_ms = conn->refused ? BACKEND_REFUSED_RETRY_MS : conn->backoff_ms;
+    struct timeval tv = {delay_ms / 1000, (delay_ms % 1000) * 1000};
+
+    if (conn->retry == NULL)
+        conn->retry = evtimer_new(backend_base, backend_retry_cb, conn);
+    evtimer_add(conn->retry, &tv);
+    if (!conn->refused)
+        conn->backoff_ms = conn->backoff_ms * 2 > BACKEND_BACKOFF_MAX_MS
+                               ? BACKEND_BACKOFF_MAX_MS : conn->backoff_ms * 2;
+    conn->refused = 0;
 }
 
 /* The one place a backend connection goes down. Pending requests get an
@@ -607,7 +630,6 @@ static void backend_log_down(const struct backend_conn *conn, const char *why)
  * freed and its client told; a one-shot one is freed. */
 void backend_conn_down(struct backend_conn *conn, const char *why)
 {
-    struct timeval tv;
     struct client *owner = conn->owner;
 
     snprintf(conn->error, sizeof(conn->error), "backend unavailable: %s (%s)", conn->node->name,
@@ -651,13 +673,7 @@ void backend_conn_down(struct backend_conn *conn, const char *why)
     }
     if (conn->login != NULL && conn->login->gone)
         return;   /* nobody's scripts come to it again */
-    if (conn->retry == NULL)
-        conn->retry = evtimer_new(backend_base, backend_retry_cb, conn);
-    tv.tv_sec = conn->backoff_ms / 1000;
-    tv.tv_usec = (conn->backoff_ms % 1000) * 1000;
-    evtimer_add(conn->retry, &tv);
-    conn->backoff_ms = conn->backoff_ms * 2 > BACKEND_BACKOFF_MAX_MS ? BACKEND_BACKOFF_MAX_MS
-                                                                      : conn->backoff_ms * 2;
+    backend_retry_later(conn);
 }
 
 /* Remember the address Redis sees for CONN ("ip:port" or "[ip6]:port", as
@@ -683,6 +699,7 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
             log_notice("backend %s connected", conn->node->name);
         conn->state = BACKEND_UP;
         conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
+        conn->refused = conn->refused_in_row = 0;
         STAT_INC(backend_connects);
         if (conn == conn->node->pools[BACKEND_POOL_RESP2][0] && backend_node_up_hook != NULL)
             backend_node_up_hook(conn->node);
@@ -694,6 +711,10 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
         char why[300] = "";
         if (conn->state == BACKEND_CONNECTING) {
             STAT_INC(backend_connect_failures);
+            /* Refused: the host answers, Redis is not listening yet (a
+             * restart): it is tried again soon, not on the backoff. */
+            conn->refused = EVUTIL_SOCKET_ERROR() == ECONNREFUSED;
+            conn->refused_in_row += conn->refused;
             /* The name may point elsewhere by now: look it up again. */
             if (conn->node->host_is_name && conn->node->lookup == NULL)
                 conn->node->addrlen = 0;

@@ -23,6 +23,14 @@ struct client;
 #define BACKEND_LOW_WATER (1024 * 1024)
 #define BACKEND_BACKOFF_MIN_MS 50
 #define BACKEND_BACKOFF_MAX_MS 2000
+/* A node whose port refuses (ECONNREFUSED: the host is up, Redis is not
+ * listening yet) is tried again this often, not on the backoff: a Redis
+ * that restarts is used within this long of accepting. A refusal costs a
+ * SYN and a RST. */
+#define BACKEND_REFUSED_RETRY_MS 50
+/* Of the refusals in a row, the first and each this many-th one are
+ * warnings (about 2 s apart); the others are logged at info. */
+#define BACKEND_REFUSED_WARN_EVERY 40
 /* A reply still missing more than this is not looked at again until that
  * much more has come (a large bulk arrives in many reads). */
 #define BACKEND_FRAME_WAIT (64 * 1024)
@@ -58,6 +66,8 @@ struct backend_conn {
     int released;                    /* free once not busy */
     struct event *retry;
     int backoff_ms;
+    int refused;                     /* the last connect was refused: retried soon */
+    int refused_in_row;              /* refusals since it was last up */
     struct client_list waiters;      /* clients paused while congested */
     TAILQ_ENTRY(backend_conn) write_link; /* in backend_write_list */
     int write_listed;

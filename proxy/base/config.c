@@ -85,6 +85,8 @@ static int config_set_bytes(struct config *cfg, const struct config_key *key,
                             const char *value, char *err, size_t errlen);
 static int config_set_log_level(struct config *cfg, const struct config_key *key,
                                 const char *value, char *err, size_t errlen);
+static int config_set_log_format(struct config *cfg, const struct config_key *key,
+                                 const char *value, char *err, size_t errlen);
 static int config_set_tls_listen(struct config *cfg, const struct config_key *key,
                                  const char *value, char *err, size_t errlen);
 static int config_set_yesno(struct config *cfg, const struct config_key *key,
@@ -110,6 +112,8 @@ static const struct config_key config_keys[] = {
     {"users_in_redis", config_set_yesno, F(users_in_redis), 0, 0, 0},
     {"log_level", config_set_log_level, F(log_level), 0, 0, 0},
     {"log_file", config_set_string, F(log_file), 0, 0, 0},
+    {"log_format", config_set_log_format, F(log_format), 0, 0, 0},
+    {"pidfile", config_set_string, F(pidfile), 0, 0, 0},
     {"maxclients", config_set_int, F(maxclients), 1, 1000000, 0},
     {"timeout", config_set_int, F(timeout_s), 0, 100000000, 0},
     {"backend_connections", config_set_int, F(backend_connections), 1, 64, 0},
@@ -324,6 +328,20 @@ static int config_set_log_level(struct config *cfg, const struct config_key *key
     return 0;
 }
 
+static int config_set_log_format(struct config *cfg, const struct config_key *key,
+                                 const char *value, char *err, size_t errlen)
+{
+    int format = log_format_parse(value);
+
+    (void)key;
+    if (format < 0) {
+        snprintf(err, errlen, "log_format must be text or json, not '%s'", value);
+        return -1;
+    }
+    cfg->log_format = format;
+    return 0;
+}
+
 static const struct config_key *config_find_key(const char *name)
 {
     for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
@@ -484,5 +502,6 @@ void config_free(struct config *cfg)
     free(cfg->rules);
     free(cfg->users);
     free(cfg->log_file);
+    free(cfg->pidfile);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -36,6 +36,8 @@ struct config {
     int users_in_redis;                /* keep restricted users' scripts' users in Redis */
     int log_level;                     /* enum log_level */
     char *log_file;                    /* NULL: stderr */
+    int log_format;                    /* enum log_format */
+    char *pidfile;                     /* NULL: none; as given (like log_file) */
     long long maxclients;
     long long timeout_s;               /* idle client timeout, 0 = never */
     long long backend_connections;     /* shared connections per backend node */

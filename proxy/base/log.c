@@ -1,20 +1,39 @@
-/* log.c - owns the log destination and the line format
- * ("pid:role DD Mon YYYY HH:MM:SS.mmm <mark> message", as Redis writes it).
- * Never exits or allocates per line. */
+/* log.c - owns the log destination and the line formats: Redis's text
+ * line ("pid:role DD Mon YYYY HH:MM:SS.mmm <mark> message"), the same
+ * without time and pid behind journald's "<N>" priority when stderr is the
+ * journal, or one JSON object per line. Never exits or allocates per line. */
 #include "log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
+/* A message longer than this is cut (and ends in "..."). */
+#define LOG_MSG_MAX 16384
+/* A JSON line: each byte of the message escaped to at most 6 ("\u00XX"),
+ * plus time, pid and level. */
+#define LOG_LINE_MAX (LOG_MSG_MAX * 6 + 256)
+
 enum log_level log_current_level = LOG_NOTICE;
 static FILE *log_stream;
+static enum log_format log_format_used = LOG_FORMAT_TEXT;
+static int log_startup_copy;   /* log_set_startup */
+static int log_journal = -1;   /* stderr is journald's: -1 not checked yet */
 
-static const char *const log_level_names[] = {"debug", "info", "notice", "warning"};
-static const char log_level_marks[] = ".-*#";
+/* By level: the name log_level reads (and JSON writes), Redis's mark, and
+ * the syslog priority journald reads from a "<N>" prefix. */
+static const char *const log_level_names[] = {"debug", "info", "notice", "warning", "error"};
+static const char log_level_marks[] = ".-*##";
+static const char log_level_priorities[] = "76543";
+static const char *const log_format_names[] = {"text", "json"};
+
+static char log_line[LOG_LINE_MAX];
 
 int log_open(const char *path)
 {
@@ -42,31 +61,210 @@ void log_close(void)
 
 int log_level_parse(const char *name)
 {
-    for (size_t i = 0; i < sizeof(log_level_names) / sizeof(log_level_names[0]); i++) {
+    for (size_t i = 0; i < LOG_ERROR; i++) {
         if (strcasecmp(name, log_level_names[i]) == 0)
             return (int)i;
     }
     return -1;
 }
 
+int log_format_parse(const char *name)
+{
+    for (size_t i = 0; i < sizeof(log_format_names) / sizeof(log_format_names[0]); i++) {
+        if (strcasecmp(name, log_format_names[i]) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+void log_set_format(enum log_format format)
+{
+    log_format_used = format;
+}
+
+void log_set_startup(int on)
+{
+    log_startup_copy = on;
+}
+
+/* Whether stderr is a journald stream: JOURNAL_STREAM holds its
+ * "device:inode" (sd_journal_stream_fd(3), systemd.exec(5)), which a shell
+ * redirect in between would change. Checked once. */
+static int log_stderr_is_journal(void)
+{
+    const char *env = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+
+    if (log_journal >= 0)
+        return log_journal;
+    log_journal = env != NULL && sscanf(env, "%llu:%llu", &dev, &ino) == 2 &&
+                  fstat(STDERR_FILENO, &st) == 0 && (unsigned long long)st.st_dev == dev &&
+                  (unsigned long long)st.st_ino == ino;
+    return log_journal;
+}
+
+/* Length of the valid UTF-8 sequence at S (N bytes left), 0 if invalid:
+ * no overlong forms, surrogates or code points past U+10FFFF. */
+static size_t log_utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;   /* allowed range of the second byte */
+
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4;
+    else
+        return 0;
+    if (c == 0xE0)
+        lo = 0xA0;
+    else if (c == 0xED)
+        hi = 0x9F;
+    else if (c == 0xF0)
+        lo = 0x90;
+    else if (c == 0xF4)
+        hi = 0x8F;
+    if (n < len || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    }
+    return len;
+}
+
+/* Append MSG to OUT (at *AT) as the inside of a JSON string: quotes,
+ * backslashes and control characters escaped, each byte that is not valid
+ * UTF-8 replaced by U+FFFD. OUT has room for 6 bytes per byte of MSG. */
+static void log_json_escape(char *out, size_t *at, const char *msg)
+{
+    const unsigned char *s = (const unsigned char *)msg;
+    size_t n = strlen(msg), len;
+
+    for (size_t i = 0; i < n; i += len) {
+        len = 1;
+        if (s[i] == '"' || s[i] == '\\') {
+            out[(*at)++] = '\\';
+            out[(*at)++] = (char)s[i];
+        } else if (s[i] == '\n' || s[i] == '\t' || s[i] == '\r') {
+            out[(*at)++] = '\\';
+            out[(*at)++] = s[i] == '\n' ? 'n' : s[i] == '\t' ? 't' : 'r';
+        } else if (s[i] < 0x20 || s[i] == 0x7F) {
+            *at += (size_t)sprintf(out + *at, "\\u%04x", s[i]);
+        } else if (s[i] < 0x80) {
+            out[(*at)++] = (char)s[i];
+        } else if ((len = log_utf8_len(s + i, n - i)) > 0) {
+            memcpy(out + *at, s + i, len);
+            *at += len;
+        } else {
+            len = 1;
+            memcpy(out + *at, "\\ufffd", 6);
+            *at += 6;
+        }
+    }
+}
+
+/* LEVEL and MSG as one JSON object and a newline, in log_line; its length.
+ * PREFIX ("" or journald's "<N>") goes first. */
+static size_t log_format_json(const char *prefix, enum log_level level, const char *msg,
+                              const struct timeval *tv)
+{
+    struct tm tm;
+    char stamp[32];
+    size_t at;
+
+    gmtime_r(&tv->tv_sec, &tm);
+    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+    at = (size_t)snprintf(log_line, 256, "%s{\"time\":\"%s.%03dZ\",\"pid\":%d,\"level\":\"%s\",\"msg\":\"",
+                          prefix, stamp, (int)(tv->tv_usec / 1000), (int)getpid(),
+                          log_level_names[level]);
+    log_json_escape(log_line, &at, msg);
+    memcpy(log_line + at, "\"}\n", 3);
+    return at + 3;
+}
+
+/* MSG as Redis's text line(s) in log_line; its length. */
+static size_t log_format_text(enum log_level level, const char *msg, const struct timeval *tv)
+{
+    struct tm tm;
+    char stamp[64];
+    int n;
+
+    localtime_r(&tv->tv_sec, &tm);
+    strftime(stamp, sizeof(stamp), "%d %b %Y %H:%M:%S", &tm);
+    n = snprintf(log_line, LOG_LINE_MAX, "%d:S %s.%03d %c %s\n", (int)getpid(), stamp,
+                 (int)(tv->tv_usec / 1000), log_level_marks[level], msg);
+    return n < LOG_LINE_MAX ? (size_t)n : LOG_LINE_MAX - 1;
+}
+
+/* MSG for journald in log_line: each of its lines behind "<N>" (journald
+ * takes each line as an entry and adds time and pid itself); its length. */
+static size_t log_format_journal(enum log_level level, const char *msg)
+{
+    size_t at = 0;
+
+    for (const char *line = msg; ; line++) {
+        size_t n = strcspn(line, "\n");
+        log_line[at++] = '<';
+        log_line[at++] = log_level_priorities[level];
+        log_line[at++] = '>';
+        memcpy(log_line + at, line, n);
+        at += n;
+        log_line[at++] = '\n';
+        line += n;
+        if (*line == '\0' || line[1] == '\0')
+            break;
+    }
+    return at;
+}
+
+/* Write LEVEL's MSG to OUT in the format that fits it. */
+static void log_emit(FILE *out, enum log_level level, const char *msg, const struct timeval *tv)
+{
+    int journal = out == stderr && log_stderr_is_journal();
+    char prefix[4] = "";
+    size_t len;
+
+    if (log_format_used == LOG_FORMAT_JSON) {
+        if (journal)
+            snprintf(prefix, sizeof(prefix), "<%c>", log_level_priorities[level]);
+        len = log_format_json(prefix, level, msg, tv);
+    } else if (journal) {
+        len = log_format_journal(level, msg);
+    } else {
+        len = log_format_text(level, msg, tv);
+    }
+    fwrite(log_line, 1, len, out);
+    fflush(out);
+}
+
 void log_write(enum log_level level, const char *fmt, ...)
 {
-    FILE *out = log_stream != NULL ? log_stream : stderr;
-    char stamp[64];
+    char msg[LOG_MSG_MAX];
     struct timeval tv;
-    struct tm tm;
     va_list ap;
+    int n;
 
     if (level < log_current_level)
         return;
     gettimeofday(&tv, NULL);
-    localtime_r(&tv.tv_sec, &tm);
-    strftime(stamp, sizeof(stamp), "%d %b %Y %H:%M:%S", &tm);
-    fprintf(out, "%d:S %s.%03d %c ", (int)getpid(), stamp, (int)(tv.tv_usec / 1000),
-            log_level_marks[level]);
     va_start(ap, fmt);
-    vfprintf(out, fmt, ap);
+    n = vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputc('\n', out);
-    fflush(out);
+    if (n >= (int)sizeof(msg))
+        memcpy(msg + sizeof(msg) - 4, "...", 4);
+    /* A message ending in newlines (an error list) makes no empty lines. */
+    for (n = (int)strlen(msg); n > 0 && msg[n - 1] == '\n'; n--)
+        msg[n - 1] = '\0';
+    if (log_stream == NULL) {
+        log_emit(stderr, level, msg, &tv);
+        return;
+    }
+    log_emit(log_stream, level, msg, &tv);
+    if (log_startup_copy && level >= LOG_WARNING)
+        log_emit(stderr, level, msg, &tv);
 }

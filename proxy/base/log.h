@@ -1,8 +1,12 @@
-/* log.h - leveled logging to stderr or a file, Redis-style line prefix. */
+/* log.h - leveled logging to stderr or a file: Redis-style text lines,
+ * journald's priority prefixes when stderr is the journal, or JSON. */
 #ifndef SLUICE_LOG_H
 #define SLUICE_LOG_H
 
-enum log_level { LOG_DEBUG, LOG_INFO, LOG_NOTICE, LOG_WARNING };
+enum log_level { LOG_DEBUG, LOG_INFO, LOG_NOTICE, LOG_WARNING, LOG_ERROR };
+
+/* log_format: one text line per message, or one JSON object per line. */
+enum log_format { LOG_FORMAT_TEXT, LOG_FORMAT_JSON };
 
 extern enum log_level log_current_level;
 
@@ -10,8 +14,18 @@ extern enum log_level log_current_level;
 int log_open(const char *path);
 void log_close(void);
 
-/* Level from its name ("debug", "info", "notice", "warning"); -1 if none. */
+/* Level from its name ("debug", "info", "notice", "warning"); -1 if none.
+ * LOG_ERROR is for start-up failures only: no log_level names it. */
 int log_level_parse(const char *name);
+
+/* Format from its name ("text", "json"); -1 if none. */
+int log_format_parse(const char *name);
+void log_set_format(enum log_format format);
+
+/* While ON (from the start until sluice runs), warnings and errors that go
+ * to a log file are written to stderr as well, so that a start that fails
+ * says why on the terminal (or in the journal). */
+void log_set_startup(int on);
 
 void log_write(enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -22,5 +36,6 @@ void log_write(enum log_level level, const char *fmt, ...)
     do { if (log_current_level <= LOG_INFO) log_write(LOG_INFO, __VA_ARGS__); } while (0)
 #define log_notice(...) log_write(LOG_NOTICE, __VA_ARGS__)
 #define log_warning(...) log_write(LOG_WARNING, __VA_ARGS__)
+#define log_error(...) log_write(LOG_ERROR, __VA_ARGS__)
 
 #endif

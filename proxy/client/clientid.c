@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "auth.h"
 #include "backend.h"
 #include "client.h"
 #include "cluster.h"
@@ -220,6 +221,11 @@ static int clientid_kind_named(struct sv type)
     return -1;
 }
 
+/* CLIENT KILL's arguments whose USER filters sluice can take out (a
+ * longer one keeps them: 2 words and 64 filter pairs is far past any real
+ * use, each filter many times over). */
+#define CLIENTID_KILL_MAX_ARGS 130
+
 /* CLIENT KILL's filters, as Redis 7.0 reads them. */
 struct clientid_kill {
     int old_form;            /* CLIENT KILL ip:port: +OK or No such client */
@@ -365,16 +371,60 @@ static void clientid_kill_reply(struct request *req, struct evbuffer *src, size_
     client_answer(c, req);
 }
 
+/* Whether filter pair I of ARGV is "USER name" naming one of sluice's
+ * own users: Redis does not know that name ("No such user"), so the pair
+ * is sluice's alone and Redis never sees it. */
+static int clientid_kill_sluice_user(const struct sv *argv, int i)
+{
+    return sv_ieq(argv[i], "user") && argv[i + 1].ptr != NULL &&
+           auth_has_user(argv[i + 1].ptr, argv[i + 1].len);
+}
+
+/* How many of ARGC arguments Redis gets (clientid_kill_for_redis). */
+static int clientid_kill_kept(int argc, const struct sv *argv)
+{
+    int n = argc;
+
+    for (int i = 2; argc % 2 == 0 && i + 1 < argc; i += 2) {
+        if (clientid_kill_sluice_user(argv, i))
+            n -= 2;
+    }
+    return n;
+}
+
+/* ARGV as Redis gets it, in OUT (ARGC entries at most): the filters
+ * without those that name sluice's users. Returns OUT. */
+static const struct sv *clientid_kill_for_redis(int argc, const struct sv *argv, struct sv *out)
+{
+    int n = 0;
+
+    for (int i = 0; i < argc; i++) {
+        if (i >= 2 && argc % 2 == 0 && i % 2 == 0 && i + 1 < argc &&
+            clientid_kill_sluice_user(argv, i)) {
+            i++;   /* the pair, both words */
+            continue;
+        }
+        out[n++] = argv[i];
+    }
+    return out;
+}
+
 /* CLIENT KILL: Redis sees the command with "ID <nobody>" added (the old
  * form becomes "ID <nobody>" alone), so it checks permissions and syntax
  * as for any client and can match none of its connections, sluice's own
- * or others'; sluice then applies the filters to its clients. Inside
+ * or others'; sluice then applies the filters to its clients. A USER
+ * filter naming one of sluice's users is left out of what Redis sees
+ * (Redis would answer "No such user"); a name that is neither sluice's
+ * nor Redis's gets Redis's "No such user 'x'". Inside
  * MULTI it is only queued there (it kills nothing at EXEC). */
 static void clientid_kill(struct client *c, struct request *req, const struct sv *argv,
                           struct evbuffer **src)
 {
     struct clientid_kill *k = malloc(sizeof(*k));
     int old_form = req->argc == 3;
+    struct sv kept[CLIENTID_KILL_MAX_ARGS];
+    const struct sv *to_redis = argv;
+    int to_redis_argc = req->argc;
 
     if (k == NULL || req->argc < 3)
         goto unchanged;
@@ -388,7 +438,11 @@ static void clientid_kill(struct client *c, struct request *req, const struct sv
     }
 rewrite_only:
     free(k);
-    if (clientid_append_nobody(req, argv, old_form ? 2 : req->argc, src) != 0 &&
+    if (req->argc <= CLIENTID_KILL_MAX_ARGS) {
+        to_redis = clientid_kill_for_redis(req->argc, argv, kept);
+        to_redis_argc = clientid_kill_kept(req->argc, argv);
+    }
+    if (clientid_append_nobody(req, to_redis, old_form ? 2 : to_redis_argc, src) != 0 &&
         req->on_reply == clientid_kill_reply) {
         req->on_reply = NULL;   /* not rewritten: nothing to run after it */
         clientid_kill_free(req);
