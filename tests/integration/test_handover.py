@@ -159,8 +159,6 @@ def test_restart_three_times_under_load(redis_factory, sluice_factory, tmp_path)
             t.join(30 * SLOW)
     assert not any(t.is_alive() for t in threads), "a client thread hangs"
     assert stats.get("refused", 0) == 0, f"connections refused: {stats}"
-    # Each restart closed every client once (between replies): retried.
-    assert sum(stats.values()) >= len(keys), f"clients never moved: {stats}"
     ref = redis.Redis(port=srv.port)
     for k in keys:
         replies, out_of_order, failures = result[k]
