@@ -11,6 +11,7 @@ is read to its end and answered, requests read but not yet framed are
 answered, and the close after the last reply is an orderly FIN.
 """
 
+import os
 import shutil
 import signal
 import socket
@@ -275,3 +276,56 @@ def test_drain_closes_between_replies_with_fin(redis_factory, sluice_factory):
         sock.close()
     assert _wait_exit(s.proc, 10 * SLOW) == 0
     assert redis.Redis(port=srv.port).get("late") is None
+
+
+def _notifications(sock, until, timeout):
+    """Datagrams read from SOCK until one contains UNTIL (within TIMEOUT)."""
+    got, deadline = [], time.monotonic() + timeout
+    while not any(until in g for g in got):
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"no {until!r} from sluice; got {got}"
+        sock.settimeout(remaining)
+        got.append(sock.recv(4096).decode())
+    return got
+
+
+def test_sigusr2_upgrade_and_sd_notify(redis_factory, sluice_factory, tmp_path, monkeypatch):
+    """systemd's protocol on $NOTIFY_SOCKET: READY=1 at start; SIGUSR2
+    sends RELOADING=1 and starts the binary again, which takes over and
+    sends MAINPID=<its pid> with READY=1; the old one exits 0; SIGTERM
+    sends STOPPING=1."""
+    path = str(tmp_path / "notify.sock")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(path)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    srv = redis_factory()
+    s = sluice_factory(srv.port, start=False)
+    new_pid = None
+    try:
+        s.start()
+        assert "READY=1" in _notifications(notify, "READY=1", 10 * SLOW)[-1]
+        s.proc.send_signal(signal.SIGUSR2)
+        got = _notifications(notify, "MAINPID=", 20 * SLOW)
+        assert any(g.startswith("RELOADING=1\nMONOTONIC_USEC=") for g in got), got
+        new_pid = int(got[-1].split("MAINPID=")[1].split("\n")[0])
+        assert "READY=1" in got[-1] and new_pid != s.proc.pid, got
+        assert _wait_exit(s.proc, 15 * SLOW) == 0
+        with RawConn(s.port) as c:
+            assert c.call("PING") == "PONG"
+        os.kill(new_pid, signal.SIGTERM)
+        assert "STOPPING=1" in _notifications(notify, "STOPPING=1", 10 * SLOW)[-1]
+        wait_until(lambda: not _alive(new_pid), 15 * SLOW, msg="the new sluice to exit")
+        new_pid = None
+    finally:
+        notify.close()
+        if new_pid is not None and _alive(new_pid):
+            os.kill(new_pid, signal.SIGKILL)
+    assert "sluice stopped" in s.log_path.read_text()
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
