@@ -1,14 +1,17 @@
 /* main.c - owns the process: command line, config check, start-up order,
  * signals, the periodic tick and an orderly shutdown. */
+#include <errno.h>
 #include <event2/event.h>
 #include <getopt.h>
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <openssl/crypto.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +22,7 @@
 #include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
+#include "handover.h"
 #include "listener.h"
 #include "learn.h"
 #include "local.h"
@@ -26,6 +30,7 @@
 #include "redisusers.h"
 #include "resolve.h"
 #include "scripts.h"
+#include "sdnotify.h"
 #include "log.h"
 #include "pidfile.h"
 #include "server.h"
@@ -47,11 +52,17 @@ static const struct client_verbs main_lock_verbs = {
 #define MAIN_TICK_MS 100
 
 static uint64_t main_shutdown_deadline_ms;
+static int main_handed_over;        /* a new sluice took the listening sockets */
+static pid_t main_upgrade_pid;      /* the sluice SIGUSR2 started, until it took over */
+static char **main_argv;            /* for SIGUSR2: the same command line... */
+static char main_exe[PATH_MAX];     /* ...of the binary now on disk at this path */
 
 static void main_usage(FILE *out)
 {
     fprintf(out,
             "Usage: sluice [-c FILE] [-t] [-v] [-h]\n"
+            "  Started while a sluice with the same listen address runs, it takes\n"
+            "  over its listening sockets (README \"Restart and upgrade\").\n"
             "  -c FILE  config file (default %s)\n"
             "  -t       check the config and the rule file it names, then exit\n"
             "           (0: fine; 1: errors, printed as FILE:LINE: message)\n"
@@ -228,6 +239,10 @@ static void main_register_hooks(void)
     backend_set_node_up_hook(redisusers_node_up);
 }
 
+/* Stop accepting and drain: every client is answered up to a request
+ * boundary and closed between replies (client_shutdown_all); the tick
+ * ends the loop once none is left or shutdown_timeout passed. The
+ * listening sockets are closed on the next tick (listener_disable_all). */
 static void main_begin_shutdown(void)
 {
     if (server.shutting_down) {
@@ -235,11 +250,75 @@ static void main_begin_shutdown(void)
         event_base_loopbreak(server.base);
         return;
     }
-    log_notice("shutting down: no new connections, answering requests in flight");
+    if (!main_handed_over) {
+        log_notice("shutting down: no new connections, answering requests in flight");
+        sdnotify_send("STOPPING=1");   /* not on a hand-over: the service goes on */
+    }
     server.shutting_down = 1;
     main_shutdown_deadline_ms = server_now_ms() + (uint64_t)server.cfg.shutdown_timeout_ms;
-    listener_stop();
+    listener_disable_all();
+    handover_serve_stop();
     client_shutdown_all();
+}
+
+/* A new sluice is listening on the sockets this one handed over. */
+static void main_takeover(pid_t new_pid)
+{
+    (void)new_pid;
+    main_handed_over = 1;
+    main_begin_shutdown();
+}
+
+/* SIGUSR2: start the binary on disk with this command line (an upgrade,
+ * or a restart with a changed config); it takes over through the control
+ * socket and tells systemd its pid. Until then this one serves on. */
+static void main_upgrade(void)
+{
+    pid_t pid;
+
+    if (server.shutting_down || main_upgrade_pid > 0) {
+        log_warning("SIGUSR2 ignored: %s", server.shutting_down ? "shutting down"
+                                                                 : "a new sluice is starting");
+        return;
+    }
+    pid = fork();
+    if (pid == 0) {
+        /* Nothing of this process's may stay open in the new one (a backend
+         * connection held there would never close for Redis). */
+        if (close_range(3, ~0U, 0) != 0) {
+            for (int fd = 3; fd < 65536; fd++)
+                close(fd);
+        }
+        execvp(main_exe, main_argv);
+        _exit(127);
+    }
+    if (pid < 0) {
+        log_warning("SIGUSR2: cannot start a new sluice: %s", strerror(errno));
+        return;
+    }
+    main_upgrade_pid = pid;
+    sdnotify_sendf("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)server_now_us());
+    log_notice("SIGUSR2: started %s as pid %d; it takes over once ready", main_exe, (int)pid);
+}
+
+/* SIGCHLD: the sluice SIGUSR2 started exited. Before taking over, it
+ * could not start (its own log says why): this one goes on. */
+static void main_reap(void)
+{
+    int status;
+    pid_t pid;
+
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        if (pid != main_upgrade_pid)
+            continue;
+        main_upgrade_pid = 0;
+        if (main_handed_over)
+            continue;
+        log_warning("the new sluice (pid %d) exited with status %d before taking over; "
+                    "this one goes on serving", (int)pid,
+                    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        sdnotify_send("READY=1");
+    }
 }
 
 static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
@@ -250,11 +329,17 @@ static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
         main_begin_shutdown();
     } else if (sig == SIGHUP) {
         struct errlist errs = {0};
+        sdnotify_sendf("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)server_now_us());
         server_reload(&errs);
         errlist_free(&errs);
+        sdnotify_send("READY=1");
     } else if (sig == SIGUSR1) {
         /* Bound to nothing yet; never fatal, as its default would be. */
         log_notice("SIGUSR1 received: ignored");
+    } else if (sig == SIGUSR2) {
+        main_upgrade();
+    } else if (sig == SIGCHLD) {
+        main_reap();
     }
 }
 
@@ -269,6 +354,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     throttle_cron();
     if (!server.shutting_down)
         return;
+    listener_stop();   /* the loop has taken them off epoll by now */
     if (client_count() == 0 || now >= main_shutdown_deadline_ms) {
         if (client_count() > 0)
             log_warning("shutdown_timeout passed with %d clients still waiting", client_count());
@@ -276,17 +362,67 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The signals the loop handles (main_signal_cb). */
+static const int main_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD};
+#define MAIN_SIGNAL_COUNT (sizeof(main_signals) / sizeof(main_signals[0]))
+
+/* Listen (on what a running sluice hands over, TAKE, and new sockets for
+ * the other addresses), then connect the backend. On failure TAKE is
+ * abandoned: the running sluice goes on as before. Returns 0 or -1. */
+static int main_start_serving(struct handover_take *take)
+{
+    char paths[HANDOVER_MAX_FDS][HANDOVER_PATH_MAX];
+    int path_count = handover_paths(&server.cfg, paths, HANDOVER_MAX_FDS);
+    char err[1024];
+
+    if (handover_connect(paths, path_count, take, err, sizeof(err)) != 0)
+        log_warning("%s; starting without it", err);
+    if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
+        resolve_init(server.base, err, sizeof(err)) != 0 ||
+        backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
+        listener_start(server.base, &server.cfg, client_accept, take->fds, take->fd_count, err,
+                       sizeof(err)) != 0 ||
+        (server.cfg.pidfile != NULL && pidfile_write(server.cfg.pidfile, err, sizeof(err)) != 0)) {
+        log_error("%s", err);
+        handover_abandon(take);
+        return -1;
+    }
+    cluster_init(server.base, &server.cfg);
+    return 0;
+}
+
+/* Listening, the backend connected or being retried: tell systemd, and
+ * the sluice that handed its sockets over (TAKE) that it may stop; then
+ * serve the control socket for the next one. MAINPID goes first: systemd
+ * must know this process before the old one exits. */
+static void main_ready(struct handover_take *take)
+{
+    char paths[HANDOVER_MAX_FDS][HANDOVER_PATH_MAX];
+    int path_count = handover_paths(&server.cfg, paths, HANDOVER_MAX_FDS);
+    char err[1024];
+
+    if (take->ctrl_fd >= 0) {
+        sdnotify_sendf("MAINPID=%d\nREADY=1", (int)getpid());
+        if (handover_commit(take, err, sizeof(err)) != 0)
+            log_warning("%s", err);
+    } else {
+        sdnotify_send("READY=1");
+    }
+    if (path_count > 0 &&
+        handover_serve(server.base, paths[0], main_takeover, err, sizeof(err)) != 0)
+        log_warning("%s; a new sluice will not be able to take over", err);
+}
+
 static int main_run(void)
 {
     struct errlist errs = {0};
-    struct event *sigint, *sigterm, *sighup, *sigusr1, *tick;
+    struct event *signals[MAIN_SIGNAL_COUNT], *tick;
     struct timeval tick_tv = {0, MAIN_TICK_MS * 1000};
-    char err[1024];
+    struct handover_take take;
 
     signal(SIGPIPE, SIG_IGN);
-    /* SIGUSR1 and SIGUSR2 end a process by default: ignored from the
-     * start, SIGUSR1 then logged (main_signal_cb). SIGUSR2 is kept for a
-     * hand-over restart. */
+    /* SIGUSR1 and SIGUSR2 end a process by default: ignored until their
+     * handlers are in place (main_signal_cb). */
     signal(SIGUSR1, SIG_IGN);
     signal(SIGUSR2, SIG_IGN);
     main_raise_fd_limit();
@@ -306,24 +442,13 @@ static int main_run(void)
     }
     client_module_init(server.base, &server.cfg);
     client_set_verbs(&main_lock_verbs);
-    if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
-        resolve_init(server.base, err, sizeof(err)) != 0 ||
-        backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
-        listener_start(server.base, &server.cfg, client_accept, err, sizeof(err)) != 0 ||
-        (server.cfg.pidfile != NULL && pidfile_write(server.cfg.pidfile, err, sizeof(err)) != 0)) {
-        log_error("%s", err);
+    if (main_start_serving(&take) != 0)
         return 1;
+    for (size_t i = 0; i < MAIN_SIGNAL_COUNT; i++) {
+        signals[i] = evsignal_new(server.base, main_signals[i], main_signal_cb, NULL);
+        evsignal_add(signals[i], NULL);
     }
-    cluster_init(server.base, &server.cfg);
-    sigint = evsignal_new(server.base, SIGINT, main_signal_cb, NULL);
-    sigterm = evsignal_new(server.base, SIGTERM, main_signal_cb, NULL);
-    sighup = evsignal_new(server.base, SIGHUP, main_signal_cb, NULL);
-    sigusr1 = evsignal_new(server.base, SIGUSR1, main_signal_cb, NULL);
     tick = event_new(server.base, -1, EV_PERSIST, main_tick_cb, NULL);
-    evsignal_add(sigint, NULL);
-    evsignal_add(sigterm, NULL);
-    evsignal_add(sighup, NULL);
-    evsignal_add(sigusr1, NULL);
     evtimer_add(tick, &tick_tv);
     if (server.cfg.cluster_seed_count > 0)
         log_notice("sluice %s started, pid %d, cluster seeds %d (first %s)", SLUICE_VERSION,
@@ -332,8 +457,10 @@ static int main_run(void)
         log_notice("sluice %s started, pid %d, backend %s", SLUICE_VERSION, (int)getpid(),
                    server.cfg.backend);
     log_set_startup(0);   /* running: from now on the log file alone */
+    main_ready(&take);
     main_loop();
 
+    handover_serve_stop();
     listener_stop();
     client_free_all();
     learn_free_all();
@@ -343,33 +470,36 @@ static int main_run(void)
     tls_free();
     throttle_shutdown();
     auth_shutdown();
-    event_free(sigint);
-    event_free(sighup);
-    event_free(sigusr1);
-    event_free(sigterm);
+    for (size_t i = 0; i < MAIN_SIGNAL_COUNT; i++)
+        event_free(signals[i]);
     event_free(tick);
     event_base_free(server.base);
     if (server.cfg.pidfile != NULL)
         pidfile_remove(server.cfg.pidfile);
-    log_notice("sluice stopped");
+    log_notice(main_handed_over ? "sluice stopped (handed over)" : "sluice stopped");
     return 0;
+}
+
+/* Where SIGUSR2 finds the binary: ARGV0 made absolute (the binary at that
+ * path then, an upgrade's), or a bare name searched in PATH. */
+static void main_note_exe(char **argv)
+{
+    main_argv = argv;
+    if (strchr(argv[0], '/') == NULL || realpath(argv[0], main_exe) == NULL)
+        snprintf(main_exe, sizeof(main_exe), "%s", argv[0]);
 }
 
 int main(int argc, char **argv)
 {
     const char *config_path = MAIN_DEFAULT_CONFIG;
-    static const struct option long_options[] = {
-        {"version", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     int check_only = 0, opt, rc;
 
-    while ((opt = getopt_long(argc, argv, "c:tvh", long_options, NULL)) != -1) {
+    main_note_exe(argv);
+    while ((opt = getopt(argc, argv, "c:tvh")) != -1) {
         switch (opt) {
         case 'c': config_path = optarg; break;
         case 't': check_only = 1; break;
-        case 'v': main_version(); return 0;
+        case 'v': printf("sluice %s\n", SLUICE_VERSION); return 0;
         case 'h': main_usage(stdout); return 0;
         default: main_usage(stderr); return 1;
         }

@@ -26,4 +26,13 @@ if ! redis-cli -h "$host" -p "$port" ping >/dev/null 2>&1; then
     done
 fi
 echo "run: sluice on $(sed -n 's/^[[:space:]]*listen[[:space:]]*=[[:space:]]*\([^;[:space:]]*\).*/\1/p' "$conf" | tr '\n' ' ')-> $backend (Ctrl-C stops)" >&2
+listen=$(sed -n 's/^[[:space:]]*listen[[:space:]]*=[[:space:]]*\([^;[:space:]]*\).*/\1/p' "$conf" | head -n1)
+echo "run: restart or upgrade without losing a request: \`kill -USR2 <pid>\`, or run \`$bin -c $conf\` again (it takes over)" >&2
 "$bin" -c "$conf"
+# Handed over to a new sluice: keep the redis-server started here while
+# a sluice still answers on the listen address.
+if [ -n "$redis_pid" ]; then
+    while redis-cli -h "${listen%:*}" -p "${listen##*:}" PROXY PING >/dev/null 2>&1; do
+        sleep 1
+    done
+fi

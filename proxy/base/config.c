@@ -126,6 +126,7 @@ static const struct config_key config_keys[] = {
     {"proto_max_bulk_len", config_set_bytes, F(proto_max_bulk_len), 1024 * 1024, 64 * GB, 0},
     {"proto_max_multibulk_len", config_set_int, F(proto_max_multibulk_len), 1, 2147483647, 0},
     {"shutdown_timeout", config_set_int, F(shutdown_timeout_ms), 0, 3600000, 0},
+    {"handover_socket", config_set_string, F(handover_socket), 0, 0, 0},
     {"tls_listen", config_set_tls_listen, F(tls_listen), 0, 0, 1},
     {"tls_cert_file", config_set_string, F(tls_cert_file), 0, 0, 0},
     {"tls_key_file", config_set_string, F(tls_key_file), 0, 0, 0},
@@ -412,6 +413,8 @@ static void config_resolve_paths(struct config *cfg)
 
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
         config_resolve_path(cfg, paths[i]);
+    if (cfg->handover_socket != NULL && strcmp(cfg->handover_socket, "off") != 0)
+        config_resolve_path(cfg, &cfg->handover_socket);
 }
 
 int config_key_line(const struct config *cfg, const char *name)
@@ -503,5 +506,6 @@ void config_free(struct config *cfg)
     free(cfg->users);
     free(cfg->log_file);
     free(cfg->pidfile);
+    free(cfg->handover_socket);
     memset(cfg, 0, sizeof(*cfg));
 }

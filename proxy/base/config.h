@@ -50,6 +50,9 @@ struct config {
     long long proto_max_bulk_len;
     long long proto_max_multibulk_len;
     long long shutdown_timeout_ms;
+    char *handover_socket;             /* the hand-over control socket (README "Restart and
+                                          upgrade"); NULL: derived from the listen address,
+                                          "off": none */
     /* TLS towards clients (README "TLS"); file names resolved against the
      * config's folder. */
     char *tls_listen[CONFIG_MAX_LISTEN];   /* "host:port" */

@@ -327,6 +327,22 @@ void client_enqueue(struct client *c, struct request *req)
 }
 
 
+/* A draining client is closed between replies, but its next request may
+ * already be in the socket: closed with unread bytes, the kernel would
+ * answer with a reset, which throws away replies still in the socket's
+ * send buffer. Those bytes were never read by sluice and never will be:
+ * dropped here, the close is an orderly FIN after the last reply, and the
+ * client sees the connection end before any reply to them. */
+static void client_discard_unread(int fd)
+{
+    char sink[4096];
+
+    for (int i = 0; i < 64; i++) {
+        if (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0)
+            return;
+    }
+}
+
 /* The one place a client connection ends. Requests still waiting for a
  * backend reply stay with that backend connection, marked to have their
  * replies swallowed; everything else is freed. Inside the client's own
@@ -372,6 +388,8 @@ static void client_close(struct client *c)
     evbuffer_free(c->input);
     evbuffer_free(c->output);
     tls_close(c->ssl);
+    if (c->flags & CLIENT_DRAINING)
+        client_discard_unread(c->fd);
     close(c->fd);
     free(c->name);
     free(c->user);
@@ -863,6 +881,23 @@ void client_protocol_error(struct client *c, const char *msg)
     client_reply_error(c, req, msg);
 }
 
+/* A draining C at a request boundary (nothing read is left unframed, or
+ * it streams unparsed or has gone): read no more, and close after its
+ * last reply (client_write closes it once all is written; scheduled here
+ * in case that is already so). Otherwise it is read on (the rest of a
+ * request it began) and what it sent is framed and answered; this runs
+ * again after each pass over its input. Never closes C itself. */
+static void client_drain_check(struct client *c)
+{
+    if (!(c->flags & CLIENT_DRAINING) || (c->flags & CLIENT_CLOSE_AFTER_REPLY) || c->closing)
+        return;
+    if (evbuffer_get_length(c->input) > 0 && !(c->flags & CLIENT_TUNNEL) && !c->eof_seen)
+        return;
+    c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+    client_read_off(c);
+    client_want_write(c);
+}
+
 /* Frame and handle every complete request in the input buffer, until one
  * has to wait or the client is paused or closing. */
 void client_process_input(struct client *c)
@@ -874,6 +909,7 @@ void client_process_input(struct client *c)
     c->in_input = 1;
     client_hooks.input(c, in);
     c->in_input = 0;
+    client_drain_check(c);
 }
 
 /* A client that is held (learning, a rule's delay) or whose request
@@ -1112,10 +1148,8 @@ void client_shutdown_all(void)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
-        c->flags |= CLIENT_CLOSE_AFTER_REPLY;
-        client_read_off(c);
-        if (TAILQ_EMPTY(&c->requests) && c->inflight == 0)
-            client_close(c);
+        c->flags |= CLIENT_DRAINING;
+        client_drain_check(c);
     }
 }
 

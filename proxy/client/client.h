@@ -49,6 +49,8 @@ enum client_flag {
                                           ended by EXEC, DISCARD, UNWATCH or RESET */
     CLIENT_TRACKING = 1 << 16,         /* cluster: CLIENT TRACKING ON sent and not refused:
                                           invalidations come from one node only */
+    CLIENT_DRAINING = 1 << 17,         /* shutdown or hand-over: answered up to a request
+                                          boundary, then closed between replies */
 };
 
 struct client {
@@ -237,8 +239,10 @@ struct client *client_next(struct client *prev);
  * is CURRENT (the client that asked), once its replies are written. */
 void client_kill(struct client *c, struct client *current);
 
-/* Number of connected clients; and stop: close idle clients and make the
- * others close once answered. */
+/* Number of connected clients; and stop (shutdown, hand-over): each
+ * client is answered up to a request boundary, what it began is read to
+ * its end, then it is read no more and closed after its last reply, with
+ * an orderly FIN (what it sent after that boundary is dropped unread). */
 int client_count(void);
 int client_pending_total(void);
 void client_shutdown_all(void);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "log.h"
@@ -104,33 +105,79 @@ static void listener_error_cb(struct evconnlistener *l, void *arg)
     listener_log_failure(err, paused);
 }
 
-static int listener_open(struct event_base *base, const char *hostport, int tls, char *err,
-                         size_t errlen)
+/* Whether socket FD is bound to the address SS. */
+static int listener_same_address(int fd, const struct sockaddr_storage *ss)
+{
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof(bound);
+    const struct sockaddr_in *a4 = (const void *)ss, *b4 = (const void *)&bound;
+    const struct sockaddr_in6 *a6 = (const void *)ss, *b6 = (const void *)&bound;
+
+    if (getsockname(fd, (struct sockaddr *)&bound, &len) != 0 || bound.ss_family != ss->ss_family)
+        return 0;
+    if (ss->ss_family == AF_INET)
+        return a4->sin_port == b4->sin_port &&
+               a4->sin_addr.s_addr == b4->sin_addr.s_addr;
+    if (ss->ss_family == AF_INET6)
+        return a6->sin6_port == b6->sin6_port &&
+               memcmp(&a6->sin6_addr, &b6->sin6_addr, sizeof(a6->sin6_addr)) == 0;
+    return 0;
+}
+
+/* The listening socket for SS among the INHERITED ones (COUNT, a taken
+ * one is set to -1), or -1. */
+static int listener_take_inherited(const struct sockaddr_storage *ss, int *inherited, int count)
+{
+    for (int i = 0; i < count; i++) {
+        int fd = inherited[i];
+
+        if (fd >= 0 && listener_same_address(fd, ss)) {
+            inherited[i] = -1;
+            return fd;
+        }
+    }
+    return -1;
+}
+
+static int listener_open(struct event_base *base, const char *hostport, int tls, int *inherited,
+                         int inherited_count, char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t len;
     struct evconnlistener *l;
+    unsigned flags = LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC;
+    int fd;
 
     /* At start only, before the loop runs: a host name here may block on
      * the system's resolver (getaddrinfo), and nothing else waits yet. */
     if (sockaddr_resolve(hostport, SOCKADDR_PASSIVE, "listen address", &ss, &len, err,
                          errlen) != 0)
         return -1;
-    l = evconnlistener_new_bind(base, listener_accept_cb, tls ? &listener_tls : NULL,
-                                LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
-                                511, (struct sockaddr *)&ss, (int)len);
+    fd = listener_take_inherited(&ss, inherited, inherited_count);
+    if (fd >= 0) {
+        /* Already listening, with its queue of connections not yet
+         * accepted: backlog 0 leaves it as it is. */
+        evutil_make_socket_nonblocking(fd);
+        l = evconnlistener_new(base, listener_accept_cb, tls ? &listener_tls : NULL, flags, 0, fd);
+        if (l == NULL)
+            close(fd);
+    } else {
+        l = evconnlistener_new_bind(base, listener_accept_cb, tls ? &listener_tls : NULL, flags,
+                                    511, (struct sockaddr *)&ss, (int)len);
+    }
     if (l == NULL) {
         snprintf(err, errlen, "cannot listen on %s: %s", hostport, strerror(errno));
         return -1;
     }
     evconnlistener_set_error_cb(l, listener_error_cb);
     listeners[listener_count++] = l;
-    log_notice("listening on %s%s", hostport, tls ? " (TLS)" : "");
+    log_notice("listening on %s%s%s", hostport, tls ? " (TLS)" : "",
+               fd >= 0 ? " (socket handed over)" : "");
     return 0;
 }
 
 int listener_start(struct event_base *base, const struct config *cfg, listener_accept_fn *on_accept,
-                   char *err, size_t errlen)
+                   int *inherited, int inherited_count, char *err, size_t errlen)
 {
     listener_on_accept = on_accept;
     listener_resume_timer = evtimer_new(base, listener_resume_cb, NULL);
@@ -139,14 +186,31 @@ int listener_start(struct event_base *base, const struct config *cfg, listener_a
         return -1;
     }
     for (int i = 0; i < cfg->listen_count; i++) {
-        if (listener_open(base, cfg->listen[i], 0, err, errlen) != 0)
+        if (listener_open(base, cfg->listen[i], 0, inherited, inherited_count, err, errlen) != 0)
             return -1;
     }
     for (int i = 0; i < cfg->tls_listen_count; i++) {
-        if (listener_open(base, cfg->tls_listen[i], 1, err, errlen) != 0)
+        if (listener_open(base, cfg->tls_listen[i], 1, inherited, inherited_count, err,
+                          errlen) != 0)
             return -1;
     }
     return 0;
+}
+
+int listener_fds(int *fds, int max)
+{
+    int n = 0;
+
+    for (int i = 0; i < listener_count && n < max; i++)
+        fds[n++] = evconnlistener_get_fd(listeners[i]);
+    return n;
+}
+
+void listener_disable_all(void)
+{
+    if (listener_resume_timer != NULL)
+        evtimer_del(listener_resume_timer);
+    listener_set_enabled(0);
 }
 
 void listener_stop(void)

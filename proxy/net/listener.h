@@ -13,10 +13,22 @@ struct config;
 typedef void listener_accept_fn(int fd, const struct sockaddr *addr, socklen_t addrlen, int tls);
 
 /* Listen on every configured address; every accepted socket goes to
- * ON_ACCEPT. Returns 0, or -1 with ERR set. */
+ * ON_ACCEPT. An address one of the INHERITED listening sockets (COUNT;
+ * handed over by the sluice before) is bound to takes that socket, with
+ * the connections in its queue, and its entry becomes -1; the others are
+ * the caller's to close. Returns 0, or -1 with ERR set. */
 int listener_start(struct event_base *base, const struct config *cfg, listener_accept_fn *on_accept,
-                   char *err, size_t errlen);
-/* Stop accepting (shutdown); existing clients are not touched. */
+                   int *inherited, int inherited_count, char *err, size_t errlen);
+/* The listening sockets (at most MAX into FDS), still owned here: for the
+ * hand-over to a new sluice. Returns how many. */
+int listener_fds(int *fds, int max);
+/* Stop accepting, keeping the sockets open until listener_stop. Closing a
+ * socket another process holds too must wait until the loop has taken it
+ * off epoll (libevent defers that to its next pass): closed first, it
+ * would stay registered and wake the loop for every connection the new
+ * sluice is offered. */
+void listener_disable_all(void);
+/* Stop accepting and close the sockets; existing clients are not touched. */
 void listener_stop(void);
 
 #endif

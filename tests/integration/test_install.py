@@ -78,7 +78,7 @@ def test_unit_file(destdir):
     unit = (destdir / UNIT).read_text()
     for line in ("Type=notify", "NotifyAccess=all",
                  "ExecStart=/usr/bin/sluice -c /etc/sluice/sluice.ini",
-                 "ExecReload=/bin/kill -HUP $MAINPID", "DynamicUser=yes",
+                 "ExecReload=/bin/kill -USR2 $MAINPID", "DynamicUser=yes",
                  "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes",
                  "NoNewPrivileges=yes"):
         assert re.search(rf"^{re.escape(line)}$", unit, re.M), line

@@ -1,0 +1,65 @@
+/* handover.h - handing the listening sockets from a running sluice to the
+ * one that replaces it (README "Restart and upgrade"): file descriptors
+ * passed over a unix socket (SCM_RIGHTS), as HAProxy's -x does. */
+#ifndef SLUICE_HANDOVER_H
+#define SLUICE_HANDOVER_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "config.h"
+
+#define HANDOVER_MAX_FDS (2 * CONFIG_MAX_LISTEN)
+#define HANDOVER_PATH_MAX 108   /* sizeof(sun_path) */
+
+/* What a new sluice took from the running one. */
+struct handover_take {
+    int ctrl_fd;                   /* the control connection; -1: nobody to take from */
+    pid_t old_pid;
+    int fds[HANDOVER_MAX_FDS];     /* listening sockets; -1 once taken by the listener */
+    int fd_count;
+};
+
+/* The control socket paths of CFG: its handover_socket, or one derived
+ * from each listen and tls_listen address (in $RUNTIME_DIRECTORY,
+ * $XDG_RUNTIME_DIR or /tmp). Fills at most MAX of PATHS (each HANDOVER_PATH_MAX
+ * bytes); returns how many (0: handover_socket = off). The first is the
+ * one a running sluice serves. */
+int handover_paths(const struct config *cfg, char paths[][HANDOVER_PATH_MAX], int max);
+
+/* New sluice, at start: connect to the first of PATHS (COUNT) a sluice
+ * serves and receive its listening sockets into T. Nobody there (or a
+ * stale socket file): T->ctrl_fd is -1 and 0 is returned. Returns -1 with
+ * ERR set when a sluice answered but the exchange failed. */
+int handover_connect(char paths[][HANDOVER_PATH_MAX], int count, struct handover_take *t, char *err,
+                     size_t errlen);
+
+/* New sluice, ready (listening, its backend being connected): tell the old
+ * one to stop accepting and drain, and wait (bounded) for its word. Closes
+ * the sockets of T the listener did not take. Returns 0, or -1 with ERR
+ * set (the old one may go on accepting: both serve). */
+int handover_commit(struct handover_take *t, char *err, size_t errlen);
+
+/* New sluice that cannot start: close T's control connection (the old one
+ * goes on as if nothing happened) and every socket of T. */
+void handover_abandon(struct handover_take *t);
+
+struct event_base;
+
+/* Running sluice: called when a new sluice said it is ready (NEW_PID); the
+ * listening sockets must stop being accepted on now. */
+typedef void handover_takeover_fn(pid_t new_pid);
+
+/* Serve the control socket PATH: a new sluice that connects (the same
+ * user, or root) gets the sockets listener_fds gives; once it says it is
+ * ready, TAKEOVER runs and the control socket is closed (its file is then
+ * the new sluice's). PATH is created anew atomically (a temporary name
+ * renamed over it). Returns 0, or -1 with ERR set (sluice runs on without
+ * hand-over). */
+int handover_serve(struct event_base *base, const char *path, handover_takeover_fn *takeover,
+                   char *err, size_t errlen);
+
+/* Stop serving; the socket file is removed if it is still this process's. */
+void handover_serve_stop(void);
+
+#endif

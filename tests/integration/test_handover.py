@@ -1,0 +1,331 @@
+"""Restart and upgrade without losing a request (README "Restart and
+upgrade"): a sluice started while another runs on the same address takes
+its listening sockets over (SCM_RIGHTS on the hand-over socket); the old
+one stops accepting, answers what it has read, closes each client between
+replies and exits. Clients with redis-py's retries see no refused
+connection and no reply lost or doubled; a new sluice that cannot start
+leaves the old one serving.
+
+Also the drain itself (SIGTERM and hand-over share it): a request begun
+is read to its end and answered, requests read but not yet framed are
+answered, and the close after the last reply is an orderly FIN.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from conftest import SLUICE_BIN
+from helpers import SLOW, RawConn, encode_command, free_port, wait_until
+
+
+def _wait_exit(proc, timeout):
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _log_has(s, text):
+    return text in s.log_path.read_text(errors="replace")
+
+
+def _take_over(sluice_factory, backend_port, old, listen_ports, prefix=(), **extra):
+    """Start a new sluice on LISTEN_PORTS while OLD runs; wait until OLD
+    handed over and exited (status 0). Returns the new one."""
+    new = sluice_factory(backend_port, start=False, listen_ports=listen_ports, prefix=prefix,
+                         **extra)
+    new.start()
+    wait_until(lambda: _log_has(new, "stopped accepting"), 10 * SLOW,
+               msg="the new sluice to take over")
+    code = _wait_exit(old.proc, 15 * SLOW)
+    assert code == 0, f"old sluice pid {old.proc.pid}: exit status {code}"
+    assert _log_has(old, "sluice stopped (handed over)")
+    return new
+
+
+class _CountingRetry(Retry):
+    """redis-py's Retry, counting every error it retried: refused
+    connections apart."""
+
+    def __init__(self, stats, lock):
+        super().__init__(ExponentialBackoff(cap=0.2, base=0.01), 8)
+        self.stats = stats
+        self.lock = lock
+
+    def __deepcopy__(self, memo):
+        return self   # redis-py copies its retry: the counts stay shared
+
+    def call_with_retry(self, do, fail):
+        def counted_fail(error):
+            refused = isinstance(error, ConnectionRefusedError) or "refused" in str(error)
+            with self.lock:
+                key = "refused" if refused else type(error).__name__
+                self.stats[key] = self.stats.get(key, 0) + 1
+            fail(error)
+        return super().call_with_retry(do, counted_fail)
+
+
+def _incr_worker(port, key, pipelined, stop, result, stats, lock):
+    """INCR KEY until STOP (three at a time in a pipeline when PIPELINED),
+    with redis-py's retries; RESULT gets the integer replies and whether
+    each was the one expected (n + 1 after n)."""
+    r = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10 * SLOW,
+                    socket_connect_timeout=5 * SLOW,
+                    retry_on_error=[RedisConnectionError, RedisTimeoutError],
+                    retry=_CountingRetry(stats, lock))
+    replies, out_of_order, failures, attempts = 0, 0, [], 0
+    try:
+        while not stop.is_set():
+            try:
+                if pipelined:
+                    p = r.pipeline(transaction=False)
+                    for _ in range(3):
+                        p.incr(key)
+                    values = p.execute()
+                else:
+                    values = [r.incr(key)]
+                attempts = 0
+            except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+                # redis-py 4.3 retries a pipeline on timeouts only: the
+                # application sends it again (safe: sluice closes only
+                # between replies, so none of it ran).
+                attempts += 1
+                if not pipelined or attempts > 8:
+                    failures.append(repr(e))
+                    break
+                with lock:
+                    stats["pipeline"] = stats.get("pipeline", 0) + 1
+                continue
+            for v in values:
+                if isinstance(v, int):
+                    replies += 1
+                    out_of_order += v != replies
+    finally:
+        r.close()
+        result[key] = (replies, out_of_order, failures)
+
+
+def test_restart_three_times_under_load(redis_factory, sluice_factory, tmp_path):
+    """Pipelined redis-py clients INCR their own keys while sluice is
+    restarted three times: a config change, a listen list with a new
+    address before the old one, a copy of the binary. No connection is
+    refused, no client runs out of retries, every key holds exactly the
+    integer replies its client got (none lost, none doubled), and every
+    old sluice exits 0."""
+    srv = redis_factory()
+    port = free_port()
+    old = sluice_factory(srv.port, listen_ports=[port], shutdown_timeout=int(10000 * SLOW))
+    stop = threading.Event()
+    result, stats, lock = {}, {}, threading.Lock()
+    keys = [f"handover:{i}" for i in range(8)]
+    threads = [threading.Thread(target=_incr_worker,
+                                args=(port, k, i % 2 == 1, stop, result, stats, lock),
+                                daemon=True) for i, k in enumerate(keys)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(0.5 * SLOW)
+        # 1. A config change (a key that needs a restart).
+        old = _take_over(sluice_factory, srv.port, old, [port], client_max_inflight=100,
+                         shutdown_timeout=int(10000 * SLOW))
+        time.sleep(0.5 * SLOW)
+        # 2. A new address first; the old one kept (found on its own path).
+        port2 = free_port()
+        old = _take_over(sluice_factory, srv.port, old, [port2, port],
+                         shutdown_timeout=int(10000 * SLOW))
+        time.sleep(0.5 * SLOW)
+        # 3. A new binary: a copy elsewhere, as an upgrade installs one.
+        copy = tmp_path / "sluice-upgraded"
+        shutil.copy2(SLUICE_BIN, copy)
+        wrapper = ["sh", "-c", f'shift; exec "{copy}" "$@"', "sh"]
+        new = _take_over(sluice_factory, srv.port, old, [port2, port], prefix=wrapper,
+                         shutdown_timeout=int(10000 * SLOW))
+        time.sleep(0.5 * SLOW)
+        with RawConn(port2) as c:
+            assert c.call("PING") == "PONG"   # the new address serves too
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30 * SLOW)
+    assert not any(t.is_alive() for t in threads), "a client thread hangs"
+    assert stats.get("refused", 0) == 0, f"connections refused: {stats}"
+    ref = redis.Redis(port=srv.port)
+    for k in keys:
+        replies, out_of_order, failures = result[k]
+        assert failures == [], f"{k}: a client ran out of retries: {failures} ({stats})"
+        assert replies > 0, f"{k}: no reply at all"
+        assert out_of_order == 0, f"{k}: an INCR's reply lost or doubled ({stats})"
+        assert int(ref.get(k)) == replies, f"{k}: {ref.get(k)} in Redis, {replies} replies"
+    assert new.running
+
+
+def test_second_start_same_config_takes_over(redis_factory, sluice_factory):
+    """A second sluice with the same config no longer fails with Address
+    already in use: it takes over, and a client connected to the old one
+    is answered to the end before being closed."""
+    srv = redis_factory()
+    port = free_port()
+    old = sluice_factory(srv.port, listen_ports=[port])
+    with RawConn(port) as c:
+        assert c.call("SET", "k", "1") == "OK"
+        new = _take_over(sluice_factory, srv.port, old, [port])
+        assert c.is_closed_by_peer(5 * SLOW)
+    with RawConn(port) as c:
+        assert c.call("GET", "k") == b"1"
+    assert "Address already in use" not in new.log_path.read_text()
+
+
+def test_bad_config_leaves_old_serving(redis_factory, sluice_factory):
+    """A new sluice whose config is bad exits 1 before touching the old
+    one; one that fails after the sockets were passed (a listen address
+    another socket holds) exits 1 without telling the old one to stop.
+    Either way the old one accepts on, and a good one takes over later."""
+    srv = redis_factory()
+    port = free_port()
+    old = sluice_factory(srv.port, listen_ports=[port])
+    bad = sluice_factory(srv.port, start=False, listen_ports=[port], no_such_key="1")
+    assert subprocess.run([str(SLUICE_BIN), "-c", str(bad.config_path)],
+                          capture_output=True, timeout=30 * SLOW).returncode == 1
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    try:
+        busy = sluice_factory(srv.port, start=False,
+                              listen_ports=[port, held.getsockname()[1]])
+        run = subprocess.run([str(SLUICE_BIN), "-c", str(busy.config_path)],
+                             capture_output=True, timeout=30 * SLOW)
+        assert run.returncode == 1, run.stdout + run.stderr
+        assert b"socket handed over" in run.stdout + run.stderr
+    finally:
+        held.close()
+    wait_until(lambda: _log_has(old, "hand-over abandoned"), 5 * SLOW,
+               msg="the old sluice to see the hand-over abandoned")
+    assert old.running
+    for _ in range(3):
+        with RawConn(port) as c:
+            assert c.call("PING") == "PONG"
+    _take_over(sluice_factory, srv.port, old, [port])
+
+
+def test_drain_reads_a_begun_request_to_its_end(redis_factory, sluice_factory):
+    """At shutdown a client that has sent half a request gets it read to
+    its end and answered, then its connection closed."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    with RawConn(s.port, timeout=10 * SLOW) as c:
+        assert c.call("PING") == "PONG"
+        c.send(b"*1\r\n$4\r\nPI")
+        time.sleep(0.2 * SLOW)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2 * SLOW)
+        c.send(b"NG\r\n")
+        data, closed = c.read_all_until_eof(10 * SLOW)
+        assert data == b"+PONG\r\n" and closed, data
+    assert _wait_exit(s.proc, 10 * SLOW) == 0
+
+
+def test_drain_answers_requests_read_but_not_framed(redis_factory, sluice_factory):
+    """Requests read while the client is over client_max_inflight wait
+    unframed in sluice's buffer: at shutdown they are still answered, in
+    order, before the close."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, client_max_inflight=1)
+    with RawConn(s.port, timeout=10 * SLOW) as c:
+        c.send(encode_command("BLPOP", "q", "1") + encode_command("INCR", "n") * 4)
+        time.sleep(0.3 * SLOW)
+        s.proc.send_signal(signal.SIGTERM)
+        replies = c.read_replies(5, timeout=10 * SLOW)
+        assert replies[0] is None and replies[1:] == [1, 2, 3, 4], replies
+        assert c.is_closed_by_peer(5 * SLOW)
+    assert _wait_exit(s.proc, 10 * SLOW) == 0
+    assert redis.Redis(port=srv.port).get("n") == b"4"
+
+
+def test_drain_closes_between_replies_with_fin(redis_factory, sluice_factory):
+    """A client whose next request arrives after the boundary sluice
+    stopped at gets the reply before it, then an orderly end of file (not
+    a reset, which can throw away that reply); its request is not run."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=10 * SLOW)
+    try:
+        sock.sendall(encode_command("BLPOP", "q", "1"))
+        time.sleep(0.3 * SLOW)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3 * SLOW)
+        sock.sendall(encode_command("INCR", "late"))
+        data = b""
+        while True:
+            chunk = sock.recv(65536)   # ConnectionResetError fails the test
+            if not chunk:
+                break
+            data += chunk
+        assert data == b"*-1\r\n", data
+    finally:
+        sock.close()
+    assert _wait_exit(s.proc, 10 * SLOW) == 0
+    assert redis.Redis(port=srv.port).get("late") is None
+
+
+def _notifications(sock, until, timeout):
+    """Datagrams read from SOCK until one contains UNTIL (within TIMEOUT)."""
+    got, deadline = [], time.monotonic() + timeout
+    while not any(until in g for g in got):
+        remaining = deadline - time.monotonic()
+        assert remaining > 0, f"no {until!r} from sluice; got {got}"
+        sock.settimeout(remaining)
+        got.append(sock.recv(4096).decode())
+    return got
+
+
+def test_sigusr2_upgrade_and_sd_notify(redis_factory, sluice_factory, tmp_path, monkeypatch):
+    """systemd's protocol on $NOTIFY_SOCKET: READY=1 at start; SIGUSR2
+    sends RELOADING=1 and starts the binary again, which takes over and
+    sends MAINPID=<its pid> with READY=1; the old one exits 0; SIGTERM
+    sends STOPPING=1."""
+    path = str(tmp_path / "notify.sock")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(path)
+    monkeypatch.setenv("NOTIFY_SOCKET", path)
+    srv = redis_factory()
+    s = sluice_factory(srv.port, start=False)
+    new_pid = None
+    try:
+        s.start()
+        assert "READY=1" in _notifications(notify, "READY=1", 10 * SLOW)[-1]
+        s.proc.send_signal(signal.SIGUSR2)
+        got = _notifications(notify, "MAINPID=", 20 * SLOW)
+        assert any(g.startswith("RELOADING=1\nMONOTONIC_USEC=") for g in got), got
+        new_pid = int(got[-1].split("MAINPID=")[1].split("\n")[0])
+        assert "READY=1" in got[-1] and new_pid != s.proc.pid, got
+        assert _wait_exit(s.proc, 15 * SLOW) == 0
+        with RawConn(s.port) as c:
+            assert c.call("PING") == "PONG"
+        os.kill(new_pid, signal.SIGTERM)
+        assert "STOPPING=1" in _notifications(notify, "STOPPING=1", 10 * SLOW)[-1]
+        wait_until(lambda: not _alive(new_pid), 15 * SLOW, msg="the new sluice to exit")
+        new_pid = None
+    finally:
+        notify.close()
+        if new_pid is not None and _alive(new_pid):
+            os.kill(new_pid, signal.SIGKILL)
+    assert "sluice stopped" in s.log_path.read_text()
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
