@@ -492,14 +492,19 @@ static void main_note_exe(char **argv)
 int main(int argc, char **argv)
 {
     const char *config_path = MAIN_DEFAULT_CONFIG;
+    static const struct option long_options[] = {
+        {"version", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     int check_only = 0, opt, rc;
 
     main_note_exe(argv);
-    while ((opt = getopt(argc, argv, "c:tvh")) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:tvh", long_options, NULL)) != -1) {
         switch (opt) {
         case 'c': config_path = optarg; break;
         case 't': check_only = 1; break;
-        case 'v': printf("sluice %s\n", SLUICE_VERSION); return 0;
+        case 'v': main_version(); return 0;
         case 'h': main_usage(stdout); return 0;
         default: main_usage(stderr); return 1;
         }
