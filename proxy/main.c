@@ -1,5 +1,6 @@
 /* main.c - owns the process: command line, config check, start-up order,
  * signals, the periodic tick and an orderly shutdown. */
+#include <errno.h>
 #include <event2/event.h>
 #include <getopt.h>
 #include <signal.h>
@@ -23,12 +24,14 @@
 #include "lock.h"
 #include "redisusers.h"
 #include "resolve.h"
+#include "rules.h"
 #include "scripts.h"
 #include "log.h"
 #include "server.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
+#include "users.h"
 
 /* The lock verbs, the layer above the clients', as the client layer
  * asks them (client_set_verbs). */
@@ -123,19 +126,92 @@ static void main_loop(void)
     }
 }
 
-/* The reload sequence behind server_reload (SIGHUP, PROXY RELOAD). Each
- * file on its own: a bad one keeps its old contents. */
-static int main_reload(struct errlist *errs)
+/* Every line of ERRS as a warning in the log. */
+static void main_log_errors(const struct errlist *errs)
 {
-    int rc = 0;
+    const char *p = errs->text;
 
-    if (throttle_reload(errs) != 0)
-        rc = -1;
-    if (auth_reload(errs) != 0)
-        rc = -1;
-    if (tls_reload(&server.cfg, errs) != 0)
-        rc = -1;
-    return rc;
+    while (p != NULL && *p != '\0') {
+        const char *nl = strchr(p, '\n');
+        int n = nl != NULL ? (int)(nl - p) : (int)strlen(p);
+        log_warning("%.*s", n, p);
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+}
+
+/* What a reload has read and checked, not yet applied. */
+struct main_staged {
+    struct config cfg;
+    struct rule_set *rules;
+    struct user_set *users;
+    struct tls_contexts *tls;
+};
+
+/* Read every file of a reload into ST, changing nothing; the keys that
+ * wait for a restart keep their running values in ST->cfg (their names
+ * into NOTE). Returns 0, or -1 with every error in ERRS. */
+static int main_reload_read(struct main_staged *st, struct errlist *errs, char *note,
+                            size_t size)
+{
+    if (config_load(server.cfg.path, &st->cfg, errs) != 0)
+        return -1;
+    config_keep_restart_keys(&st->cfg, &server.cfg, note, size);
+    if (throttle_prepare(st->cfg.rules, &st->rules, errs) != 0 ||
+        auth_prepare(&st->cfg, &st->users, errs) != 0 ||
+        tls_prepare(&st->cfg, &st->tls, errs) != 0)
+        return -1;
+    /* Last: on success it has switched the log already (nothing after
+     * it can fail). The same name is opened afresh too, for logrotate. */
+    if (log_reopen(st->cfg.log_file) != 0) {
+        errlist_add(errs, st->cfg.path, config_key_line(&st->cfg, "log_file"),
+                    "log_file %s: %s", st->cfg.log_file, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void main_staged_free(struct main_staged *st)
+{
+    rules_free(st->rules);
+    users_free(st->users);
+    tls_staged_free(st->tls);
+    config_free(&st->cfg);
+}
+
+static void main_raise_fd_limit(void);
+
+/* The reload behind server_reload (SIGHUP, PROXY RELOAD): sluice.ini, the
+ * rule file, the users file and the TLS files are all read and checked
+ * first; any error changes nothing. Then everything applies at once: the
+ * modules read server.cfg where they use a value (client_config_changed
+ * for the copies the clients keep). */
+static int main_reload(struct errlist *errs, char *note, size_t size)
+{
+    struct main_staged st = {0};
+    struct config old;
+
+    if (main_reload_read(&st, errs, note, size) != 0) {
+        log_warning("reload failed; nothing changed:");
+        main_log_errors(errs);
+        main_staged_free(&st);
+        note[0] = '\0';
+        return -1;
+    }
+    /* Modules hold &server.cfg, not its strings: it is swapped in place. */
+    old = server.cfg;
+    server.cfg = st.cfg;
+    config_free(&old);
+    throttle_commit(server.cfg.rules, st.rules);
+    auth_commit(&server.cfg, st.users);
+    tls_commit(st.tls);
+    log_current_level = (enum log_level)server.cfg.log_level;
+    client_config_changed();
+    main_raise_fd_limit();
+    if (note[0] != '\0')
+        log_warning("%s: changed but only a restart applies them (the hand-over); "
+                    "the running values stay: %s", server.cfg.path, note);
+    log_notice("config reloaded from %s", server.cfg.path);
+    return 0;
 }
 
 /* The client layer's side of the seams lower layers call up through:
@@ -190,7 +266,9 @@ static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
         main_begin_shutdown();
     } else if (sig == SIGHUP) {
         struct errlist errs = {0};
-        server_reload(&errs);
+        char note[512];
+
+        server_reload(&errs, note, sizeof(note));
         errlist_free(&errs);
     }
 }

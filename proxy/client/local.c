@@ -3,6 +3,7 @@
 #include "local.h"
 
 #include <event2/buffer.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -455,15 +456,19 @@ static void local_proxy_rules(struct evbuffer *out)
     limiter_write_rules(out);
 }
 
-/* Re-read the rule and users files and the TLS certificates; a bad one
- * changes nothing and the first error (FILE:LINE: message) is the reply. */
+/* Re-read sluice.ini, the rule and users files and the TLS certificates,
+ * all or nothing: an error changes nothing and the first one (FILE:LINE:
+ * message) is the reply. Changed keys that only a restart applies are
+ * named in the status ("OK; restart needed for: listen, backend"). */
 static void local_proxy_reload(struct evbuffer *out)
 {
     struct errlist errs = {0};
-    char first[1024];
+    char first[1024], note[512], status[600];
 
-    if (server_reload(&errs) == 0) {
-        reply_status(out, "OK");
+    if (server_reload(&errs, note, sizeof(note)) == 0) {
+        snprintf(status, sizeof(status), "OK%s%s", note[0] != '\0' ? "; restart needed for: " : "",
+                 note);
+        reply_status(out, status);
     } else {
         errlist_first(&errs, first, sizeof(first));
         reply_error(out, "not reloaded: %s", first);
@@ -492,7 +497,7 @@ static const struct {
     {"cluster", local_proxy_cluster,
      "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
      1},
-    {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing).", 0},
+    {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0},
     {"help", local_proxy_help, "    Print this help.", 1},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))
