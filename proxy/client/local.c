@@ -432,10 +432,11 @@ static void local_proxy_info(struct evbuffer *out)
 
     evbuffer_add_printf(text, "# Proxy\r\nsluice_version:%s\r\nprocess_id:%d\r\n"
                               "uptime_in_seconds:%lld\r\nconfig_file:%s\r\n"
+                              "config_reloads_ok:%llu\r\nconfig_reloads_error:%llu\r\n"
                               "connected_clients:%d\r\n\r\n# Stats\r\n",
                         SLUICE_VERSION, (int)getpid(),
                         (long long)(time(NULL) - server.start_time), server.cfg.path,
-                        client_count());
+                        server.config_reloads_ok, server.config_reloads_error, client_count());
     stats_write_info(text);
     evbuffer_add_printf(text, "\r\n# Backends\r\n");
     backend_write_info(text);
