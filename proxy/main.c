@@ -18,6 +18,7 @@
 #include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
+#include "glob.h"
 #include "listener.h"
 #include "learn.h"
 #include "local.h"
@@ -28,6 +29,7 @@
 #include "scripts.h"
 #include "log.h"
 #include "server.h"
+#include "sockaddr.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
@@ -52,30 +54,92 @@ static void main_usage(FILE *out)
     fprintf(out,
             "Usage: sluice [-c FILE] [-t] [-v] [-h]\n"
             "  -c FILE  config file (default %s)\n"
-            "  -t       check the config and the rule file it names, then exit\n"
-            "           (0: fine; 1: errors, printed as FILE:LINE: message)\n"
+            "  -t       check the config and every file it names, then exit (0: fine,\n"
+            "           perhaps with warnings; 1: errors); each is printed on stderr as\n"
+            "           FILE:LINE: message or FILE:LINE: warning: message\n"
             "  -v       print the version and exit\n"
             "  -h       print this help and exit\n",
             MAIN_DEFAULT_CONFIG);
 }
 
-/* Load and check the config and the rule file it names; print every
- * error. Returns 0 when usable. */
-static int main_load_config(const char *path)
+/* rules_warn's question: whether GLOB matches a user of the set CTX. */
+static int main_user_known(void *ctx, struct sv glob)
 {
-    struct errlist errs = {0};
-    int rc = config_load(path, &server.cfg, &errs);
+    const struct user_set *set = ctx;
 
-    if (rc == 0 && server.cfg.rules != NULL)
-        rc = limiter_check(server.cfg.rules, &errs);
-    if (rc == 0)
-        rc = auth_check(&server.cfg, &errs);
-    if (rc == 0)
-        rc = tls_check(&server.cfg, &errs);
+    for (int i = 0; i < users_count(set); i++) {
+        const char *name = users_name(users_at(set, i));
+        if (glob_match(glob.ptr, glob.len, name, strlen(name)))
+            return 1;
+    }
+    return 0;
+}
 
+/* sluice -t: a backend or seed that does not resolve now. (getaddrinfo
+ * may block: fine here, no loop runs.) */
+static void main_warn_unresolved(const struct config *cfg, struct errlist *warns)
+{
+    const char *key = cfg->backend != NULL ? "backend" : "cluster";
+    char *const *addrs = cfg->backend != NULL ? &cfg->backend : cfg->cluster_seeds;
+    int count = cfg->backend != NULL ? 1 : cfg->cluster_seed_count;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char err[512];
+
+    for (int i = 0; i < count; i++) {
+        if (sockaddr_resolve(addrs[i], 0, key, &ss, &len, err, sizeof(err)) != 0)
+            errlist_add(warns, cfg->path, config_key_line(cfg, key), "warning: %s", err);
+    }
+}
+
+/* sluice -t: what is valid but cannot work as written (rules_warn,
+ * main_warn_unresolved), into WARNS. RULES, USERS: the files as loaded
+ * (NULL: none, or they have errors). */
+static void main_warn(const struct config *cfg, const struct rule_set *rules,
+                      struct user_set *users, struct errlist *warns)
+{
+    struct user_set *backend_user = NULL;
+
+    /* Without a users file, backend_password makes one user; without
+     * either, users are Redis's own: not known here. */
+    if (cfg->users == NULL && cfg->backend_password != NULL)
+        users = backend_user = users_backend_set(
+            cfg->backend_user != NULL ? cfg->backend_user : USERS_DEFAULT_NAME,
+            cfg->backend_password);
+    if (rules != NULL)
+        rules_warn(rules, cfg->rules, users != NULL ? main_user_known : NULL, users, warns);
+    main_warn_unresolved(cfg, warns);
+    users_free(backend_user);
+}
+
+/* Load the config into server.cfg and check every file it names: the rule
+ * and users files even when the config has errors (one file's errors must
+ * not hide another's), the TLS files when it has none. Print every error,
+ * and with CHECK_ONLY (sluice -t) the warnings too. Returns 0 when usable. */
+static int main_load_config(const char *path, int check_only)
+{
+    struct errlist errs = {0}, warns = {0};
+    struct rule_set *rules = NULL;
+    struct user_set *users = NULL;
+    int rc;
+
+    if (config_load(path, &server.cfg, &errs) == 0)
+        tls_check(&server.cfg, &errs);
+    if (server.cfg.rules != NULL)
+        rules = rules_load(server.cfg.rules, &errs);
+    if (server.cfg.users != NULL)
+        users = users_load(server.cfg.users, &errs);
+    if (check_only && server.cfg.path != NULL)
+        main_warn(&server.cfg, rules, users, &warns);
+    rc = errs.count == 0 ? 0 : -1;
     if (errs.text != NULL)
         fputs(errs.text, stderr);
+    if (warns.text != NULL)
+        fputs(warns.text, stderr);
+    rules_free(rules);
+    users_free(users);
     errlist_free(&errs);
+    errlist_free(&warns);
     return rc;
 }
 
@@ -377,7 +441,7 @@ int main(int argc, char **argv)
         return 1;
     }
     commands_init();   /* the rule file names commands */
-    if (main_load_config(config_path) != 0) {
+    if (main_load_config(config_path, check_only) != 0) {
         config_free(&server.cfg);
         return 1;
     }
