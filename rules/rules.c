@@ -226,6 +226,7 @@ static int rules_set_ip(struct rule_full *r, const struct rules_key *key, const 
     r->cidrs = calloc((size_t)list->count, sizeof(*r->cidrs));
     if (r->cidrs == NULL)
         return -1;      /* err left empty: out of memory */
+    err[0] = '\0';
     /* Every bad item is told, not only the first (sluice -t). */
     for (int i = 0; i < list->count; i++) {
         if (rules_parse_cidr(list->items[i], &r->cidrs[i]) != 0)
@@ -300,6 +301,7 @@ static int rules_set_commands(struct rule_full *r, const struct rules_key *key, 
     r->command_bits = calloc(words, sizeof(uint64_t));
     if (r->command_bits == NULL)
         return -1;      /* err left empty: out of memory */
+    err[0] = '\0';
     for (int i = 0; i < list->count; i++) {
         struct sv word = list->items[i];
         const struct command *cmd;

@@ -230,6 +230,7 @@ static int users_set_globs(struct user *u, struct users_globs *globs, const char
     int items = 0;
 
     /* Every bad item is told, not only the first (sluice -t). */
+    err[0] = '\0';
     for (struct sv word = users_next_word(&value); word.len > 0;
          word = users_next_word(&value), items++) {
         if (word.len == strlen(all_word) && memcmp(word.ptr, all_word, word.len) == 0) {
@@ -441,6 +442,7 @@ static int users_set_commands(struct user *u, const char *value, char *err, size
     int items = 0;
 
     /* Every bad item is told, not only the first (sluice -t). */
+    err[0] = '\0';
     for (struct sv word = users_next_word(&value); word.len > 0;
          word = users_next_word(&value), items++) {
         char one[256] = "";
