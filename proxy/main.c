@@ -217,9 +217,9 @@ struct main_staged {
 static int main_reload_read(struct main_staged *st, struct errlist *errs, char *note,
                             size_t size)
 {
-    if (config_load(server.cfg.path, &st->cfg, errs) != 0)
+    if (config_load(server.cfg.path, &st->cfg, errs) != 0 ||
+        config_keep_restart_keys(&st->cfg, &server.cfg, note, size, errs) < 0)
         return -1;
-    config_keep_restart_keys(&st->cfg, &server.cfg, note, size);
     if (throttle_prepare(st->cfg.rules, &st->rules, errs) != 0 ||
         auth_prepare(&st->cfg, &st->users, errs) != 0 ||
         tls_prepare(&st->cfg, &st->tls, errs) != 0)
@@ -253,6 +253,7 @@ static int main_reload(struct errlist *errs, char *note, size_t size)
 {
     struct main_staged st = {0};
     struct config old;
+    long long old_maxclients = server.cfg.maxclients;
 
     if (main_reload_read(&st, errs, note, size) != 0) {
         log_warning("reload failed; nothing changed:");
@@ -270,7 +271,8 @@ static int main_reload(struct errlist *errs, char *note, size_t size)
     tls_commit(st.tls);
     log_current_level = (enum log_level)server.cfg.log_level;
     client_config_changed();
-    main_raise_fd_limit();
+    if (server.cfg.maxclients > old_maxclients)
+        main_raise_fd_limit();
     if (note[0] != '\0')
         log_warning("%s: changed but only a restart applies them (the hand-over); "
                     "the running values stay: %s", server.cfg.path, note);

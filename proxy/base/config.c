@@ -577,8 +577,9 @@ static int config_needs_restart(const struct config *next, const struct config *
 }
 
 int config_keep_restart_keys(struct config *next, const struct config *running, char *names,
-                             size_t size)
+                             size_t size, struct errlist *errs)
 {
+    int before = errs->count;
     size_t len = 0;
     int count = 0;
 
@@ -598,7 +599,9 @@ int config_keep_restart_keys(struct config *next, const struct config *running, 
                                     key->name);
         count++;
     }
-    return count;
+    /* A running tls_listen with the certificates the new file names. */
+    config_check_tls(next, errs);
+    return errs->count == before ? count : -1;
 }
 
 int config_key_live(const char *name)
