@@ -195,6 +195,7 @@ def test_changed_listen_is_named_and_keeps_running_value(own):
     ("backend_connections", "3"),
     ("users_in_redis", "yes"),
     ("backend_password", "secret"),
+    ("users", "users.ini"),        # turning the users file on (another name would be live)
 ])
 def test_changed_restart_only_key_is_named(own, key, value):
     s = own
