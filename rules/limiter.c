@@ -157,16 +157,6 @@ int limiter_active(void)
     return limiter_words > 0;   /* limiter_index_commands: 0 when no rule */
 }
 
-int limiter_check(const char *path, struct errlist *errs)
-{
-    struct rule_set *rs = rules_load(path, errs);
-
-    if (rs == NULL)
-        return -1;
-    rules_free(rs);
-    return 0;
-}
-
 /* The state for NEW: the old one of an unchanged rule, else a fresh one. */
 static struct rule_state *limiter_carry_over(const struct rule *new_rule, struct rule_state **old,
                                              int old_count)

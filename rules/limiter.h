@@ -83,9 +83,6 @@ void limiter_commit(struct rule_set *rs);
 /* Non-zero when any rule is loaded (else every request passes). */
 int limiter_active(void);
 
-/* Check PATH without loading it (sluice -t). Returns 0 when fine. */
-int limiter_check(const char *path, struct errlist *errs);
-
 /* 1 when, for certain, no rule applies to this request of the client LC:
  * the common case, told apart by a few word operations before any bucket
  * or identity is looked at, and remembered in LC by command and key's

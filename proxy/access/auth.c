@@ -137,15 +137,6 @@ int auth_init(const struct config *cfg, struct errlist *errs)
     return 0;
 }
 
-int auth_check(const struct config *cfg, struct errlist *errs)
-{
-    int before = errs->count;
-
-    if (cfg->users != NULL)
-        users_free(users_load(cfg->users, errs));
-    return errs->count == before ? 0 : -1;
-}
-
 int auth_prepare(const struct config *cfg, struct user_set **out, struct errlist *errs)
 {
     *out = NULL;

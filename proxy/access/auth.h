@@ -33,9 +33,6 @@ void auth_set_client_ops(const struct auth_client_ops *ops);
  * Returns 0, or -1 with every error (FILE:LINE: message) in ERRS. */
 int auth_init(const struct config *cfg, struct errlist *errs);
 
-/* sluice -t: check CFG's users file without keeping it. */
-int auth_check(const struct config *cfg, struct errlist *errs);
-
 /* SIGHUP / PROXY RELOAD, in two halves. auth_prepare reads CFG's users
  * file (the next config's) into *OUT, changing nothing: 0 (*OUT NULL
  * without a users file: nothing to apply), or -1 with every error in
