@@ -23,21 +23,25 @@
 #include "commands.h"
 #include "config.h"
 #include "handover.h"
+#include "glob.h"
 #include "listener.h"
 #include "learn.h"
 #include "local.h"
 #include "lock.h"
 #include "redisusers.h"
 #include "resolve.h"
+#include "rules.h"
 #include "scripts.h"
 #include "sdnotify.h"
 #include "log.h"
 #include "pidfile.h"
 #include "server.h"
+#include "sockaddr.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
 #include "build_info.h"   /* generated: tools/build_info.sh */
+#include "users.h"
 
 /* The lock verbs, the layer above the clients', as the client layer
  * asks them (client_set_verbs). */
@@ -64,8 +68,9 @@ static void main_usage(FILE *out)
             "  Started while a sluice with the same listen address runs, it takes\n"
             "  over its listening sockets (README \"Restart and upgrade\").\n"
             "  -c FILE  config file (default %s)\n"
-            "  -t       check the config and the rule file it names, then exit\n"
-            "           (0: fine; 1: errors, printed as FILE:LINE: message)\n"
+            "  -t       check the config and every file it names, then exit (0: fine,\n"
+            "           perhaps with warnings; 1: errors); each is printed on stderr as\n"
+            "           FILE:LINE: message or FILE:LINE: warning: message\n"
             "  -v, --version  print the version and build details, then exit\n"
             "  -h, --help     print this help and exit\n",
             MAIN_DEFAULT_CONFIG);
@@ -84,23 +89,84 @@ static void main_version(void)
     printf("hiredis %d.%d.%d\n", HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH);
 }
 
-/* Load and check the config and the rule file it names; print every
- * error. Returns 0 when usable. */
-static int main_load_config(const char *path)
+/* rules_warn's question: whether GLOB matches a user of the set CTX. */
+static int main_user_known(void *ctx, struct sv glob)
 {
-    struct errlist errs = {0};
-    int rc = config_load(path, &server.cfg, &errs);
+    const struct user_set *set = ctx;
 
-    if (rc == 0 && server.cfg.rules != NULL)
-        rc = limiter_check(server.cfg.rules, &errs);
-    if (rc == 0)
-        rc = auth_check(&server.cfg, &errs);
-    if (rc == 0)
-        rc = tls_check(&server.cfg, &errs);
+    for (int i = 0; i < users_count(set); i++) {
+        const char *name = users_name(users_at(set, i));
+        if (glob_match(glob.ptr, glob.len, name, strlen(name)))
+            return 1;
+    }
+    return 0;
+}
 
+/* sluice -t: a backend or seed that does not resolve now. (getaddrinfo
+ * may block: fine here, no loop runs.) */
+static void main_warn_unresolved(const struct config *cfg, struct errlist *warns)
+{
+    const char *key = cfg->backend != NULL ? "backend" : "cluster";
+    char *const *addrs = cfg->backend != NULL ? &cfg->backend : cfg->cluster_seeds;
+    int count = cfg->backend != NULL ? 1 : cfg->cluster_seed_count;
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char err[512];
+
+    for (int i = 0; i < count; i++) {
+        if (sockaddr_resolve(addrs[i], 0, key, &ss, &len, err, sizeof(err)) != 0)
+            errlist_add(warns, cfg->path, config_key_line(cfg, key), "warning: %s", err);
+    }
+}
+
+/* sluice -t: what is valid but cannot work as written (rules_warn,
+ * main_warn_unresolved), into WARNS. RULES, USERS: the files as loaded
+ * (NULL: none, or they have errors). */
+static void main_warn(const struct config *cfg, const struct rule_set *rules,
+                      struct user_set *users, struct errlist *warns)
+{
+    struct user_set *backend_user = NULL;
+
+    /* Without a users file, backend_password makes one user; without
+     * either, users are Redis's own: not known here. */
+    if (cfg->users == NULL && cfg->backend_password != NULL)
+        users = backend_user = users_backend_set(
+            cfg->backend_user != NULL ? cfg->backend_user : USERS_DEFAULT_NAME,
+            cfg->backend_password);
+    if (rules != NULL)
+        rules_warn(rules, cfg->rules, users != NULL ? main_user_known : NULL, users, warns);
+    main_warn_unresolved(cfg, warns);
+    users_free(backend_user);
+}
+
+/* Load the config into server.cfg and check every file it names: the rule
+ * and users files even when the config has errors (one file's errors must
+ * not hide another's), the TLS files when it has none. Print every error,
+ * and with CHECK_ONLY (sluice -t) the warnings too. Returns 0 when usable. */
+static int main_load_config(const char *path, int check_only)
+{
+    struct errlist errs = {0}, warns = {0};
+    struct rule_set *rules = NULL;
+    struct user_set *users = NULL;
+    int rc;
+
+    if (config_load(path, &server.cfg, &errs) == 0)
+        tls_check(&server.cfg, &errs);
+    if (server.cfg.rules != NULL)
+        rules = rules_load(server.cfg.rules, &errs);
+    if (server.cfg.users != NULL)
+        users = users_load(server.cfg.users, &errs);
+    if (check_only && server.cfg.path != NULL)
+        main_warn(&server.cfg, rules, users, &warns);
+    rc = errs.count == 0 ? 0 : -1;
     if (errs.text != NULL)
         fputs(errs.text, stderr);
+    if (warns.text != NULL)
+        fputs(warns.text, stderr);
+    rules_free(rules);
+    users_free(users);
     errlist_free(&errs);
+    errlist_free(&warns);
     return rc;
 }
 
@@ -194,19 +260,93 @@ static void main_loop(void)
     }
 }
 
-/* The reload sequence behind server_reload (SIGHUP, PROXY RELOAD). Each
- * file on its own: a bad one keeps its old contents. */
-static int main_reload(struct errlist *errs)
+/* Every line of ERRS as a warning in the log. */
+static void main_log_errors(const struct errlist *errs)
 {
-    int rc = 0;
+    const char *p = errs->text;
 
-    if (throttle_reload(errs) != 0)
-        rc = -1;
-    if (auth_reload(errs) != 0)
-        rc = -1;
-    if (tls_reload(&server.cfg, errs) != 0)
-        rc = -1;
-    return rc;
+    while (p != NULL && *p != '\0') {
+        const char *nl = strchr(p, '\n');
+        int n = nl != NULL ? (int)(nl - p) : (int)strlen(p);
+        log_warning("%.*s", n, p);
+        p = nl != NULL ? nl + 1 : NULL;
+    }
+}
+
+/* What a reload has read and checked, not yet applied. */
+struct main_staged {
+    struct config cfg;
+    struct rule_set *rules;
+    struct user_set *users;
+    struct tls_contexts *tls;
+};
+
+/* Read every file of a reload into ST, changing nothing; the keys that
+ * wait for a restart keep their running values in ST->cfg (their names
+ * into NOTE). Returns 0, or -1 with every error in ERRS. */
+static int main_reload_read(struct main_staged *st, struct errlist *errs, char *note,
+                            size_t size)
+{
+    if (config_load(server.cfg.path, &st->cfg, errs) != 0 ||
+        config_keep_restart_keys(&st->cfg, &server.cfg, note, size, errs) < 0)
+        return -1;
+    if (throttle_prepare(st->cfg.rules, &st->rules, errs) != 0 ||
+        auth_prepare(&st->cfg, &st->users, errs) != 0 ||
+        tls_prepare(&st->cfg, &st->tls, errs) != 0)
+        return -1;
+    /* Last: on success it has switched the log already (nothing after
+     * it can fail). The same name is opened afresh too, for logrotate. */
+    if (log_reopen(st->cfg.log_file) != 0) {
+        errlist_add(errs, st->cfg.path, config_key_line(&st->cfg, "log_file"),
+                    "log_file %s: %s", st->cfg.log_file, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void main_staged_free(struct main_staged *st)
+{
+    rules_free(st->rules);
+    users_free(st->users);
+    tls_staged_free(st->tls);
+    config_free(&st->cfg);
+}
+
+/* The reload behind server_reload (SIGHUP, PROXY RELOAD): sluice.ini, the
+ * rule file, the users file and the TLS files are all read and checked
+ * first; any error changes nothing. Then everything applies at once: the
+ * modules read server.cfg where they use a value (client_config_changed
+ * for the copies the clients keep). */
+static int main_reload(struct errlist *errs, char *note, size_t size)
+{
+    struct main_staged st = {0};
+    struct config old;
+    long long old_maxclients = server.cfg.maxclients;
+
+    if (main_reload_read(&st, errs, note, size) != 0) {
+        log_warning("reload failed; nothing changed:");
+        main_log_errors(errs);
+        main_staged_free(&st);
+        note[0] = '\0';
+        return -1;
+    }
+    /* Modules hold &server.cfg, not its strings: it is swapped in place. */
+    old = server.cfg;
+    server.cfg = st.cfg;
+    config_free(&old);
+    throttle_commit(server.cfg.rules, st.rules);
+    auth_commit(&server.cfg, st.users);
+    tls_commit(st.tls);
+    log_current_level = (enum log_level)server.cfg.log_level;
+    log_set_format((enum log_format)server.cfg.log_format);
+    client_config_changed();
+    if (server.cfg.maxclients > old_maxclients)
+        main_raise_fd_limit();
+    if (note[0] != '\0')
+        log_warning("%s: changed but only a restart applies them (the hand-over); "
+                    "the running values stay: %s", server.cfg.path, note);
+    log_notice("config reloaded from %s", server.cfg.path);
+    return 0;
 }
 
 /* The client layer's side of the seams lower layers call up through:
@@ -329,8 +469,10 @@ static void main_signal_cb(evutil_socket_t sig, short what, void *arg)
         main_begin_shutdown();
     } else if (sig == SIGHUP) {
         struct errlist errs = {0};
+        char note[512];
+
         sdnotify_sendf("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)server_now_us());
-        server_reload(&errs);
+        server_reload(&errs, note, sizeof(note));
         errlist_free(&errs);
         sdnotify_send("READY=1");
     } else if (sig == SIGUSR1) {
@@ -514,7 +656,7 @@ int main(int argc, char **argv)
         return 1;
     }
     commands_init();   /* the rule file names commands */
-    if (main_load_config(config_path) != 0) {
+    if (main_load_config(config_path, check_only) != 0) {
         config_free(&server.cfg);
         return 1;
     }

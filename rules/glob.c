@@ -98,3 +98,21 @@ int glob_match(const char *pattern, size_t plen, const char *s, size_t slen)
         pi++;
     return pi == plen;
 }
+
+int glob_can_match(const char *pattern, size_t plen)
+{
+    size_t i = 0;
+
+    while (i < plen) {
+        if (pattern[i] == '\\') {
+            i += 2;
+        } else if (pattern[i] != '[') {
+            i++;
+        } else if (i + 1 == plen || pattern[i + 1] == ']') {
+            return 0;   /* "[]", or "[" last: a class of no byte */
+        } else {
+            glob_class(pattern, plen, &i, 0);   /* only to step past it */
+        }
+    }
+    return 1;
+}

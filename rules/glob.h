@@ -11,4 +11,9 @@
  * sensitive. Runs in O(PLEN * SLEN) at worst, without recursion. */
 int glob_match(const char *pattern, size_t plen, const char *s, size_t slen);
 
+/* 0 when no subject can match PATTERN (PLEN bytes): it holds an empty
+ * class, "[]" or a '[' that ends it (the end closes a class, as in
+ * Redis), which no byte is in; else 1. */
+int glob_can_match(const char *pattern, size_t plen);
+
 #endif

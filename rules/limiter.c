@@ -157,16 +157,6 @@ int limiter_active(void)
     return limiter_words > 0;   /* limiter_index_commands: 0 when no rule */
 }
 
-int limiter_check(const char *path, struct errlist *errs)
-{
-    struct rule_set *rs = rules_load(path, errs);
-
-    if (rs == NULL)
-        return -1;
-    rules_free(rs);
-    return 0;
-}
-
 /* The state for NEW: the old one of an unchanged rule, else a fresh one. */
 static struct rule_state *limiter_carry_over(const struct rule *new_rule, struct rule_state **old,
                                              int old_count)
@@ -231,19 +221,21 @@ static void limiter_index_commands(int count)
     }
 }
 
-int limiter_load(const char *path, struct errlist *errs)
+int limiter_prepare(const char *path, struct rule_set **out, struct errlist *errs)
 {
-    struct rule_set *rs = NULL;
+    *out = NULL;
+    if (path == NULL)
+        return 0;
+    *out = rules_load(path, errs);
+    return *out != NULL ? 0 : -1;
+}
+
+void limiter_commit(struct rule_set *rs)
+{
     struct rule_state **states = NULL;
     int old_count = limiter_set != NULL ? rules_count(limiter_set) : 0;
-    int count = 0;
+    int count = rs != NULL ? rules_count(rs) : 0;
 
-    if (path != NULL) {
-        rs = rules_load(path, errs);
-        if (rs == NULL)
-            return -1;
-        count = rules_count(rs);
-    }
     states = calloc((size_t)count + 1, sizeof(*states));
     for (int i = 0; i < count; i++)
         states[i] = limiter_carry_over(rules_get(rs, i), limiter_states, old_count);
@@ -257,6 +249,15 @@ int limiter_load(const char *path, struct errlist *errs)
     limiter_states = states;
     limiter_generation++;
     limiter_index_commands(count);
+}
+
+int limiter_load(const char *path, struct errlist *errs)
+{
+    struct rule_set *rs;
+
+    if (limiter_prepare(path, &rs, errs) != 0)
+        return -1;
+    limiter_commit(rs);
     return 0;
 }
 

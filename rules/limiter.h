@@ -72,11 +72,16 @@ void limiter_decision_free(struct limiter_decision *d);
  * the live set stays as it was, every error is in ERRS, and -1 returns. */
 int limiter_load(const char *path, struct errlist *errs);
 
+/* limiter_load in two halves, for a reload that applies several files or
+ * none: read PATH (NULL: no rules) into *OUT without touching the live
+ * set; 0, or -1 with every error in ERRS. Then limiter_commit(*OUT) makes
+ * it the live set (taking it), or rules_free(*OUT) drops it. */
+struct rule_set;
+int limiter_prepare(const char *path, struct rule_set **out, struct errlist *errs);
+void limiter_commit(struct rule_set *rs);
+
 /* Non-zero when any rule is loaded (else every request passes). */
 int limiter_active(void);
-
-/* Check PATH without loading it (sluice -t). Returns 0 when fine. */
-int limiter_check(const char *path, struct errlist *errs);
 
 /* 1 when, for certain, no rule applies to this request of the client LC:
  * the common case, told apart by a few word operations before any bucket

@@ -43,6 +43,7 @@ struct rules_list {
     char *text;             /* NULL when the key is absent */
     struct sv *items;
     int count;
+    int line;               /* of its key (sluice -t's warnings) */
 };
 
 enum rules_list_id { LIST_IP, LIST_USER, LIST_NAME, LIST_COMMANDS, LIST_KEYS, LIST_COUNT };
@@ -225,14 +226,14 @@ static int rules_set_ip(struct rule_full *r, const struct rules_key *key, const 
     r->cidrs = calloc((size_t)list->count, sizeof(*r->cidrs));
     if (r->cidrs == NULL)
         return -1;      /* err left empty: out of memory */
+    err[0] = '\0';
+    /* Every bad item is told, not only the first (sluice -t). */
     for (int i = 0; i < list->count; i++) {
-        if (rules_parse_cidr(list->items[i], &r->cidrs[i]) != 0) {
-            snprintf(err, errlen, "'%.*s' is not an address or CIDR (e.g. 10.0.0.0/8, ::1)",
-                     (int)list->items[i].len, list->items[i].ptr);
-            return -1;
-        }
+        if (rules_parse_cidr(list->items[i], &r->cidrs[i]) != 0)
+            errlist_msg_append(err, errlen, "'%.*s' is not an address or CIDR (e.g. 10.0.0.0/8, ::1)",
+                               (int)list->items[i].len, list->items[i].ptr);
     }
-    return 0;
+    return err[0] != '\0' ? -1 : 0;
 }
 
 static int rules_verb_bit(struct sv word)
@@ -300,27 +301,30 @@ static int rules_set_commands(struct rule_full *r, const struct rules_key *key, 
     r->command_bits = calloc(words, sizeof(uint64_t));
     if (r->command_bits == NULL)
         return -1;      /* err left empty: out of memory */
+    err[0] = '\0';
     for (int i = 0; i < list->count; i++) {
         struct sv word = list->items[i];
         const struct command *cmd;
         uint32_t category;
 
+        /* Every bad item is told, not only the first (sluice -t). */
         if (word.ptr[0] == '@') {
             category = commands_acl_category(word.ptr + 1, word.len - 1);
-            if (category == 0) {
-                snprintf(err, errlen, "unknown ACL category '%.*s'", (int)word.len, word.ptr);
-                return -1;
-            }
-            rules_add_category(r->command_bits, category);
+            if (category == 0)
+                errlist_msg_append(err, errlen, "unknown ACL category '%.*s'", (int)word.len,
+                                   word.ptr);
+            else
+                rules_add_category(r->command_bits, category);
         } else if ((cmd = rules_find_command(word)) != NULL) {
             rules_add_command(r->command_bits, cmd);
         } else if (rules_verb_bit(word) != 0) {
             r->verbs |= (unsigned)rules_verb_bit(word);
         } else {
-            snprintf(err, errlen, "unknown command '%.*s'", (int)word.len, word.ptr);
-            return -1;
+            errlist_msg_append(err, errlen, "unknown command '%.*s'", (int)word.len, word.ptr);
         }
     }
+    if (err[0] != '\0')
+        return -1;
     /* names are case-blind: so is the text rules_same_params compares */
     for (char *c = list->text; *c != '\0'; c++)
         *c = (char)tolower((unsigned char)*c);
@@ -521,7 +525,7 @@ static void rules_clear_list(struct rule_full *r, int list)
 {
     free(r->lists[list].text);
     free(r->lists[list].items);
-    memset(&r->lists[list], 0, sizeof(r->lists[list]));
+    r->lists[list] = (struct rules_list){.line = r->lists[list].line};
     if (list == LIST_IP) {
         free(r->cidrs);
         r->cidrs = NULL;
@@ -538,7 +542,7 @@ static void rules_clear_list(struct rule_full *r, int list)
 static void rules_continue(struct rules_parse *p, const char *value, const char *file, int line)
 {
     const struct rules_key *key = p->last_key;
-    char err[256], *whole;
+    char err[1024], *whole;
     size_t n;
 
     if (key == NULL)
@@ -559,7 +563,7 @@ static void rules_continue(struct rules_parse *p, const char *value, const char 
     rules_clear_list(p->cur, key->list);
     err[0] = '\0';
     if (key->set(p->cur, key, whole, err, sizeof(err)) != 0) {
-        errlist_add(p->errs, file, line, "%s: %s", key->name, err[0] ? err : "out of memory");
+        errlist_add_each(p->errs, file, line, key->name, err[0] ? err : "out of memory");
         p->last_key = NULL;
     }
 }
@@ -569,7 +573,7 @@ static void rules_on_key(void *ctx, const char *section, const char *name, const
 {
     struct rules_parse *p = ctx;
     const struct rules_key *key = NULL;
-    char err[256];
+    char err[1024];
 
     (void)section;  /* sections come from inifile_scan_layout */
     if (name == NULL)
@@ -603,12 +607,45 @@ static void rules_on_key(void *ctx, const char *section, const char *name, const
     }
     p->seen_line[key - rules_keys] = line;
     err[0] = '\0';
+    if (key->list >= 0)
+        p->cur->lists[key->list].line = line;
     if (key->set(p->cur, key, value, err, sizeof(err)) != 0) {
-        errlist_add(errs, file, line, "%s: %s", name, err[0] ? err : "out of memory");
+        errlist_add_each(errs, file, line, name, err[0] ? err : "out of memory");
         return;
     }
     p->last_key = key;
     p->last_value = strdup(value);
+}
+
+/* The glob warnings of one list of R (rules_warn). */
+static void rules_warn_list(const struct rule_full *r, int list, const char *key, const char *path,
+                            rules_user_known_fn *user_known, void *ctx, struct errlist *warns)
+{
+    const struct rules_list *l = &r->lists[list];
+
+    for (int i = 0; i < l->count; i++) {
+        struct sv g = l->items[i];
+
+        if (!glob_can_match(g.ptr, g.len))
+            errlist_add(warns, path, l->line, "warning: [limit %s] %s '%.*s' can never match "
+                        "(an empty class [] or a '[' at its end)", r->name, key, (int)g.len, g.ptr);
+        else if (user_known != NULL && !user_known(ctx, g))
+            errlist_add(warns, path, l->line, "warning: [limit %s] %s '%.*s' matches no user "
+                        "of the users file: the rule never applies", r->name, key, (int)g.len,
+                        g.ptr);
+    }
+}
+
+void rules_warn(const struct rule_set *rs, const char *path, rules_user_known_fn *user_known,
+                void *ctx, struct errlist *warns)
+{
+    for (int i = 0; rs != NULL && i < rs->count; i++) {
+        const struct rule_full *r = rs->rules[i];
+
+        rules_warn_list(r, LIST_USER, "match_user", path, user_known, ctx, warns);
+        rules_warn_list(r, LIST_NAME, "match_name", path, NULL, NULL, warns);
+        rules_warn_list(r, LIST_KEYS, "keys", path, NULL, NULL, warns);
+    }
 }
 
 struct rule_set *rules_load(const char *path, struct errlist *errs)

@@ -16,9 +16,10 @@
 
 #include "errlist.h"
 
+#include "sv.h"
+
 struct command;
 struct sockaddr;
-struct sv;
 
 enum rule_per {
     RULE_PER_CLIENT,    /* one bucket per connection */
@@ -101,6 +102,15 @@ int rules_keys_match(const struct rule *r, const struct sv *argv, const int *pos
 /* 0 when no key whose first byte is C can match R's key globs (a cheap
  * filter before rules_keys_match); 1 when one might. */
 int rules_key_may_start_with(const struct rule *r, unsigned char c);
+
+/* sluice -t: what in RS (loaded from PATH) is valid but can never take
+ * effect, each added to WARNS as "PATH:LINE: warning: ...": a match_user,
+ * match_name or keys glob no subject can match (glob_can_match); and,
+ * when USER_KNOWN is not NULL, a match_user glob that matches no user it
+ * knows (USER_KNOWN(CTX, glob) returns 0). */
+typedef int rules_user_known_fn(void *ctx, struct sv glob);
+void rules_warn(const struct rule_set *rs, const char *path, rules_user_known_fn *user_known,
+                void *ctx, struct errlist *warns);
 
 /* 1 when A and B have the same name and every parameter and condition is
  * the same, so a reload may carry A's buckets over to B. */

@@ -137,28 +137,24 @@ int auth_init(const struct config *cfg, struct errlist *errs)
     return 0;
 }
 
-int auth_check(const struct config *cfg, struct errlist *errs)
+int auth_prepare(const struct config *cfg, struct user_set **out, struct errlist *errs)
 {
-    int before = errs->count;
-
-    if (cfg->users != NULL)
-        users_free(users_load(cfg->users, errs));
-    return errs->count == before ? 0 : -1;
+    *out = NULL;
+    if (cfg->users == NULL)
+        return 0;   /* no users file: nothing to read again */
+    *out = users_load(cfg->users, errs);
+    return *out != NULL ? 0 : -1;
 }
 
-int auth_reload(struct errlist *errs)
+void auth_commit(const struct config *cfg, struct user_set *set)
 {
-    struct user_set *set, *old = auth_users;
+    struct user_set *old = auth_users;
     struct auth_failures *failed;
 
-    if (auth_users_path == NULL)
-        return 0;   /* no users file: nothing to read again */
-    set = users_load(auth_users_path, errs);
-    if (set == NULL) {
-        log_warning("users file %s not reloaded: %s", auth_users_path,
-                    errs->text != NULL ? errs->text : "out of memory");
-        return -1;
-    }
+    if (set == NULL)
+        return;
+    free(auth_users_path);
+    auth_users_path = strdup(cfg->users);
     failed = auth_failures_for(set, auth_failed, old);
     auth_failures_free(auth_failed, users_count(old));
     auth_failed = failed;
@@ -167,7 +163,6 @@ int auth_reload(struct errlist *errs)
     auth_client->users_changed();   /* every client lets go of OLD's users */
     users_free(old);
     log_notice("users file %s reloaded: %d users", auth_users_path, users_count(set));
-    return 0;
 }
 
 void auth_shutdown(void)

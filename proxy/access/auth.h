@@ -33,14 +33,16 @@ void auth_set_client_ops(const struct auth_client_ops *ops);
  * Returns 0, or -1 with every error (FILE:LINE: message) in ERRS. */
 int auth_init(const struct config *cfg, struct errlist *errs);
 
-/* sluice -t: check CFG's users file without keeping it. */
-int auth_check(const struct config *cfg, struct errlist *errs);
-
-/* SIGHUP / PROXY RELOAD: read the users file again. A bad file changes
- * nothing (its errors go to ERRS and the log). Connected clients get
- * their user's new permissions; those whose user was removed or disabled
- * are closed, as Redis's ACL DELUSER does. Returns 0 or -1. */
-int auth_reload(struct errlist *errs);
+/* SIGHUP / PROXY RELOAD, in two halves. auth_prepare reads CFG's users
+ * file (the next config's) into *OUT, changing nothing: 0 (*OUT NULL
+ * without a users file: nothing to apply), or -1 with every error in
+ * ERRS. auth_commit makes SET (from auth_prepare; NULL: nothing) the
+ * users, from CFG's file: connected clients get their user's new
+ * permissions; those whose user was removed or disabled are closed, as
+ * Redis's ACL DELUSER does. */
+struct user_set;
+int auth_prepare(const struct config *cfg, struct user_set **out, struct errlist *errs);
+void auth_commit(const struct config *cfg, struct user_set *set);
 
 void auth_shutdown(void);
 

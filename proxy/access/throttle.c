@@ -86,18 +86,6 @@ void throttle_set_release(request_release_fn *release)
     throttle_hand_back = release;
 }
 
-static void throttle_log_errors(const struct errlist *errs)
-{
-    const char *p = errs->text;
-
-    while (p != NULL && *p != '\0') {
-        const char *nl = strchr(p, '\n');
-        int n = nl != NULL ? (int)(nl - p) : (int)strlen(p);
-        log_warning("%.*s", n, p);
-        p = nl != NULL ? nl + 1 : NULL;
-    }
-}
-
 int throttle_init(const char *path, struct errlist *errs)
 {
     throttle_bucket_script = scripts_find("bucket");
@@ -109,17 +97,15 @@ int throttle_init(const char *path, struct errlist *errs)
     return 0;
 }
 
-int throttle_reload(struct errlist *errs)
+int throttle_prepare(const char *path, struct rule_set **out, struct errlist *errs)
 {
-    const char *path = server.cfg.rules;
+    return limiter_prepare(path, out, errs);
+}
 
-    if (limiter_load(path, errs) != 0) {
-        log_warning("rules not reloaded; the old rules stay:");
-        throttle_log_errors(errs);
-        return -1;
-    }
+void throttle_commit(const char *path, struct rule_set *rs)
+{
+    limiter_commit(rs);
     log_notice("rules reloaded from %s", path != NULL ? path : "(none)");
-    return 0;
 }
 
 static void throttle_reject_text(char *out, size_t size, const char *rule, uint64_t wait_us)

@@ -35,9 +35,12 @@ void throttle_set_release(request_release_fn *release);
  * rules). Returns 0, or -1 with every error in ERRS. */
 int throttle_init(const char *path, struct errlist *errs);
 
-/* SIGHUP / PROXY RELOAD: read the rule file again. A bad file changes
- * nothing; its errors are logged and copied into ERRS. Returns 0 or -1. */
-int throttle_reload(struct errlist *errs);
+/* SIGHUP / PROXY RELOAD, in two halves (limiter_prepare, limiter_commit):
+ * read the rule file PATH (NULL: none) into *OUT, changing nothing (0, or
+ * -1 with every error in ERRS); then make *OUT the live rules. */
+struct rule_set;
+int throttle_prepare(const char *path, struct rule_set **out, struct errlist *errs);
+void throttle_commit(const char *path, struct rule_set *rs);
 
 /* Decide for REQ of C (framed, not yet queued), whose arguments are ARGV.
  * Never takes REQ. */

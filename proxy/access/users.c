@@ -229,6 +229,8 @@ static int users_set_globs(struct user *u, struct users_globs *globs, const char
 {
     int items = 0;
 
+    /* Every bad item is told, not only the first (sluice -t). */
+    err[0] = '\0';
     for (struct sv word = users_next_word(&value); word.len > 0;
          word = users_next_word(&value), items++) {
         if (word.len == strlen(all_word) && memcmp(word.ptr, all_word, word.len) == 0) {
@@ -236,9 +238,10 @@ static int users_set_globs(struct user *u, struct users_globs *globs, const char
             continue;
         }
         if (word.ptr[0] == '%') {
-            snprintf(err, errlen, "'%.*s': read/write patterns (%%R~, %%W~) are not supported",
-                     (int)word.len, word.ptr);
-            return -1;
+            errlist_msg_append(err, errlen,
+                               "'%.*s': read/write patterns (%%R~, %%W~) are not supported",
+                               (int)word.len, word.ptr);
+            continue;
         }
         if (word.ptr[0] == prefix) {
             word.ptr++;
@@ -246,12 +249,13 @@ static int users_set_globs(struct user *u, struct users_globs *globs, const char
         }
         if (word.len == 1 && word.ptr[0] == '*')
             u->flags |= all_flag;
-        else if (word.len == 0 || users_glob_add(globs, word) != 0) {
-            if (word.len == 0)
-                snprintf(err, errlen, "'%c' without a pattern", prefix);
+        else if (word.len == 0)
+            errlist_msg_append(err, errlen, "'%c' without a pattern", prefix);
+        else if (users_glob_add(globs, word) != 0)
             return -1;
-        }
     }
+    if (err[0] != '\0')
+        return -1;
     if (items == 0) {
         snprintf(err, errlen, "needs at least one pattern (leave the key out for none)");
         return -1;
@@ -437,15 +441,23 @@ static int users_set_commands(struct user *u, const char *value, char *err, size
 {
     int items = 0;
 
+    /* Every bad item is told, not only the first (sluice -t). */
+    err[0] = '\0';
     for (struct sv word = users_next_word(&value); word.len > 0;
          word = users_next_word(&value), items++) {
-        if (users_apply_item(u, word, err, errlen) != 0)
-            return -1;
+        char one[256] = "";
+
+        if (users_apply_item(u, word, one, sizeof(one)) != 0) {
+            errlist_msg_append(err, errlen, "%s", one);
+            continue;
+        }
         if (!users_sluice_item(word) && users_glob_add(&u->redis_commands, word) != 0) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
     }
+    if (err[0] != '\0')
+        return -1;
     if (items == 0) {
         snprintf(err, errlen, "needs at least one item (leave the key out for none)");
         return -1;
@@ -566,10 +578,10 @@ static void users_advance_to(struct users_parse *p, int line)
 static void users_apply_key(struct users_parse *p, const struct users_key *key,
                             const char *value, const char *file, int line)
 {
-    char err[256] = "";
+    char err[1024] = "";
 
     if (key->set(p->cur, value, err, sizeof(err)) != 0) {
-        errlist_add(p->errs, file, line, "%s: %s", key->name, err[0] ? err : "out of memory");
+        errlist_add_each(p->errs, file, line, key->name, err[0] ? err : "out of memory");
         p->last_key = NULL;
         return;
     }

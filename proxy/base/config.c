@@ -19,12 +19,30 @@ struct config_key;
 typedef int config_setter(struct config *cfg, const struct config_key *key,
                           const char *value, char *err, size_t errlen);
 
+/* When a changed key takes effect (README "Reload"). */
+enum config_apply {
+    CONFIG_LIVE,          /* at the next reload (SIGHUP, PROXY RELOAD) */
+    CONFIG_RESTART,       /* only in a new process (the hand-over) */
+    CONFIG_LIVE_RENAME,   /* a new value is live; set <-> unset needs a restart */
+};
+
+/* What the field at `offset` is, for comparing and copying values. */
+enum config_kind {
+    CONFIG_STR,           /* char * */
+    CONFIG_NUM,           /* long long */
+    CONFIG_INT,           /* int (yes/no, words, bits) */
+    CONFIG_LIST,          /* char *[], its count an int at count_offset */
+};
+
 struct config_key {
     const char *name;
     config_setter *set;
     size_t offset;        /* of the field in struct config */
     long long min, max;   /* bounds of numbers */
     int repeatable;
+    enum config_apply apply;
+    enum config_kind kind;
+    size_t count_offset;  /* CONFIG_LIST: of its count */
 };
 
 static int config_set_string(struct config *cfg, const struct config_key *key,
@@ -97,51 +115,70 @@ static int config_set_tls_protocols(struct config *cfg, const struct config_key 
                                     const char *value, char *err, size_t errlen);
 
 #define F(field) offsetof(struct config, field)
+/* The last columns: when a change applies, and the field's kind. */
+#define LIVE(kind) CONFIG_LIVE, CONFIG_##kind, 0
+#define LIVE_RENAME(kind) CONFIG_LIVE_RENAME, CONFIG_##kind, 0
+#define RESTART(kind) CONFIG_RESTART, CONFIG_##kind, 0
+#define RESTART_LIST(count) CONFIG_RESTART, CONFIG_LIST, F(count)
 #define GB (1024LL * 1024 * 1024)
 static const struct config_key config_keys[] = {
-    {"listen", config_set_listen, F(listen), 0, 0, 1},
-    {"backend", config_set_hostport, F(backend), 0, 0, 0},
-    {"cluster", config_set_cluster, F(cluster_seeds), 0, 0, 0},
-    {"cluster_refresh_interval", config_set_int, F(cluster_refresh_interval_ms), 100, 3600000, 0},
-    {"cluster_max_redirects", config_set_int, F(cluster_max_redirects), 1, 100, 0},
-    {"cluster_retry_window", config_set_int, F(cluster_retry_window_ms), 0, 60000, 0},
-    {"backend_user", config_set_string, F(backend_user), 0, 0, 0},
-    {"backend_password", config_set_string, F(backend_password), 0, 0, 0},
-    {"rules", config_set_string, F(rules), 0, 0, 0},
-    {"users", config_set_string, F(users), 0, 0, 0},
-    {"users_in_redis", config_set_yesno, F(users_in_redis), 0, 0, 0},
-    {"log_level", config_set_log_level, F(log_level), 0, 0, 0},
-    {"log_file", config_set_string, F(log_file), 0, 0, 0},
-    {"log_format", config_set_log_format, F(log_format), 0, 0, 0},
-    {"pidfile", config_set_string, F(pidfile), 0, 0, 0},
-    {"maxclients", config_set_int, F(maxclients), 1, 1000000, 0},
-    {"timeout", config_set_int, F(timeout_s), 0, 100000000, 0},
-    {"backend_connections", config_set_int, F(backend_connections), 1, 64, 0},
-    {"backend_max_connections", config_set_int, F(backend_max_connections), 1, 1000000, 0},
-    {"backend_spare_connections", config_set_int, F(backend_spare_connections), 0, 64, 0},
-    {"client_max_inflight", config_set_int, F(client_max_inflight), 1, 1000000, 0},
-    {"client_max_pending_bytes", config_set_bytes, F(client_max_pending_bytes), 64 * 1024, 64 * GB, 0},
-    {"client_output_buffer_limit", config_set_bytes, F(client_output_buffer_limit), 0, 64 * GB, 0},
-    {"client_query_buffer_limit", config_set_bytes, F(client_query_buffer_limit), 1024 * 1024, 64 * GB, 0},
-    {"proto_max_bulk_len", config_set_bytes, F(proto_max_bulk_len), 1024 * 1024, 64 * GB, 0},
-    {"proto_max_multibulk_len", config_set_int, F(proto_max_multibulk_len), 1, 2147483647, 0},
-    {"shutdown_timeout", config_set_int, F(shutdown_timeout_ms), 0, 3600000, 0},
-    {"handover_socket", config_set_string, F(handover_socket), 0, 0, 0},
-    {"tls_listen", config_set_tls_listen, F(tls_listen), 0, 0, 1},
-    {"tls_cert_file", config_set_string, F(tls_cert_file), 0, 0, 0},
-    {"tls_key_file", config_set_string, F(tls_key_file), 0, 0, 0},
-    {"tls_ca_cert_file", config_set_string, F(tls_ca_cert_file), 0, 0, 0},
-    {"tls_auth_clients", config_set_tls_auth, F(tls_auth_clients), 0, 0, 0},
-    {"tls_protocols", config_set_tls_protocols, F(tls_protocols), 0, 0, 0},
-    {"tls_ciphers", config_set_string, F(tls_ciphers), 0, 0, 0},
-    {"tls_ciphersuites", config_set_string, F(tls_ciphersuites), 0, 0, 0},
-    {"tls_handshake_timeout", config_set_int, F(tls_handshake_timeout_ms), 100, 3600000, 0},
-    {"backend_tls", config_set_yesno, F(backend_tls), 0, 0, 0},
-    {"backend_tls_ca_cert_file", config_set_string, F(backend_tls_ca_cert_file), 0, 0, 0},
-    {"backend_tls_cert_file", config_set_string, F(backend_tls_cert_file), 0, 0, 0},
-    {"backend_tls_key_file", config_set_string, F(backend_tls_key_file), 0, 0, 0},
-    {"backend_tls_server_name", config_set_string, F(backend_tls_server_name), 0, 0, 0},
+    {"listen", config_set_listen, F(listen), 0, 0, 1, RESTART_LIST(listen_count)},
+    {"backend", config_set_hostport, F(backend), 0, 0, 0, RESTART(STR)},
+    {"cluster", config_set_cluster, F(cluster_seeds), 0, 0, 0, RESTART_LIST(cluster_seed_count)},
+    {"cluster_refresh_interval", config_set_int, F(cluster_refresh_interval_ms), 100, 3600000, 0,
+     LIVE(NUM)},
+    {"cluster_max_redirects", config_set_int, F(cluster_max_redirects), 1, 100, 0, LIVE(NUM)},
+    {"cluster_retry_window", config_set_int, F(cluster_retry_window_ms), 0, 60000, 0, LIVE(NUM)},
+    {"backend_user", config_set_string, F(backend_user), 0, 0, 0, RESTART(STR)},
+    {"backend_password", config_set_string, F(backend_password), 0, 0, 0, RESTART(STR)},
+    {"rules", config_set_string, F(rules), 0, 0, 0, LIVE(STR)},
+    {"users", config_set_string, F(users), 0, 0, 0, LIVE_RENAME(STR)},
+    {"users_in_redis", config_set_yesno, F(users_in_redis), 0, 0, 0, RESTART(INT)},
+    {"log_level", config_set_log_level, F(log_level), 0, 0, 0, LIVE(INT)},
+    {"log_file", config_set_string, F(log_file), 0, 0, 0, LIVE(STR)},
+    {"log_format", config_set_log_format, F(log_format), 0, 0, 0, LIVE(INT)},
+    {"pidfile", config_set_string, F(pidfile), 0, 0, 0, RESTART(STR)},
+    {"maxclients", config_set_int, F(maxclients), 1, 1000000, 0, LIVE(NUM)},
+    {"timeout", config_set_int, F(timeout_s), 0, 100000000, 0, LIVE(NUM)},
+    {"backend_connections", config_set_int, F(backend_connections), 1, 64, 0, RESTART(NUM)},
+    {"backend_max_connections", config_set_int, F(backend_max_connections), 1, 1000000, 0,
+     LIVE(NUM)},
+    {"backend_spare_connections", config_set_int, F(backend_spare_connections), 0, 64, 0,
+     LIVE(NUM)},
+    {"client_max_inflight", config_set_int, F(client_max_inflight), 1, 1000000, 0, LIVE(NUM)},
+    {"client_max_pending_bytes", config_set_bytes,
+     F(client_max_pending_bytes), 64 * 1024, 64 * GB, 0, LIVE(NUM)},
+    {"client_output_buffer_limit", config_set_bytes,
+     F(client_output_buffer_limit), 0, 64 * GB, 0, LIVE(NUM)},
+    {"client_query_buffer_limit", config_set_bytes,
+     F(client_query_buffer_limit), 1024 * 1024, 64 * GB, 0, LIVE(NUM)},
+    {"proto_max_bulk_len", config_set_bytes, F(proto_max_bulk_len), 1024 * 1024, 64 * GB, 0,
+     LIVE(NUM)},
+    {"proto_max_multibulk_len", config_set_int, F(proto_max_multibulk_len), 1, 2147483647, 0,
+     LIVE(NUM)},
+    {"shutdown_timeout", config_set_int, F(shutdown_timeout_ms), 0, 3600000, 0, LIVE(NUM)},
+    {"handover_socket", config_set_string, F(handover_socket), 0, 0, 0, RESTART(STR)},
+    {"tls_listen", config_set_tls_listen, F(tls_listen), 0, 0, 1, RESTART_LIST(tls_listen_count)},
+    {"tls_cert_file", config_set_string, F(tls_cert_file), 0, 0, 0, LIVE(STR)},
+    {"tls_key_file", config_set_string, F(tls_key_file), 0, 0, 0, LIVE(STR)},
+    {"tls_ca_cert_file", config_set_string, F(tls_ca_cert_file), 0, 0, 0, LIVE(STR)},
+    {"tls_auth_clients", config_set_tls_auth, F(tls_auth_clients), 0, 0, 0, LIVE(INT)},
+    {"tls_protocols", config_set_tls_protocols, F(tls_protocols), 0, 0, 0, LIVE(INT)},
+    {"tls_ciphers", config_set_string, F(tls_ciphers), 0, 0, 0, LIVE(STR)},
+    {"tls_ciphersuites", config_set_string, F(tls_ciphersuites), 0, 0, 0, LIVE(STR)},
+    {"tls_handshake_timeout", config_set_int, F(tls_handshake_timeout_ms), 100, 3600000, 0,
+     LIVE(NUM)},
+    {"backend_tls", config_set_yesno, F(backend_tls), 0, 0, 0, RESTART(INT)},
+    {"backend_tls_ca_cert_file", config_set_string, F(backend_tls_ca_cert_file), 0, 0, 0,
+     LIVE(STR)},
+    {"backend_tls_cert_file", config_set_string, F(backend_tls_cert_file), 0, 0, 0, LIVE(STR)},
+    {"backend_tls_key_file", config_set_string, F(backend_tls_key_file), 0, 0, 0, LIVE(STR)},
+    {"backend_tls_server_name", config_set_string, F(backend_tls_server_name), 0, 0, 0, LIVE(STR)},
 };
+#undef LIVE
+#undef LIVE_RENAME
+#undef RESTART
+#undef RESTART_LIST
 #undef F
 #define CONFIG_KEY_COUNT (sizeof(config_keys) / sizeof(config_keys[0]))
 
@@ -480,6 +517,119 @@ int config_load(const char *path, struct config *cfg, struct errlist *errs)
     if (p.section_line != 0)
         config_check_tls(cfg, errs);
     return errs->count == before ? 0 : -1;
+}
+
+/* The field of KEY in CFG. */
+static void *config_field(const struct config *cfg, const struct config_key *key)
+{
+    return (char *)cfg + key->offset;
+}
+
+static int config_list_count(const struct config *cfg, const struct config_key *key)
+{
+    return *(const int *)((const char *)cfg + key->count_offset);
+}
+
+static int config_same_string(const char *a, const char *b)
+{
+    return a == NULL || b == NULL ? a == b : strcmp(a, b) == 0;
+}
+
+/* Whether KEY has the same value in A and B. */
+static int config_same(const struct config *a, const struct config *b,
+                       const struct config_key *key)
+{
+    switch (key->kind) {
+    case CONFIG_STR:
+        return config_same_string(*(char **)config_field(a, key), *(char **)config_field(b, key));
+    case CONFIG_NUM:
+        return *(long long *)config_field(a, key) == *(long long *)config_field(b, key);
+    case CONFIG_INT:
+        return *(int *)config_field(a, key) == *(int *)config_field(b, key);
+    case CONFIG_LIST:
+        if (config_list_count(a, key) != config_list_count(b, key))
+            return 0;
+        for (int i = 0; i < config_list_count(a, key); i++) {
+            if (strcmp(((char **)config_field(a, key))[i], ((char **)config_field(b, key))[i]))
+                return 0;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* DST's KEY takes SRC's value (a copy). */
+static void config_copy(struct config *dst, const struct config *src,
+                        const struct config_key *key)
+{
+    char **to = config_field(dst, key), *const *from = config_field(src, key);
+
+    switch (key->kind) {
+    case CONFIG_STR:
+        free(*to);
+        *to = *from != NULL ? strdup(*from) : NULL;
+        break;
+    case CONFIG_NUM:
+        *(long long *)config_field(dst, key) = *(long long *)config_field(src, key);
+        break;
+    case CONFIG_INT:
+        *(int *)config_field(dst, key) = *(int *)config_field(src, key);
+        break;
+    case CONFIG_LIST:
+        for (int i = 0; i < config_list_count(dst, key); i++)
+            free(to[i]);
+        for (int i = 0; i < config_list_count(src, key); i++)
+            to[i] = strdup(from[i]);
+        *(int *)((char *)dst + key->count_offset) = config_list_count(src, key);
+        break;
+    }
+}
+
+/* Whether a change of KEY from RUNNING to NEXT waits for a restart. */
+static int config_needs_restart(const struct config *next, const struct config *running,
+                                const struct config_key *key)
+{
+    if (key->apply == CONFIG_LIVE || config_same(next, running, key))
+        return 0;
+    if (key->apply == CONFIG_LIVE_RENAME)
+        return (*(char **)config_field(next, key) == NULL) !=
+               (*(char **)config_field(running, key) == NULL);
+    return 1;
+}
+
+int config_keep_restart_keys(struct config *next, const struct config *running, char *names,
+                             size_t size, struct errlist *errs)
+{
+    int before = errs->count;
+    size_t len = 0;
+    int count = 0;
+
+    if (size > 0)
+        names[0] = '\0';
+    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+        const struct config_key *key = &config_keys[i];
+
+        if (!config_needs_restart(next, running, key))
+            continue;
+        log_warning("%s:%d: %s changed: a restart applies it (sluice's hand-over); "
+                    "the running value stays until then", next->path,
+                    config_key_line(next, key->name), key->name);
+        config_copy(next, running, key);
+        if (len < size)
+            len += (size_t)snprintf(names + len, size - len, "%s%s", count > 0 ? ", " : "",
+                                    key->name);
+        count++;
+    }
+    /* A running tls_listen with the certificates the new file names. */
+    config_check_tls(next, errs);
+    return errs->count == before ? count : -1;
+}
+
+int config_key_live(const char *name)
+{
+    const struct config_key *key = config_find_key(name);
+
+    return key != NULL && key->apply != CONFIG_RESTART;
 }
 
 void config_free(struct config *cfg)

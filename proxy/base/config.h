@@ -83,6 +83,19 @@ void config_free(struct config *cfg);
 /* The line of CFG's file where key NAME was set, 0 when it was not. */
 int config_key_line(const struct config *cfg, const char *name);
 
+/* For a reload: every key that NEXT (just loaded) changes from RUNNING
+ * but that only a restart applies (listen, backend, ...; README "Reload")
+ * takes RUNNING's value back in NEXT, so that NEXT is what this process
+ * goes on with. Their names go to NAMES, ", " between (cut at SIZE).
+ * Returns how many, or -1 when the keys that go together no longer do
+ * (tls_listen kept, its certificate gone): then the errors are in ERRS. */
+int config_keep_restart_keys(struct config *next, const struct config *running, char *names,
+                             size_t size, struct errlist *errs);
+
+/* 1 when a change of key NAME applies at a reload (at least from one
+ * value to another), 0 when only a restart applies it or NAME is no key. */
+int config_key_live(const char *name);
+
 /* Whether CFG runs sluice in cluster mode (`cluster =` names seeds): from
  * start on, the same answer as cluster_enabled. */
 static inline int config_cluster_mode(const struct config *cfg)

@@ -26,6 +26,31 @@ void errlist_add(struct errlist *errs, const char *file, int line, const char *f
     errs->count++;
 }
 
+void errlist_msg_append(char *buf, size_t size, const char *fmt, ...)
+{
+    size_t used = strnlen(buf, size);
+    va_list ap;
+
+    if (used > 0 && used + 1 < size)
+        buf[used++] = '\n';
+    if (used + 1 >= size)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, size - used, fmt, ap);
+    va_end(ap);
+}
+
+void errlist_add_each(struct errlist *errs, const char *file, int line, const char *key,
+                      const char *msgs)
+{
+    do {
+        int n = (int)strcspn(msgs, "\n");
+
+        errlist_add(errs, file, line, "%s: %.*s", key, n, msgs);
+        msgs += n;
+    } while (*msgs++ != '\0');
+}
+
 void errlist_first(const struct errlist *errs, char *buf, size_t size)
 {
     size_t n;

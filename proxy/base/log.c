@@ -52,6 +52,16 @@ int log_open(const char *path)
     return 0;
 }
 
+int log_reopen(const char *path)
+{
+    if (path == NULL || path[0] == '\0') {
+        log_close();   /* back to stderr */
+        return 0;
+    }
+    /* log_open opens the new file before it lets go of the old one. */
+    return log_open(path);
+}
+
 void log_close(void)
 {
     if (log_stream != NULL)

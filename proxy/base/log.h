@@ -13,6 +13,11 @@ extern enum log_level log_current_level;
 /* Send log lines to PATH (NULL: stderr). Returns 0, or -1 with errno set. */
 int log_open(const char *path);
 void log_close(void);
+/* A reload (SIGHUP, PROXY RELOAD): send log lines to PATH (NULL: stderr)
+ * from now on, opened afresh, so that a file logrotate renamed away is let
+ * go and a new one starts at PATH. On failure (-1, errno set) the old
+ * destination stays. */
+int log_reopen(const char *path);
 
 /* Level from its name ("debug", "info", "notice", "warning"); -1 if none.
  * LOG_ERROR is for start-up failures only: no log_level names it. */

@@ -42,7 +42,17 @@ void server_set_reload(server_reload_fn *fn)
     server_reload_hook = fn;
 }
 
-int server_reload(struct errlist *errs)
+int server_reload(struct errlist *errs, char *note, size_t size)
 {
-    return server_reload_hook != NULL ? server_reload_hook(errs) : 0;
+    int rc = 0;
+
+    if (size > 0)
+        note[0] = '\0';
+    if (server_reload_hook != NULL)
+        rc = server_reload_hook(errs, note, size);
+    if (rc == 0)
+        server.config_reloads_ok++;
+    else
+        server.config_reloads_error++;
+    return rc;
 }

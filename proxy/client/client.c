@@ -134,6 +134,14 @@ void client_core_init(struct event_base *base, const struct config *cfg,
     placement_init();
 }
 
+void client_config_changed(void)
+{
+    /* Every client's parser points at these: the new limits apply to the
+     * next request each one frames. */
+    client_limits.max_bulk_len = client_cfg->proto_max_bulk_len;
+    client_limits.max_multibulk_len = client_cfg->proto_max_multibulk_len;
+}
+
 int client_count(void)
 {
     return client_total;

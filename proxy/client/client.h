@@ -138,6 +138,10 @@ TAILQ_HEAD(client_list, client);
 
 /* Set up client handling for the whole process. */
 void client_module_init(struct event_base *base, const struct config *cfg);
+/* The config given to client_module_init was reloaded: take the values
+ * the clients keep copies of (proto_max_bulk_len, proto_max_multibulk_len);
+ * the others are read where used. */
+void client_config_changed(void);
 
 /* Verbs sluice adds (LOCK, UNLOCK, RENEW), from the layer above: WANTS
  * says whether a request that sluice answers itself is one of theirs,

@@ -3,6 +3,7 @@
 #include "local.h"
 
 #include <event2/buffer.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -431,10 +432,11 @@ static void local_proxy_info(struct evbuffer *out)
 
     evbuffer_add_printf(text, "# Proxy\r\nsluice_version:%s\r\nprocess_id:%d\r\n"
                               "uptime_in_seconds:%lld\r\nconfig_file:%s\r\n"
+                              "config_reloads_ok:%llu\r\nconfig_reloads_error:%llu\r\n"
                               "connected_clients:%d\r\n\r\n# Stats\r\n",
                         SLUICE_VERSION, (int)getpid(),
                         (long long)(time(NULL) - server.start_time), server.cfg.path,
-                        client_count());
+                        server.config_reloads_ok, server.config_reloads_error, client_count());
     stats_write_info(text);
     evbuffer_add_printf(text, "\r\n# Backends\r\n");
     backend_write_info(text);
@@ -455,15 +457,19 @@ static void local_proxy_rules(struct evbuffer *out)
     limiter_write_rules(out);
 }
 
-/* Re-read the rule and users files and the TLS certificates; a bad one
- * changes nothing and the first error (FILE:LINE: message) is the reply. */
+/* Re-read sluice.ini, the rule and users files and the TLS certificates,
+ * all or nothing: an error changes nothing and the first one (FILE:LINE:
+ * message) is the reply. Changed keys that only a restart applies are
+ * named in the status ("OK; restart needed for: listen, backend"). */
 static void local_proxy_reload(struct evbuffer *out)
 {
     struct errlist errs = {0};
-    char first[1024];
+    char first[1024], note[512], status[600];
 
-    if (server_reload(&errs) == 0) {
-        reply_status(out, "OK");
+    if (server_reload(&errs, note, sizeof(note)) == 0) {
+        snprintf(status, sizeof(status), "OK%s%s", note[0] != '\0' ? "; restart needed for: " : "",
+                 note);
+        reply_status(out, status);
     } else {
         errlist_first(&errs, first, sizeof(first));
         reply_error(out, "not reloaded: %s", first);
@@ -492,7 +498,7 @@ static const struct {
     {"cluster", local_proxy_cluster,
      "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
      1},
-    {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing).", 0},
+    {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0},
     {"help", local_proxy_help, "    Print this help.", 1},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))

@@ -11,6 +11,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -259,24 +260,43 @@ static void tls_add_error(const struct config *cfg, struct errlist *errs, const 
     errlist_add(errs, cfg->path, config_key_line(cfg, key), "%s", err);
 }
 
-int tls_reload(const struct config *cfg, struct errlist *errs)
+int tls_prepare(const struct config *cfg, struct tls_contexts **out, struct errlist *errs)
 {
-    struct tls_contexts fresh;
     char err[1024];
 
+    *out = NULL;
     if (cfg->tls_listen_count == 0 && !cfg->backend_tls)
         return 0;
-    if (tls_build(cfg, &fresh, err, sizeof(err)) != 0) {
+    *out = calloc(1, sizeof(**out));
+    if (*out == NULL || tls_build(cfg, *out, err, sizeof(err)) != 0) {
+        if (*out == NULL)
+            snprintf(err, sizeof(err), "out of memory");
+        free(*out);
+        *out = NULL;
         log_warning("TLS certificates not reloaded; the old ones stay: %s", err);
         tls_add_error(cfg, errs, err);
         return -1;
     }
+    return 0;
+}
+
+void tls_commit(struct tls_contexts *fresh)
+{
+    if (fresh == NULL)
+        return;
     /* SSL objects hold a reference to their context: live connections
      * keep the old one until they end. */
     tls_contexts_free(&tls_current);
-    tls_current = fresh;
+    tls_current = *fresh;
+    free(fresh);
     log_notice("TLS certificates reloaded");
-    return 0;
+}
+
+void tls_staged_free(struct tls_contexts *fresh)
+{
+    if (fresh != NULL)
+        tls_contexts_free(fresh);
+    free(fresh);
 }
 
 int tls_check(const struct config *cfg, struct errlist *errs)

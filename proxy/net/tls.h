@@ -17,11 +17,17 @@ struct ssl_st;
 /* Build the contexts CFG asks for (client side when it has tls_listen,
  * backend side with backend_tls). Returns 0, or -1 with ERR set. */
 int tls_init(const struct config *cfg, char *err, size_t errlen);
-/* Read the certificates and keys again. On any error nothing changes
- * (the old contexts stay), the error is added to ERRS (FILE:LINE: the
- * line of the key naming the bad file) and -1 is returned. Connections
- * made before keep the context they started with. */
-int tls_reload(const struct config *cfg, struct errlist *errs);
+/* SIGHUP / PROXY RELOAD, in two halves. tls_prepare builds the contexts
+ * CFG (the next config) asks for into *OUT (NULL when it asks for none),
+ * changing nothing: 0, or -1 with the error in ERRS (FILE:LINE: the line
+ * of the key naming the bad file). tls_commit makes FRESH (from
+ * tls_prepare, taken; NULL: nothing) the contexts of new connections;
+ * connections made before keep the context they started with.
+ * tls_staged_free drops FRESH instead. */
+struct tls_contexts;
+int tls_prepare(const struct config *cfg, struct tls_contexts **out, struct errlist *errs);
+void tls_commit(struct tls_contexts *fresh);
+void tls_staged_free(struct tls_contexts *fresh);
 /* sluice -t: build the contexts once, errors into ERRS as FILE:LINE (the
  * line of the key naming the bad file). Returns 0 when fine. */
 int tls_check(const struct config *cfg, struct errlist *errs);

@@ -140,3 +140,99 @@ def test_listen_port_in_use(tmp_path, redis_factory):
     except subprocess.TimeoutExpired:
         pytest.fail("sluice kept running although its listen port is taken")
     assert p.returncode != 0
+
+
+# --------------------------------------------------------------------------
+# -t: every error of every file, and warnings (exit 0)
+
+
+BROKEN_INI = """[proxy]
+backend = 127.0.0.1:6379
+rules = rules.ini
+users = users.ini
+maxclients = lots
+tiemout = 5
+"""
+BROKEN_RULES = """[limit a]
+commands = gett, sett
+match_ip = 1.2.3.x, 10.0.0.0/99
+rate = 10/s
+"""
+BROKEN_USERS = """[user app]
+password = pw
+commands = +gett -@nocat +get
+keys = %R~x ~
+"""
+
+
+def _lines(stderr, path):
+    """The (line, message) pairs of STDERR about PATH."""
+    return re.findall(re.escape(str(path)) + r":(\d+): (.+)", stderr.decode(errors="replace"))
+
+
+def test_check_prints_every_error_of_every_file(tmp_path):
+    """A typo in sluice.ini hides nothing in the rule and users files it
+    names, and a line with two bad items gets two errors."""
+    cfg = write(tmp_path, BROKEN_INI)
+    rules = write(tmp_path, BROKEN_RULES, "rules.ini")
+    users = write(tmp_path, BROKEN_USERS, "users.ini")
+    p = run("-t", "-c", str(cfg))
+    assert p.returncode == 1, p.stderr
+    assert [n for n, _ in _lines(p.stderr, cfg)] == ["5", "6"], p.stderr
+    assert _lines(p.stderr, rules) == [
+        ("2", "commands: unknown command 'gett'"),
+        ("2", "commands: unknown command 'sett'"),
+        ("3", "match_ip: '1.2.3.x' is not an address or CIDR (e.g. 10.0.0.0/8, ::1)"),
+        ("3", "match_ip: '10.0.0.0/99' is not an address or CIDR (e.g. 10.0.0.0/8, ::1)"),
+    ], p.stderr
+    assert _lines(p.stderr, users) == [
+        ("3", "commands: unknown command 'gett'"),
+        ("3", "commands: unknown ACL category '@nocat'"),
+        ("4", "keys: '%R~x': read/write patterns (%R~, %W~) are not supported"),
+        ("4", "keys: '~' without a pattern"),
+    ], p.stderr
+
+
+WARN_RULES = """[limit b]
+match_user = nosuchuser, app*
+rate = 5/s
+
+[limit c]
+keys = foo[], bar[, ok[^]
+match_name = x[]y
+rate = 5/s
+"""
+
+
+def test_check_warns_and_exits_0(tmp_path):
+    """A rule for a user the users file lacks, a glob no subject can match
+    and a backend that does not resolve are warnings: exit 0."""
+    cfg = write(tmp_path, "[proxy]\nbackend = redis.invalid:7601\nrules = rules.ini\n"
+                          "users = users.ini\n")
+    rules = write(tmp_path, WARN_RULES, "rules.ini")
+    write(tmp_path, "[user app1]\npassword = pw\ncommands = +get\n", "users.ini")
+    p = run("-t", "-c", str(cfg))
+    assert p.returncode == 0, p.stderr
+    found = _lines(p.stderr, cfg)
+    assert len(found) == 1 and found[0][0] == "2", p.stderr
+    assert found[0][1].startswith("warning: cannot resolve backend redis.invalid:7601: "), found
+    warned = sorted(_lines(p.stderr, rules))
+    assert [n for n, _ in warned] == ["2", "6", "6", "7"], p.stderr
+    assert all(m.startswith("warning: ") for _, m in warned), p.stderr
+    assert "'nosuchuser' matches no user" in warned[0][1]
+    assert {m.split("'")[1] for _, m in warned[1:3]} == {"foo[]", "bar["}, warned
+    assert all("can never match" in m for _, m in warned[1:]), warned
+    assert "'x[]y'" in warned[3][1]
+
+
+def test_check_warns_about_cluster_seed_and_backend_password_user(tmp_path):
+    """Without a users file, backend_user is the one user rules can name."""
+    cfg = write(tmp_path, f"[proxy]\ncluster = 127.0.0.1:{free_port()} seed.invalid:7000\n"
+                          "backend_user = app\nbackend_password = pw\nrules = rules.ini\n")
+    rules = write(tmp_path, "[limit a]\nmatch_user = app\nrate = 1/s\n\n"
+                            "[limit b]\nmatch_user = other\nrate = 1/s\n", "rules.ini")
+    p = run("-t", "-c", str(cfg))
+    assert p.returncode == 0, p.stderr
+    found = _lines(p.stderr, cfg)
+    assert len(found) == 1 and found[0][0] == "2" and "seed.invalid:7000" in found[0][1], p.stderr
+    assert [n for n, _ in _lines(p.stderr, rules)] == ["6"], p.stderr

@@ -2271,3 +2271,25 @@ def test_client_keeps_its_connection_when_an_idle_private_one_is_lost(tmp_path):
             assert c.call("MULTI") == "OK"
             assert c.call("INCR", k) == "QUEUED"
             assert c.call("EXEC") == [2]
+
+
+def test_reload_applies_cluster_refresh_interval(redis_cluster, module_tmp):
+    """cluster_refresh_interval is live (README "Reload"): a sluice that
+    would read the slot map once an hour reads it every 200 ms once a
+    reload lowers it, with no reconnect."""
+    gen = _cluster_sluice_with(redis_cluster, module_tmp / "reload-refresh",
+                               {"cluster_refresh_interval": 3600000})
+    s = next(gen)
+    try:
+        before = int(cluster_info(s)["refreshes"])
+        time.sleep(1 * SLOW)
+        assert int(cluster_info(s)["refreshes"]) == before
+        text = s.config_path.read_text().replace("cluster_refresh_interval = 3600000",
+                                                 "cluster_refresh_interval = 200")
+        s.config_path.write_text(text)
+        with s.raw() as c:
+            assert c.call(b"PROXY", b"RELOAD") == "OK"
+        wait_until(lambda: int(cluster_info(s)["refreshes"]) >= before + 3, 5 * SLOW,
+                   msg="slot map read every 200 ms after the reload")
+    finally:
+        gen.close()

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from conftest import _read_log, require_sluice_bin
-from helpers import SLOW, encode_command, free_port, wait_until
+from helpers import SLOW, Err, encode_command, free_port, wait_until
 
 
 def _openssl(*args, cwd):
@@ -583,3 +583,45 @@ def test_tls_client_that_never_reads_is_cut_off(sluice_factory, backend, certs):
     assert other.ping() is True
     bye(other)
     flooder.close()
+
+
+# --------------------------------------------------------------------------
+# sluice.ini's TLS keys at a reload (README "Reload")
+
+
+def _rewrite(s, drop=(), **keys):
+    lines = [ln for ln in s.config_path.read_text().splitlines()
+             if ln.split("=", 1)[0].strip() not in set(drop) | set(keys)]
+    s.config_path.write_text("\n".join(lines + [f"{k} = {v}" for k, v in keys.items()]) + "\n")
+
+
+def test_reload_applies_tls_auth_clients(sluice_factory, backend, certs):
+    s = start_tls_sluice(sluice_factory, backend, certs, auth="no")
+    c = tls_client(certs, s.tls_port)
+    assert c.ping() is True
+    _rewrite(s, tls_auth_clients="yes")
+    with s.raw() as admin:
+        assert admin.call(b"PROXY", b"RELOAD") == "OK"
+    assert c.ping() is True                     # its session stays
+    bye(c)
+    assert refused(tls_client(certs, s.tls_port))   # a new one needs a certificate now
+    c = tls_client(certs, s.tls_port, cert="client")
+    assert c.ping() is True
+    bye(c)
+
+
+def test_reload_keeps_tls_listen_and_wants_its_certificates(sluice_factory, backend, certs):
+    """tls_listen needs a restart: a new sluice.ini without it and without
+    the certificates would leave the running TLS listener without them, so
+    the reload is refused and changes nothing."""
+    s = start_tls_sluice(sluice_factory, backend, certs)
+    _rewrite(s, drop=("tls_listen", "tls_cert_file", "tls_key_file"), maxclients=1)
+    with s.raw() as admin:
+        reply = admin.call(b"PROXY", b"RELOAD")
+        assert isinstance(reply, Err), reply
+        assert "tls_listen needs tls_cert_file and tls_key_file" in reply, reply
+        with s.raw() as other:                  # maxclients = 1 did not apply
+            assert other.call(b"PING") == "PONG"
+    c = tls_client(certs, s.tls_port)
+    assert c.ping() is True
+    bye(c)

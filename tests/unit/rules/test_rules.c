@@ -586,6 +586,47 @@ static int gm(const char *p, const char *s)
     return glob_match(p, strlen(p), s, strlen(s));
 }
 
+static int gcm(const char *p)
+{
+    return glob_can_match(p, strlen(p));
+}
+
+/* glob_can_match says 0 only for patterns nothing matches: checked
+ * against every subject of up to 3 bytes from the bytes that matter. */
+static void test_glob_can_match(void)
+{
+    static const char *const patterns[] = {
+        "[]", "a[]", "[]*", "foo[", "[", "*[", "[^]", "[^", "[abc", "\\[]", "[\\]]", "a*b",
+        "[]]", "x[]y", "\\[", "[a-]", "",
+    };
+    static const char *const never[] = {"[]", "a[]", "[]*", "foo[", "[", "*[", "x[]y", "[]]"};
+    const char bytes[] = "a]b[^\\x-y";
+
+    for (size_t i = 0; i < sizeof(never) / sizeof(never[0]); i++)
+        CHECK(!gcm(never[i]));
+    CHECK(gcm("[^]") && gcm("[^") && gcm("[abc") && gcm("\\[]") && gcm("[a-]") && gcm(""));
+    for (size_t i = 0; i < sizeof(patterns) / sizeof(patterns[0]); i++) {
+        const char *p = patterns[i];
+        int matched = 0;
+        size_t nb = sizeof(bytes) - 1;
+
+        for (size_t a = 0; a <= nb && !matched; a++) {
+            for (size_t b = 0; b <= nb && !matched; b++) {
+                for (size_t c = 0; c <= nb && !matched; c++) {
+                    char subj[3];
+                    size_t len = 0;
+                    if (a < nb) subj[len++] = bytes[a];
+                    if (a < nb && b < nb) subj[len++] = bytes[b];
+                    if (a < nb && b < nb && c < nb) subj[len++] = bytes[c];
+                    matched = glob_match(p, strlen(p), subj, len);
+                }
+            }
+        }
+        if (!gcm(p))
+            CHECK(!matched);
+    }
+}
+
 static void test_glob(void)
 {
     CHECK(gm("", ""));
@@ -809,6 +850,7 @@ UNIT_MAIN("rules",
           {"key globs", test_key_globs},
           {"LOCK/UNLOCK/RENEW", test_sluice_verbs},
           {"glob", test_glob},
+          {"glob_can_match", test_glob_can_match},
           {"bucket basics", test_bucket_basics},
           {"bucket wait rounding", test_bucket_wait_rounding},
           {"bucket admission over time", test_bucket_admission_over_time},
