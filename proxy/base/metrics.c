@@ -46,6 +46,7 @@ static struct {
 } metrics_sets[METRIC_COUNT];
 
 static void (*metrics_refresh)(void);
+static double (*metrics_gauge_fns[METRIC_COUNT])(void);   /* metrics_gauge_fn */
 
 /* Where counting goes when a series cannot be made (out of memory). */
 static union {
@@ -225,6 +226,11 @@ void metrics_family_clear(enum metrics_id id)
     metrics_sets[id].count = 0;
 }
 
+void metrics_gauge_fn(enum metrics_id id, double (*fn)(void))
+{
+    metrics_gauge_fns[id] = fn;
+}
+
 void metrics_set_refresh(void (*fn)(void))
 {
     metrics_refresh = fn;
@@ -334,6 +340,10 @@ void metrics_write(struct evbuffer *out)
 {
     if (metrics_refresh != NULL)
         metrics_refresh();
+    for (int id = 0; id < METRIC_COUNT; id++) {
+        if (metrics_gauge_fns[id] != NULL)
+            metrics_gauge((enum metrics_id)id, NULL, NULL, metrics_gauge_fns[id]());
+    }
     for (int id = 0; id < METRIC_COUNT; id++)
         metrics_write_family(out, (enum metrics_id)id);
 }

@@ -113,6 +113,10 @@ void metrics_gauge(enum metrics_id id, const char *v1, const char *v2, double va
  * label values may change: a backend's role). */
 void metrics_family_clear(enum metrics_id id);
 
+/* The unlabelled gauge ID reads FN at each metrics_write (a count kept by
+ * another module: clients, KEEP renewals, the slow log's length). */
+void metrics_gauge_fn(enum metrics_id id, double (*fn)(void));
+
 /* FN runs before each metrics_write: it sets the gauges read from state
  * (clients, backends). Set by main.c. */
 void metrics_set_refresh(void (*fn)(void));

@@ -5,6 +5,8 @@
 
 #include <time.h>
 
+#include "metrics.h"
+
 struct server server;
 
 /* 0: not read yet in this loop pass. */
@@ -44,5 +46,8 @@ void server_set_reload(server_reload_fn *fn)
 
 int server_reload(struct errlist *errs)
 {
-    return server_reload_hook != NULL ? server_reload_hook(errs) : 0;
+    int rc = server_reload_hook != NULL ? server_reload_hook(errs) : 0;
+
+    (*metrics_counter(METRIC_config_reloads_total, rc == 0 ? "ok" : "error", NULL))++;
+    return rc;
 }

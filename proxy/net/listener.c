@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 #include "sockaddr.h"
 
@@ -95,6 +96,9 @@ static void listener_error_cb(struct evconnlistener *l, void *arg)
 
     (void)l;
     (void)arg;
+    (*metrics_counter(METRIC_rejected_connections_total,
+                      listener_out_of_resources(err) ? "out_of_resources" : "accept_error",
+                      NULL))++;
     if (paused) {
         listener_set_enabled(0);
         evtimer_add(listener_resume_timer, &resume_after);
