@@ -350,6 +350,25 @@ def test_wrong_backend_password_is_not_ready(redis_factory, sluice_factory):
     assert "WRONGPASS" in lines[0], lines
 
 
+def test_refused_login_shows_in_proxy_info_and_is_logged_once(redis_factory, sluice_factory):
+    """Without metrics_listen too: the backend connection Redis refused
+    sluice's login is auth_failed, not up, and the log says so once with
+    Redis's words, not once per connection that tries."""
+    srv = redis_factory()
+    with srv.client() as c:
+        c.config_set("requirepass", "right")
+    s = sluice_factory(srv.port, backend_password="wrong")
+    for _ in range(3):
+        with RawConn(s.port) as c:
+            assert c.call("AUTH", "wrong") == "OK"
+            c.call("SELECT", "1")   # a private connection, which logs in too
+    info = s.info(auth=("wrong",))
+    assert "state=auth_failed" in info["backend_0"], info["backend_0"]
+    log = _read_log(s.log_path)
+    lines = [ln for ln in log.splitlines() if "WRONGPASS" in ln]
+    assert len(lines) == 1 and "refused sluice's login" in lines[0], log
+
+
 def test_readyz_says_shutting_down_while_draining(redis_factory, sluice_factory):
     srv, s, mport = start_metrics_sluice(redis_factory, sluice_factory, shutdown_timeout=10000)
     with RawConn(s.port, timeout=10 * SLOW) as c:
