@@ -26,6 +26,9 @@
 #include "glob.h"
 #include "listener.h"
 #include "learn.h"
+#include "httpd.h"
+#include "metrics.h"
+#include "slot.h"
 #include "local.h"
 #include "lock.h"
 #include "redisusers.h"
@@ -368,6 +371,95 @@ static const struct learn_client_ops main_learn_client_ops = {
     .release_held = client_release_held,
 };
 
+/* ---- metrics_listen: what /metrics and /readyz read (httpd.h) ---- */
+
+static double main_connected_clients(void)
+{
+    return client_count();
+}
+
+static double main_lock_keep_active(void)
+{
+    return lock_keep_active();
+}
+
+/* The slow log's length: 0 until there is a slow log to feed it. */
+static double main_slowlog_length(void)
+{
+    return 0;
+}
+
+/* The backend gauges, set afresh at each scrape: a node's role may change
+ * and a node out of the cluster's slot map is left out. */
+static void main_metrics_refresh(void)
+{
+    static const char *const kinds[BACKEND_KINDS] = {
+        [BACKEND_KIND_SHARED] = "shared", [BACKEND_KIND_PRIVATE] = "private",
+        [BACKEND_KIND_SCRIPT] = "script", [BACKEND_KIND_SPARE] = "spare"};
+    const struct backend_node *node = NULL;
+    int counts[BACKEND_KINDS];
+    char why[8];
+
+    metrics_family_clear(METRIC_backend_up);
+    metrics_family_clear(METRIC_backend_connections);
+    while ((node = backend_node_next(node)) != NULL) {
+        const char *name = backend_node_name(node);
+        if (backend_node_retired(node))
+            continue;
+        metrics_gauge(METRIC_backend_up, name, backend_node_role(node),
+                      backend_node_ready(node, why, sizeof(why)));
+        backend_node_connections(node, counts);
+        for (int k = 0; k < BACKEND_KINDS; k++)
+            metrics_gauge(METRIC_backend_connections, name, kinds[k], counts[k]);
+    }
+}
+
+/* /readyz: the config is loaded (it is, once sluice runs), sluice is not
+ * shutting down, and the backend (standalone) or the primary of every
+ * slot (cluster) is connected and logged in. */
+static int main_readyz(char *why, size_t len)
+{
+    const struct backend_node *last = NULL;
+
+    if (server.shutting_down) {
+        snprintf(why, len, "shutting down");
+        return 0;
+    }
+    if (!cluster_enabled())
+        return backend_node_ready(backend_default_node(), why, len);
+    for (int slot = 0; slot < SLOT_COUNT; slot++) {
+        const struct backend_node *node = cluster_node_for_slot(slot);
+        if (node == NULL) {
+            snprintf(why, len, "cluster: no node serves slot %d (no slot map yet, or a slot "
+                               "without a primary)", slot);
+            return 0;
+        }
+        if (node != last && !backend_node_ready(node, why, len))
+            return 0;
+        last = node;
+    }
+    return 1;
+}
+
+static const struct httpd_ops main_httpd_ops = {
+    .metrics = metrics_write,
+    .ready = main_readyz,
+};
+
+/* The metrics that read other modules' state, and the build's own. */
+static void main_metrics_init(void)
+{
+    metrics_init();
+    metrics_gauge(METRIC_build_info, SLUICE_VERSION, NULL, 1);
+    metrics_gauge(METRIC_start_time_seconds, NULL, NULL, (double)server.start_time);
+    metrics_gauge_fn(METRIC_connected_clients, main_connected_clients);
+    metrics_gauge_fn(METRIC_lock_keep_active, main_lock_keep_active);
+    metrics_gauge_fn(METRIC_slowlog_length, main_slowlog_length);
+    metrics_set_refresh(main_metrics_refresh);
+    metrics_counter(METRIC_config_reloads_total, "ok", NULL);
+    metrics_counter(METRIC_config_reloads_total, "error", NULL);
+}
+
 static void main_register_hooks(void)
 {
     server_set_reload(main_reload);
@@ -406,6 +498,7 @@ static void main_takeover(pid_t new_pid)
 {
     (void)new_pid;
     main_handed_over = 1;
+    httpd_pause();   /* the new sluice answers scrapes and probes on the same socket */
     main_begin_shutdown();
 }
 
@@ -524,6 +617,9 @@ static int main_start_serving(struct handover_take *take)
         backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
         listener_start(server.base, &server.cfg, client_accept, take->fds, take->fd_count, err,
                        sizeof(err)) != 0 ||
+        (server.cfg.metrics_listen != NULL &&
+         httpd_start(server.base, server.cfg.metrics_listen, &main_httpd_ops, take->fds,
+                     take->fd_count, err, sizeof(err)) != 0) ||
         (server.cfg.pidfile != NULL && pidfile_write(server.cfg.pidfile, err, sizeof(err)) != 0)) {
         log_error("%s", err);
         handover_abandon(take);
@@ -574,6 +670,7 @@ static int main_run(void)
         log_error("a Lua script is missing from the build");
         return 1;
     }
+    main_metrics_init();
     stats_init();
     local_init();
     main_register_hooks();
@@ -604,6 +701,7 @@ static int main_run(void)
 
     handover_serve_stop();
     listener_stop();
+    httpd_stop();
     client_free_all();
     learn_free_all();
     cluster_free();
@@ -618,6 +716,7 @@ static int main_run(void)
     event_base_free(server.base);
     if (server.cfg.pidfile != NULL)
         pidfile_remove(server.cfg.pidfile);
+    metrics_free_all();
     log_notice(main_handed_over ? "sluice stopped (handed over)" : "sluice stopped");
     return 0;
 }

@@ -22,6 +22,7 @@
 #include "bucket.h"
 #include "commands.h"
 #include "log.h"
+#include "metrics.h"
 #include "rules.h"
 #include "server.h"
 
@@ -56,7 +57,31 @@ struct rule_state {
     struct keyed_bucket *keyed[LIMITER_KEYED_CHAINS];
     size_t keyed_count;               /* buckets in keyed[] */
     uint64_t last_dryrun_log_us;
+    /* sluice_ratelimit_decisions_total by enum limiter_metric, and
+     * sluice_ratelimit_delay_seconds: series of the rule's name, which
+     * count on over reloads (never taken back, unlike the counters above). */
+    uint64_t *metric[4];
+    struct metrics_hist *metric_delay;
 };
+
+enum limiter_metric { LIMITER_ADMITTED, LIMITER_REJECTED, LIMITER_DELAYED, LIMITER_DRYRUN };
+
+/* Count one decision of KIND of the rule ST; a delay of WAIT_US. */
+static void limiter_metric(struct rule_state *st, enum limiter_metric kind, uint64_t wait_us)
+{
+    (*st->metric[kind])++;
+    if (kind == LIMITER_DELAYED)
+        metrics_hist_observe(st->metric_delay, wait_us);
+}
+
+static void limiter_metric_open(struct rule_state *st)
+{
+    static const char *const names[] = {"admitted", "rejected", "delayed", "dryrun"};
+
+    for (int k = 0; k < 4; k++)
+        st->metric[k] = metrics_counter(METRIC_ratelimit_decisions_total, st->rule->name, names[k]);
+    st->metric_delay = metrics_hist(METRIC_ratelimit_delay_seconds, st->rule->name, NULL);
+}
 
 struct limiter_entry {
     uint64_t state_id;
@@ -174,6 +199,7 @@ static struct rule_state *limiter_carry_over(const struct rule *new_rule, struct
     st = calloc(1, sizeof(*st));
     st->id = limiter_next_state_id++;
     st->rule = new_rule;
+    limiter_metric_open(st);
     bucket_init(&st->bucket, new_rule->burst);
     return st;
 }
@@ -401,6 +427,7 @@ static void limiter_decide(struct limiter_match *m, int n, struct limiter_decisi
         if (too_long) {
             limiter_reject(out, m[i].st, m[i].wait_us);
             m[i].st->rejected++;
+            limiter_metric(m[i].st, LIMITER_REJECTED, 0);
             return;
         }
         if (m[i].wait_us > delay)
@@ -415,6 +442,7 @@ static void limiter_decide(struct limiter_match *m, int n, struct limiter_decisi
             m[i].st->delayed++;
         else
             m[i].st->admitted++;
+        limiter_metric(m[i].st, m[i].wait_us > 0 ? LIMITER_DELAYED : LIMITER_ADMITTED, m[i].wait_us);
         out->taken[out->taken_count++] = (struct limiter_taken){m[i].st->id, m[i].wait_us > 0};
     }
     out->verdict = delay > 0 ? LIMITER_DELAY : LIMITER_PASS;
@@ -459,6 +487,7 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
         int would = r->action == RULE_ACTION_REJECT ? wait > 0 : wait > r->max_delay_us;
         if (wait > 0)
             limiter_dryrun_hit(st, p->now_us, wait);
+        limiter_metric(st, wait > 0 ? LIMITER_DRYRUN : LIMITER_ADMITTED, 0);
         if (!would)
             bucket_take(b);   /* it models the limit as if enforced */
         return;
@@ -687,16 +716,22 @@ void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint
 
     if (st == NULL)
         return;   /* reloaded away meanwhile */
-    if (allowed < 0)
+    if (allowed < 0) {
         st->fail_open++;
-    else if (ask->dryrun && (!allowed || wait_us > 0))
+        limiter_metric(st, LIMITER_ADMITTED, 0);   /* it passes */
+    } else if (ask->dryrun && (!allowed || wait_us > 0)) {
         limiter_dryrun_hit(st, st->last_dryrun_log_us + LIMITER_DRYRUN_LOG_EVERY_US, wait_us);
-    else if (!allowed)
+        limiter_metric(st, LIMITER_DRYRUN, 0);
+    } else if (!allowed) {
         st->rejected++;
-    else if (wait_us > 0)
+        limiter_metric(st, LIMITER_REJECTED, 0);
+    } else if (wait_us > 0) {
         st->delayed++;
-    else
+        limiter_metric(st, LIMITER_DELAYED, wait_us);
+    } else {
         st->admitted++;
+        limiter_metric(st, LIMITER_ADMITTED, 0);
+    }
 }
 
 /* Take back the count a given-back token had made. */

@@ -31,6 +31,7 @@
 #include "errlist.h"
 #include "learned.h"
 #include "log.h"
+#include "metrics.h"
 #include "placement.h"
 #include "redisusers.h"
 #include "server.h"
@@ -283,11 +284,14 @@ static void auth_count_failure(const struct client *c, const char *name, size_t 
     for (int i = 0; auth_failed != NULL && i < users_count(auth_users); i++) {
         if (strlen(auth_failed[i].name) == len && memcmp(auth_failed[i].name, name, len) == 0) {
             auth_failed[i].count++;
+            (*metrics_counter(METRIC_auth_failures_total, auth_failed[i].name, NULL))++;
             found = 1;
         }
     }
-    if (!found)
-        auth_failed_unknown++;
+    if (!found) {
+        auth_failed_unknown++;   /* a name from the wire is no label value: unbounded */
+        (*metrics_counter(METRIC_auth_failures_total, "unknown", NULL))++;
+    }
     auth_unlogged++;
     if (now - auth_last_log_ms < 1000)
         return;

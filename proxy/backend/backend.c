@@ -48,6 +48,7 @@
 #include "client.h"
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "netio.h"
 #include "reply.h"
 #include "request.h"
@@ -126,6 +127,21 @@ struct backend_conn *backend_conn_new(struct backend_node *node, struct client *
 /* A new node for HOSTPORT with its pool connecting (a host name's after
  * its lookup), at the end of the node list. NULL with ERR set when
  * HOSTPORT is not "host:port" (or OOM). */
+/* NODE's metric series (kept by the registry for the life of the process:
+ * a node that leaves and comes back counts on). */
+static void backend_node_metrics(struct backend_node *node)
+{
+    static const char *const kinds[BACKEND_ERROR_KINDS] = {
+        [BACKEND_ERROR_CONNECT] = "connect", [BACKEND_ERROR_CLOSED] = "closed",
+        [BACKEND_ERROR_TIMEOUT] = "timeout", [BACKEND_ERROR_AUTH] = "auth",
+        [BACKEND_ERROR_PROTOCOL] = "protocol"};
+
+    node->metric_requests = metrics_counter(METRIC_backend_requests_total, node->name, NULL);
+    node->metric_duration = metrics_hist(METRIC_backend_request_duration_seconds, node->name, NULL);
+    for (int k = 0; k < BACKEND_ERROR_KINDS; k++)
+        node->metric_errors[k] = metrics_counter(METRIC_backend_errors_total, node->name, kinds[k]);
+}
+
 struct backend_node *backend_node_new(const char *hostport, char *err, size_t errlen)
 {
     struct backend_node *node = calloc(1, sizeof(*node));
@@ -135,6 +151,7 @@ struct backend_node *backend_node_new(const char *hostport, char *err, size_t er
         return NULL;
     }
     TAILQ_INIT(&node->conns);
+    backend_node_metrics(node);
     node->pool_size = (int)backend_cfg->backend_connections;
     for (int k = 0; k < BACKEND_POOL_KINDS; k++)
         node->pools[k] = calloc((size_t)node->pool_size, sizeof(*node->pools[k]));
@@ -162,6 +179,51 @@ const char *backend_node_name(const struct backend_node *node)
 int backend_node_up(const struct backend_node *node)
 {
     return node->pools[BACKEND_POOL_RESP2][0]->state == BACKEND_UP;
+}
+
+int backend_node_ready(const struct backend_node *node, char *why, size_t len)
+{
+    const struct backend_conn *conn = node->pools[BACKEND_POOL_RESP2][0];
+
+    if (conn->state != BACKEND_UP) {
+        snprintf(why, len, "backend %s is not connected%s%s", node->name,
+                 conn->error[0] != '\0' ? ": " : "", conn->error);
+        return 0;
+    }
+    if (conn->auth_failed) {
+        snprintf(why, len, "backend %s refused sluice's login (backend_user/backend_password)",
+                 node->name);
+        return 0;
+    }
+    return 1;
+}
+
+const char *backend_node_role(const struct backend_node *node)
+{
+    if (strcmp(node->redis_role, "master") == 0)
+        return "primary";
+    if (strcmp(node->redis_role, "slave") == 0 || strcmp(node->redis_role, "replica") == 0)
+        return "replica";
+    return "unknown";   /* not told yet (HELLO), or by a Redis too old for HELLO */
+}
+
+void backend_node_connections(const struct backend_node *node, int counts[BACKEND_KINDS])
+{
+    const struct backend_conn *conn;
+
+    memset(counts, 0, BACKEND_KINDS * sizeof(counts[0]));
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (conn->state != BACKEND_UP || conn->released)
+            continue;
+        if (conn->spare)
+            counts[BACKEND_KIND_SPARE]++;
+        else if (conn->owner != NULL || conn->oneshot)
+            counts[BACKEND_KIND_PRIVATE]++;
+        else if (conn->scripts)
+            counts[BACKEND_KIND_SCRIPT]++;
+        else
+            counts[BACKEND_KIND_SHARED]++;
+    }
 }
 
 struct backend_node *backend_conn_node(const struct backend_conn *conn)
@@ -201,7 +263,10 @@ static void backend_internal_reply(struct request *req, struct evbuffer *src, si
         char text[200] = {0};
         evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
         text[strcspn(text, "\r\n")] = '\0';
-        log_warning("backend %s refused sluice's own request: %s", conn->node->name, text);
+        if (conn->auth_failed)   /* what follows a refused login: that is logged already */
+            log_debug("backend %s refused sluice's own request: %s", conn->node->name, text);
+        else
+            log_warning("backend %s refused sluice's own request: %s", conn->node->name, text);
     }
     evbuffer_drain(src, len);
     request_free(req);
@@ -290,6 +355,32 @@ int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
     return 0;
 }
 
+/* The reply to sluice's own AUTH (backend_password): a refusal marks
+ * CONN auth_failed (PROXY INFO, backend_up, /readyz) and is logged with
+ * Redis's words once per node until a login succeeds again, not on every
+ * reconnect. */
+static void backend_auth_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct backend_conn *conn = req->ctx;
+    char text[200] = {0};
+
+    evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
+    text[strcspn(text, "\r\n")] = '\0';
+    evbuffer_drain(src, len);
+    request_free(req);
+    if (type != REPLY_ERROR) {
+        conn->auth_failed = 0;
+        conn->node->auth_refusal_logged = 0;
+        return;
+    }
+    conn->auth_failed = 1;
+    BACKEND_COUNT_ERROR(conn->node, BACKEND_ERROR_AUTH);
+    if (!conn->node->auth_refusal_logged)
+        log_warning("backend %s refused sluice's login: %s", conn->node->name,
+                    text + (text[0] == '-'));
+    conn->node->auth_refusal_logged = 1;
+}
+
 void backend_reauth(struct backend_conn *conn)
 {
     const struct config *cfg = backend_cfg;
@@ -305,7 +396,7 @@ void backend_reauth(struct backend_conn *conn)
         evbuffer_add_printf(buf, "*2\r\n$4\r\nAUTH\r\n");
     evbuffer_add_printf(buf, "$%zu\r\n%s\r\n", strlen(cfg->backend_password),
                         cfg->backend_password);
-    backend_send_internal(conn, buf, NULL, NULL, NULL);
+    backend_send_internal(conn, buf, backend_auth_reply, conn, NULL);
     evbuffer_free(buf);
 }
 
@@ -706,9 +797,14 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
         return;
     }
     if (what & BEV_EVENT_EOF) {
+        BACKEND_COUNT_ERROR(conn->node, BACKEND_ERROR_CLOSED);
         backend_conn_down(conn, "connection closed by server");
     } else if (what & BEV_EVENT_ERROR) {
         char why[300] = "";
+        int timed_out = EVUTIL_SOCKET_ERROR() == ETIMEDOUT;
+        BACKEND_COUNT_ERROR(conn->node, timed_out ? BACKEND_ERROR_TIMEOUT
+                                        : conn->state == BACKEND_CONNECTING ? BACKEND_ERROR_CONNECT
+                                                                            : BACKEND_ERROR_CLOSED);
         if (conn->state == BACKEND_CONNECTING) {
             STAT_INC(backend_connect_failures);
             /* Refused: the host answers, Redis is not listening yet (a
@@ -741,6 +837,7 @@ static int backend_socket_connect(struct backend_conn *conn)
                                    (int)node->addrlen) == 0)
         return 0;
     STAT_INC(backend_connect_failures);
+    BACKEND_COUNT_ERROR(node, BACKEND_ERROR_CONNECT);
     backend_fail_soon(conn, strerror(errno));
     return -1;
 }
@@ -783,6 +880,7 @@ static void backend_lookup_done(void *arg, const struct sockaddr *sa, socklen_t 
             backend_socket_connect(conn);
         } else {
             STAT_INC(backend_connect_failures);
+            BACKEND_COUNT_ERROR(node, BACKEND_ERROR_CONNECT);
             backend_conn_down(conn, err);
         }
     }
@@ -805,6 +903,7 @@ void backend_connect(struct backend_conn *conn)
 
     backend_conn_reset_io(conn);
     conn->state = BACKEND_CONNECTING;
+    conn->auth_failed = 0;
     conn->bev = backend_cfg->backend_tls ? tls_backend_bev(backend_base)
                                          : bufferevent_socket_new(backend_base, -1,
                                                                   BEV_OPT_CLOSE_ON_FREE);
@@ -822,6 +921,7 @@ void backend_connect(struct backend_conn *conn)
          * requests, until the lookup answers (backend_lookup_done). */
         if (backend_node_lookup(node) != 0) {
             STAT_INC(backend_connect_failures);
+            BACKEND_COUNT_ERROR(node, BACKEND_ERROR_CONNECT);
             backend_fail_soon(conn, "cannot start a DNS lookup (out of memory)");
             return;
         }
@@ -941,6 +1041,10 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
     TAILQ_INSERT_TAIL(&conn->inflight, req, conn_link);
     conn->inflight_count++;
     STAT_INC(total_forwarded);
+    (*conn->node->metric_requests)++;
+    /* Written at the end of this loop pass; one staged while connecting
+     * would time the connect too: not timed. */
+    req->sent_us = conn->state == BACKEND_UP ? server_now_us() : 0;
     return 0;
 }
 
@@ -1021,6 +1125,11 @@ static void backend_pop(struct backend_conn *conn, struct request *req)
     conn->inflight_count--;
     req->conn = NULL;
     conn->progress_ms = server_pass_now_us() / 1000;
+    if (req->sent_us != 0) {
+        req->redis_us = server_now_us() - req->sent_us;
+        metrics_hist_observe(conn->node->metric_duration, req->redis_us);
+        req->sent_us = 0;
+    }
 }
 
 /* A RESP3 push of LEN bytes heads the input of CONN. It pairs with no
@@ -1097,6 +1206,7 @@ static void backend_protocol_error(struct backend_conn *conn)
     char why[200];
 
     snprintf(why, sizeof(why), "protocol error in reply: %s", conn->frame.err);
+    BACKEND_COUNT_ERROR(conn->node, BACKEND_ERROR_PROTOCOL);
     backend_conn_down(conn, why);
 }
 

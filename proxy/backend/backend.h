@@ -45,6 +45,17 @@ struct backend_node *backend_node_next(const struct backend_node *node);
 const char *backend_node_name(const struct backend_node *node);
 /* Whether NODE's first shared connection is up. */
 int backend_node_up(const struct backend_node *node);
+/* Whether NODE's first shared connection is up and logged in (Redis took
+ * sluice's backend_password); if not 0, with the reason in WHY. */
+int backend_node_ready(const struct backend_node *node, char *why, size_t len);
+/* NODE's role as Redis says it: "primary", "replica" or "unknown". */
+const char *backend_node_role(const struct backend_node *node);
+
+/* The kinds of connection sluice_backend_connections counts. */
+enum backend_kind { BACKEND_KIND_SHARED, BACKEND_KIND_PRIVATE, BACKEND_KIND_SCRIPT,
+                    BACKEND_KIND_SPARE, BACKEND_KINDS };
+/* NODE's connected connections by kind into COUNTS. */
+void backend_node_connections(const struct backend_node *node, int counts[BACKEND_KINDS]);
 
 /* CONN's node; whether CONN is a shared (pool) connection. */
 struct backend_node *backend_conn_node(const struct backend_conn *conn);

@@ -246,7 +246,9 @@ void backend_write_info(struct evbuffer *out)
                     evbuffer_add_printf(out, "backend_%s%d:addr=%s,state=%s,inflight=%d,"
                                         "redis_id=%lld,laddr=%s\r\n", backend_pool_names[k],
                                         numbers[k] + i, node->name,
-                                        backend_state_names[conn->state], conn->inflight_count,
+                                        conn->state == BACKEND_UP && conn->auth_failed
+                                            ? "auth_failed" : backend_state_names[conn->state],
+                                        conn->inflight_count,
                                         conn->redis_id, conn->local_addr);
             }
             numbers[k] += node->pool_size;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "backend.h"
+#include "metrics.h"
 #include "respframe.h"
 #include "request.h"
 
@@ -38,6 +39,19 @@ struct client;
 #define BACKEND_MAX_SINGLE_READ (256 * 1024)
 
 enum backend_state { BACKEND_CONNECTING, BACKEND_UP, BACKEND_DOWN };
+
+/* The kinds of sluice_backend_errors_total. */
+enum backend_error_kind {
+    BACKEND_ERROR_CONNECT,
+    BACKEND_ERROR_CLOSED,
+    BACKEND_ERROR_TIMEOUT,
+    BACKEND_ERROR_AUTH,
+    BACKEND_ERROR_PROTOCOL,
+    BACKEND_ERROR_KINDS
+};
+
+/* Count an error of KIND for NODE. */
+#define BACKEND_COUNT_ERROR(node, kind) ((*(node)->metric_errors[kind])++)
 extern const char *const backend_state_names[];
 
 struct backend_conn {
@@ -58,6 +72,7 @@ struct backend_conn {
     const struct backend_login *login; /* logged in as this user, not sluice's; NULL */
     int login_wait;                  /* sends nothing more until Redis accepted its AUTH */
     int login_refused;               /* its last AUTH was refused (logged once) */
+    int auth_failed;                 /* Redis refused sluice's own login (backend_password) */
     int passthrough;
     int tunnel;                      /* a SYNC went: past the replies in flight, raw bytes */
     int awaiting_addr;               /* connecting: its node's host name is being looked up */
@@ -113,6 +128,12 @@ struct backend_node {
     char redis_mode[16];
     char redis_role[16];
     int wants_auth;                  /* a pool connection's CLIENT ID met -NOAUTH */
+    int auth_refusal_logged;         /* its refusal of sluice's login is logged (once, until
+                                        a login succeeds again) */
+    /* Its metric series (metrics.h), made with the node. */
+    uint64_t *metric_requests;
+    struct metrics_hist *metric_duration;
+    uint64_t *metric_errors[BACKEND_ERROR_KINDS];
     struct backend_login_pool *login_pools;
 };
 

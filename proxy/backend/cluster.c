@@ -50,6 +50,7 @@
 #include "config.h"
 #include "learned.h"
 #include "log.h"
+#include "metrics.h"
 #include "placement.h"
 #include "reply.h"
 #include "request.h"
@@ -65,6 +66,10 @@
 #define CLUSTER_CONFIRM_TIMEOUT_MS 4000  /* a redirection unconfirmed this long goes on as is */
 #define CLUSTER_KEYS_STACK 64
 #define CLUSTER_NAME_MAX 300              /* "host:port", a host of up to 255 */
+
+/* One redirection of TYPE ("moved", "ask", "tryagain") followed. */
+#define CLUSTER_COUNT_REDIRECT(type) \
+    ((*metrics_counter(METRIC_cluster_redirections_total, type, NULL))++)
 
 static const struct config *cluster_cfg;
 static cluster_split_wants_fn *cluster_split_wants_hook;   /* from cluster_set_split_wants */
@@ -265,6 +270,7 @@ static int cluster_parse_slots(const char *buf, size_t len, const char *asked,
 static void cluster_refresh_failed(const char *node, const char *why)
 {
     STAT_INC(cluster_refresh_failures);
+    (*metrics_counter(METRIC_cluster_slot_map_refreshes_total, "error", NULL))++;
     snprintf(cluster_last_error, sizeof(cluster_last_error), "%s: %s", node, why);
     log_info("cluster: no slot map from %s: %s", node, why);
     cluster_asked_gen = 0;
@@ -299,6 +305,7 @@ static void cluster_install(struct backend_node **map)
     if (served < SLOT_COUNT)
         cluster_refresh_wanted = 1;   /* the cluster may still be forming or failing over */
     STAT_INC(cluster_refreshes);
+    (*metrics_counter(METRIC_cluster_slot_map_refreshes_total, "ok", NULL))++;
 }
 
 static void cluster_settle_held(uint64_t now_ms);
@@ -634,10 +641,12 @@ static void cluster_follow(struct request *req, enum cluster_redirect kind, int 
 {
     if (kind == REDIRECT_MOVED) {
         STAT_INC(cluster_moved);
+        CLUSTER_COUNT_REDIRECT("moved");
         cluster_set_owner(slot, node);
         cluster_want_refresh();
     } else {
         STAT_INC(cluster_ask);
+        CLUSTER_COUNT_REDIRECT("ask");
     }
     cluster_resend(req, node, kind == REDIRECT_ASK);
 }
@@ -743,6 +752,7 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
         return cluster_pass_on(req, text);
     if (kind == REDIRECT_MOVED) {
         STAT_INC(cluster_moved);
+        CLUSTER_COUNT_REDIRECT("moved");
         cluster_full_target(target, sizeof(target), backend_conn_node(conn));
         if (cluster_is_member(target)) {
             struct backend_node *node = backend_node_get(target);
@@ -751,6 +761,7 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
         }
     } else {
         STAT_INC(cluster_ask);
+        CLUSTER_COUNT_REDIRECT("ask");
     }
     out = evbuffer_new();
     if (out == NULL)
@@ -850,6 +861,7 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
         /* Again from the slot's owner: after an ASK, the target's TRYAGAIN
          * is for the source to sort out (it asks again when it must). */
         STAT_INC(cluster_tryagain);
+        CLUSTER_COUNT_REDIRECT("tryagain");
         evbuffer_drain(src, len);
         node = cluster_node_for_slot(req->slot);
         cluster_retry_later(req, node != NULL ? node : backend_conn_node(conn));
@@ -1133,6 +1145,12 @@ void cluster_init(struct event_base *base, const struct config *cfg)
     if (cfg->cluster_seed_count == 0)
         return;
     cluster_cfg = cfg;
+    /* Every series shows from the start, at 0 (rate() sees the first one). */
+    metrics_counter(METRIC_cluster_redirections_total, "moved", NULL);
+    metrics_counter(METRIC_cluster_redirections_total, "ask", NULL);
+    metrics_counter(METRIC_cluster_redirections_total, "tryagain", NULL);
+    metrics_counter(METRIC_cluster_slot_map_refreshes_total, "ok", NULL);
+    metrics_counter(METRIC_cluster_slot_map_refreshes_total, "error", NULL);
     backend_set_reply_filter(cluster_reply_filter);
     cluster_tick = event_new(base, -1, EV_PERSIST, cluster_tick_cb, NULL);
     evtimer_add(cluster_tick, &tv);

@@ -174,6 +174,7 @@ static const struct config_key config_keys[] = {
     {"backend_tls_cert_file", config_set_string, F(backend_tls_cert_file), 0, 0, 0, LIVE(STR)},
     {"backend_tls_key_file", config_set_string, F(backend_tls_key_file), 0, 0, 0, LIVE(STR)},
     {"backend_tls_server_name", config_set_string, F(backend_tls_server_name), 0, 0, 0, LIVE(STR)},
+    {"metrics_listen", config_set_hostport, F(metrics_listen), 0, 0, 0, RESTART(STR)},
 };
 #undef LIVE
 #undef LIVE_RENAME
@@ -637,7 +638,8 @@ void config_free(struct config *cfg)
     char **strings[] = {&cfg->tls_cert_file, &cfg->tls_key_file, &cfg->tls_ca_cert_file,
                         &cfg->tls_ciphers, &cfg->tls_ciphersuites,
                         &cfg->backend_tls_ca_cert_file, &cfg->backend_tls_cert_file,
-                        &cfg->backend_tls_key_file, &cfg->backend_tls_server_name};
+                        &cfg->backend_tls_key_file, &cfg->backend_tls_server_name,
+                        &cfg->metrics_listen};
 
     for (int i = 0; i < cfg->listen_count; i++)
         free(cfg->listen[i]);

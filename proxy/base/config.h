@@ -71,6 +71,7 @@ struct config {
     char *backend_tls_cert_file;       /* client certificate, with its key */
     char *backend_tls_key_file;
     char *backend_tls_server_name;     /* SNI and the name checked; NULL: none */
+    char *metrics_listen;              /* "host:port" of /metrics, /healthz, /readyz; NULL: none */
     int *key_lines;                    /* line each key was set on (config_key_line) */
 };
 

@@ -5,6 +5,8 @@
 
 #include <time.h>
 
+#include "metrics.h"
+
 struct server server;
 
 /* 0: not read yet in this loop pass. */
@@ -54,5 +56,6 @@ int server_reload(struct errlist *errs, char *note, size_t size)
         server.config_reloads_ok++;
     else
         server.config_reloads_error++;
+    (*metrics_counter(METRIC_config_reloads_total, rc == 0 ? "ok" : "error", NULL))++;
     return rc;
 }

@@ -76,3 +76,21 @@ int sockaddr_resolve(const char *hostport, int flags, const char *what,
     freeaddrinfo(res);
     return 0;
 }
+
+int sockaddr_fd_bound_to(int fd, const struct sockaddr_storage *ss)
+{
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof(bound);
+    const struct sockaddr_in *a4 = (const void *)ss, *b4 = (const void *)&bound;
+    const struct sockaddr_in6 *a6 = (const void *)ss, *b6 = (const void *)&bound;
+
+    if (getsockname(fd, (struct sockaddr *)&bound, &len) != 0 || bound.ss_family != ss->ss_family)
+        return 0;
+    if (ss->ss_family == AF_INET)
+        return a4->sin_port == b4->sin_port &&
+               a4->sin_addr.s_addr == b4->sin_addr.s_addr;
+    if (ss->ss_family == AF_INET6)
+        return a6->sin6_port == b6->sin6_port &&
+               memcmp(&a6->sin6_addr, &b6->sin6_addr, sizeof(a6->sin6_addr)) == 0;
+    return 0;
+}

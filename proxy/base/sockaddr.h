@@ -37,4 +37,8 @@ int sockaddr_format_local(int fd, int flags, char *out, size_t size);
 int sockaddr_resolve(const char *hostport, int flags, const char *what,
                      struct sockaddr_storage *ss, socklen_t *len, char *err, size_t errlen);
 
+/* Whether socket FD is bound to SS's address and port (IPv4 or IPv6):
+ * how a socket handed over by another process is matched to an address. */
+int sockaddr_fd_bound_to(int fd, const struct sockaddr_storage *ss);
+
 #endif

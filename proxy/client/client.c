@@ -69,6 +69,7 @@
 #include "local.h"
 #include "router.h"
 #include "log.h"
+#include "metrics.h"
 #include "learn.h"
 #include "multi.h"
 #include "netio.h"
@@ -100,6 +101,8 @@ static struct client_list client_write_list = TAILQ_HEAD_INITIALIZER(client_writ
 static int client_total;
 static uint64_t client_next_id = 1;
 static struct reqparse_limits client_limits;
+/* sluice_connections_received_total, input_bytes_total, output_bytes_total. */
+static uint64_t *client_metric_received, *client_metric_input, *client_metric_output;
 static void client_read_cb(evutil_socket_t fd, short what, void *arg);
 static void client_write_cb(evutil_socket_t fd, short what, void *arg);
 static void client_read_ended(struct client *c, int eof);
@@ -132,6 +135,9 @@ void client_core_init(struct event_base *base, const struct config *cfg,
     client_limits.max_multibulk_len = cfg->proto_max_multibulk_len;
     client_fence_init();
     placement_init();
+    client_metric_received = metrics_counter(METRIC_connections_received_total, NULL, NULL);
+    client_metric_input = metrics_counter(METRIC_input_bytes_total, NULL, NULL);
+    client_metric_output = metrics_counter(METRIC_output_bytes_total, NULL, NULL);
 }
 
 void client_config_changed(void)
@@ -203,6 +209,7 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int t
 
     if (client_total >= client_cfg->maxclients) {
         STAT_INC(rejected_connections);
+        (*metrics_counter(METRIC_rejected_connections_total, "maxclients", NULL))++;
         /* A TLS client could not read a plain error: it is just closed. */
         if (!tls && write(fd, full, sizeof(full) - 1) < 0)
             log_debug("could not tell a client about maxclients: %s", strerror(errno));
@@ -234,6 +241,7 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int t
     TAILQ_INSERT_TAIL(&client_all, c, link);
     client_total++;
     STAT_INC(total_connections_received);
+    (*client_metric_received)++;
     c->input = evbuffer_new();
     c->output = evbuffer_new();
     c->read_ev = event_new(client_base, fd, EV_READ | EV_PERSIST, client_read_cb, c);
@@ -563,6 +571,7 @@ static void client_write(struct client *c)
         c->tls_write_wants_read = 1;
         rc = -2;
     }
+    (*client_metric_output) += before - evbuffer_get_length(c->output);
     if (evbuffer_get_length(c->output) < before)
         c->last_active_ms = server_pass_now_us() / 1000;   /* Redis: a write is activity */
     client_write_event(c, rc == 0 || (rc == 1 && client_turn_waits(c)));
@@ -657,6 +666,7 @@ void client_flush(struct client *c)
             break;
         TAILQ_REMOVE(&c->requests, req, client_link);
         c->held_reply_bytes -= client_held_reply_len(req);
+        client_note_done(req);
         if (req->flags & REQ_NOREPLY) {
             /* CLIENT REPLY OFF/SKIP: dropped */
         } else if (req->flags & REQ_REPLY_KEPT) {
@@ -672,6 +682,21 @@ void client_flush(struct client *c)
         client_close(c);
     else if (reply_mode_ran)
         client_unblock(c);   /* blocked by client_dispatch: framing goes on */
+}
+
+void client_note_rejected(struct request *req, int reason)
+{
+    req->flags |= REQ_REJECTED;
+    stats_command_rejected(req->stat_row, (enum stats_reject)reason);
+}
+
+void client_note_done(struct request *req)
+{
+    if (req->framed_us == 0)
+        return;
+    stats_command_done(req->stat_row, server_now_us() - req->framed_us,
+                       (req->flags & (REQ_FAILED | REQ_REJECTED)) == REQ_FAILED);
+    req->framed_us = 0;
 }
 
 /* REQ's reply is in its own buffer now: mark it and write what can go. */
@@ -737,6 +762,7 @@ void client_reply_error(struct client *c, struct request *req, const char *text)
         req->reply = evbuffer_new();
     reply_error(req->reply, "%s", text);
     STAT_INC(total_error_replies);
+    req->flags |= REQ_FAILED;
     client_complete(c, req);
 }
 
@@ -756,6 +782,7 @@ void client_fail_send(struct client *c, struct request *req, const char *text)
     err = evbuffer_new();
     reply_error(err, "%s", text);
     STAT_INC(total_error_replies);
+    req->flags |= REQ_FAILED;
     req->on_reply(req, err, evbuffer_get_length(err), REPLY_ERROR);
     evbuffer_free(err);
 }
@@ -956,6 +983,7 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     c->last_active_ms = server_pass_now_us() / 1000;
+    (*client_metric_input) += (uint64_t)n;
     client_enter(c);
     client_process_input(c);
     client_check_query_limit(c);

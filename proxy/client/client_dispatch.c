@@ -531,6 +531,17 @@ static void client_refuse_protected(struct client *c, struct request *req)
     client_refuse(c, req, text);
 }
 
+/* The reason label of an auth_admit refusal with the error DENIED. */
+static enum stats_reject client_reject_reason(const char *denied)
+{
+    denied += denied[0] == '-';
+    if (strncmp(denied, "NOAUTH", 6) == 0)
+        return STATS_REJECT_NOAUTH;
+    if (strncmp(denied, "NOPERM", 6) == 0)
+        return STATS_REJECT_NOPERM;
+    return STATS_REJECT_REFUSED;   /* wrong arity and the like, which Redis refuses too */
+}
+
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
@@ -556,10 +567,9 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     req->cmd = commands_resolve(req->argc, argv);
     c->last_cmd = req->cmd;
     STAT_INC(total_requests);
-    if (req->cmd != NULL)
-        stats_count_command(req->cmd->id);
-    else
-        stats_count_unknown();
+    req->framed_us = server_now_us();
+    req->stat_row = stats_command_row(req->cmd, req->argc > 0 ? argv[0] : (struct sv){"", 0});
+    stats_count_command(req->stat_row);
     client_reply_mark(c, req);
     place = client_place(req, argv);
     /* Redis's order: protected commands, then login and permissions;
@@ -567,6 +577,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     if ((req->flags & REQ_PROTECTED) && !c->local_peer) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
+        client_note_rejected(req, STATS_REJECT_REFUSED);
         client_refuse_protected(c, req);
         rc = c->closing ? -1 : 0;
     } else if (c->auth_checks && auth_admit(c, req->cmd, req->argc, argv, denied,
@@ -574,6 +585,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         /* Nothing reaches Redis, and no rule takes a token. */
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
+        client_note_rejected(req, client_reject_reason(denied));
         client_refuse(c, req, denied);
         rc = c->closing ? -1 : 0;
     } else if (client_cluster_check(c, req, argv, src, place)) {
@@ -581,6 +593,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     } else if (place.kind == PLACE_REFUSED) {
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
+        client_note_rejected(req, STATS_REJECT_REFUSED);
         client_refuse_placed(c, req, place.why);
         rc = c->closing ? -1 : 0;
     } else switch (throttle_admit(c, req, argv, &decision)) {
@@ -590,6 +603,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     case THROTTLE_REJECT:
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
+        client_note_rejected(req, STATS_REJECT_THROTTLED);
         client_refuse(c, req, decision.error);
         rc = c->closing ? -1 : 0;
         break;

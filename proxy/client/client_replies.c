@@ -72,8 +72,11 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
     client_enter(c);
     c->inflight--;
     client_apply_session(c, req, type);
-    if (type == REPLY_ERROR)
+    if (type == REPLY_ERROR) {
         STAT_INC(total_error_replies);
+        if (req->on_reply == NULL)   /* a hook (LOCK...) decides what its client gets */
+            req->flags |= REQ_FAILED;
+    }
     if (req->on_reply != NULL) {
         /* A rewritten request (LOCK...): its hook answers or resends it. */
         req->on_reply(req, src, len, type);
@@ -85,6 +88,7 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
          * straight from the backend's buffer to the client's. */
         evbuffer_remove_buffer(src, client_output(c), len);
         TAILQ_REMOVE(&c->requests, req, client_link);
+        client_note_done(req);
         request_free(req);
         client_flush(c);
     } else if (len <= sizeof(req->kept) && req->reply == NULL) {

@@ -150,8 +150,26 @@ static int local_waits_for_login(const struct client *c, const struct local_comm
     return lc->run != local_quit && lc->run != local_hello && lc->run != local_auth;
 }
 
+static void local_run(struct client *c, struct request *req, int argc, const struct sv *argv,
+                      struct evbuffer *out);
+
+/* Run REQ and mark it failed when its reply is an error (the first byte
+ * of what it added to OUT, which may hold earlier replies). */
 void local_execute(struct client *c, struct request *req, int argc, const struct sv *argv,
                    struct evbuffer *out)
+{
+    size_t before = evbuffer_get_length(out);
+    struct evbuffer_ptr at;
+    char first = 0;
+
+    local_run(c, req, argc, argv, out);
+    if (evbuffer_get_length(out) > before && evbuffer_ptr_set(out, &at, before, EVBUFFER_PTR_SET) == 0 &&
+        evbuffer_copyout_from(out, &at, &first, 1) == 1 && first == '-')
+        req->flags |= REQ_FAILED;
+}
+
+static void local_run(struct client *c, struct request *req, int argc, const struct sv *argv,
+                      struct evbuffer *out)
 {
     const struct local_command *lc = local_find(req, argc, argv);
 
@@ -421,39 +439,93 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
     local_hello_reply(c, out);
 }
 
-static void local_proxy_ping(struct evbuffer *out)
+static void local_proxy_ping(int argc, const struct sv *argv, struct evbuffer *out)
 {
+    (void)argc;
+    (void)argv;
     reply_status(out, "PONG");
 }
 
-static void local_proxy_info(struct evbuffer *out)
+static void local_info_proxy(struct evbuffer *text)
 {
-    struct evbuffer *text = evbuffer_new();
-
-    evbuffer_add_printf(text, "# Proxy\r\nsluice_version:%s\r\nprocess_id:%d\r\n"
+    evbuffer_add_printf(text, "sluice_version:%s\r\nprocess_id:%d\r\n"
                               "uptime_in_seconds:%lld\r\nconfig_file:%s\r\n"
                               "config_reloads_ok:%llu\r\nconfig_reloads_error:%llu\r\n"
-                              "connected_clients:%d\r\n\r\n# Stats\r\n",
+                              "connected_clients:%d\r\n",
                         SLUICE_VERSION, (int)getpid(),
                         (long long)(time(NULL) - server.start_time), server.cfg.path,
                         server.config_reloads_ok, server.config_reloads_error, client_count());
-    stats_write_info(text);
-    evbuffer_add_printf(text, "\r\n# Backends\r\n");
-    backend_write_info(text);
-    evbuffer_add_printf(text, "\r\n# TLS\r\n");
-    tls_write_info(text);
-    evbuffer_add_printf(text, "\r\n# Rules\r\nrules_file:%s\r\n",
-                        server.cfg.rules != NULL ? server.cfg.rules : "");
+}
+
+static void local_info_rules(struct evbuffer *text)
+{
+    evbuffer_add_printf(text, "rules_file:%s\r\n", server.cfg.rules != NULL ? server.cfg.rules : "");
     limiter_write_info(text);
-    evbuffer_add_printf(text, "\r\n# Auth\r\nusers_file:%s\r\n",
-                        server.cfg.users != NULL ? server.cfg.users : "");
+}
+
+static void local_info_auth(struct evbuffer *text)
+{
+    evbuffer_add_printf(text, "users_file:%s\r\n", server.cfg.users != NULL ? server.cfg.users : "");
     auth_write_info(text);
+}
+
+/* PROXY INFO's sections, in their order: name, title, writer, and whether
+ * the default (no section named) includes it; as Redis's INFO, latency
+ * percentiles are left to who asks for them ("all", "everything" or by
+ * name). commandstats stays in the default, where it has always been. */
+static const struct {
+    const char *name;
+    const char *title;
+    void (*write)(struct evbuffer *text);
+    int in_default;
+} local_info_sections[] = {
+    {"proxy", "Proxy", local_info_proxy, 1},
+    {"stats", "Stats", stats_write_info, 1},
+    {"commandstats", "Commandstats", stats_write_commandstats, 1},
+    {"latencystats", "Latencystats", stats_write_latencystats, 0},
+    {"backends", "Backends", backend_write_info, 1},
+    {"tls", "TLS", tls_write_info, 1},
+    {"rules", "Rules", local_info_rules, 1},
+    {"auth", "Auth", local_info_auth, 1},
+};
+#define LOCAL_INFO_SECTIONS (int)(sizeof(local_info_sections) / sizeof(local_info_sections[0]))
+
+/* Whether section I is asked for by the names ARGV[2..ARGC) (none: the
+ * default set), matched as Redis's INFO does: case-insensitive, "all" and
+ * "everything" for every section, "default" for the default set. */
+static int local_info_wanted(int i, int argc, const struct sv *argv)
+{
+    if (argc <= 2)
+        return local_info_sections[i].in_default;
+    for (int a = 2; a < argc; a++) {
+        if (sv_ieq(argv[a], "all") || sv_ieq(argv[a], "everything") ||
+            sv_ieq(argv[a], local_info_sections[i].name) ||
+            (sv_ieq(argv[a], "default") && local_info_sections[i].in_default))
+            return 1;
+    }
+    return 0;
+}
+
+static void local_proxy_info(int argc, const struct sv *argv, struct evbuffer *out)
+{
+    struct evbuffer *text = evbuffer_new();
+    int any = 0;
+
+    for (int i = 0; i < LOCAL_INFO_SECTIONS; i++) {
+        if (!local_info_wanted(i, argc, argv))
+            continue;
+        evbuffer_add_printf(text, "%s# %s\r\n", any ? "\r\n" : "", local_info_sections[i].title);
+        local_info_sections[i].write(text);
+        any = 1;
+    }
     reply_bulk_buffer(out, text);
     evbuffer_free(text);
 }
 
-static void local_proxy_rules(struct evbuffer *out)
+static void local_proxy_rules(int argc, const struct sv *argv, struct evbuffer *out)
 {
+    (void)argc;
+    (void)argv;
     limiter_write_rules(out);
 }
 
@@ -461,11 +533,13 @@ static void local_proxy_rules(struct evbuffer *out)
  * all or nothing: an error changes nothing and the first one (FILE:LINE:
  * message) is the reply. Changed keys that only a restart applies are
  * named in the status ("OK; restart needed for: listen, backend"). */
-static void local_proxy_reload(struct evbuffer *out)
+static void local_proxy_reload(int argc, const struct sv *argv, struct evbuffer *out)
 {
     struct errlist errs = {0};
     char first[1024], note[512], status[600];
 
+    (void)argc;
+    (void)argv;
     if (server_reload(&errs, note, sizeof(note)) == 0) {
         snprintf(status, sizeof(status), "OK%s%s", note[0] != '\0' ? "; restart needed for: " : "",
                  note);
@@ -477,36 +551,44 @@ static void local_proxy_reload(struct evbuffer *out)
     errlist_free(&errs);
 }
 
-static void local_proxy_help(struct evbuffer *out);
+static void local_proxy_help(int argc, const struct sv *argv, struct evbuffer *out);
 
-static void local_proxy_cluster(struct evbuffer *out)
+static void local_proxy_cluster(int argc, const struct sv *argv, struct evbuffer *out)
 {
+    (void)argc;
+    (void)argv;
     cluster_write_map(out);
 }
 
-/* PROXY subcommands: name, handler, help line, and whether its reply is
- * read from sluice's state and built at its turn (RELOAD acts as framed). */
+/* PROXY subcommands: name, handler, help line, whether its reply is read
+ * from sluice's state and built at its turn (RELOAD acts as framed), and
+ * whether it takes arguments after its name. */
 static const struct {
     const char *name;
-    void (*run)(struct evbuffer *out);
+    void (*run)(int argc, const struct sv *argv, struct evbuffer *out);
     const char *help;
     int at_turn;
+    int takes_args;
 } local_proxy_subcommands[] = {
-    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1},
-    {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules.", 1},
-    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters.", 1},
+    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1, 0},
+    {"info", local_proxy_info,
+     "    [<section> ...] Counters and states of sluice, its clients, backends and rules; "
+     "sections as INFO's (commandstats, latencystats, all...).", 1, 1},
+    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters.", 1, 0},
     {"cluster", local_proxy_cluster,
      "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
-     1},
-    {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0},
-    {"help", local_proxy_help, "    Print this help.", 1},
+     1, 0},
+    {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0, 0},
+    {"help", local_proxy_help, "    Print this help.", 1, 0},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))
 
-static void local_proxy_help(struct evbuffer *out)
+static void local_proxy_help(int argc, const struct sv *argv, struct evbuffer *out)
 {
     char upper[16];
 
+    (void)argc;
+    (void)argv;
     reply_array_header(out, 1 + 2 * LOCAL_PROXY_COUNT);
     reply_status(out, "PROXY <subcommand>. Subcommands are:");
     for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
@@ -530,9 +612,10 @@ static int local_proxy_at_turn(struct sv sub)
 static void local_proxy(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
     (void)c;
-    for (int i = 0; i < LOCAL_PROXY_COUNT && argc == 2; i++) {
-        if (sv_ieq(argv[1], local_proxy_subcommands[i].name)) {
-            local_proxy_subcommands[i].run(out);
+    for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
+        if ((argc == 2 || local_proxy_subcommands[i].takes_args) &&
+            sv_ieq(argv[1], local_proxy_subcommands[i].name)) {
+            local_proxy_subcommands[i].run(argc, argv, out);
             return;
         }
     }

@@ -82,6 +82,8 @@ enum request_flag {
     REQ_FRAMES_AFTER = 1 << 26, /* answered by sluice at its turn; its client frames nothing
                                    more until it has run (CLIENT REPLY; HELLO in RESP2
                                    pub/sub, which may end the streaming) */
+    REQ_FAILED = 1 << 27,     /* its reply is an error (counted as failed when queued) */
+    REQ_REJECTED = 1 << 28,   /* refused before it ran (counted as rejected, not failed) */
 };
 
 struct req_arg {
@@ -131,6 +133,10 @@ struct request {
     int ok_db;                     /* SELECT: database + 1 to record if Redis says OK */
     uint64_t pauses_before;        /* CLIENT UNPAUSE: pauses noted when it came (pause.c) */
     size_t kept_reply_len;         /* REQ_REPLY_KEPT: the reply's length */
+    int stat_row;                  /* its row of the per-command stats (stats_command_row) */
+    uint64_t framed_us;            /* when sluice framed it (0: not a client's request) */
+    uint64_t sent_us;              /* when it was staged to be written to Redis (this pass) */
+    uint64_t redis_us;             /* us between written to Redis and its reply read */
     char kept[REQ_KEPT_MAX];       /* REQ_KEPT: its bytes; REQ_REPLY_KEPT: its reply (last:
                                       request_new leaves it as is) */
 };

@@ -1,15 +1,108 @@
-/* stats.c - owns the counters, the per-command call counts (by command
- * table id, hence in cmd/) and their text form in PROXY INFO. */
+/* stats.c - owns the counters, the per-command statistics (by command
+ * table row, hence in cmd/) and their text form in PROXY INFO; the
+ * per-command metric series live in the metrics registry, reached from
+ * here through pointers kept per row. */
 #include "stats.h"
 
 #include <event2/buffer.h>
 #include <stdlib.h>
 
 #include "commands.h"
+#include "metrics.h"
 
 uint64_t stats[STAT_COUNT];
-static uint64_t *stats_command_calls;
-static uint64_t stats_unknown_calls;
+
+/* The rows past the command table. */
+static const char *const stats_extra_names[] = {"lock", "unlock", "renew", "proxy", "other"};
+#define STATS_EXTRA (int)(sizeof(stats_extra_names) / sizeof(stats_extra_names[0]))
+#define STATS_ROW_OTHER (stats_table_rows + STATS_EXTRA - 1)
+
+static const char *const stats_reject_names[STATS_REJECT_KINDS] = {
+    [STATS_REJECT_NOAUTH] = "noauth",
+    [STATS_REJECT_NOPERM] = "noperm",
+    [STATS_REJECT_THROTTLED] = "throttled",
+    [STATS_REJECT_REFUSED] = "refused",
+};
+
+/* One row's series, made when its first request is framed. */
+struct stats_row {
+    uint64_t *total;                   /* sluice_commands_total */
+    uint64_t *failed;                  /* sluice_commands_failed_total */
+    uint64_t *rejected[STATS_REJECT_KINDS]; /* made on first refusal */
+    uint64_t rejected_all;
+    struct metrics_hist *duration;     /* sluice_command_duration_seconds */
+    struct metrics_fine *latency;      /* for latencystats */
+};
+
+static struct stats_row *stats_rows;
+static int stats_table_rows;
+
+void stats_init(void)
+{
+    stats_table_rows = commands_count();
+    stats_rows = calloc((size_t)(stats_table_rows + STATS_EXTRA), sizeof(*stats_rows));
+}
+
+static const char *stats_row_name(int row)
+{
+    return row < stats_table_rows ? commands_by_id(row)->name
+                                   : stats_extra_names[row - stats_table_rows];
+}
+
+int stats_command_row(const struct command *cmd, struct sv name)
+{
+    if (cmd != NULL)
+        return cmd->id;
+    for (int i = 0; i < STATS_EXTRA - 1; i++) {
+        if (sv_ieq(name, stats_extra_names[i]))
+            return stats_table_rows + i;
+    }
+    return STATS_ROW_OTHER;
+}
+
+/* Make ROW's series; a row whose memory ran out counts nowhere. */
+static void stats_row_open(struct stats_row *r, int row)
+{
+    const char *name = stats_row_name(row);
+
+    r->total = metrics_counter(METRIC_commands_total, name, NULL);
+    r->failed = metrics_counter(METRIC_commands_failed_total, name, NULL);
+    r->duration = metrics_hist(METRIC_command_duration_seconds, name, NULL);
+    r->latency = calloc(1, sizeof(*r->latency));
+}
+
+void stats_count_command(int row)
+{
+    struct stats_row *r = &stats_rows[row];
+
+    if (r->total == NULL)
+        stats_row_open(r, row);
+    (*r->total)++;
+}
+
+void stats_command_done(int row, uint64_t us, int failed)
+{
+    struct stats_row *r = &stats_rows[row];
+
+    if (r->total == NULL)
+        stats_row_open(r, row);
+    metrics_hist_observe(r->duration, us);
+    if (r->latency != NULL)
+        metrics_fine_observe(r->latency, us);
+    if (failed)
+        (*r->failed)++;
+}
+
+void stats_command_rejected(int row, enum stats_reject reason)
+{
+    struct stats_row *r = &stats_rows[row];
+
+    if (r->rejected[reason] == NULL)
+        r->rejected[reason] = metrics_counter(METRIC_commands_rejected_total, stats_row_name(row),
+                                              stats_reject_names[reason]);
+    (*r->rejected[reason])++;
+    r->rejected_all++;
+}
 
 static const char *const stats_names[] = {
 #define X(name, doc) #name,
@@ -17,33 +110,40 @@ static const char *const stats_names[] = {
 #undef X
 };
 
-void stats_init(void)
-{
-    stats_command_calls = calloc((size_t)commands_count(), sizeof(*stats_command_calls));
-}
-
-void stats_count_command(int command_id)
-{
-    stats_command_calls[command_id]++;
-}
-
-void stats_count_unknown(void)
-{
-    stats_unknown_calls++;
-}
-
 void stats_write_info(struct evbuffer *out)
 {
     for (int i = 0; i < STAT_COUNT; i++)
         evbuffer_add_printf(out, "%s:%llu\r\n", stats_names[i], (unsigned long long)stats[i]);
-    evbuffer_add_printf(out, "\r\n# Commandstats\r\n");
-    for (int id = 0; id < commands_count(); id++) {
-        if (stats_command_calls[id] == 0)
+}
+
+/* Redis counts a refused command in rejected_calls, not in calls. */
+void stats_write_commandstats(struct evbuffer *out)
+{
+    for (int row = 0; row < stats_table_rows + STATS_EXTRA; row++) {
+        const struct stats_row *r = &stats_rows[row];
+        if (r->total == NULL || *r->total == 0)
             continue;
-        evbuffer_add_printf(out, "cmdstat_%s:calls=%llu\r\n", commands_by_id(id)->name,
-                            (unsigned long long)stats_command_calls[id]);
+        uint64_t calls = *r->total - r->rejected_all;
+        uint64_t usec = r->duration->sum_us;
+        evbuffer_add_printf(out, "cmdstat_%s:calls=%llu,usec=%llu,usec_per_call=%.2f,"
+                                 "rejected_calls=%llu,failed_calls=%llu\r\n",
+                            stats_row_name(row), (unsigned long long)calls,
+                            (unsigned long long)usec,
+                            calls > 0 ? (double)usec / (double)calls : 0.0,
+                            (unsigned long long)r->rejected_all, (unsigned long long)*r->failed);
     }
-    if (stats_unknown_calls > 0)
-        evbuffer_add_printf(out, "cmdstat_unknown:calls=%llu\r\n",
-                            (unsigned long long)stats_unknown_calls);
+}
+
+void stats_write_latencystats(struct evbuffer *out)
+{
+    for (int row = 0; row < stats_table_rows + STATS_EXTRA; row++) {
+        const struct stats_row *r = &stats_rows[row];
+        if (r->latency == NULL || r->latency->total == 0)
+            continue;
+        evbuffer_add_printf(out, "latency_percentiles_usec_%s:p50=%llu.000,p99=%llu.000,"
+                                 "p99.9=%llu.000\r\n", stats_row_name(row),
+                            (unsigned long long)metrics_fine_percentile(r->latency, 50),
+                            (unsigned long long)metrics_fine_percentile(r->latency, 99),
+                            (unsigned long long)metrics_fine_percentile(r->latency, 99.9));
+    }
 }

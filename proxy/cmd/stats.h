@@ -1,11 +1,17 @@
 /* stats.h - process-wide counters, declared once in STATS_LIST, which
- * generates the enum, the names, and the PROXY INFO lines. */
+ * generates the enum, the names, and the PROXY INFO lines; and the
+ * per-command statistics (calls, time, failures, refusals, latency) that
+ * PROXY INFO commandstats/latencystats and the sluice_command* metrics
+ * show. */
 #ifndef SLUICE_STATS_H
 #define SLUICE_STATS_H
 
 #include <stdint.h>
 
+#include "sv.h"
+
 struct evbuffer;
+struct command;
 
 #define STATS_LIST(X)                                                        \
     X(total_connections_received, "client connections accepted")            \
@@ -48,11 +54,39 @@ extern uint64_t stats[STAT_COUNT];
 
 #define STAT_INC(name) (stats[STAT_##name]++)
 
-/* Per-command call counts, indexed by command id, plus unknown commands. */
+/* Why sluice refused a request before running it (the reason label of
+ * sluice_commands_rejected_total). */
+enum stats_reject {
+    STATS_REJECT_NOAUTH,
+    STATS_REJECT_NOPERM,
+    STATS_REJECT_THROTTLED,
+    STATS_REJECT_REFUSED,
+    STATS_REJECT_KINDS
+};
+
 void stats_init(void);
-void stats_count_command(int command_id);
-void stats_count_unknown(void);
-/* Append "name:value" lines of the counters and "cmdstat_*" lines. */
+
+/* The per-command row of a request: its command table id; past the table,
+ * sluice's own verbs (lock, unlock, renew, proxy), then "other" for every
+ * name sluice does not know (so the rows, and the metric series, stay
+ * bounded whatever clients send). NAME is argv[0], read only when CMD is
+ * NULL. */
+int stats_command_row(const struct command *cmd, struct sv name);
+
+/* A request of ROW was framed. */
+void stats_count_command(int row);
+/* A request of ROW had its reply queued for its client US microseconds
+ * after it was framed; FAILED: the reply was an error (not a refusal). */
+void stats_command_done(int row, uint64_t us, int failed);
+/* A request of ROW was refused for REASON. */
+void stats_command_rejected(int row, enum stats_reject reason);
+
+/* Append "name:value" lines of the counters. */
 void stats_write_info(struct evbuffer *out);
+/* "cmdstat_NAME:calls=..,usec=..,usec_per_call=..,rejected_calls=..,
+ * failed_calls=.." lines, Redis 7's fields, for every row with calls. */
+void stats_write_commandstats(struct evbuffer *out);
+/* "latency_percentiles_usec_NAME:p50=..,p99=..,p99.9=.." lines. */
+void stats_write_latencystats(struct evbuffer *out);
 
 #endif

@@ -27,6 +27,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "httpd.h"
 #include "listener.h"
 #include "log.h"
 
@@ -276,12 +277,20 @@ static int handover_send(int fd)
 {
     int fds[HANDOVER_MAX_FDS];
     int count = listener_fds(fds, HANDOVER_MAX_FDS);
+    int metrics_fd = httpd_fd();
     char head[64], cbuf[CMSG_SPACE(sizeof(fds))];
-    int len = snprintf(head, sizeof(head), HANDOVER_MAGIC " %d %d\n", (int)getpid(), count);
-    struct iovec iov = {head, (size_t)len};
-    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    int len;
+    struct iovec iov;
+    struct msghdr msg = {0};
     struct cmsghdr *cm;
 
+    if (metrics_fd >= 0 && count < HANDOVER_MAX_FDS)
+        fds[count++] = metrics_fd;
+    len = snprintf(head, sizeof(head), HANDOVER_MAGIC " %d %d\n", (int)getpid(), count);
+    iov.iov_base = head;
+    iov.iov_len = (size_t)len;
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
     memset(cbuf, 0, sizeof(cbuf));
     if (count > 0) {
         msg.msg_control = cbuf;

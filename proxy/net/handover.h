@@ -9,7 +9,7 @@
 
 #include "config.h"
 
-#define HANDOVER_MAX_FDS (2 * CONFIG_MAX_LISTEN)
+#define HANDOVER_MAX_FDS (2 * CONFIG_MAX_LISTEN + 1)   /* listen, tls_listen, metrics_listen */
 #define HANDOVER_PATH_MAX 108   /* sizeof(sun_path) */
 
 /* What a new sluice took from the running one. */

@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "server.h"
 #include "sockaddr.h"
 
@@ -96,6 +97,9 @@ static void listener_error_cb(struct evconnlistener *l, void *arg)
 
     (void)l;
     (void)arg;
+    (*metrics_counter(METRIC_rejected_connections_total,
+                      listener_out_of_resources(err) ? "out_of_resources" : "accept_error",
+                      NULL))++;
     if (paused) {
         listener_set_enabled(0);
         evtimer_add(listener_resume_timer, &resume_after);
@@ -105,25 +109,6 @@ static void listener_error_cb(struct evconnlistener *l, void *arg)
     listener_log_failure(err, paused);
 }
 
-/* Whether socket FD is bound to the address SS. */
-static int listener_same_address(int fd, const struct sockaddr_storage *ss)
-{
-    struct sockaddr_storage bound;
-    socklen_t len = sizeof(bound);
-    const struct sockaddr_in *a4 = (const void *)ss, *b4 = (const void *)&bound;
-    const struct sockaddr_in6 *a6 = (const void *)ss, *b6 = (const void *)&bound;
-
-    if (getsockname(fd, (struct sockaddr *)&bound, &len) != 0 || bound.ss_family != ss->ss_family)
-        return 0;
-    if (ss->ss_family == AF_INET)
-        return a4->sin_port == b4->sin_port &&
-               a4->sin_addr.s_addr == b4->sin_addr.s_addr;
-    if (ss->ss_family == AF_INET6)
-        return a6->sin6_port == b6->sin6_port &&
-               memcmp(&a6->sin6_addr, &b6->sin6_addr, sizeof(a6->sin6_addr)) == 0;
-    return 0;
-}
-
 /* The listening socket for SS among the INHERITED ones (COUNT, a taken
  * one is set to -1), or -1. */
 static int listener_take_inherited(const struct sockaddr_storage *ss, int *inherited, int count)
@@ -131,7 +116,7 @@ static int listener_take_inherited(const struct sockaddr_storage *ss, int *inher
     for (int i = 0; i < count; i++) {
         int fd = inherited[i];
 
-        if (fd >= 0 && listener_same_address(fd, ss)) {
+        if (fd >= 0 && sockaddr_fd_bound_to(fd, ss)) {
             inherited[i] = -1;
             return fd;
         }

@@ -27,6 +27,7 @@
 #include "client.h"
 #include "cluster.h"
 #include "log.h"
+#include "metrics.h"
 #include "reply.h"
 #include "pause.h"
 #include "placement.h"
@@ -72,6 +73,7 @@ struct lock_op {
     int noscript_retried;
     long long ttl_ms;
     long long wait_ms;
+    uint64_t started_us;      /* when it came (lock_wait_seconds) */
     uint64_t deadline_ms;
     int backoff_ms;
     struct event *timer;
@@ -125,6 +127,12 @@ static void lock_send(struct lock_op *op);
 int lock_init(void)
 {
     int found = 0;
+
+    for (int v = 0; v < 3; v++) {   /* every series shows from the start, at 0 */
+        metrics_counter(METRIC_lock_operations_total, lock_verb_names[v], "ok");
+        metrics_counter(METRIC_lock_operations_total, lock_verb_names[v], "fail");
+        metrics_counter(METRIC_lock_operations_total, lock_verb_names[v], "error");
+    }
 
     for (unsigned i = 0; found < SLOT_COUNT; i++) {
         char tag[8];
@@ -303,6 +311,27 @@ static struct lock_held *lock_held_find(struct client *c, const char *key, size_
     return NULL;
 }
 
+static int lock_keeps_active;   /* KEEP renewals running (lock_keep_active) */
+
+enum lock_result { LOCK_OK, LOCK_FAIL, LOCK_ERROR };
+
+/* Count OP's outcome in lock_operations_total; a LOCK ... WAIT also in
+ * lock_wait_seconds, with the time it took to get its answer. */
+static void lock_count(const struct lock_op *op, enum lock_result result)
+{
+    static const char *const results[] = {"ok", "fail", "error"};
+
+    (*metrics_counter(METRIC_lock_operations_total, lock_verb_names[op->verb], results[result]))++;
+    if (op->verb == LOCK_ACQUIRE && op->wait && result != LOCK_ERROR)
+        metrics_hist_observe(metrics_hist(METRIC_lock_wait_seconds, NULL, NULL),
+                             server_now_us() - op->started_us);
+}
+
+int lock_keep_active(void)
+{
+    return lock_keeps_active;
+}
+
 /* H no longer renews: its timer stops, and a renewal still out finds no
  * record when its reply comes (the lock_keep goes with the last one). */
 static void lock_keep_detach(struct lock_held *h)
@@ -311,6 +340,7 @@ static void lock_keep_detach(struct lock_held *h)
         evtimer_del(h->keep_timer);
     if (h->keep == NULL)
         return;
+    lock_keeps_active--;
     h->keep->held = NULL;
     if (h->keep->inflight == 0)
         free(h->keep);
@@ -425,6 +455,7 @@ static void lock_keep_start(struct lock_held *h, long long ttl_ms)
     lock_keep_detach(h);
     h->keep = calloc(1, sizeof(*h->keep));
     h->keep->held = h;
+    lock_keeps_active++;
     h->keep_ttl_ms = ttl_ms;
     if (h->keep_timer == NULL)
         h->keep_timer = event_new(server.base, -1, EV_PERSIST, lock_keep_cb, h);
@@ -638,6 +669,7 @@ static void lock_acquired(struct lock_op *op, long long fence)
 
     if (!op->explicit_owner || op->keep)
         lock_held_add(c, op);
+    lock_count(op, LOCK_OK);
     out = client_reply_buffer(c, req);
     if (op->fence) {
         reply_array_header(out, 2);
@@ -658,6 +690,7 @@ static void lock_busy(struct lock_op *op, long long pttl_ms)
     struct timeval tv;
 
     if (!op->wait || now >= op->deadline_ms) {
+        lock_count(op, LOCK_FAIL);
         reply_nil(client_reply_buffer(op->req->client, op->req), op->req->client->resp);
         lock_finish(op);
         return;
@@ -726,6 +759,10 @@ static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len,
             lock_held_free(h);
         if (released)
             lock_wake(op->key, op->keylen);
+        lock_count(op, type != REPLY_ERROR ? LOCK_OK
+                       : strncmp(buf, "-NOTOWNER", 9) == 0 ? LOCK_FAIL : LOCK_ERROR);
+    } else {
+        lock_count(op, LOCK_ERROR);   /* WRONGTYPE, an error of Redis's */
     }
     /* Everything else (counts, OK, NOTOWNER, WRONGTYPE, errors) as is. */
     evbuffer_remove_buffer(src, client_reply_buffer(req->client, req), len);
@@ -890,6 +927,7 @@ void lock_handle(struct client *c, struct request *req, int argc, const struct s
     op->verb = (enum lock_verb)lock_verb_of(argv);
     op->req = req;
     op->backoff_ms = LOCK_BACKOFF_MIN_MS;   /* its timer: made when it first waits */
+    op->started_us = server_now_us();
     req->ctx = op;
     req->ctx_free = lock_op_free;
     req->on_reply = lock_on_reply;
@@ -900,6 +938,8 @@ void lock_handle(struct client *c, struct request *req, int argc, const struct s
         if (c->flags & CLIENT_IN_MULTI)
             c->flags |= CLIENT_MULTI_DIRTY;   /* client.c turns its EXEC into EXECABORT */
         reply_error(client_reply_buffer(c, req), "%s", err);
+        lock_count(op, LOCK_ERROR);
+        req->flags |= REQ_FAILED;
         client_answer(c, req);
         return;
     }

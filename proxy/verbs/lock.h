@@ -30,4 +30,7 @@ void lock_client_closed(struct client *c);
  * Returns its length either way (as snprintf does). */
 size_t lock_fence_key(const char *key, size_t len, char *out, size_t size);
 
+/* KEEP renewals running now (sluice_lock_keep_active). */
+int lock_keep_active(void);
+
 #endif

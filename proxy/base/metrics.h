@@ -1,0 +1,138 @@
+/* metrics.h - the Prometheus metrics: every family declared once in
+ * METRICS_LIST (name, type, label names, help), their series, and the
+ * text exposition format 0.0.4. Counting is a plain integer increment
+ * through a pointer the counting code keeps; a series is allocated only
+ * the first time its label values are seen, and label values are bounded
+ * by whoever names them (commands, rules, users, backends). */
+#ifndef SLUICE_METRICS_H
+#define SLUICE_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct evbuffer;
+
+enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
+
+/* name (after "sluice_"), type, label names (comma-separated, "" for
+ * none), help. */
+#define METRICS_LIST(X)                                                                   \
+    X(build_info, GAUGE, "version", "Always 1; the label says sluice's version.")         \
+    X(start_time_seconds, GAUGE, "", "Start time of the process since the Unix epoch.")   \
+    X(config_reloads_total, COUNTER, "result", "Reloads (SIGHUP, PROXY RELOAD) by result.") \
+    X(connected_clients, GAUGE, "", "Client connections open now.")                       \
+    X(connections_received_total, COUNTER, "", "Client connections accepted.")            \
+    X(rejected_connections_total, COUNTER, "reason", "Client connections refused.")       \
+    X(auth_failures_total, COUNTER, "user", "Failed client logins by user.")              \
+    X(input_bytes_total, COUNTER, "", "Bytes read from clients.")                         \
+    X(output_bytes_total, COUNTER, "", "Bytes written to clients.")                       \
+    X(commands_total, COUNTER, "cmd", "Requests framed, by command.")                     \
+    X(commands_failed_total, COUNTER, "cmd", "Requests answered with an error reply.")    \
+    X(commands_rejected_total, COUNTER, "cmd,reason",                                     \
+      "Requests sluice refused before running them.")                                     \
+    X(command_duration_seconds, HISTOGRAM, "cmd",                                          \
+      "From framing a request to queueing its reply to the client.")                      \
+    X(backend_up, GAUGE, "backend,role", "1 when the backend is connected and logged in.") \
+    X(backend_connections, GAUGE, "backend,kind", "Connections to the backend by kind.")  \
+    X(backend_requests_total, COUNTER, "backend", "Requests sent to the backend.")        \
+    X(backend_errors_total, COUNTER, "backend,kind", "Backend connection errors by kind.") \
+    X(backend_request_duration_seconds, HISTOGRAM, "backend",                              \
+      "From sending a request to the backend to reading its reply.")                      \
+    X(cluster_redirections_total, COUNTER, "type", "Cluster redirections followed.")      \
+    X(cluster_slot_map_refreshes_total, COUNTER, "result", "Cluster slot map loads.")     \
+    X(ratelimit_decisions_total, COUNTER, "rule,decision", "Rate-limit decisions by rule.") \
+    X(ratelimit_delay_seconds, HISTOGRAM, "rule", "Delays rate-limit rules imposed.")     \
+    X(lock_operations_total, COUNTER, "op,result", "LOCK, UNLOCK and RENEW by result.")   \
+    X(lock_wait_seconds, HISTOGRAM, "", "Time LOCK ... WAIT waited.")                     \
+    X(lock_keep_active, GAUGE, "", "LOCK KEEP renewals running now.")                     \
+    X(slowlog_length, GAUGE, "", "Entries in the slow log.")
+
+enum metrics_id {
+#define X(name, type, labels, help) METRIC_##name,
+    METRICS_LIST(X)
+#undef X
+    METRIC_COUNT
+};
+
+#define METRICS_MAX_LABELS 2
+
+/* Histogram buckets, upper bounds in microseconds (100 us to 10 s); the
+ * last count is +Inf. */
+#define METRICS_BUCKETS 16
+extern const uint64_t metrics_bucket_us[METRICS_BUCKETS];
+
+struct metrics_hist {
+    uint64_t counts[METRICS_BUCKETS + 1];   /* per bucket, not cumulative */
+    uint64_t sum_us;
+};
+
+static inline void metrics_hist_observe(struct metrics_hist *h, uint64_t us)
+{
+    int i = 0;
+
+    while (i < METRICS_BUCKETS && us > metrics_bucket_us[i])
+        i++;
+    h->counts[i]++;
+    h->sum_us += us;
+}
+
+/* Observations in H (its +Inf bucket, cumulated). */
+uint64_t metrics_hist_count(const struct metrics_hist *h);
+
+/* A fine log-linear latency histogram for percentiles: below 16 us one
+ * bucket per microsecond, above 16 per power of two (at most 1/16 off). */
+#define METRICS_FINE_BUCKETS (16 + 40 * 16)
+struct metrics_fine {
+    uint64_t counts[METRICS_FINE_BUCKETS];
+    uint64_t total;
+};
+
+void metrics_fine_observe(struct metrics_fine *h, uint64_t us);
+/* The upper bound (us) of the bucket holding the P-th percentile (0 <
+ * P <= 100) of H; 0 when H is empty. */
+uint64_t metrics_fine_percentile(const struct metrics_fine *h, double p);
+
+/* The series of family ID with the label values VALUES (as many as the
+ * family has labels; NULL is taken as ""), made on first use (the values
+ * are copied). NULL only when out of memory. */
+struct metrics_series;
+struct metrics_series *metrics_series(enum metrics_id id, const char *const *values);
+
+/* Its counter, gauge or histogram. */
+uint64_t *metrics_series_counter(struct metrics_series *s);
+struct metrics_hist *metrics_series_hist(struct metrics_series *s);
+void metrics_series_set(struct metrics_series *s, double value);
+
+/* Shorthands over metrics_series; NULL-safe returns for out of memory
+ * point at a scratch cell, so callers increment without checking. */
+uint64_t *metrics_counter(enum metrics_id id, const char *v1, const char *v2);
+struct metrics_hist *metrics_hist(enum metrics_id id, const char *v1, const char *v2);
+void metrics_gauge(enum metrics_id id, const char *v1, const char *v2, double value);
+
+/* Drop every series of family ID (a gauge set afresh at each scrape, whose
+ * label values may change: a backend's role). */
+void metrics_family_clear(enum metrics_id id);
+
+/* The unlabelled gauge ID reads FN at each metrics_write (a count kept by
+ * another module: clients, KEEP renewals, the slow log's length). */
+void metrics_gauge_fn(enum metrics_id id, double (*fn)(void));
+
+/* FN runs before each metrics_write: it sets the gauges read from state
+ * (clients, backends). Set by main.c. */
+void metrics_set_refresh(void (*fn)(void));
+
+/* The whole exposition (text format 0.0.4) appended to OUT. */
+void metrics_write(struct evbuffer *out);
+
+/* A label value escaped for the exposition format (\\, \", \n) into OUT
+ * (SIZE bytes, always terminated; cut short when it does not fit). */
+void metrics_escape(const char *value, char *out, size_t size);
+
+/* Make the one series of every family without labels (so each shows 0
+ * before anything is counted). */
+void metrics_init(void);
+
+/* Free every series (at exit). */
+void metrics_free_all(void);
+
+#endif
