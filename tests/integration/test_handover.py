@@ -329,3 +329,48 @@ def _alive(pid):
             return f.read().split(") ")[1][0] != "Z"
     except OSError:
         return False
+
+
+def test_metrics_listener_is_handed_over_too(redis_factory, sluice_factory):
+    """metrics_listen's socket goes to the new sluice with the others: a
+    scraper reading /healthz and /readyz through the hand-over never finds
+    the port closed (no "Address already in use" for the new one, no
+    refused scrape), never gets the old one's 503 "shutting down" after
+    the takeover, and the new sluice answers on the same port."""
+    import urllib.error
+    import urllib.request
+
+    srv = redis_factory()
+    port, mport = free_port(), free_port()
+    old = sluice_factory(srv.port, listen_ports=[port], metrics_listen=f"127.0.0.1:{mport}")
+    stop = threading.Event()
+    seen = {"ok": 0, "errors": []}
+
+    def scrape():
+        while not stop.is_set():
+            for page in ("/healthz", "/readyz"):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{mport}{page}",
+                                                timeout=5 * SLOW) as f:
+                        assert f.status == 200
+                        seen["ok"] += 1
+                except (urllib.error.URLError, OSError) as e:
+                    seen["errors"].append(f"{page}: {e!r}")
+            time.sleep(0.01)
+
+    t = threading.Thread(target=scrape, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: seen["ok"] > 5, 10 * SLOW, msg="scrapes before the hand-over")
+        new = _take_over(sluice_factory, srv.port, old, [port],
+                         metrics_listen=f"127.0.0.1:{mport}")
+        before = seen["ok"]
+        wait_until(lambda: seen["ok"] > before + 5, 10 * SLOW, msg="scrapes after it")
+    finally:
+        stop.set()
+        t.join(10)
+    assert seen["errors"] == [], seen["errors"][:5]
+    assert _log_has(new, "hand-over: sluice pid")
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5) as f:
+        text = f.read().decode()
+    assert "sluice_build_info" in text
