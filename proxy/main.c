@@ -458,6 +458,11 @@ static void main_metrics_init(void)
     metrics_set_refresh(main_metrics_refresh);
     metrics_counter(METRIC_config_reloads_total, "ok", NULL);
     metrics_counter(METRIC_config_reloads_total, "error", NULL);
+    /* Every reason from the start: a dashboard's rate() then has a zero
+     * to show, not a missing series. */
+    metrics_counter(METRIC_rejected_connections_total, "maxclients", NULL);
+    metrics_counter(METRIC_rejected_connections_total, "out_of_resources", NULL);
+    metrics_counter(METRIC_rejected_connections_total, "accept_error", NULL);
 }
 
 static void main_register_hooks(void)
