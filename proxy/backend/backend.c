@@ -166,86 +166,6 @@ struct backend_node *backend_node_new(const char *hostport, char *err, size_t er
 
 
 
-struct backend_node *backend_node_next(const struct backend_node *node)
-{
-    return node == NULL ? TAILQ_FIRST(&backend_nodes) : TAILQ_NEXT(node, link);
-}
-
-const char *backend_node_name(const struct backend_node *node)
-{
-    return node->name;
-}
-
-int backend_node_up(const struct backend_node *node)
-{
-    return node->pools[BACKEND_POOL_RESP2][0]->state == BACKEND_UP;
-}
-
-int backend_node_ready(const struct backend_node *node, char *why, size_t len)
-{
-    const struct backend_conn *conn = node->pools[BACKEND_POOL_RESP2][0];
-
-    if (conn->state != BACKEND_UP) {
-        snprintf(why, len, "backend %s is not connected%s%s", node->name,
-                 conn->error[0] != '\0' ? ": " : "", conn->error);
-        return 0;
-    }
-    if (conn->auth_failed) {
-        snprintf(why, len, "backend %s refused sluice's login (backend_user/backend_password)",
-                 node->name);
-        return 0;
-    }
-    return 1;
-}
-
-const char *backend_node_role(const struct backend_node *node)
-{
-    if (strcmp(node->redis_role, "master") == 0)
-        return "primary";
-    if (strcmp(node->redis_role, "slave") == 0 || strcmp(node->redis_role, "replica") == 0)
-        return "replica";
-    return "unknown";   /* not told yet (HELLO), or by a Redis too old for HELLO */
-}
-
-void backend_node_connections(const struct backend_node *node, int counts[BACKEND_KINDS])
-{
-    const struct backend_conn *conn;
-
-    memset(counts, 0, BACKEND_KINDS * sizeof(counts[0]));
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (conn->state != BACKEND_UP || conn->released)
-            continue;
-        if (conn->spare)
-            counts[BACKEND_KIND_SPARE]++;
-        else if (conn->owner != NULL || conn->oneshot)
-            counts[BACKEND_KIND_PRIVATE]++;
-        else if (conn->scripts)
-            counts[BACKEND_KIND_SCRIPT]++;
-        else
-            counts[BACKEND_KIND_SHARED]++;
-    }
-}
-
-struct backend_node *backend_conn_node(const struct backend_conn *conn)
-{
-    return conn->node;
-}
-
-int backend_conn_is_shared(const struct backend_conn *conn)
-{
-    return conn->owner == NULL && !conn->oneshot;
-}
-
-int backend_conn_runs_scripts(const struct backend_conn *conn)
-{
-    return conn->scripts;
-}
-
-int backend_conn_is_oneshot(const struct backend_conn *conn)
-{
-    return conn->oneshot;
-}
-
 void backend_set_reply_filter(backend_reply_filter_fn *fn)
 {
     backend_reply_filter = fn;
@@ -423,12 +343,6 @@ void backend_use_resp(struct backend_conn *conn, int resp)
         return;
     backend_send_hello(conn, resp);
     conn->resp = resp;
-}
-
-void backend_after_reset(struct backend_conn *conn)
-{
-    conn->resp = 2;   /* RESET also returns Redis's connection to RESP2 */
-    backend_reauth(conn);
 }
 
 void backend_set_node_up_hook(void (*fn)(struct backend_node *node))
@@ -1048,17 +962,6 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
     return 0;
 }
 
-int backend_stalled(const struct backend_conn *conn)
-{
-    return conn->inflight_count > 0 &&
-           server_pass_now_us() / 1000 - conn->progress_ms > BACKEND_STALL_MS;
-}
-
-void backend_set_tunnel(struct backend_conn *conn)
-{
-    conn->tunnel = 1;
-}
-
 int backend_send_raw(struct backend_conn *conn, struct evbuffer *src)
 {
     if (conn->state == BACKEND_DOWN || conn->bev == NULL)
@@ -1066,40 +969,6 @@ int backend_send_raw(struct backend_conn *conn, struct evbuffer *src)
     backend_want_write(conn);
     evbuffer_add_buffer(conn->staged, src);
     return 0;
-}
-
-void backend_hold_reading(struct backend_conn *conn, int hold)
-{
-    if (conn->bev == NULL)
-        return;
-    if (hold)
-        bufferevent_disable(conn->bev, EV_READ);
-    else
-        bufferevent_enable(conn->bev, EV_READ);
-}
-
-void backend_set_passthrough(struct backend_conn *conn, int on)
-{
-    conn->passthrough = on;
-}
-
-int backend_congested(const struct backend_conn *conn)
-{
-    return conn->bev != NULL &&
-           evbuffer_get_length(bufferevent_get_output(conn->bev)) +
-                   evbuffer_get_length(conn->staged) > BACKEND_HIGH_WATER;
-}
-
-void backend_wait(struct backend_conn *conn, struct client *c)
-{
-    c->waiting_on = conn;
-    TAILQ_INSERT_TAIL(&conn->waiters, c, wait_link);
-}
-
-void backend_unwait(struct backend_conn *conn, struct client *c)
-{
-    TAILQ_REMOVE(&conn->waiters, c, wait_link);
-    c->waiting_on = NULL;
 }
 
 void backend_deliver(struct request *req, struct evbuffer *src, size_t len, int type)
@@ -1271,4 +1140,18 @@ void backend_close_if_retired(struct backend_conn *conn)
         backend_conn_down(conn, "the node left the cluster's slot map");
 }
 
+void backend_after_reset(struct backend_conn *conn)
+{
+    conn->resp = 2;   /* RESET also returns Redis's connection to RESP2 */
+    backend_reauth(conn);
+}
 
+struct backend_node *backend_node_next(const struct backend_node *node)
+{
+    return node == NULL ? TAILQ_FIRST(&backend_nodes) : TAILQ_NEXT(node, link);
+}
+
+int backend_conn_is_shared(const struct backend_conn *conn)
+{
+    return conn->owner == NULL && !conn->oneshot;
+}

@@ -343,22 +343,6 @@ void client_enqueue(struct client *c, struct request *req)
 }
 
 
-/* A draining client is closed between replies, but its next request may
- * already be in the socket: closed with unread bytes, the kernel would
- * answer with a reset, which throws away replies still in the socket's
- * send buffer. Those bytes were never read by sluice and never will be:
- * dropped here, the close is an orderly FIN after the last reply, and the
- * client sees the connection end before any reply to them. */
-static void client_discard_unread(int fd)
-{
-    char sink[4096];
-
-    for (int i = 0; i < 64; i++) {
-        if (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0)
-            return;
-    }
-}
-
 /* The one place a client connection ends. Requests still waiting for a
  * backend reply stay with that backend connection, marked to have their
  * replies swallowed; everything else is freed. Inside the client's own
@@ -405,7 +389,7 @@ static void client_close(struct client *c)
     evbuffer_free(c->output);
     tls_close(c->ssl);
     if (c->flags & CLIENT_DRAINING)
-        client_discard_unread(c->fd);
+        netio_discard_unread(c->fd);   /* an orderly FIN, not a reset (netio.h) */
     close(c->fd);
     free(c->name);
     free(c->user);

@@ -7,6 +7,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <errno.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tls.h"
@@ -88,4 +89,14 @@ long netio_read(struct evbuffer *in, int fd, struct ssl_st *ssl, size_t max)
             break;   /* the socket is drained */
     }
     return (long)total;
+}
+
+void netio_discard_unread(int fd)
+{
+    char sink[4096];
+
+    for (int i = 0; i < 64; i++) {
+        if (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0)
+            return;
+    }
 }

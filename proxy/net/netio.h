@@ -43,4 +43,12 @@ int netio_write(struct evbuffer *out, int fd, struct ssl_st *ssl);
  * when there was nothing to read. */
 long netio_read(struct evbuffer *in, int fd, struct ssl_st *ssl, size_t max);
 
+/* Read and drop what socket FD holds (up to 256 KB), without blocking:
+ * for a connection closed between replies while its next request may
+ * already be in the socket. Closed with unread bytes, the kernel would
+ * answer with a reset, which throws away replies still in the socket's
+ * send buffer; dropped first, the close is an orderly FIN after the last
+ * reply. The bytes were never read by sluice and never will be. */
+void netio_discard_unread(int fd);
+
 #endif
