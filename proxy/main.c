@@ -26,9 +26,11 @@
 #include "scripts.h"
 #include "log.h"
 #include "server.h"
+#include "slowlog.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
+#include "top.h"
 
 /* The lock verbs, the layer above the clients', as the client layer
  * asks them (client_set_verbs). */
@@ -204,6 +206,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)arg;
     client_cron(now);
     throttle_cron();
+    top_cron(now);
     if (!server.shutting_down)
         return;
     if (client_count() == 0 || now >= main_shutdown_deadline_ms) {
@@ -238,6 +241,11 @@ static int main_run(void)
     }
     client_module_init(server.base, &server.cfg);
     client_set_verbs(&main_lock_verbs);
+    slowlog_configure(server.cfg.slowlog_log_slower_than, server.cfg.slowlog_max_len);
+    if (top_init(server.cfg.top_keys_capacity) != 0) {
+        log_warning("out of memory for top_keys_capacity = %lld", server.cfg.top_keys_capacity);
+        return 1;
+    }
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
         backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
@@ -271,6 +279,8 @@ static int main_run(void)
     tls_free();
     throttle_shutdown();
     auth_shutdown();
+    slowlog_reset();
+    top_free();
     event_free(sigint);
     event_free(sighup);
     event_free(sigterm);

@@ -179,6 +179,7 @@ static void throttle_identity(const struct client *c, struct limiter_identity *w
     who->user = c->user;
     who->name = c->name;
     who->client_id = c->id;
+    who->addr_text = c->addr_text;
 }
 
 /* throttle_admit for a request some rule may apply to: the buckets. Kept

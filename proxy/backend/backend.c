@@ -915,6 +915,7 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
         return 0;
     }
     req->conn = conn;
+    req->sent_us = server_pass_now_us();
     if (conn->inflight_count == 0)
         conn->progress_ms = server_pass_now_us() / 1000;   /* an idle one starts now */
     TAILQ_INSERT_TAIL(&conn->inflight, req, conn_link);
@@ -1000,6 +1001,9 @@ static void backend_pop(struct backend_conn *conn, struct request *req)
     conn->inflight_count--;
     req->conn = NULL;
     conn->progress_ms = server_pass_now_us() / 1000;
+    if (req->sent_us != 0)   /* sent again (a redirection, a rewrite): time in Redis adds up */
+        req->redis_us += server_pass_now_us() - req->sent_us;
+    req->sent_us = 0;
 }
 
 /* A RESP3 push of LEN bytes heads the input of CONN. It pairs with no

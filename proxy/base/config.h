@@ -48,6 +48,9 @@ struct config {
     long long proto_max_bulk_len;
     long long proto_max_multibulk_len;
     long long shutdown_timeout_ms;
+    long long slowlog_log_slower_than; /* µs; 0: every request; negative: no slow log */
+    long long slowlog_max_len;         /* entries the slow log keeps */
+    long long top_keys_capacity;       /* subjects each PROXY TOP sketch keeps */
     /* TLS towards clients (README "TLS"); file names resolved against the
      * config's folder. */
     char *tls_listen[CONFIG_MAX_LISTEN];   /* "host:port" */

@@ -77,6 +77,7 @@
 #include "reply.h"
 #include "respframe.h"
 #include "server.h"
+#include "slowlog.h"
 #include "sockaddr.h"
 #include "stats.h"
 #include "throttle.h"
@@ -638,6 +639,8 @@ void client_flush(struct client *c)
         } else if (req->reply != NULL) {
             evbuffer_add_buffer(client_output(c), req->reply);
         }
+        if (req->slow_args != NULL)
+            slowlog_note(req, server_pass_now_us(), c->addr_text, c->name, c->user);
         request_free(req);
     }
     if (c->closing)

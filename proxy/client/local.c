@@ -18,9 +18,11 @@
 #include "reply.h"
 #include "request.h"
 #include "server.h"
+#include "slowlog.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
+#include "top.h"
 #include "users.h"
 #include "value.h"
 
@@ -478,6 +480,29 @@ static void local_proxy_cluster(struct evbuffer *out)
     cluster_write_map(out);
 }
 
+/* PROXY SLOWLOG GET [count] | LEN | RESET, with Redis's SLOWLOG replies
+ * and errors (GET's count: 10 when absent, -1 for all). */
+static void local_proxy_slowlog(int argc, const struct sv *argv, struct evbuffer *out)
+{
+    long long count = 10;
+
+    if (argc == 3 && sv_ieq(argv[2], "len")) {
+        reply_integer(out, (long long)slowlog_len());
+    } else if (argc == 3 && sv_ieq(argv[2], "reset")) {
+        slowlog_reset();
+        reply_status(out, "OK");
+    } else if ((argc == 3 || argc == 4) && sv_ieq(argv[2], "get")) {
+        if (argc == 4 && (value_strict_ll(argv[3].ptr, argv[3].len, &count) != 0 || count < -1)) {
+            reply_error(out, "count should be greater than or equal to -1");
+            return;
+        }
+        slowlog_write(out, count);
+    } else {
+        reply_error(out, "unknown subcommand or wrong number of arguments for 'slowlog'. "
+                         "Try PROXY HELP.");
+    }
+}
+
 /* PROXY subcommands: name, handler, help line, and whether its reply is
  * read from sluice's state and built at its turn (RELOAD acts as framed). */
 static const struct {
@@ -485,15 +510,23 @@ static const struct {
     void (*run)(struct evbuffer *out);
     const char *help;
     int at_turn;
+    void (*run_args)(int argc, const struct sv *argv, struct evbuffer *out); /* instead of
+                                                 run: one that takes arguments */
 } local_proxy_subcommands[] = {
-    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1},
-    {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules.", 1},
-    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters.", 1},
+    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1, NULL},
+    {"info", local_proxy_info, "    Counters and states of sluice, its clients, backends and rules.", 1, NULL},
+    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters.", 1, NULL},
     {"cluster", local_proxy_cluster,
      "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
-     1},
-    {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing).", 0},
-    {"help", local_proxy_help, "    Print this help.", 1},
+     1, NULL},
+    {"reload", local_proxy_reload, "    Read the rule and users files and the TLS certificates again (a bad file changes nothing).", 0, NULL},
+    {"slowlog", NULL,
+     "    GET [count] | LEN | RESET: requests slower than slowlog_log_slower_than, as Redis's "
+     "SLOWLOG, with the user and the time in Redis.", 1, local_proxy_slowlog},
+    {"top", NULL,
+     "    CLIENTS|USERS|NAMES|IPS|COMMANDS|KEYS [COUNT n]: the busiest, as [subject, "
+     "requests/s over 10 s, requests, rejected, delayed].", 1, top_command},
+    {"help", local_proxy_help, "    Print this help.", 1, NULL},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))
 
@@ -524,8 +557,14 @@ static int local_proxy_at_turn(struct sv sub)
 static void local_proxy(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
     (void)c;
-    for (int i = 0; i < LOCAL_PROXY_COUNT && argc == 2; i++) {
-        if (sv_ieq(argv[1], local_proxy_subcommands[i].name)) {
+    for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
+        if (!sv_ieq(argv[1], local_proxy_subcommands[i].name))
+            continue;
+        if (local_proxy_subcommands[i].run_args != NULL) {
+            local_proxy_subcommands[i].run_args(argc, argv, out);
+            return;
+        }
+        if (argc == 2) {
             local_proxy_subcommands[i].run(out);
             return;
         }
