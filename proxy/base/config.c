@@ -125,7 +125,7 @@ static const struct config_key config_keys[] = {
     {"slowlog_log_slower_than", config_set_int, F(slowlog_log_slower_than), -1000000000000LL,
      1000000000000LL, 0},
     {"slowlog_max_len", config_set_int, F(slowlog_max_len), 0, 1000000, 0},
-    {"top_keys_capacity", config_set_int, F(top_keys_capacity), 16, 1000000, 0},
+    {"top_keys_capacity", config_set_int, F(top_keys_capacity), 0, 1000000, 0},
     {"tls_listen", config_set_tls_listen, F(tls_listen), 0, 0, 1},
     {"tls_cert_file", config_set_string, F(tls_cert_file), 0, 0, 0},
     {"tls_key_file", config_set_string, F(tls_key_file), 0, 0, 0},

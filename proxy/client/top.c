@@ -37,6 +37,8 @@ static uint64_t top_last_decay_ms;
 
 int top_init(long long capacity)
 {
+    if (capacity == 0)
+        return 0;   /* PROXY TOP off: nothing counted */
     for (int k = 0; k < TOP_KINDS; k++) {
         if (topk_init(&top_sketches[k], (int)capacity) != 0) {
             top_free();
@@ -131,7 +133,7 @@ static void top_each_key(const struct request *req, const struct sv *argv, uint6
 }
 
 /* Count or (NOTE) note REQ of C in every sketch. */
-static void top_apply(const struct client *c, const struct request *req, const struct sv *argv,
+static void top_apply_on(const struct client *c, const struct request *req, const struct sv *argv,
                       enum topk_outcome outcome, int note)
 {
     char subject[TOP_CLIENT_SUBJECT_MAX], cmd[64];
@@ -149,8 +151,6 @@ static void top_apply(const struct client *c, const struct request *req, const s
         {TOP_COMMANDS, cmd, top_command_name(req, argv, cmd)},
     };
 
-    if (top_sketches[0].capacity == 0)
-        return;
     for (size_t i = 0; i < sizeof(subjects) / sizeof(subjects[0]); i++) {
         struct topk *t = &top_sketches[subjects[i].kind];
         if (subjects[i].s == NULL)
@@ -161,6 +161,13 @@ static void top_apply(const struct client *c, const struct request *req, const s
             topk_hit(t, subjects[i].s, subjects[i].len, now_s, outcome);
     }
     top_each_key(req, argv, now_s, outcome, note);
+}
+
+static void top_apply(const struct client *c, const struct request *req, const struct sv *argv,
+                      enum topk_outcome outcome, int note)
+{
+    if (top_sketches[0].capacity > 0)
+        top_apply_on(c, req, argv, outcome, note);
 }
 
 void top_count(const struct client *c, const struct request *req, const struct sv *argv,
@@ -220,6 +227,10 @@ void top_command(int argc, const struct sv *argv, struct evbuffer *out)
     if (argc == 5 && (!sv_ieq(argv[3], "count") ||
                       value_strict_ll(argv[4].ptr, argv[4].len, &count) != 0 || count < 0)) {
         reply_error(out, "COUNT must be a non-negative integer");
+        return;
+    }
+    if (top_sketches[kind].capacity == 0) {
+        reply_error(out, "PROXY TOP is off (top_keys_capacity = 0)");
         return;
     }
     if (count > top_sketches[kind].capacity)

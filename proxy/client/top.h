@@ -14,8 +14,8 @@ struct client;
 struct request;
 struct evbuffer;
 
-/* Make the sketches, CAPACITY subjects each. Returns 0, or -1 when out of
- * memory (nothing is counted then). */
+/* Make the sketches, CAPACITY subjects each (0: PROXY TOP is off and
+ * nothing is counted). Returns 0, or -1 when out of memory. */
 int top_init(long long capacity);
 void top_free(void);
 

@@ -216,6 +216,14 @@ def test_top_clients_ranks_the_busy_client_first(redis_factory, sluice_factory):
         assert isinstance(admin.call("PROXY", "TOP", "KEYS", "COUNT", "-1"), Err)
 
 
+def test_top_keys_capacity_zero_turns_top_off(redis_factory, sluice_factory):
+    _, s = start_pair(redis_factory, sluice_factory, top_keys_capacity=0)
+    with s.raw() as c:
+        assert c.call("GET", "k") is None
+        assert c.call("PROXY", "TOP", "KEYS") == Err(
+            "ERR PROXY TOP is off (top_keys_capacity = 0)")
+
+
 def test_top_counts_rejected_and_delayed(redis_factory, sluice_factory):
     _, s = start_pair(redis_factory, sluice_factory, rules="""
 [limit no-sets]
@@ -282,7 +290,9 @@ def test_memory_flat_over_millions_of_distinct_keys(redis_factory, sluice_factor
         top = rows(c, "KEYS", 2000)
     elapsed = time.monotonic() - t0
     print(f"{total} distinct keys in {elapsed:.1f} s; RSS KB after each tenth: {rss}")
-    assert len(top) <= 1024
+    # The sketch is full: it holds top_keys_capacity keys, no more.
+    assert isinstance(top, list) and len(top) == 1024, top[:3]
+    assert all(row[0].startswith(b"k") and row[2] == 1 for row in top)
     # After the first tenth (buffers at their working size), RSS grows by
     # less than 4 MB over the other nine (a map of every key would need
     # hundreds of MB).
