@@ -496,6 +496,7 @@ void throttle_client_closed(struct client *c)
 
 void throttle_client_changed(struct client *c)
 {
+    c->identity_changes++;
     limiter_client_changed(c->limiter);
 }
 

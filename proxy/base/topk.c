@@ -180,6 +180,7 @@ static int topk_insert(struct topk *t, uint64_t hash, const char *key, size_t le
 
     memset(e, 0, offsetof(struct topk_entry, key));
     e->heap_pos = pos;
+    e->gen = ++t->next_gen;
     e->hash = hash;
     e->weight = inherited;
     e->full_len = len;
@@ -191,8 +192,23 @@ static int topk_insert(struct topk *t, uint64_t hash, const char *key, size_t le
     return idx;
 }
 
-struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
-                            enum topk_outcome outcome)
+/* Count N requests with OUTCOME in E at NOW_S. */
+static void topk_count(struct topk *t, struct topk_entry *e, uint64_t now_s,
+                       enum topk_outcome outcome, uint64_t n)
+{
+    topk_advance(e, now_s);
+    e->per_s[now_s % TOPK_WINDOW_S] += (uint32_t)n;
+    e->requests += n;
+    e->rejected += outcome == TOPK_REJECTED ? n : 0;
+    e->delayed += outcome == TOPK_DELAYED ? n : 0;
+    e->weight += n;
+    topk_sift_down(t, e->heap_pos);
+}
+
+/* Count N requests with OUTCOME of KEY (LEN bytes), taking a place for
+ * it when it has none. */
+static struct topk_entry *topk_hit_n(struct topk *t, const char *key, size_t len,
+                                     uint64_t now_s, enum topk_outcome outcome, uint64_t n)
 {
     uint64_t hash;
     unsigned slot;
@@ -204,14 +220,54 @@ struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_
     slot = topk_slot(t, hash, key, len);
     e = &t->entries[t->table[slot] != 0 ? t->table[slot] - 1
                                         : topk_insert(t, hash, key, len, now_s)];
-    topk_advance(e, now_s);
-    e->per_s[now_s % TOPK_WINDOW_S]++;
-    e->requests++;
-    e->rejected += outcome == TOPK_REJECTED;
-    e->delayed += outcome == TOPK_DELAYED;
-    e->weight++;
-    topk_sift_down(t, e->heap_pos);
+    topk_count(t, e, now_s, outcome, n);
     return e;
+}
+
+struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
+                            enum topk_outcome outcome)
+{
+    return topk_hit_n(t, key, len, now_s, outcome, 1);
+}
+
+struct topk_entry *topk_add(struct topk *t, const char *key, size_t len, uint64_t now_s,
+                            uint64_t n)
+{
+    return topk_hit_n(t, key, len, now_s, TOPK_PASSED, n);
+}
+
+/* The entry REF remembers, while it still holds that subject; else NULL. */
+static struct topk_entry *topk_ref_entry(struct topk *t, const struct topk_ref *ref)
+{
+    if (ref->gen == 0 || ref->idx >= t->count || t->entries[ref->idx].gen != ref->gen)
+        return NULL;
+    return &t->entries[ref->idx];
+}
+
+struct topk_entry *topk_hit_ref(struct topk *t, const struct topk_ref *ref, uint64_t now_s,
+                                enum topk_outcome outcome)
+{
+    struct topk_entry *e = topk_ref_entry(t, ref);
+
+    if (e != NULL)
+        topk_count(t, e, now_s, outcome, 1);
+    return e;
+}
+
+struct topk_entry *topk_add_ref(struct topk *t, const struct topk_ref *ref, uint64_t now_s,
+                                uint64_t n)
+{
+    struct topk_entry *e = topk_ref_entry(t, ref);
+
+    if (e != NULL)
+        topk_count(t, e, now_s, TOPK_PASSED, n);
+    return e;
+}
+
+void topk_ref_set(const struct topk *t, struct topk_ref *ref, const struct topk_entry *e)
+{
+    ref->idx = e != NULL ? (int)(e - t->entries) : 0;
+    ref->gen = e != NULL ? e->gen : 0;
 }
 
 void topk_note(struct topk *t, const char *key, size_t len, enum topk_outcome outcome)

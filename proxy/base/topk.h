@@ -24,6 +24,7 @@ struct topk_entry {
     uint64_t last_s;                /* second of its latest hit */
     uint32_t per_s[TOPK_WINDOW_S];  /* hits per second, at [second % TOPK_WINDOW_S] */
     int heap_pos;
+    uint64_t gen;                   /* which subject took this place (topk_ref) */
     uint32_t key_len;               /* bytes in key[] */
     size_t full_len;                /* the subject's length */
     char key[TOPK_KEY_MAX];
@@ -37,6 +38,15 @@ struct topk {
     int *table;                     /* open addressing: entry index + 1, 0 empty */
     unsigned table_mask;
     uint64_t seed;
+    uint64_t next_gen;
+};
+
+/* Where a subject was, kept by whoever counts it again and again (a
+ * client, a command), so that a repeat needs no hash nor the subject's
+ * bytes: valid while that place still holds that subject. Zeroed: none. */
+struct topk_ref {
+    int idx;
+    uint64_t gen;
 };
 
 /* Set up T for CAPACITY (>= 1) subjects; all of its memory is taken here.
@@ -51,6 +61,20 @@ void topk_clear(struct topk *t);
  * OUTCOME. Never allocates. Returns its entry (NULL when T is empty). */
 struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
                             enum topk_outcome outcome);
+
+/* topk_hit for N requests at once (passed), as a counter kept by its
+ * subject between two flushes hands them over. */
+struct topk_entry *topk_add(struct topk *t, const char *key, size_t len, uint64_t now_s,
+                            uint64_t n);
+struct topk_entry *topk_add_ref(struct topk *t, const struct topk_ref *ref, uint64_t now_s,
+                                uint64_t n);
+
+/* topk_hit for the subject REF remembers: its entry, or NULL when REF no
+ * longer holds (the subject lost its place, or REF is zeroed); then call
+ * topk_hit and topk_ref_set. */
+struct topk_entry *topk_hit_ref(struct topk *t, const struct topk_ref *ref, uint64_t now_s,
+                                enum topk_outcome outcome);
+void topk_ref_set(const struct topk *t, struct topk_ref *ref, const struct topk_entry *e);
 
 /* Count OUTCOME (rejected, delayed) of a request already counted with
  * topk_hit, when its subject is still held. */

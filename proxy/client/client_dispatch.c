@@ -700,6 +700,7 @@ void client_process_input_loop(struct client *c, struct evbuffer *in)
 /* C is closing: what the layer's upper files and the verbs hold for it. */
 static void client_dispatch_closing(struct client *c)
 {
+    top_client_closed(c);
     multi_locals_free(&c->multi);
     client_multi_held_free(c);
     if (client_verbs != NULL)

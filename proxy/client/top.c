@@ -27,6 +27,8 @@ static const char *const top_kind_names[TOP_KINDS] = {
 };
 
 static struct topk top_sketches[TOP_KINDS];
+/* Per command id, where the command is in the COMMANDS sketch. */
+static struct topk_ref *top_command_refs;
 static uint64_t top_last_decay_ms;
 
 /* Keys of one request found on the stack; a larger one allocates. */
@@ -39,6 +41,9 @@ int top_init(long long capacity)
 {
     if (capacity == 0)
         return 0;   /* PROXY TOP off: nothing counted */
+    top_command_refs = calloc((size_t)commands_count(), sizeof(*top_command_refs));
+    if (top_command_refs == NULL)
+        return -1;
     for (int k = 0; k < TOP_KINDS; k++) {
         if (topk_init(&top_sketches[k], (int)capacity) != 0) {
             top_free();
@@ -50,6 +55,8 @@ int top_init(long long capacity)
 
 void top_free(void)
 {
+    free(top_command_refs);
+    top_command_refs = NULL;
     for (int k = 0; k < TOP_KINDS; k++)
         topk_free(&top_sketches[k]);
 }
@@ -132,58 +139,133 @@ static void top_each_key(const struct request *req, const struct sv *argv, uint6
         free(keys);
 }
 
-/* Count or (NOTE) note REQ of C in every sketch. */
-static void top_apply_on(const struct client *c, const struct request *req, const struct sv *argv,
-                      enum topk_outcome outcome, int note)
+/* The subject of kind K (CLIENTS..IPS) of C into *S and *LEN: in BUF, or
+ * C's own strings. *S is NULL for a client without a name (NAMES). */
+static void top_client_kind(const struct client *c, int k, char *buf, const char **s,
+                            size_t *len)
+{
+    switch (k) {
+    case TOP_CLIENTS: *s = buf; *len = top_client_subject(c, buf); return;
+    case TOP_USERS: *s = c->user != NULL ? c->user : "default"; break;
+    case TOP_NAMES: *s = c->name; break;
+    default: *s = c->ip_text; break;
+    }
+    *len = *s != NULL ? strlen(*s) : 0;
+}
+
+/* Count N requests of C for its client, user, name and ip subjects,
+ * found through the places remembered for them (no hash, no subject
+ * built) while those places hold them; else looked up, or given a place. */
+static void top_add_client(struct client *c, uint64_t now_s, uint64_t n)
+{
+    char subject[TOP_CLIENT_SUBJECT_MAX];
+    const char *s;
+    size_t len;
+
+    for (int k = TOP_CLIENTS; k <= TOP_IPS; k++) {
+        if (topk_add_ref(&top_sketches[k], &c->top_refs[k], now_s, n) != NULL)
+            continue;
+        top_client_kind(c, k, subject, &s, &len);
+        if (s != NULL)
+            topk_ref_set(&top_sketches[k], &c->top_refs[k],
+                         topk_add(&top_sketches[k], s, len, now_s, n));
+    }
+}
+
+/* Hand C's requests counted since the last flush (c->top_pending) to its
+ * subjects' sketches. Their places were made when the first of them came
+ * (top_count_on), so they go to the name and user they were sent under. */
+static void top_flush_client(struct client *c, uint64_t now_s)
+{
+    if (c->top_pending == 0)
+        return;
+    top_add_client(c, now_s, c->top_pending);
+    c->top_pending = 0;
+}
+
+/* Count REQ of C: in C's own counter (its client, user, name and ip
+ * subjects get it at the next flush: a tick, PROXY TOP, a note, its
+ * close), its command's and its keys' sketches now. */
+static void top_count_on(struct client *c, const struct request *req, const struct sv *argv,
+                         enum topk_outcome outcome)
+{
+    char cmd[64];
+    uint64_t now_s = server_pass_now_us() / 1000000;
+    struct topk_ref *cmd_ref = req->cmd != NULL ? &top_command_refs[req->cmd->id] : NULL;
+
+    if (c->top_refs_changes != c->identity_changes) {
+        /* A new user or name: what came before goes to the subjects it
+         * was sent under (through their places; one that lost its place
+         * meanwhile is counted under the new). */
+        top_flush_client(c, now_s);
+        memset(c->top_refs, 0, sizeof(c->top_refs));
+        c->top_refs_changes = c->identity_changes;
+    }
+    if (c->top_pending++ == 0)
+        top_add_client(c, now_s, 0);   /* its subjects have places: a flush finds them */
+    if (cmd_ref == NULL ||
+        topk_hit_ref(&top_sketches[TOP_COMMANDS], cmd_ref, now_s, outcome) == NULL) {
+        struct topk_entry *e = topk_hit(&top_sketches[TOP_COMMANDS], cmd,
+                                        top_command_name(req, argv, cmd), now_s, outcome);
+        if (cmd_ref != NULL)
+            topk_ref_set(&top_sketches[TOP_COMMANDS], cmd_ref, e);
+    }
+    top_each_key(req, argv, now_s, outcome, 0);
+}
+
+/* Note OUTCOME of REQ of C, counted already, in every sketch that still
+ * holds its subjects (rare: a rule's refusal or delay). */
+static void top_note_on(struct client *c, const struct request *req, const struct sv *argv,
+                        enum topk_outcome outcome)
 {
     char subject[TOP_CLIENT_SUBJECT_MAX], cmd[64];
-    const char *user = c->user != NULL ? c->user : "default";
-    uint64_t now_s = server_pass_now_us() / 1000000;
-    struct {
-        enum top_kind kind;
-        const char *s;
-        size_t len;
-    } subjects[] = {
-        {TOP_CLIENTS, subject, top_client_subject(c, subject)},
-        {TOP_USERS, user, strlen(user)},
-        {TOP_NAMES, c->name, c->name != NULL ? strlen(c->name) : 0},
-        {TOP_IPS, c->ip_text, strlen(c->ip_text)},
-        {TOP_COMMANDS, cmd, top_command_name(req, argv, cmd)},
-    };
+    const char *s;
+    size_t len;
 
-    for (size_t i = 0; i < sizeof(subjects) / sizeof(subjects[0]); i++) {
-        struct topk *t = &top_sketches[subjects[i].kind];
-        if (subjects[i].s == NULL)
-            continue;   /* a client without a name */
-        if (note)
-            topk_note(t, subjects[i].s, subjects[i].len, outcome);
-        else
-            topk_hit(t, subjects[i].s, subjects[i].len, now_s, outcome);
+    top_flush_client(c, server_pass_now_us() / 1000000);   /* REQ is among them */
+    for (int k = TOP_CLIENTS; k <= TOP_IPS; k++) {
+        top_client_kind(c, k, subject, &s, &len);
+        if (s != NULL)
+            topk_note(&top_sketches[k], s, len, outcome);
     }
-    top_each_key(req, argv, now_s, outcome, note);
+    topk_note(&top_sketches[TOP_COMMANDS], cmd, top_command_name(req, argv, cmd), outcome);
+    top_each_key(req, argv, 0, outcome, 1);
 }
 
-static void top_apply(const struct client *c, const struct request *req, const struct sv *argv,
-                      enum topk_outcome outcome, int note)
-{
-    if (top_sketches[0].capacity > 0)
-        top_apply_on(c, req, argv, outcome, note);
-}
-
-void top_count(const struct client *c, const struct request *req, const struct sv *argv,
+void top_count(struct client *c, const struct request *req, const struct sv *argv,
                enum topk_outcome outcome)
 {
-    top_apply(c, req, argv, outcome, 0);
+    if (top_sketches[0].capacity > 0)
+        top_count_on(c, req, argv, outcome);
 }
 
-void top_note(const struct client *c, const struct request *req, const struct sv *argv,
+void top_note(struct client *c, const struct request *req, const struct sv *argv,
               enum topk_outcome outcome)
 {
-    top_apply(c, req, argv, outcome, 1);
+    if (top_sketches[0].capacity > 0)
+        top_note_on(c, req, argv, outcome);
+}
+
+void top_client_closed(struct client *c)
+{
+    if (top_sketches[0].capacity > 0)
+        top_flush_client(c, server_pass_now_us() / 1000000);
+}
+
+/* Flush every client's counter (top_flush_client). */
+static void top_flush_all(void)
+{
+    uint64_t now_s = server_pass_now_us() / 1000000;
+
+    for (struct client *c = client_next(NULL); c != NULL; c = client_next(c))
+        top_flush_client(c, now_s);
 }
 
 void top_cron(uint64_t now_ms)
 {
+    if (top_sketches[0].capacity == 0)
+        return;
+    top_flush_all();
     if (now_ms - top_last_decay_ms < TOPK_WINDOW_S * 1000)
         return;
     top_last_decay_ms = now_ms;
@@ -240,6 +322,7 @@ void top_command(int argc, const struct sv *argv, struct evbuffer *out)
         reply_error(out, "OOM sluice is out of memory");
         return;
     }
+    top_flush_all();
     n = topk_list(&top_sketches[kind], now_s, 0, rows, (int)count);
     reply_array_header(out, n);
     for (int i = 0; i < n; i++)

@@ -21,14 +21,18 @@ void top_free(void);
 
 /* Count REQ (framed, ARGV its arguments) of client C with OUTCOME. Never
  * allocates for subjects already held. */
-void top_count(const struct client *c, const struct request *req, const struct sv *argv,
+void top_count(struct client *c, const struct request *req, const struct sv *argv,
                enum topk_outcome outcome);
 /* REQ, counted already, was rejected or delayed after all: note OUTCOME
  * for those of its subjects still held. */
-void top_note(const struct client *c, const struct request *req, const struct sv *argv,
+void top_note(struct client *c, const struct request *req, const struct sv *argv,
               enum topk_outcome outcome);
 
-/* Periodic: the sketches' weights decay every TOPK_WINDOW_S seconds, so
+/* C is closing: what it sent since the last flush is counted now. */
+void top_client_closed(struct client *c);
+
+/* Periodic (each tick): the clients' counters go to the sketches; and
+ * the sketches' weights decay every TOPK_WINDOW_S seconds, so
  * subjects busy long ago give way to those busy now. */
 void top_cron(uint64_t now_ms);
 

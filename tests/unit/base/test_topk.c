@@ -145,7 +145,30 @@ static void test_clear(void)
     topk_free(&t);
 }
 
+/* A remembered place counts its subject without a lookup, and stops
+ * holding once the subject lost its place. */
+static void test_ref(void)
+{
+    struct topk t;
+    struct topk_ref ref = {0, 0};
+
+    CHECK(topk_init(&t, 2) == 0);
+    CHECK(topk_hit_ref(&t, &ref, 1, TOPK_PASSED) == NULL);   /* zeroed: none */
+    topk_ref_set(&t, &ref, hit(&t, "a", 1));
+    CHECK(topk_hit_ref(&t, &ref, 1, TOPK_REJECTED) != NULL);
+    CHECK(find(&t, "a", 1)->requests == 2 && find(&t, "a", 1)->rejected == 1);
+    hit(&t, "b", 1);
+    hit(&t, "b", 1);
+    hit(&t, "b", 1);
+    hit(&t, "c", 1);   /* evicts "a", the least counted */
+    CHECK(find(&t, "a", 1) == NULL);
+    CHECK(topk_hit_ref(&t, &ref, 1, TOPK_PASSED) == NULL);
+    CHECK(find(&t, "c", 1)->requests == 1);
+    topk_free(&t);
+}
+
 UNIT_MAIN("topk",
+          {"remembered place", test_ref},
           {"counts and outcomes", test_counts_and_outcomes},
           {"10 s window", test_window},
           {"hot among cold", test_hot_among_cold},
