@@ -45,6 +45,8 @@
 #include "tls.h"
 #include "build_info.h"   /* generated: tools/build_info.sh */
 #include "users.h"
+#include "slowlog.h"
+#include "top.h"
 
 /* The lock verbs, the layer above the clients', as the client layer
  * asks them (client_set_verbs). */
@@ -342,6 +344,7 @@ static int main_reload(struct errlist *errs, char *note, size_t size)
     tls_commit(st.tls);
     log_current_level = (enum log_level)server.cfg.log_level;
     log_set_format((enum log_format)server.cfg.log_format);
+    slowlog_configure(server.cfg.slowlog_log_slower_than, server.cfg.slowlog_max_len);
     client_config_changed();
     if (server.cfg.maxclients > old_maxclients)
         main_raise_fd_limit();
@@ -383,10 +386,10 @@ static double main_lock_keep_active(void)
     return lock_keep_active();
 }
 
-/* The slow log's length: 0 until there is a slow log to feed it. */
+/* The slow log's length (PROXY SLOWLOG LEN). */
 static double main_slowlog_length(void)
 {
-    return 0;
+    return (double)slowlog_len();
 }
 
 /* The backend gauges, set afresh at each scrape: a node's role may change
@@ -592,6 +595,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)arg;
     client_cron(now);
     throttle_cron();
+    top_cron(now);
     if (!server.shutting_down)
         return;
     listener_stop();   /* the loop has taken them off epoll by now */
@@ -686,6 +690,11 @@ static int main_run(void)
     }
     client_module_init(server.base, &server.cfg);
     client_set_verbs(&main_lock_verbs);
+    slowlog_configure(server.cfg.slowlog_log_slower_than, server.cfg.slowlog_max_len);
+    if (top_init(server.cfg.top_keys_capacity) != 0) {
+        log_error("out of memory for top_keys_capacity = %lld", server.cfg.top_keys_capacity);
+        return 1;
+    }
     if (main_start_serving(&take) != 0)
         return 1;
     for (size_t i = 0; i < MAIN_SIGNAL_COUNT; i++) {
@@ -715,6 +724,8 @@ static int main_run(void)
     tls_free();
     throttle_shutdown();
     auth_shutdown();
+    slowlog_reset();
+    top_free();
     for (size_t i = 0; i < MAIN_SIGNAL_COUNT; i++)
         event_free(signals[i]);
     event_free(tick);

@@ -25,9 +25,14 @@
 #include "metrics.h"
 #include "rules.h"
 #include "server.h"
+#include "topk.h"
 
 #define LIMITER_KEYED_CHAINS 256
-#define LIMITER_DRYRUN_LOG_EVERY_US 1000000
+/* A rule reports who it hits at most this often (limiter_report). */
+#define LIMITER_REPORT_EVERY_US 10000000
+/* Subjects a rule tells apart between two reports: the three it names
+ * are among the busiest of them (topk.h). */
+#define LIMITER_REPORT_SUBJECTS 16
 /* A user or client name longer than this goes into a shared bucket's key
  * as its SHA-256 (limiter_shared_key), so the key always fits. */
 #define LIMITER_KEY_IDENTITY_MAX 64
@@ -56,12 +61,16 @@ struct rule_state {
     struct bucket bucket;             /* per = rule */
     struct keyed_bucket *keyed[LIMITER_KEYED_CHAINS];
     size_t keyed_count;               /* buckets in keyed[] */
-    uint64_t last_dryrun_log_us;
     /* sluice_ratelimit_decisions_total by enum limiter_metric, and
      * sluice_ratelimit_delay_seconds: series of the rule's name, which
      * count on over reloads (never taken back, unlike the counters above). */
     uint64_t *metric[4];
     struct metrics_hist *metric_delay;
+    /* Since its last report (limiter_report): what it did or, dry-run,
+     * would have done, and to whom. */
+    uint64_t report_rejected, report_delayed;
+    uint64_t report_start_us, last_report_us;
+    struct topk *report_subjects;     /* made at its first hit */
 };
 
 enum limiter_metric { LIMITER_ADMITTED, LIMITER_REJECTED, LIMITER_DELAYED, LIMITER_DRYRUN };
@@ -174,6 +183,9 @@ static void limiter_state_free(struct rule_state *st)
             st->keyed[i] = next;
         }
     }
+    if (st->report_subjects != NULL)
+        topk_free(st->report_subjects);
+    free(st->report_subjects);
     free(st);
 }
 
@@ -351,16 +363,88 @@ static struct bucket *limiter_bucket(struct limiter_entry *e, const struct limit
     return &st->bucket;
 }
 
-static void limiter_dryrun_hit(struct rule_state *st, uint64_t now_us, uint64_t wait_us)
+/* Log at notice what rule ST did since its last report: how many
+ * requests it rejected and delayed (dry-run: would have) and the three
+ * subjects it hit most; then start counting again. */
+static void limiter_report(struct rule_state *st, uint64_t now_us)
+{
+    const struct topk_entry *top[3];
+    char most[3 * (TOPK_SUBJECT_MAX + 32)], subject[TOPK_SUBJECT_MAX + 1];
+    size_t used = 0;
+    int n = topk_list(st->report_subjects, 0, 1, top, 3);
+    uint64_t secs = (now_us - st->report_start_us + 999999) / 1000000;
+
+    most[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        size_t len = topk_subject(top[i], subject);
+        subject[len] = '\0';
+        used += (size_t)snprintf(most + used, sizeof(most) - used, "%s%s (%llu)",
+                                 i > 0 ? ", " : "", subject,
+                                 (unsigned long long)top[i]->requests);
+    }
+    if (st->rule->mode == RULE_MODE_DRYRUN)
+        log_notice("rule %s (dryrun) would have rejected %llu and delayed %llu requests in "
+                   "%llu s (%llu so far); most hit: %s", st->rule->name,
+                   (unsigned long long)st->report_rejected,
+                   (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
+                   (unsigned long long)st->dryrun_hits, most);
+    else
+        log_notice("rule %s rejected %llu and delayed %llu requests in %llu s; most hit: %s",
+                   st->rule->name, (unsigned long long)st->report_rejected,
+                   (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
+                   most);
+    st->report_rejected = st->report_delayed = 0;
+    st->last_report_us = now_us;
+    topk_clear(st->report_subjects);
+}
+
+/* Rule ST rejected (DELAYED 0) or delayed a request of SUBJECT ("user=..
+ * name=.. addr=.."), or would have in dry-run: count it for the next
+ * report, made now when the last one is LIMITER_REPORT_EVERY_US old. */
+static void limiter_hit(struct rule_state *st, const char *subject, int delayed)
+{
+    uint64_t now_us = server_pass_now_us();
+
+    if (st->report_subjects == NULL) {
+        st->report_subjects = calloc(1, sizeof(*st->report_subjects));
+        if (st->report_subjects != NULL &&
+            topk_init(st->report_subjects, LIMITER_REPORT_SUBJECTS) != 0) {
+            free(st->report_subjects);
+            st->report_subjects = NULL;
+        }
+        if (st->report_subjects == NULL)
+            return;   /* out of memory: the rule's counters still count */
+    }
+    if (st->report_rejected + st->report_delayed == 0)
+        st->report_start_us = now_us;
+    st->report_rejected += !delayed;
+    st->report_delayed += delayed != 0;
+    topk_hit(st->report_subjects, subject, strlen(subject), 0, TOPK_PASSED);
+    if (st->last_report_us == 0 || now_us - st->last_report_us >= LIMITER_REPORT_EVERY_US)
+        limiter_report(st, now_us);
+}
+
+/* WHO as a rule's report names it. */
+static void limiter_subject(const struct limiter_identity *who, char *out, size_t size)
+{
+    snprintf(out, size, "user=%.64s name=%.64s addr=%s", who->user ? who->user : "default",
+             who->name ? who->name : "", who->addr_text ? who->addr_text : "");
+}
+
+static void limiter_hit_who(struct rule_state *st, const struct limiter_identity *who,
+                            int delayed)
+{
+    char subject[LIMITER_SUBJECT_MAX];
+
+    limiter_subject(who, subject, sizeof(subject));
+    limiter_hit(st, subject, delayed);
+}
+
+static void limiter_dryrun_hit(struct rule_state *st, const char *subject, uint64_t wait_us)
 {
     st->dryrun_hits++;
-    if (now_us - st->last_dryrun_log_us < LIMITER_DRYRUN_LOG_EVERY_US)
-        return;
-    st->last_dryrun_log_us = now_us;
-    log_notice("rule %s (dryrun) would have %s a request (%llu so far)", st->rule->name,
-               st->rule->action == RULE_ACTION_DELAY && wait_us <= st->rule->max_delay_us
-                   ? "delayed" : "rejected",
-               (unsigned long long)st->dryrun_hits);
+    limiter_hit(st, subject, st->rule->action == RULE_ACTION_DELAY &&
+                                 wait_us <= st->rule->max_delay_us);
 }
 
 /* The key of rule R's shared bucket for the user or client name ID, of
@@ -415,8 +499,9 @@ static void limiter_reject(struct limiter_decision *out, const struct rule_state
     snprintf(out->rule_name, sizeof(out->rule_name), "%s", st->rule->name);
 }
 
-/* Decide over the local enforce rules in M (N of them). */
-static void limiter_decide(struct limiter_match *m, int n, struct limiter_decision *out)
+/* Decide over the local enforce rules in M (N of them) for WHO. */
+static void limiter_decide(struct limiter_match *m, int n, const struct limiter_identity *who,
+                           struct limiter_decision *out)
 {
     uint64_t delay = 0;
 
@@ -428,6 +513,7 @@ static void limiter_decide(struct limiter_match *m, int n, struct limiter_decisi
             limiter_reject(out, m[i].st, m[i].wait_us);
             m[i].st->rejected++;
             limiter_metric(m[i].st, LIMITER_REJECTED, 0);
+            limiter_hit_who(m[i].st, who, 0);
             return;
         }
         if (m[i].wait_us > delay)
@@ -438,9 +524,10 @@ static void limiter_decide(struct limiter_match *m, int n, struct limiter_decisi
      * the request does not go after all. */
     for (int i = 0; i < n; i++) {
         bucket_take(m[i].bucket);
-        if (m[i].wait_us > 0)
+        if (m[i].wait_us > 0) {
             m[i].st->delayed++;
-        else
+            limiter_hit_who(m[i].st, who, 1);
+        } else
             m[i].st->admitted++;
         limiter_metric(m[i].st, m[i].wait_us > 0 ? LIMITER_DELAYED : LIMITER_ADMITTED, m[i].wait_us);
         out->taken[out->taken_count++] = (struct limiter_taken){m[i].st->id, m[i].wait_us > 0};
@@ -477,6 +564,7 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
         a->burst = r->burst;
         a->max_wait_us = r->action == RULE_ACTION_DELAY ? r->max_delay_us : 0;
         a->dryrun = r->mode == RULE_MODE_DRYRUN;
+        limiter_subject(p->who, a->subject, sizeof(a->subject));
         return;
     }
     if (p->now_us == 0)
@@ -485,8 +573,11 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
     uint64_t wait = bucket_wait_us(b, r->rate_per_s, r->burst, p->now_us);
     if (r->mode == RULE_MODE_DRYRUN) {
         int would = r->action == RULE_ACTION_REJECT ? wait > 0 : wait > r->max_delay_us;
-        if (wait > 0)
-            limiter_dryrun_hit(st, p->now_us, wait);
+        if (wait > 0) {
+            char subject[LIMITER_SUBJECT_MAX];
+            limiter_subject(p->who, subject, sizeof(subject));
+            limiter_dryrun_hit(st, subject, wait);
+        }
         limiter_metric(st, wait > 0 ? LIMITER_DRYRUN : LIMITER_ADMITTED, 0);
         if (!would)
             bucket_take(b);   /* it models the limit as if enforced */
@@ -692,7 +783,7 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
                 limiter_apply(&p, &lc->entries[i]);
         }
     }
-    limiter_decide(p.m, p.n, out);
+    limiter_decide(p.m, p.n, who, out);
     if (out->verdict != LIMITER_REJECT && out->ask_count > 0)
         out->verdict = LIMITER_ASK;
     else
@@ -710,6 +801,16 @@ static struct rule_state *limiter_state_by_id(uint64_t id)
     return NULL;
 }
 
+/* A shared rule ST rejected (DELAYED 0) or delayed a request of SUBJECT. */
+static void limiter_count_shared(struct rule_state *st, const char *subject, int delayed)
+{
+    if (delayed)
+        st->delayed++;
+    else
+        st->rejected++;
+    limiter_hit(st, subject, delayed);
+}
+
 void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us)
 {
     struct rule_state *st = limiter_state_by_id(ask->rule_id);
@@ -720,13 +821,13 @@ void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint
         st->fail_open++;
         limiter_metric(st, LIMITER_ADMITTED, 0);   /* it passes */
     } else if (ask->dryrun && (!allowed || wait_us > 0)) {
-        limiter_dryrun_hit(st, st->last_dryrun_log_us + LIMITER_DRYRUN_LOG_EVERY_US, wait_us);
+        limiter_dryrun_hit(st, ask->subject, !allowed ? UINT64_MAX : wait_us);
         limiter_metric(st, LIMITER_DRYRUN, 0);
     } else if (!allowed) {
-        st->rejected++;
+        limiter_count_shared(st, ask->subject, 0);
         limiter_metric(st, LIMITER_REJECTED, 0);
     } else if (wait_us > 0) {
-        st->delayed++;
+        limiter_count_shared(st, ask->subject, 1);
         limiter_metric(st, LIMITER_DELAYED, wait_us);
     } else {
         st->admitted++;
@@ -789,6 +890,11 @@ void limiter_cron(uint64_t now_us)
 
     for (int i = 0; i < count; i++) {
         struct rule_state *st = limiter_states[i];
+        /* What a rule did since its last report is told once that report
+         * is LIMITER_REPORT_EVERY_US old, even when no request comes. */
+        if (st->report_rejected + st->report_delayed > 0 &&
+            now_us - st->last_report_us >= LIMITER_REPORT_EVERY_US)
+            limiter_report(st, now_us);
         if (st->keyed_count == 0)
             continue;
         for (int c = 0; c < LIMITER_KEYED_CHAINS; c++) {

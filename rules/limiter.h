@@ -23,7 +23,12 @@ struct limiter_identity {
     const char *user;   /* NULL: "default" */
     const char *name;   /* NULL: no name */
     uint64_t client_id; /* for per = client buckets */
+    const char *addr_text; /* "ip:port": how a rule's report names the client */
 };
+
+/* Room for "user=.. name=.. addr=..", how a rule's report names whom it
+ * hit (user and name cut at 64 bytes). */
+#define LIMITER_SUBJECT_MAX 224
 
 enum limiter_verdict {
     LIMITER_PASS,       /* send it now */
@@ -41,6 +46,7 @@ struct limiter_shared_ask {
     double burst;
     uint64_t max_wait_us;   /* 0 for reject rules */
     int dryrun;
+    char subject[LIMITER_SUBJECT_MAX]; /* who asked, for the rule's report */
 };
 
 /* A local rule a request took a token from: given back with

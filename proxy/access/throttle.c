@@ -165,6 +165,7 @@ static void throttle_identity(const struct client *c, struct limiter_identity *w
     who->user = c->user;
     who->name = c->name;
     who->client_id = c->id;
+    who->addr_text = c->addr_text;
 }
 
 /* throttle_admit for a request some rule may apply to: the buckets. Kept
@@ -481,6 +482,7 @@ void throttle_client_closed(struct client *c)
 
 void throttle_client_changed(struct client *c)
 {
+    c->identity_changes++;
     limiter_client_changed(c->limiter);
 }
 

@@ -47,12 +47,14 @@ static const struct users_verb {
     {"proxy|info", 1u << 3, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|rules", 1u << 4, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|reload", 1u << 5, ACL_ADMIN | ACL_DANGEROUS},
+    {"proxy|slowlog", 1u << 6, ACL_ADMIN | ACL_DANGEROUS},
+    {"proxy|top", 1u << 7, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|ping", 0, 0},
     {"proxy|help", 0, 0},
 };
 #define USERS_VERB_COUNT (int)(sizeof(users_verbs) / sizeof(users_verbs[0]))
-#define USERS_VERBS_ALL 0x3fu
-#define USERS_VERBS_PROXY 0x38u         /* what "+proxy" grants */
+#define USERS_VERBS_ALL 0xffu
+#define USERS_VERBS_PROXY 0xf8u         /* what "+proxy" grants */
 
 /* A list of globs; each item owns its bytes. */
 struct users_globs {

@@ -950,6 +950,7 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
         return 0;
     }
     req->conn = conn;
+    req->sent_us = server_pass_now_us();
     if (conn->inflight_count == 0)
         conn->progress_ms = server_pass_now_us() / 1000;   /* an idle one starts now */
     TAILQ_INSERT_TAIL(&conn->inflight, req, conn_link);
@@ -995,8 +996,12 @@ static void backend_pop(struct backend_conn *conn, struct request *req)
     req->conn = NULL;
     conn->progress_ms = server_pass_now_us() / 1000;
     if (req->sent_us != 0) {
-        req->redis_us = server_now_us() - req->sent_us;
-        metrics_hist_observe(conn->node->metric_duration, req->redis_us);
+        /* Sent again (a redirection, a rewrite): its time in Redis adds up
+         * for the slow log; each send is one backend request observed. */
+        uint64_t took = server_now_us() - req->sent_us;
+
+        req->redis_us += took;
+        metrics_hist_observe(conn->node->metric_duration, took);
         req->sent_us = 0;
     }
 }

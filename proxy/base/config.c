@@ -157,6 +157,10 @@ static const struct config_key config_keys[] = {
     {"proto_max_multibulk_len", config_set_int, F(proto_max_multibulk_len), 1, 2147483647, 0,
      LIVE(NUM)},
     {"shutdown_timeout", config_set_int, F(shutdown_timeout_ms), 0, 3600000, 0, LIVE(NUM)},
+    {"slowlog_log_slower_than", config_set_int, F(slowlog_log_slower_than), -1000000000000LL,
+     1000000000000LL, 0, LIVE(NUM)},
+    {"slowlog_max_len", config_set_int, F(slowlog_max_len), 0, 1000000, 0, LIVE(NUM)},
+    {"top_keys_capacity", config_set_int, F(top_keys_capacity), 0, 1000000, 0, RESTART(NUM)},
     {"handover_socket", config_set_string, F(handover_socket), 0, 0, 0, RESTART(STR)},
     {"tls_listen", config_set_tls_listen, F(tls_listen), 0, 0, 1, RESTART_LIST(tls_listen_count)},
     {"tls_cert_file", config_set_string, F(tls_cert_file), 0, 0, 0, LIVE(STR)},
@@ -205,6 +209,9 @@ static void config_defaults(struct config *cfg)
     cfg->proto_max_bulk_len = 512LL * 1024 * 1024;
     cfg->proto_max_multibulk_len = 1024 * 1024;
     cfg->shutdown_timeout_ms = 5000;
+    cfg->slowlog_log_slower_than = 10000;   /* Redis's defaults */
+    cfg->slowlog_max_len = 128;
+    cfg->top_keys_capacity = 1024;
     cfg->cluster_refresh_interval_ms = 5000;
     cfg->cluster_max_redirects = 5;
     cfg->cluster_retry_window_ms = 3000;

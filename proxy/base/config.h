@@ -53,6 +53,9 @@ struct config {
     char *handover_socket;             /* the hand-over control socket (README "Restart and
                                           upgrade"); NULL: derived from the listen address,
                                           "off": none */
+    long long slowlog_log_slower_than; /* µs; 0: every request; negative: no slow log */
+    long long slowlog_max_len;         /* entries the slow log keeps */
+    long long top_keys_capacity;       /* subjects each PROXY TOP sketch keeps */
     /* TLS towards clients (README "TLS"); file names resolved against the
      * config's folder. */
     char *tls_listen[CONFIG_MAX_LISTEN];   /* "host:port" */

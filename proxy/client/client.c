@@ -78,6 +78,7 @@
 #include "reply.h"
 #include "respframe.h"
 #include "server.h"
+#include "slowlog.h"
 #include "sockaddr.h"
 #include "stats.h"
 #include "throttle.h"
@@ -650,7 +651,7 @@ void client_flush(struct client *c)
             break;
         TAILQ_REMOVE(&c->requests, req, client_link);
         c->held_reply_bytes -= client_held_reply_len(req);
-        client_note_done(req);
+        client_note_done(c, req);
         if (req->flags & REQ_NOREPLY) {
             /* CLIENT REPLY OFF/SKIP: dropped */
         } else if (req->flags & REQ_REPLY_KEPT) {
@@ -674,13 +675,18 @@ void client_note_rejected(struct request *req, int reason)
     stats_command_rejected(req->stat_row, (enum stats_reject)reason);
 }
 
-void client_note_done(struct request *req)
+void client_note_done(struct client *c, struct request *req)
 {
+    uint64_t now;
+
     if (req->framed_us == 0)
         return;
-    stats_command_done(req->stat_row, server_now_us() - req->framed_us,
+    now = server_now_us();
+    stats_command_done(req->stat_row, now - req->framed_us,
                        (req->flags & (REQ_FAILED | REQ_REJECTED)) == REQ_FAILED);
-    req->framed_us = 0;
+    if (req->slow_args != NULL)
+        slowlog_note(req, now, c->addr_text, c->name, c->user);
+    req->framed_us = 0;   /* counted once, whichever way its reply went */
 }
 
 /* REQ's reply is in its own buffer now: mark it and write what can go. */

@@ -9,6 +9,7 @@
 
 #include "reqparse.h"
 #include "request.h"
+#include "topk.h"
 
 struct backend_conn;
 struct event_base;
@@ -128,6 +129,12 @@ struct client {
     struct lock_client *locks;          /* locks it holds (lock.c owns this) */
     struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
+    unsigned identity_changes;          /* its user or name changed this often
+                                           (throttle_client_changed counts) */
+    struct topk_ref top_refs[4];        /* its places in PROXY TOP's clients, users, names
+                                           and ips sketches (top.c), */
+    unsigned top_refs_changes;          /* taken at this identity_changes */
+    uint64_t top_pending;               /* requests not yet in those sketches (top.c) */
     TAILQ_ENTRY(client) link;           /* in the list of all clients */
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
     TAILQ_ENTRY(client) write_link;     /* in the list client_write_now writes */

@@ -39,8 +39,10 @@
 #include "server.h"
 #include "sockaddr.h"
 #include "stats.h"
+#include "slowlog.h"
 #include "throttle.h"
 #include "tls.h"
+#include "top.h"
 
 /* The verbs above the client layer (LOCK, UNLOCK, RENEW: main.c
  * registers them): asked first about every command sluice answers. */
@@ -566,6 +568,10 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     argv = views.argv;
     req->cmd = commands_resolve(req->argc, argv);
     c->last_cmd = req->cmd;
+    req->framed_us = server_pass_now_us();
+    if (slowlog_enabled())
+        slowlog_capture(req, argv, src != NULL ? src : req->raw);
+    top_count(c, req, argv, TOPK_PASSED);
     STAT_INC(total_requests);
     req->framed_us = server_now_us();
     req->stat_row = stats_command_row(req->cmd, req->argc > 0 ? argv[0] : (struct sv){"", 0});
@@ -601,6 +607,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         rc = client_dispatch(c, req, argv, src);
         break;
     case THROTTLE_REJECT:
+        top_note(c, req, argv, TOPK_REJECTED);
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_note_rejected(req, STATS_REJECT_THROTTLED);
@@ -609,6 +616,8 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         break;
     case THROTTLE_HOLD:
     default:
+        if (decision.limits->verdict == LIMITER_DELAY)
+            top_note(c, req, argv, TOPK_DELAYED);
         if (src != NULL)
             request_take_raw(req, src);
         client_block(c);
@@ -633,6 +642,20 @@ static int client_refused_after_hold(struct client *c, struct request *req, cons
     return 1;
 }
 
+/* Refuse REQ, held until now, with ERROR; a shared rule's refusal counts
+ * in PROXY TOP as one (the request was counted as it was framed). */
+static void client_refuse_held(struct client *c, struct request *req, const char *error)
+{
+    struct req_argv views;
+
+    if (strncmp(error, "-THROTTLED", 10) == 0 && req->raw != NULL) {
+        if (request_argv_open(&views, req, req->raw) == 0)
+            top_note(c, req, views.argv, TOPK_REJECTED);
+        request_argv_close(&views);
+    }
+    client_refuse(c, req, error);
+}
+
 static void client_dispatch_release_held(struct client *c, struct request *req,
                                          const char *error)
 {
@@ -641,7 +664,7 @@ static void client_dispatch_release_held(struct client *c, struct request *req,
     client_enter(c);
     c->flags &= ~(unsigned)CLIENT_BLOCKED;
     if (error != NULL) {
-        client_refuse(c, req, error);
+        client_refuse_held(c, req, error);
     } else if (request_argv_open(&views, req, req->raw) != 0) {
         client_refuse(c, req, "OOM sluice is out of memory");
     } else if (!client_refused_after_hold(c, req, views.argv)) {
@@ -691,6 +714,7 @@ void client_process_input_loop(struct client *c, struct evbuffer *in)
 /* C is closing: what the layer's upper files and the verbs hold for it. */
 static void client_dispatch_closing(struct client *c)
 {
+    top_client_closed(c);
     multi_locals_free(&c->multi);
     client_multi_held_free(c);
     if (client_verbs != NULL)

@@ -84,7 +84,7 @@ void client_reply_mark(struct client *c, struct request *req);
 void client_note_rejected(struct request *req, int reason);
 /* REQ's reply is being queued to its client: its time and result go to
  * the per-command stats (a client's request only). */
-void client_note_done(struct request *req);
+void client_note_done(struct client *c, struct request *req);
 void client_note_tracking(struct client *c, struct request *req, int argc, const struct sv *argv);
 void client_note_session(struct request *req, int argc, const struct sv *argv);
 void client_execabort_reply(struct request *req, struct evbuffer *src, size_t len, int type);

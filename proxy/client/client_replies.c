@@ -37,6 +37,7 @@
 #include "reply.h"
 #include "respframe.h"
 #include "server.h"
+#include "slowlog.h"
 #include "sockaddr.h"
 #include "stats.h"
 #include "throttle.h"
@@ -88,7 +89,7 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
          * straight from the backend's buffer to the client's. */
         evbuffer_remove_buffer(src, client_output(c), len);
         TAILQ_REMOVE(&c->requests, req, client_link);
-        client_note_done(req);
+        client_note_done(c, req);
         request_free(req);
         client_flush(c);
     } else if (len <= sizeof(req->kept) && req->reply == NULL) {

@@ -19,9 +19,11 @@
 #include "reply.h"
 #include "request.h"
 #include "server.h"
+#include "slowlog.h"
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
+#include "top.h"
 #include "users.h"
 #include "value.h"
 
@@ -560,6 +562,29 @@ static void local_proxy_cluster(int argc, const struct sv *argv, struct evbuffer
     cluster_write_map(out);
 }
 
+/* PROXY SLOWLOG GET [count] | LEN | RESET, with Redis's SLOWLOG replies
+ * and errors (GET's count: 10 when absent, -1 for all). */
+static void local_proxy_slowlog(int argc, const struct sv *argv, struct evbuffer *out)
+{
+    long long count = 10;
+
+    if (argc == 3 && sv_ieq(argv[2], "len")) {
+        reply_integer(out, (long long)slowlog_len());
+    } else if (argc == 3 && sv_ieq(argv[2], "reset")) {
+        slowlog_reset();
+        reply_status(out, "OK");
+    } else if ((argc == 3 || argc == 4) && sv_ieq(argv[2], "get")) {
+        if (argc == 4 && (value_strict_ll(argv[3].ptr, argv[3].len, &count) != 0 || count < -1)) {
+            reply_error(out, "count should be greater than or equal to -1");
+            return;
+        }
+        slowlog_write(out, count);
+    } else {
+        reply_error(out, "unknown subcommand or wrong number of arguments for 'slowlog'. "
+                         "Try PROXY HELP.");
+    }
+}
+
 /* PROXY subcommands: name, handler, help line, whether its reply is read
  * from sluice's state and built at its turn (RELOAD acts as framed), and
  * whether it takes arguments after its name. */
@@ -579,6 +604,12 @@ static const struct {
      "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
      1, 0},
     {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0, 0},
+    {"slowlog", local_proxy_slowlog,
+     "    GET [count] | LEN | RESET: requests slower than slowlog_log_slower_than, as Redis's "
+     "SLOWLOG, with the user and the time in Redis.", 1, 1},
+    {"top", top_command,
+     "    CLIENTS|USERS|NAMES|IPS|COMMANDS|KEYS [COUNT n]: the busiest, as [subject, "
+     "requests/s over 10 s, requests, rejected, delayed].", 1, 1},
     {"help", local_proxy_help, "    Print this help.", 1, 0},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))

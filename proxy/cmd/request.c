@@ -31,7 +31,8 @@ struct request *request_new(void)
         if (req == NULL)
             return NULL;
     }
-    memset(req, 0, offsetof(struct request, kept));   /* kept is read only under REQ_KEPT */
+    /* kept and slow_inline are read only under REQ_KEPT / through slow_args */
+    memset(req, 0, offsetof(struct request, kept));
     req->slot = -1;
     req->args = req->args_inline;
     req->args_cap = REQ_ARGS_INLINE;
@@ -52,6 +53,8 @@ void request_free(struct request *req)
         evbuffer_free(req->reply);
     free(req->ok_user);
     free(req->ok_name);
+    if (req->slow_args != req->slow_inline)
+        free(req->slow_args);
     if (request_freelist_len < REQUEST_FREELIST_MAX) {
         req->ctx = request_freelist;
         request_freelist = req;

@@ -98,6 +98,10 @@ struct req_arg {
  * that must wait for earlier ones is kept there too when it fits. */
 #define REQ_KEPT_MAX 96
 
+/* A small request's arguments as the slow log keeps them fit in the
+ * request itself (GET key, SET key value): no allocation. */
+#define REQ_SLOW_INLINE 64
+
 struct request {
     TAILQ_ENTRY(request) client_link;
     TAILQ_ENTRY(request) conn_link;
@@ -134,11 +138,15 @@ struct request {
     uint64_t pauses_before;        /* CLIENT UNPAUSE: pauses noted when it came (pause.c) */
     size_t kept_reply_len;         /* REQ_REPLY_KEPT: the reply's length */
     int stat_row;                  /* its row of the per-command stats (stats_command_row) */
-    uint64_t framed_us;            /* when sluice framed it (0: not a client's request) */
-    uint64_t sent_us;              /* when it was staged to be written to Redis (this pass) */
-    uint64_t redis_us;             /* us between written to Redis and its reply read */
-    char kept[REQ_KEPT_MAX];       /* REQ_KEPT: its bytes; REQ_REPLY_KEPT: its reply (last:
-                                      request_new leaves it as is) */
+    uint64_t framed_us;            /* a client's: when sluice framed it (server_now_us's
+                                      clock); 0: not timed, or done (client_note_done) */
+    uint64_t sent_us;              /* when it was last handed to a backend connection */
+    uint64_t redis_us;             /* µs from sent to its reply read, summed over its sends */
+    unsigned char *slow_args;      /* its arguments as the slow log keeps them (slowlog.c):
+                                      slow_inline or the heap; NULL: not kept */
+    /* From here on request_new leaves the bytes as they are. */
+    char kept[REQ_KEPT_MAX];       /* REQ_KEPT: its bytes; REQ_REPLY_KEPT: its reply */
+    unsigned char slow_inline[REQ_SLOW_INLINE]; /* slow_args of a small request */
 };
 
 TAILQ_HEAD(request_queue, request);

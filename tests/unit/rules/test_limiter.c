@@ -50,7 +50,8 @@ static enum limiter_verdict admit(struct limiter_client **lc, const char *line, 
                                   struct limiter_decision *d)
 {
     struct sockaddr_in sin = {.sin_family = AF_INET};
-    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
+    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1,
+                                   "127.0.0.1:5000"};
     char buf[256];
     struct sv argv[16];
     int argc = split(line, buf, argv);
@@ -256,7 +257,8 @@ static void test_no_cap_on_matching_rules(void)
 static void test_shared_key_of_long_names(void)
 {
     struct sockaddr_in sin = {.sin_family = AF_INET};
-    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
+    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1,
+                                   "127.0.0.1:5000"};
     struct limiter_client *la = NULL, *lb = NULL;
     struct limiter_decision a = {0}, b = {0};
     char name_a[400], name_b[400];
@@ -294,7 +296,8 @@ static void test_shared_key_of_long_names(void)
 static void test_give_back(void)
 {
     struct sockaddr_in sin = {.sin_family = AF_INET};
-    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1};
+    struct limiter_identity who = {(struct sockaddr *)&sin, "127.0.0.1", NULL, NULL, 1,
+                                   "127.0.0.1:5000"};
     struct limiter_client *lc = NULL;
     struct limiter_decision d = {0}, first = {0};
 

@@ -1,0 +1,47 @@
+/* slowlog.h - the slow log (PROXY SLOWLOG): requests that took longer than
+ * slowlog_log_slower_than from framed to their reply queued to the client,
+ * kept as Redis's SLOWLOG keeps its entries (arguments cut as Redis cuts
+ * them), plus the user and the time the request spent in Redis. */
+#ifndef SLUICE_SLOWLOG_H
+#define SLUICE_SLOWLOG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sv.h"
+
+struct evbuffer;
+struct request;
+
+/* Redis's limits for an entry's arguments (SLOWLOG_ENTRY_MAX_ARGC/STRING). */
+#define SLOWLOG_MAX_ARGC 32
+#define SLOWLOG_MAX_STRING 128
+
+/* Apply slowlog_log_slower_than (µs; 0: every request; negative: off) and
+ * slowlog_max_len; a shorter max_len drops the oldest entries now. */
+void slowlog_configure(long long log_slower_than_us, long long max_len);
+
+/* Whether requests are to be timed and their arguments kept. */
+int slowlog_enabled(void);
+
+/* Keep what the slow log would show of REQ's arguments ARGV (views over
+ * SRC, where REQ's bytes are; an argument sluice does not read has a NULL
+ * view and is read from SRC): at most SLOWLOG_MAX_STRING bytes of each of
+ * the first SLOWLOG_MAX_ARGC. Kept in REQ (req->slow_args), inline when
+ * small; request_free releases it. Does nothing when out of memory. */
+void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer *src);
+
+/* REQ's reply was queued to its client at NOW_US (server_now_us's clock):
+ * log REQ if it was slow. ADDR, NAME (may be NULL), USER: its client's. */
+void slowlog_note(const struct request *req, uint64_t now_us, const char *addr,
+                  const char *name, const char *user);
+
+/* PROXY SLOWLOG GET: the newest COUNT entries (-1: all), newest first, as
+ * Redis's SLOWLOG GET replies, each with the user and the µs in Redis
+ * after the client name. */
+void slowlog_write(struct evbuffer *out, long long count);
+/* Entries held (PROXY SLOWLOG LEN; the sluice_slowlog_length gauge). */
+size_t slowlog_len(void);
+void slowlog_reset(void);
+
+#endif
