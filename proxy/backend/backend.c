@@ -275,6 +275,19 @@ int backend_send_internal(struct backend_conn *conn, struct evbuffer *bytes,
     return 0;
 }
 
+/* The first line of the reply of LEN bytes at the head of SRC, into TEXT
+ * (SIZE bytes, cut to fit); the reply is drained and REQ, sluice's own
+ * request, freed. */
+static void backend_take_reply_line(struct request *req, struct evbuffer *src, size_t len,
+                                    char *text, size_t size)
+{
+    memset(text, 0, size);
+    evbuffer_copyout(src, text, len < size - 1 ? len : size - 1);
+    text[strcspn(text, "\r\n")] = '\0';
+    evbuffer_drain(src, len);
+    request_free(req);
+}
+
 /* The reply to sluice's own AUTH (backend_password): a refusal marks
  * CONN auth_failed (PROXY INFO, backend_up, /readyz) and is logged with
  * Redis's words once per node until a login succeeds again, not on every
@@ -284,10 +297,7 @@ static void backend_auth_reply(struct request *req, struct evbuffer *src, size_t
     struct backend_conn *conn = req->ctx;
     char text[200] = {0};
 
-    evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
-    text[strcspn(text, "\r\n")] = '\0';
-    evbuffer_drain(src, len);
-    request_free(req);
+    backend_take_reply_line(req, src, len, text, sizeof(text));
     if (type != REPLY_ERROR) {
         conn->auth_failed = 0;
         conn->node->auth_refusal_logged = 0;
@@ -360,10 +370,7 @@ static void backend_login_reply(struct request *req, struct evbuffer *src, size_
     struct backend_conn *conn = req->ctx;
     char text[200] = {0}, why[400];
 
-    evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
-    text[strcspn(text, "\r\n")] = '\0';
-    evbuffer_drain(src, len);
-    request_free(req);
+    backend_take_reply_line(req, src, len, text, sizeof(text));
     if (type != REPLY_ERROR) {
         conn->login_wait = 0;
         conn->login_refused = 0;

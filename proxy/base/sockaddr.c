@@ -94,3 +94,16 @@ int sockaddr_fd_bound_to(int fd, const struct sockaddr_storage *ss)
                memcmp(&a6->sin6_addr, &b6->sin6_addr, sizeof(a6->sin6_addr)) == 0;
     return 0;
 }
+
+int sockaddr_take_bound(const struct sockaddr_storage *ss, int *fds, int count)
+{
+    for (int i = 0; i < count; i++) {
+        int fd = fds[i];
+
+        if (fd >= 0 && sockaddr_fd_bound_to(fd, ss)) {
+            fds[i] = -1;
+            return fd;
+        }
+    }
+    return -1;
+}

@@ -41,4 +41,8 @@ int sockaddr_resolve(const char *hostport, int flags, const char *what,
  * how a socket handed over by another process is matched to an address. */
 int sockaddr_fd_bound_to(int fd, const struct sockaddr_storage *ss);
 
+/* The socket among FDS (COUNT of them; -1 entries skipped) bound to SS,
+ * taken out of FDS (set to -1); or -1 when none is. */
+int sockaddr_take_bound(const struct sockaddr_storage *ss, int *fds, int count);
+
 #endif

@@ -103,21 +103,6 @@ static void httpd_request_cb(struct evhttp_request *r, void *arg)
     evbuffer_free(body);
 }
 
-/* The socket among INHERITED (COUNT) bound to SS, taken (set to -1);
- * or -1. */
-static int httpd_take_inherited(const struct sockaddr_storage *ss, int *inherited, int count)
-{
-    for (int i = 0; i < count; i++) {
-        int fd = inherited[i];
-
-        if (fd >= 0 && sockaddr_fd_bound_to(fd, ss)) {
-            inherited[i] = -1;
-            return fd;
-        }
-    }
-    return -1;
-}
-
 int httpd_start(struct event_base *base, const char *hostport, const struct httpd_ops *ops,
                 int *inherited, int inherited_count, char *err, size_t errlen)
 {
@@ -149,7 +134,7 @@ int httpd_start(struct event_base *base, const char *hostport, const struct http
     evhttp_set_max_body_size(httpd, HTTPD_MAX_BODY);
     evhttp_set_timeout(httpd, HTTPD_TIMEOUT_S);
     evhttp_set_gencb(httpd, httpd_request_cb, NULL);
-    fd = httpd_take_inherited(&ss, inherited, inherited_count);
+    fd = sockaddr_take_bound(&ss, inherited, inherited_count);
     if (fd >= 0) {
         /* Listening already, with its queue: scrapes go on across a
          * hand-over. */

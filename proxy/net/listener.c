@@ -109,21 +109,6 @@ static void listener_error_cb(struct evconnlistener *l, void *arg)
     listener_log_failure(err, paused);
 }
 
-/* The listening socket for SS among the INHERITED ones (COUNT, a taken
- * one is set to -1), or -1. */
-static int listener_take_inherited(const struct sockaddr_storage *ss, int *inherited, int count)
-{
-    for (int i = 0; i < count; i++) {
-        int fd = inherited[i];
-
-        if (fd >= 0 && sockaddr_fd_bound_to(fd, ss)) {
-            inherited[i] = -1;
-            return fd;
-        }
-    }
-    return -1;
-}
-
 static int listener_open(struct event_base *base, const char *hostport, int tls, int *inherited,
                          int inherited_count, char *err, size_t errlen)
 {
@@ -138,7 +123,7 @@ static int listener_open(struct event_base *base, const char *hostport, int tls,
     if (sockaddr_resolve(hostport, SOCKADDR_PASSIVE, "listen address", &ss, &len, err,
                          errlen) != 0)
         return -1;
-    fd = listener_take_inherited(&ss, inherited, inherited_count);
+    fd = sockaddr_take_bound(&ss, inherited, inherited_count);
     if (fd >= 0) {
         /* Already listening, with its queue of connections not yet
          * accepted: backlog 0 leaves it as it is. */
