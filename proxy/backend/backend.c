@@ -394,6 +394,35 @@ static void backend_login_first(struct backend_conn *conn)
     conn->login_wait = 1;
 }
 
+/* Cluster mode: CONN, to a replica reads go to, says READONLY (Redis
+ * Cluster's replicas otherwise redirect every read to the primary). */
+static void backend_send_readonly(struct backend_conn *conn)
+{
+    static const char readonly[] = "*1\r\n$8\r\nREADONLY\r\n";
+    struct evbuffer *buf = evbuffer_new();
+
+    if (buf == NULL)
+        return;
+    evbuffer_add(buf, readonly, sizeof(readonly) - 1);
+    backend_send_internal(conn, buf, NULL, NULL, NULL);
+    evbuffer_free(buf);
+}
+
+void backend_node_set_readonly(struct backend_node *node)
+{
+    struct backend_conn *conn;
+
+    if (node->readonly || !backend_cluster_mode)
+        return;
+    node->readonly = 1;
+    /* A connection that is not down has sent its prelude already (at
+     * connect), without READONLY: it says it now. */
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (conn->state != BACKEND_DOWN && conn->owner == NULL && !conn->spare)
+            backend_send_readonly(conn);
+    }
+}
+
 /* A new connection first authenticates (when configured). A RESP3 pool
  * or script connection then asks for RESP3. A pool one also learns its
  * Redis client id (PROXY INFO shows it) and what Redis says of itself
@@ -416,6 +445,8 @@ static void backend_send_prelude(struct backend_conn *conn)
         return;
     }
     backend_reauth(conn);
+    if (conn->node->readonly && conn->owner == NULL && !conn->spare)
+        backend_send_readonly(conn);
     /* A private connection asks for its client's protocol just before
      * the client's first command (backend_use_resp): whatever sluice
      * sends first, that it must, or the replies would have the wrong
