@@ -10,11 +10,12 @@ fixture (3 primaries, each with a replica).
 
 import os
 import signal
+import subprocess
 import time
 
 import pytest
 
-from conftest import DIRECT
+from conftest import DIRECT, require_sluice_bin
 from helpers import SLOW, Err, RawConn, wait_until
 
 pytestmark = pytest.mark.skipif(DIRECT, reason="sluice's own routing")
@@ -284,3 +285,23 @@ def test_cluster_reads_go_to_replicas(redis_cluster, sluice_factory):
     assert sum(calls(by_port[p], "get") for p in replicas) == len(keys)
     with s.raw() as c:   # no redirection was needed: READONLY on those connections
         assert "moved:0" in c.call(b"PROXY", b"CLUSTER").decode()
+
+
+# --------------------------------------------------------------------------
+# bad input
+
+
+@pytest.mark.parametrize("where", ["proxy", "users"])
+def test_bad_read_from_is_refused(tmp_path, where):
+    users = tmp_path / "users.ini"
+    users.write_text("[user app]\nnopass = yes\n"
+                     + ("read_from = replicas\n" if where == "users" else ""))
+    cfg = tmp_path / "sluice.ini"
+    cfg.write_text("[proxy]\nbackend = 127.0.0.1:6379\nusers = users.ini\n"
+                   + ("read_from = secondary\n" if where == "proxy" else ""))
+    p = subprocess.run([require_sluice_bin(), "-t", "-c", str(cfg)], capture_output=True,
+                       timeout=10 * SLOW, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0
+    line = "sluice.ini:4: read_from" if where == "proxy" else "users.ini:3: read_from"
+    assert line.encode() in p.stderr, p.stderr
+    assert b"must be primary, prefer-replica or replica" in p.stderr
