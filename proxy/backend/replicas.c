@@ -243,8 +243,10 @@ static long long replicas_lag_ms(const struct replica *r, uint64_t now)
 
     if (r->synced_ms == 0)
         return -1;
-    lag = (long long)(now - r->synced_ms);
-    if (r->asked_ms != 0 && (long long)(now - r->asked_ms) > lag)
+    /* NOW may be the loop pass's clock, read before a sample of the same
+     * pass was taken: never below 0. */
+    lag = now > r->synced_ms ? (long long)(now - r->synced_ms) : 0;
+    if (r->asked_ms != 0 && now > r->asked_ms && (long long)(now - r->asked_ms) > lag)
         lag = (long long)(now - r->asked_ms);
     return lag;
 }
@@ -270,7 +272,7 @@ struct backend_node *replicas_pick(const struct backend_node *primary,
 {
     struct replica_set *set = replicas_set_for(primary, 0);
     struct replica *healthy[REPLICAS_MAX];
-    uint64_t now = server_now_ms();
+    uint64_t now = server_pass_now_us() / 1000;   /* per read: the pass's clock */
     int n = 0;
     long long lag;
 

@@ -154,7 +154,7 @@ static int client_may_write(const struct request *req)
 
 int client_read_from(struct client *c, struct request *req, const struct sv *argv)
 {
-    uint64_t now = server_now_ms();
+    uint64_t now = server_pass_now_us() / 1000;   /* per request: the pass's clock */
     int mode = client_read_mode(c);
     struct backend_node *replica;
 
