@@ -423,6 +423,11 @@ void backend_node_set_readonly(struct backend_node *node)
     }
 }
 
+void backend_node_quiet(struct backend_node *node)
+{
+    node->quiet_connects = 1;
+}
+
 /* A new connection first authenticates (when configured). A RESP3 pool
  * or script connection then asks for RESP3. A pool one also learns its
  * Redis client id (PROXY INFO shows it) and what Redis says of itself
@@ -633,6 +638,9 @@ static void backend_log_down(const struct backend_conn *conn, const char *why)
     if (conn->state == BACKEND_UP)
         log_warning("backend %s connection lost: %s; reconnecting in %d ms", conn->node->name,
                     why, conn->backoff_ms);
+    else if (conn->node->quiet_connects)
+        log_info("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
+                 conn->refused ? BACKEND_REFUSED_RETRY_MS : conn->backoff_ms);
     else if (!conn->refused)
         log_warning("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
                     conn->backoff_ms);

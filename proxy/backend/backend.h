@@ -44,6 +44,11 @@ void backend_node_retire(struct backend_node *node, int retired);
  * set it stays (READONLY does nothing on a primary). Nothing in standalone
  * mode, where Redis refuses READONLY. */
 void backend_node_set_readonly(struct backend_node *node);
+
+/* NODE's failures to connect are logged at info, not as warnings: its
+ * owner warns once itself (a replica read_from may use, replicas.c). A
+ * connection lost is still a warning. */
+void backend_node_quiet(struct backend_node *node);
 int backend_node_retired(const struct backend_node *node);
 
 /* The node after NODE (the first for NULL) in the order nodes were added;

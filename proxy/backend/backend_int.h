@@ -123,6 +123,7 @@ struct backend_node {
     struct backend_conn_list conns;  /* every connection, pool included */
     int retired;                     /* cluster: out of the slot map, shared ones closed */
     int readonly;                    /* cluster: a replica reads go to: READONLY first */
+    int quiet_connects;              /* failed connects logged at info (backend_node_quiet) */
     TAILQ_ENTRY(backend_node) link;  /* in backend_nodes */
     /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
     char redis_version[32];

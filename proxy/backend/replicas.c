@@ -125,6 +125,8 @@ static struct backend_node *replicas_node(const char *name)
     node = backend_node_new(name, err, sizeof(err));
     if (node == NULL)
         log_warning("replica %s: %s", name, err);
+    else
+        backend_node_quiet(node);   /* replicas_note_unreachable warns once */
     return node;
 }
 

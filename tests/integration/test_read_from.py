@@ -16,7 +16,7 @@ import time
 import pytest
 
 from conftest import DIRECT, require_sluice_bin
-from helpers import SLOW, Err, RawConn, wait_until
+from helpers import SLOW, Err, RawConn, free_port, wait_until
 
 pytestmark = pytest.mark.skipif(DIRECT, reason="sluice's own routing")
 
@@ -109,6 +109,37 @@ def test_replica_reads_go_to_replicas_writes_to_primary(redis_factory, sluice_fa
     assert info["replicas"] == "2"
     assert sum(int(v.split("reads=")[1]) for k, v in info.items()
                if k.startswith("replica") and k[7:].isdigit()) == 8
+
+
+def test_replicas_in_metrics_and_unreachable_one_logged_once(redis_factory, sluice_factory):
+    """A replica that announces an address sluice cannot reach (here a
+    port nobody listens on) is skipped, with one warning; the others are
+    read from and show in /metrics as role="replica"."""
+    from test_metrics import scrape, value
+    primary = redis_factory()
+    good = redis_factory("--replicaof", "127.0.0.1", str(primary.port))
+    bad_port = free_port()
+    bad = redis_factory("--replicaof", "127.0.0.1", str(primary.port),
+                        "--replica-announce-port", str(bad_port))
+    wait_until(lambda: primary.client().info("replication")["connected_slaves"] == 2 and all(
+        r.client().info("replication")["master_link_status"] == "up" for r in (good, bad)),
+        20 * SLOW, msg="replicas linked")
+    mport = free_port()
+    s = sluice_factory(primary.port, read_from="replica", metrics_listen=f"127.0.0.1:{mport}")
+    wait_states(s, {good.port: "ok", bad_port: "down"})
+    replicate(primary, [good, bad], k="v")
+    reset_stats(primary, good, bad)
+    assert get_from_clients(s, b"k", 4) == [b"v"] * 4
+    assert calls(good, "get") == 4 and calls(bad, "get") == 0
+    body = scrape(mport)
+    assert value(body, "sluice_backend_up", backend=f"127.0.0.1:{good.port}", role="replica") == 1
+    assert value(body, "sluice_replica_reads_total", backend=f"127.0.0.1:{good.port}") == 4
+    assert value(body, "sluice_backend_up", backend=f"127.0.0.1:{primary.port}",
+                 role="primary") == 1
+    time.sleep(3 * SLOW)   # well past the first warning: no second one
+    warned = [line for line in s.log_path.read_text().splitlines()
+              if f"127.0.0.1:{bad_port}" in line and " # " in line]   # warnings
+    assert len(warned) == 1 and "reads skip it" in warned[0], warned
 
 
 def test_read_your_writes(redis_factory, sluice_factory):
