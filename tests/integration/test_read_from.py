@@ -265,6 +265,15 @@ def test_transactions_scripts_and_keyless_reads_use_the_primary(redis_factory, s
     assert calls(reps[0], "dbsize") == 0
     # The script's GET counts as one too: 2.
     assert calls(primary, "get") == 2 and calls(primary, "eval_ro") == 1
+    # Locks: their scripts run on the primary, even right after a read.
+    reset_stats(primary, *reps)
+    with s.raw() as c:   # a new client: no write of its own yet
+        assert c.call(b"GET", b"k") == b"v"                 # a replica's
+        token = c.call(b"LOCK", b"lk", b"10000")
+        assert isinstance(token, bytes)
+        assert c.call(b"UNLOCK", b"lk") == 0
+    assert calls(reps[0], "get") == 1
+    assert calls(primary, "evalsha") == 2 and calls(reps[0], "evalsha") == 0
 
 
 def test_read_from_is_live(redis_factory, sluice_factory):
