@@ -396,7 +396,7 @@ static void backend_login_first(struct backend_conn *conn)
 
 /* Cluster mode: CONN, to a replica reads go to, says READONLY (Redis
  * Cluster's replicas otherwise redirect every read to the primary). */
-static void backend_send_readonly(struct backend_conn *conn)
+void backend_send_readonly(struct backend_conn *conn)
 {
     static const char readonly[] = "*1\r\n$8\r\nREADONLY\r\n";
     struct evbuffer *buf = evbuffer_new();
@@ -406,26 +406,6 @@ static void backend_send_readonly(struct backend_conn *conn)
     evbuffer_add(buf, readonly, sizeof(readonly) - 1);
     backend_send_internal(conn, buf, NULL, NULL, NULL);
     evbuffer_free(buf);
-}
-
-void backend_node_set_readonly(struct backend_node *node)
-{
-    struct backend_conn *conn;
-
-    if (node->readonly || !backend_cluster_mode)
-        return;
-    node->readonly = 1;
-    /* A connection that is not down has sent its prelude already (at
-     * connect), without READONLY: it says it now. */
-    TAILQ_FOREACH(conn, &node->conns, node_link) {
-        if (conn->state != BACKEND_DOWN && conn->owner == NULL && !conn->spare)
-            backend_send_readonly(conn);
-    }
-}
-
-void backend_node_quiet(struct backend_node *node)
-{
-    node->quiet_connects = 1;
 }
 
 /* A new connection first authenticates (when configured). A RESP3 pool

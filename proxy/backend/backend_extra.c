@@ -440,3 +440,19 @@ struct backend_conn *backend_login_script_conn(struct backend_node *node,
     backend_connect(conn);
     return conn;
 }
+
+
+void backend_node_set_readonly(struct backend_node *node)
+{
+    struct backend_conn *conn;
+
+    if (node->readonly || !backend_cluster_mode)
+        return;
+    node->readonly = 1;
+    /* A connection that is not down has sent its prelude already (at
+     * connect), without READONLY: it says it now. */
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (conn->state != BACKEND_DOWN && conn->owner == NULL && !conn->spare)
+            backend_send_readonly(conn);
+    }
+}

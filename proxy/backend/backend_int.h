@@ -166,5 +166,7 @@ struct backend_node *backend_node_new(const char *hostport, char *err, size_t er
 void backend_close_if_retired(struct backend_conn *conn);
 void backend_conn_free(struct backend_conn *conn);
 int backend_retired_closable(const struct backend_conn *conn);
+/* CONN says READONLY (cluster mode: a replica reads go to). */
+void backend_send_readonly(struct backend_conn *conn);
 
 #endif
