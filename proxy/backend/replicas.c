@@ -332,7 +332,7 @@ static void replicas_primary_answer(struct replica_set *set, const char *text, u
     set->sample_next = (set->sample_next + 1) % REPLICAS_SAMPLES;
     if (set->sample_count < REPLICAS_SAMPLES)
         set->sample_count++;
-    if (!config_cluster_mode(replicas_cfg)) {
+    if (!config_cluster_mode(replicas_cfg) && set->primary == backend_default_node()) {
         for (int i = 0; i < set->count; i++)
             set->replicas[i].named = 0;
         replicas_parse_primary(set, text);
@@ -459,7 +459,10 @@ static void replicas_tick_cb(evutil_socket_t fd, short what, void *arg)
         return;
     replicas_follow_primary();
     for (struct replica_set *set = replicas_sets; set != NULL; set = set->next) {
-        if (set->count == 0 && config_cluster_mode(replicas_cfg))
+        /* Cluster: the primaries with replicas; standalone: the current
+         * primary only (an old one's answers would name its replicas). */
+        if (config_cluster_mode(replicas_cfg) ? set->count == 0
+                                              : set->primary != backend_default_node())
             continue;
         replicas_ask(set, set->primary, &set->asked_ms);
         for (int i = 0; i < set->count; i++) {
