@@ -156,6 +156,7 @@ def test_read_your_writes(redis_factory, sluice_factory):
         assert calls(reps[0], "get") + calls(reps[1], "get") == 0
         # Once replica_read_after_write_ms has passed, reads leave the primary.
         time.sleep(1.2)
+        wait_states(s, {reps[0].port: "ok", reps[1].port: "ok"})
         assert c.call(b"GET", b"ryw") == b"19"
     assert calls(primary, "get") == 20
     assert calls(reps[0], "get") + calls(reps[1], "get") == 1
