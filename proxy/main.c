@@ -32,6 +32,7 @@
 #include "local.h"
 #include "lock.h"
 #include "redisusers.h"
+#include "replicas.h"
 #include "resolve.h"
 #include "rules.h"
 #include "scripts.h"
@@ -317,6 +318,13 @@ static void main_staged_free(struct main_staged *st)
     config_free(&st->cfg);
 }
 
+/* Keep replicas found and connected when some client may read from one:
+ * [proxy] read_from or a user's (README "Reading from replicas"). */
+static void main_want_replicas(void)
+{
+    replicas_want(server.cfg.read_from != CONFIG_READ_PRIMARY || auth_reads_replicas());
+}
+
 /* The reload behind server_reload (SIGHUP, PROXY RELOAD): sluice.ini, the
  * rule file, the users file and the TLS files are all read and checked
  * first; any error changes nothing. Then everything applies at once: the
@@ -346,6 +354,7 @@ static int main_reload(struct errlist *errs, char *note, size_t size)
     log_set_format((enum log_format)server.cfg.log_format);
     slowlog_configure(server.cfg.slowlog_log_slower_than, server.cfg.slowlog_max_len);
     client_config_changed();
+    main_want_replicas();
     if (server.cfg.maxclients > old_maxclients)
         main_raise_fd_limit();
     if (note[0] != '\0')
@@ -634,6 +643,8 @@ static int main_start_serving(struct handover_take *take)
         handover_abandon(take);
         return -1;
     }
+    replicas_init(server.base, &server.cfg);
+    main_want_replicas();
     cluster_init(server.base, &server.cfg);
     return 0;
 }
@@ -719,6 +730,7 @@ static int main_run(void)
     client_free_all();
     learn_free_all();
     cluster_free();
+    replicas_free();
     backend_free_all();
     resolve_shutdown();
     tls_free();

@@ -81,6 +81,15 @@ int auth_local(void)
     return auth_users != NULL;
 }
 
+int auth_reads_replicas(void)
+{
+    for (int i = 0; auth_users != NULL && i < users_count(auth_users); i++) {
+        if (users_read_from(users_at(auth_users, i)) > CONFIG_READ_PRIMARY)
+            return 1;
+    }
+    return 0;
+}
+
 /* Counters for SET's users, carried over by name from OLD (may be NULL). */
 static struct auth_failures *auth_failures_for(const struct user_set *set,
                                                const struct auth_failures *old,

@@ -70,6 +70,9 @@ const char *auth_lock_refusal(const struct client *c, const char *verb, const ch
  * backend_password): else they go to Redis as they are. */
 int auth_local(void);
 
+/* Whether a user of the users file sets read_from to other than primary. */
+int auth_reads_replicas(void);
+
 /* Whether sluice's own users (the users file, or backend_password's one
  * user "default") include the one named NAME (LEN bytes); 0 when sluice
  * has no users of its own. */

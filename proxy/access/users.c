@@ -16,6 +16,7 @@
 
 #include <event2/buffer.h>
 
+#include "config.h"
 #include "glob.h"
 #include "inifile.h"
 #include "value.h"
@@ -75,6 +76,7 @@ struct user {
     struct users_globs keys;
     struct users_globs channels;
     struct users_globs redis_commands;  /* the commands items, sluice's own left out */
+    int read_from;                      /* enum config_read_from; -1: the [proxy] one */
 };
 
 struct user_set {
@@ -95,10 +97,10 @@ struct users_key {
 };
 
 static users_setter users_set_password, users_set_nopass, users_set_enabled,
-    users_set_commands, users_set_keys, users_set_channels;
+    users_set_commands, users_set_keys, users_set_channels, users_set_read_from;
 
 enum users_key_id { KEY_PASSWORD, KEY_NOPASS, KEY_ENABLED, KEY_COMMANDS, KEY_KEYS,
-                    KEY_CHANNELS, KEY_COUNT };
+                    KEY_CHANNELS, KEY_READ_FROM, KEY_COUNT };
 static const struct users_key users_keys[KEY_COUNT] = {
     [KEY_PASSWORD] = {"password", users_set_password, 1, 0},
     [KEY_NOPASS] = {"nopass", users_set_nopass, 0, 0},
@@ -106,6 +108,7 @@ static const struct users_key users_keys[KEY_COUNT] = {
     [KEY_COMMANDS] = {"commands", users_set_commands, 0, 1},
     [KEY_KEYS] = {"keys", users_set_keys, 0, 1},
     [KEY_CHANNELS] = {"channels", users_set_channels, 0, 1},
+    [KEY_READ_FROM] = {"read_from", users_set_read_from, 0, 0},
 };
 
 /* ---- values ---------------------------------------------------------- */
@@ -128,6 +131,17 @@ static int users_set_nopass(struct user *u, const char *value, char *err, size_t
 static int users_set_enabled(struct user *u, const char *value, char *err, size_t errlen)
 {
     return users_yesno(value, &u->enabled, err, errlen);
+}
+
+/* read_from = primary | prefer-replica | replica: overrides [proxy]'s for
+ * this user's clients (README "Reading from replicas"). */
+static int users_set_read_from(struct user *u, const char *value, char *err, size_t errlen)
+{
+    u->read_from = config_read_from_parse(value);
+    if (u->read_from >= 0)
+        return 0;
+    snprintf(err, errlen, "must be primary, prefer-replica or replica, not '%s'", value);
+    return -1;
 }
 
 static void users_sha256(const char *data, size_t len, unsigned char *out)
@@ -521,6 +535,7 @@ static struct user *users_add(struct user_set *set, const char *name, int line)
     }
     u->line = line;
     u->enabled = 1;
+    u->read_from = -1;
     set->users[set->count++] = u;
     return u;
 }
@@ -724,6 +739,11 @@ int users_enabled(const struct user *u)
 int users_nopass(const struct user *u)
 {
     return u->nopass;
+}
+
+int users_read_from(const struct user *u)
+{
+    return u->read_from;
 }
 
 int users_unrestricted(const struct user *u)

@@ -71,6 +71,9 @@ int users_auth_required(const struct user_set *set);
 const char *users_name(const struct user *u);
 int users_enabled(const struct user *u);
 int users_nopass(const struct user *u);
+/* U's read_from (enum config_read_from), or -1 when its section sets none
+ * (the [proxy] one applies). */
+int users_read_from(const struct user *u);
 
 /* 1 when U may log in with password PW (LEN bytes): U is enabled and
  * either nopass or PW's SHA-256 equals one of U's digests. Every digest is

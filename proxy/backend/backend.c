@@ -401,6 +401,20 @@ static void backend_login_first(struct backend_conn *conn)
     conn->login_wait = 1;
 }
 
+/* Cluster mode: CONN, to a replica reads go to, says READONLY (Redis
+ * Cluster's replicas otherwise redirect every read to the primary). */
+void backend_send_readonly(struct backend_conn *conn)
+{
+    static const char readonly[] = "*1\r\n$8\r\nREADONLY\r\n";
+    struct evbuffer *buf = evbuffer_new();
+
+    if (buf == NULL)
+        return;
+    evbuffer_add(buf, readonly, sizeof(readonly) - 1);
+    backend_send_internal(conn, buf, NULL, NULL, NULL);
+    evbuffer_free(buf);
+}
+
 /* A new connection first authenticates (when configured). A RESP3 pool
  * or script connection then asks for RESP3. A pool one also learns its
  * Redis client id (PROXY INFO shows it) and what Redis says of itself
@@ -423,6 +437,8 @@ static void backend_send_prelude(struct backend_conn *conn)
         return;
     }
     backend_reauth(conn);
+    if (conn->node->readonly && conn->owner == NULL && !conn->spare)
+        backend_send_readonly(conn);
     /* A private connection asks for its client's protocol just before
      * the client's first command (backend_use_resp): whatever sluice
      * sends first, that it must, or the replies would have the wrong
@@ -609,6 +625,9 @@ static void backend_log_down(const struct backend_conn *conn, const char *why)
     if (conn->state == BACKEND_UP)
         log_warning("backend %s connection lost: %s; reconnecting in %d ms", conn->node->name,
                     why, conn->backoff_ms);
+    else if (conn->node->quiet_connects)
+        log_info("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
+                 conn->refused ? BACKEND_REFUSED_RETRY_MS : conn->backoff_ms);
     else if (!conn->refused)
         log_warning("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
                     conn->backoff_ms);

@@ -21,9 +21,10 @@ struct backend_conn;
 int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen);
 void backend_free_all(void);
 
-/* The node for standalone mode (the only one). In cluster mode: the
- * first node whose first shared connection is up (else the first node),
- * for keyless commands and sluice's own questions. */
+/* The node for standalone mode (the primary; replicas reads go to are
+ * nodes too, after it). In cluster mode: the first node whose first shared
+ * connection is up, not a replica kept for reads (else the first node up,
+ * else the first node), for keyless commands and sluice's own questions. */
 struct backend_node *backend_default_node(void);
 
 /* Cluster mode: the node named HOSTPORT ("host:port"), made (with its
@@ -37,6 +38,17 @@ struct backend_node *backend_node_get(const char *hostport);
  * clients. RETIRED 0 (and backend_node_get of its name) connects it again.
  * The node itself stays known (its name may come back). */
 void backend_node_retire(struct backend_node *node, int retired);
+
+/* Cluster mode: reads go to NODE, a replica: each of its shared and
+ * one-shot connections says READONLY first (those up now at once). Once
+ * set it stays (READONLY does nothing on a primary). Nothing in standalone
+ * mode, where Redis refuses READONLY. */
+void backend_node_set_readonly(struct backend_node *node);
+
+/* NODE's failures to connect are logged at info, not as warnings: its
+ * owner warns once itself (a replica read_from may use, replicas.c). A
+ * connection lost is still a warning. */
+void backend_node_quiet(struct backend_node *node);
 int backend_node_retired(const struct backend_node *node);
 
 /* The node after NODE (the first for NULL) in the order nodes were added;

@@ -282,6 +282,12 @@ struct backend_node *backend_default_node(void)
 
     if (!backend_cluster_mode)
         return TAILQ_FIRST(&backend_nodes);
+    /* Not a replica kept for reads (read_from): keyless commands and
+     * sluice's own questions are for a primary. */
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        if (backend_node_up(node) && !node->readonly)
+            return node;
+    }
     TAILQ_FOREACH(node, &backend_nodes, link) {
         if (backend_node_up(node))
             return node;
@@ -319,7 +325,8 @@ void backend_node_retire(struct backend_node *node, int retired)
         return;
     node->retired = retired;
     if (!retired) {
-        log_notice("cluster node %s is back in the slot map", node->name);
+        log_notice(backend_cluster_mode ? "cluster node %s is back in the slot map"
+                                        : "replica %s is back", node->name);
         TAILQ_FOREACH(conn, &node->conns, node_link) {
             if (backend_conn_is_shared(conn) && !conn->spare && conn->state == BACKEND_DOWN &&
                 !(conn->login != NULL && conn->login->gone)) {
@@ -332,8 +339,10 @@ void backend_node_retire(struct backend_node *node, int retired)
         backend_spares_refill(node);
         return;
     }
-    log_notice("cluster node %s left the slot map: its shared connections close once "
-               "answered", node->name);
+    log_notice(backend_cluster_mode ? "cluster node %s left the slot map: its shared "
+                                      "connections close once answered"
+                                    : "replica %s left: its shared connections close once "
+                                      "answered", node->name);
     /* Closing one wakes its waiting clients, which may release other
      * connections of the list: look again from the start each time. */
     for (;;) {
@@ -430,4 +439,20 @@ struct backend_conn *backend_login_script_conn(struct backend_node *node,
     pool->conns[resp == 3][i] = conn;
     backend_connect(conn);
     return conn;
+}
+
+
+void backend_node_set_readonly(struct backend_node *node)
+{
+    struct backend_conn *conn;
+
+    if (node->readonly || !backend_cluster_mode)
+        return;
+    node->readonly = 1;
+    /* A connection that is not down has sent its prelude already (at
+     * connect), without READONLY: it says it now. */
+    TAILQ_FOREACH(conn, &node->conns, node_link) {
+        if (conn->state != BACKEND_DOWN && conn->owner == NULL && !conn->spare)
+            backend_send_readonly(conn);
+    }
 }

@@ -122,6 +122,8 @@ struct backend_node {
     struct event *spare_ev;          /* replenish the spares (backend_spares_cb) */
     struct backend_conn_list conns;  /* every connection, pool included */
     int retired;                     /* cluster: out of the slot map, shared ones closed */
+    int readonly;                    /* cluster: a replica reads go to: READONLY first */
+    int quiet_connects;              /* failed connects logged at info (backend_node_quiet) */
     TAILQ_ENTRY(backend_node) link;  /* in backend_nodes */
     /* What Redis says of itself in HELLO, which sluice's HELLO repeats. */
     char redis_version[32];
@@ -164,5 +166,7 @@ struct backend_node *backend_node_new(const char *hostport, char *err, size_t er
 void backend_close_if_retired(struct backend_conn *conn);
 void backend_conn_free(struct backend_conn *conn);
 int backend_retired_closable(const struct backend_conn *conn);
+/* CONN says READONLY (cluster mode: a replica reads go to). */
+void backend_send_readonly(struct backend_conn *conn);
 
 #endif

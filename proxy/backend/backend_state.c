@@ -129,3 +129,8 @@ void backend_wait(struct backend_conn *conn, struct client *c)
     c->waiting_on = conn;
     TAILQ_INSERT_TAIL(&conn->waiters, c, wait_link);
 }
+
+void backend_node_quiet(struct backend_node *node)
+{
+    node->quiet_connects = 1;
+}

@@ -54,6 +54,7 @@
 #include "placement.h"
 #include "reply.h"
 #include "request.h"
+#include "replicas.h"
 #include "respwalk.h"
 #include "server.h"
 #include "slot.h"
@@ -249,19 +250,33 @@ static int cluster_parse_slots(const char *buf, size_t len, const char *asked,
             respwalk_node(&w, asked, name, sizeof(name)) != 0 ||
             cluster_names_add(members, name) != 0)
             return -1;
+        node = backend_node_get(name);
+        if (node == NULL)
+            return -1;
         for (long long r = 3; r < fields; r++) {   /* the range's replicas */
             char replica[CLUSTER_NAME_MAX];
             if (respwalk_node(&w, asked, replica, sizeof(replica)) != 0 ||
                 cluster_names_add(members, replica) != 0)
                 return -1;
+            replicas_cluster_add(node, replica);   /* for read_from */
         }
-        node = backend_node_get(name);
-        if (node == NULL)
-            return -1;
         for (long long s = first; s <= last; s++)
             map[s] = node;
     }
     return w.p == w.end ? 0 : -1;
+}
+
+/* cluster_parse_slots, telling replicas.c the replicas of each primary
+ * (read_from): those no longer named are dropped when the map is whole. */
+static int cluster_parse_map(const char *buf, size_t len, const char *asked,
+                             struct backend_node **map, struct cluster_names *members)
+{
+    int rc;
+
+    replicas_cluster_begin();
+    rc = cluster_parse_slots(buf, len, asked, map, members);
+    replicas_cluster_end(rc == 0);
+    return rc;
 }
 
 /* ---------------------------------------------------------------------
@@ -284,7 +299,7 @@ static void cluster_retire_absent(void)
     struct backend_node *node;
 
     for (node = backend_node_next(NULL); node != NULL; node = backend_node_next(node))
-        backend_node_retire(node, !cluster_node_is_primary(node));
+        backend_node_retire(node, !cluster_node_is_primary(node) && !replicas_is_replica(node));
 }
 
 /* Install MAP and log what changed in coverage. */
@@ -327,7 +342,7 @@ static void cluster_slots_reply(struct request *req, struct evbuffer *src, size_
         text[strcspn(text, "\r\n")] = '\0';
         cluster_refresh_failed(asked, text);
     } else if ((map = calloc(SLOT_COUNT, sizeof(*map))) == NULL ||
-               cluster_parse_slots(buf, len, asked, map, &members) != 0) {
+               cluster_parse_map(buf, len, asked, map, &members) != 0) {
         cluster_refresh_failed(asked, "malformed CLUSTER SLOTS reply");
     } else {
         struct cluster_names old = cluster_members;

@@ -29,9 +29,9 @@ struct backend_node *router_node_for_key(const char *key, size_t len)
 struct backend_node *router_node_for_request(const struct request *req, const struct sv *argv)
 {
     (void)argv;
+    if (req->node != NULL)   /* a replica it reads from (read_from), or cluster's choice */
+        return req->node;
     if (!cluster_enabled())
         return backend_default_node();
-    if (req->node != NULL)
-        return req->node;
     return router_node_for_slot(req->slot);
 }

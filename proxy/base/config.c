@@ -113,6 +113,8 @@ static int config_set_tls_auth(struct config *cfg, const struct config_key *key,
                                const char *value, char *err, size_t errlen);
 static int config_set_tls_protocols(struct config *cfg, const struct config_key *key,
                                     const char *value, char *err, size_t errlen);
+static int config_set_read_from(struct config *cfg, const struct config_key *key,
+                                const char *value, char *err, size_t errlen);
 
 #define F(field) offsetof(struct config, field)
 /* The last columns: when a change applies, and the field's kind. */
@@ -178,6 +180,10 @@ static const struct config_key config_keys[] = {
     {"backend_tls_cert_file", config_set_string, F(backend_tls_cert_file), 0, 0, 0, LIVE(STR)},
     {"backend_tls_key_file", config_set_string, F(backend_tls_key_file), 0, 0, 0, LIVE(STR)},
     {"backend_tls_server_name", config_set_string, F(backend_tls_server_name), 0, 0, 0, LIVE(STR)},
+    {"read_from", config_set_read_from, F(read_from), 0, 0, 0, LIVE(INT)},
+    {"replica_max_lag_ms", config_set_int, F(replica_max_lag_ms), 0, 3600000, 0, LIVE(NUM)},
+    {"replica_read_after_write_ms", config_set_int, F(replica_read_after_write_ms), 0, 3600000,
+     0, LIVE(NUM)},
     {"metrics_listen", config_set_hostport, F(metrics_listen), 0, 0, 0, RESTART(STR)},
 };
 #undef LIVE
@@ -218,6 +224,9 @@ static void config_defaults(struct config *cfg)
     cfg->tls_auth_clients = CONFIG_TLS_AUTH_YES;   /* Redis's default */
     cfg->tls_protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3;
     cfg->tls_handshake_timeout_ms = 10000;
+    cfg->read_from = CONFIG_READ_PRIMARY;
+    cfg->replica_max_lag_ms = 1000;
+    cfg->replica_read_after_write_ms = 1000;
     cfg->key_lines = calloc(CONFIG_KEY_COUNT, sizeof(*cfg->key_lines));
 }
 
@@ -298,6 +307,29 @@ static int config_set_yesno(struct config *cfg, const struct config_key *key,
         return -1;
     }
     *(int *)((char *)cfg + key->offset) = v;
+    return 0;
+}
+
+const char *const config_read_from_names[CONFIG_READ_FROM_COUNT] = {
+    [CONFIG_READ_PRIMARY] = "primary", [CONFIG_READ_PREFER_REPLICA] = "prefer-replica",
+    [CONFIG_READ_REPLICA] = "replica"};
+
+int config_read_from_parse(const char *value)
+{
+    return config_word(value, config_read_from_names, CONFIG_READ_FROM_COUNT);
+}
+
+static int config_set_read_from(struct config *cfg, const struct config_key *key,
+                                const char *value, char *err, size_t errlen)
+{
+    int v = config_read_from_parse(value);
+
+    (void)key;
+    if (v < 0) {
+        snprintf(err, errlen, "must be primary, prefer-replica or replica, not '%s'", value);
+        return -1;
+    }
+    cfg->read_from = v;
     return 0;
 }
 

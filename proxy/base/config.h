@@ -11,6 +11,20 @@
 /* tls_auth_clients, as Redis's tls-auth-clients. */
 enum config_tls_auth { CONFIG_TLS_AUTH_NO, CONFIG_TLS_AUTH_YES, CONFIG_TLS_AUTH_OPTIONAL };
 
+/* read_from: where clients' read-only commands go (README "Reading from
+ * replicas"). In the order of config_read_from_names. */
+enum config_read_from {
+    CONFIG_READ_PRIMARY,         /* always the primary */
+    CONFIG_READ_PREFER_REPLICA,  /* a healthy replica, else the primary */
+    CONFIG_READ_REPLICA,         /* a healthy replica, else an error */
+    CONFIG_READ_FROM_COUNT
+};
+extern const char *const config_read_from_names[CONFIG_READ_FROM_COUNT];
+
+/* VALUE ("primary", "prefer-replica", "replica", case-insensitive) as an
+ * enum config_read_from; -1 when it is none of them. */
+int config_read_from_parse(const char *value);
+
 /* Bits of tls_protocols. */
 enum config_tls_protocol {
     CONFIG_TLS_V1 = 1 << 0,
@@ -74,6 +88,10 @@ struct config {
     char *backend_tls_cert_file;       /* client certificate, with its key */
     char *backend_tls_key_file;
     char *backend_tls_server_name;     /* SNI and the name checked; NULL: none */
+    int read_from;                     /* enum config_read_from */
+    long long replica_max_lag_ms;      /* a replica further behind is not read from */
+    long long replica_read_after_write_ms; /* a client's reads stay on the primary this
+                                          long after its write */
     char *metrics_listen;              /* "host:port" of /metrics, /healthz, /readyz; NULL: none */
     int *key_lines;                    /* line each key was set on (config_key_line) */
 };

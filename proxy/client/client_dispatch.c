@@ -356,6 +356,13 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
      * wait in no queue. */
     if (!(req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
+    /* Before a transaction or a hold may keep it: a write counts now. */
+    if (client_read_from(c, req, argv) != 0) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_reply_error(c, req, CLIENT_NO_REPLICA_ERR);
+        return c->closing || (c->flags & CLIENT_OVER_LIMIT) ? -1 : 0;
+    }
     if (client_cluster_defer_multi(c, req, src, was_in_multi) || client_cluster_hold(c, req, src))
         return 0;
     if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {

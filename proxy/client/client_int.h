@@ -61,6 +61,20 @@ void client_flush(struct client *c);
 void client_complete(struct client *c, struct request *req);
 void client_defer(struct client *c, struct request *req);
 void client_reply_error(struct client *c, struct request *req, const char *text);
+
+/* The reply to a read that read_from = replica sends to a replica when no
+ * replica is healthy. */
+#define CLIENT_NO_REPLICA_ERR "-ERR no replica available (read_from replica)"
+
+/* Note that C sends REQ, framed with ARGV: a command that may write (the
+ * table's write flag, a script or function that is not _RO, a command
+ * sluice does not know) keeps C's reads on the primary for
+ * replica_read_after_write_ms. Then, when C's read_from (its user's, else
+ * [proxy]'s) is not primary and REQ may read from a replica, set req->node
+ * to a healthy replica of its primary. Returns 0, or -1 when read_from is
+ * replica and none is healthy: REQ is then to be answered with
+ * CLIENT_NO_REPLICA_ERR. README "Reading from replicas". */
+int client_read_from(struct client *c, struct request *req, const struct sv *argv);
 void client_fail_send(struct client *c, struct request *req, const char *text);
 void client_refuse(struct client *c, struct request *req, const char *text);
 int client_is_monitor(const struct client *c);

@@ -34,6 +34,7 @@
 #include "netio.h"
 #include "pause.h"
 #include "placement.h"
+#include "replicas.h"
 #include "reply.h"
 #include "respframe.h"
 #include "server.h"
@@ -41,6 +42,7 @@
 #include "stats.h"
 #include "throttle.h"
 #include "tls.h"
+#include "users.h"
 
 /* Stand for "the shared connections" and "the script connections" in
  * c->inflight_conn: in cluster mode a client's requests may be out on the
@@ -110,6 +112,64 @@ static int client_follows_script(const struct client *c, const struct request *r
         return c->inflight_conn == CLIENT_SCRIPT_CONNS;
     return c->inflight_conn != NULL && backend_conn_is_shared(c->inflight_conn) &&
            backend_conn_runs_scripts(c->inflight_conn);
+}
+
+/* C's read_from: its user's, else [proxy]'s. */
+static int client_read_mode(const struct client *c)
+{
+    int mode = c->auth_user != NULL ? users_read_from(c->auth_user) : -1;
+
+    return mode >= 0 ? mode : client_cfg->read_from;
+}
+
+/* Whether REQ (its arguments ARGV) of C may read from a replica: a
+ * read-only command on the shared connections with a key. Not on C's own
+ * connection (a transaction, WATCH, pub/sub, blocking commands, tracking):
+ * that is the primary's; not a script, which follows C's scripts; not a
+ * keyless read (INFO, DBSIZE, SCAN, KEYS, RANDOMKEY...), which asks about
+ * the server: the primary is that. */
+static int client_may_read_replica(const struct client *c, const struct request *req,
+                                   const struct sv *argv)
+{
+    int key;
+
+    if (req->place != PLACE_SHARED || req->cmd == NULL || !(req->cmd->flags & CMD_READONLY) ||
+        client_role(req) != ROLE_NONE || req->node != NULL || c->private_conn != NULL ||
+        (c->flags & (CLIENT_IN_MULTI | CLIENT_MULTI_DEFERRED | CLIENT_PASSTHROUGH |
+                     CLIENT_TRACKING)) ||
+        client_follows_script(c, req))
+        return 0;
+    return commands_keys(req->cmd, req->argc, argv, &key, 1) > 0;
+}
+
+/* Whether REQ may write: see client_read_from. */
+static int client_may_write(const struct request *req)
+{
+    const struct command *cmd = req->cmd;
+
+    if (cmd == NULL || (cmd->flags & CMD_WRITE))
+        return 1;
+    return client_role(req) == ROLE_SCRIPT && !(cmd->flags & CMD_READONLY);
+}
+
+int client_read_from(struct client *c, struct request *req, const struct sv *argv)
+{
+    uint64_t now = server_pass_now_us() / 1000;   /* per request: the pass's clock */
+    int mode = client_read_mode(c);
+    struct backend_node *replica;
+
+    if (client_may_write(req)) {
+        c->wrote_ms = now;
+        return 0;
+    }
+    if (mode == CONFIG_READ_PRIMARY || !client_may_read_replica(c, req, argv) ||
+        (c->wrote_ms != 0 && now - c->wrote_ms < (uint64_t)client_cfg->replica_read_after_write_ms))
+        return 0;
+    replica = replicas_pick(router_node_for_request(req, NULL), c->id);
+    if (replica == NULL)
+        return mode == CONFIG_READ_REPLICA ? -1 : 0;
+    req->node = replica;
+    return 0;
 }
 
 /* The shared connection REQ of C goes to: its node's, for C's protocol.

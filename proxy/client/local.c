@@ -16,6 +16,7 @@
 #include "clientid.h"
 #include "cluster.h"
 #include "commands.h"
+#include "replicas.h"
 #include "reply.h"
 #include "request.h"
 #include "server.h"
@@ -486,6 +487,7 @@ static const struct {
     {"commandstats", "Commandstats", stats_write_commandstats, 1},
     {"latencystats", "Latencystats", stats_write_latencystats, 0},
     {"backends", "Backends", backend_write_info, 1},
+    {"replication", "Replication", replicas_write_info, 1},
     {"tls", "TLS", tls_write_info, 1},
     {"rules", "Rules", local_info_rules, 1},
     {"auth", "Auth", local_info_auth, 1},
