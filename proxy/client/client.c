@@ -681,8 +681,8 @@ void client_note_done(struct client *c, struct request *req)
 
     if (req->framed_us == 0)
         return;
-    now = server_now_us();
-    stats_command_done(req->stat_row, now - req->framed_us,
+    now = server_pass_now_us();
+    stats_command_done(req->stat_row, now > req->framed_us ? now - req->framed_us : 0,
                        (req->flags & (REQ_FAILED | REQ_REJECTED)) == REQ_FAILED);
     if (req->slow_args != NULL)
         slowlog_note(req, now, c->addr_text, c->name, c->user);

@@ -138,9 +138,10 @@ struct request {
     uint64_t pauses_before;        /* CLIENT UNPAUSE: pauses noted when it came (pause.c) */
     size_t kept_reply_len;         /* REQ_REPLY_KEPT: the reply's length */
     int stat_row;                  /* its row of the per-command stats (stats_command_row) */
-    uint64_t framed_us;            /* a client's: when sluice framed it (server_now_us's
-                                      clock); 0: not timed, or done (client_note_done) */
-    uint64_t sent_us;              /* when it was last handed to a backend connection */
+    uint64_t framed_us;            /* a client's: the loop pass that framed it
+                                      (server_pass_now_us); 0: not timed, or done
+                                      (client_note_done) */
+    uint64_t sent_us;              /* the pass that last handed it to a backend connection */
     uint64_t redis_us;             /* µs from sent to its reply read, summed over its sends */
     unsigned char *slow_args;      /* its arguments as the slow log keeps them (slowlog.c):
                                       slow_inline or the heap; NULL: not kept */

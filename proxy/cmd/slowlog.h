@@ -31,7 +31,7 @@ int slowlog_enabled(void);
  * small; request_free releases it. Does nothing when out of memory. */
 void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer *src);
 
-/* REQ's reply was queued to its client at NOW_US (server_now_us's clock):
+/* REQ's reply was queued to its client at NOW_US (server_pass_now_us):
  * log REQ if it was slow. ADDR, NAME (may be NULL), USER: its client's. */
 void slowlog_note(const struct request *req, uint64_t now_us, const char *addr,
                   const char *name, const char *user);
