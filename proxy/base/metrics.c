@@ -11,6 +11,13 @@ const uint64_t metrics_bucket_us[METRICS_BUCKETS] = {
     100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000,
     100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
 };
+/* Bit length L: values 2^(L-1) to 2^L - 1; the first bound >= 2^(L-1). */
+const uint8_t metrics_bucket_by_bits[65] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 13,
+    14, 15, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
+    16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
+    16, 16,
+};
 /* The same bounds in seconds, as the "le" label writes them. */
 static const char *const metrics_bucket_le[METRICS_BUCKETS] = {
     "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",

@@ -66,12 +66,16 @@ struct metrics_hist {
     uint64_t sum_us;
 };
 
+/* By a value's bit length (0 to 64), the first bucket that can hold a
+ * value of that length. The bounds are at least twice apart, so a value's
+ * bucket is that one or the next: no search per observation. */
+extern const uint8_t metrics_bucket_by_bits[65];
+
 static inline void metrics_hist_observe(struct metrics_hist *h, uint64_t us)
 {
-    int i = 0;
+    int i = metrics_bucket_by_bits[us != 0 ? 64 - __builtin_clzll(us) : 0];
 
-    while (i < METRICS_BUCKETS && us > metrics_bucket_us[i])
-        i++;
+    i += i < METRICS_BUCKETS && us > metrics_bucket_us[i];
     h->counts[i]++;
     h->sum_us += us;
 }
