@@ -26,9 +26,12 @@ int slowlog_enabled(void);
 
 /* Keep what the slow log would show of REQ's arguments ARGV (views over
  * SRC, where REQ's bytes are; an argument sluice does not read has a NULL
- * view and is read from SRC): at most SLOWLOG_MAX_STRING bytes of each of
- * the first SLOWLOG_MAX_ARGC. Kept in REQ (req->slow_args), inline when
- * small; request_free releases it. Does nothing when out of memory. */
+ * view and is read from SRC): a request of at most REQ_SLOW_INLINE bytes
+ * as its bytes, copied once into REQ (cut and rendered only if logged);
+ * a larger one, or one with a password, as at most SLOWLOG_MAX_STRING
+ * bytes of each of the first SLOWLOG_MAX_ARGC arguments. Kept in REQ
+ * (req->slow_args), inline when small; request_free releases it. Does
+ * nothing when out of memory. */
 void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer *src);
 
 /* REQ's reply was queued to its client at NOW_US (server_pass_now_us):

@@ -168,6 +168,31 @@ def test_arguments_cut_as_redis_cuts_them(redis_factory, sluice_factory):
         assert entry_of(entries, "AUTH", "(redacted)", "(redacted)")
 
 
+def test_small_requests_shown_whole_as_redis_shows_them(redis_factory, sluice_factory):
+    """A request of up to 128 bytes is kept as its bytes and cut into
+    arguments only when PROXY SLOWLOG GET shows it: empty and binary
+    arguments (CR LF inside), an inline command, and requests of 127, 128
+    and 129 bytes (each side of that bound) show as in a real Redis."""
+    _, s = start_pair(redis_factory, sluice_factory, slowlog_log_slower_than=0)
+    ref = redis_factory("--slowlog-log-slower-than", "0")
+    sized = []
+    for target in (127, 128, 129):
+        sized.append(next(("SET", "k" * m, "x" * n) for m in range(1, 9) for n in range(120)
+                          if len(encode_command("SET", "k" * m, "x" * n)) == target))
+    cmds = [("SET", "", "a\r\nb\x00"), ("MSET", "k1", "", "k2", "\r\n")] + sized
+    with s.raw() as c, ref.raw() as r:
+        for cmd in cmds:
+            assert c.call(*cmd) == r.call(*cmd) == "OK"
+            want = r.call("SLOWLOG", "GET", "1")[0][3]
+            assert want == [a.encode() for a in cmd]
+            assert c.call("PROXY", "SLOWLOG", "GET", "1")[0][3] == want
+        for conn in (c, r):
+            conn.send(b"SET inline   value\r\n")
+            assert conn.read_replies(1) == ["OK"]
+        want = r.call("SLOWLOG", "GET", "1")[0][3]
+        assert c.call("PROXY", "SLOWLOG", "GET", "1")[0][3] == want == [b"SET", b"inline", b"value"]
+
+
 def _cut(cmd):
     """CMD's arguments as Redis's slow log shows them."""
     args = [a.encode() for a in cmd]
