@@ -70,20 +70,6 @@ uint64_t metrics_hist_count(const struct metrics_hist *h)
     return n;
 }
 
-/* The fine histogram's bucket of US: exact below 16, else 16 buckets per
- * power of two, by the four bits below the highest. */
-static int metrics_fine_index(uint64_t us)
-{
-    int msb;
-
-    if (us < 16)
-        return (int)us;
-    msb = 63 - __builtin_clzll(us);
-    if (msb > 43)
-        return METRICS_FINE_BUCKETS - 1;
-    return 16 + (msb - 4) * 16 + (int)((us >> (msb - 4)) & 15);
-}
-
 /* The largest value bucket I holds. */
 static uint64_t metrics_fine_upper(int i)
 {
@@ -93,12 +79,6 @@ static uint64_t metrics_fine_upper(int i)
         return (uint64_t)i;
     msb = (i - 16) / 16 + 4;
     return ((uint64_t)(16 + (i - 16) % 16 + 1) << (msb - 4)) - 1;
-}
-
-void metrics_fine_observe(struct metrics_fine *h, uint64_t us)
-{
-    h->counts[metrics_fine_index(us)]++;
-    h->total++;
 }
 
 uint64_t metrics_fine_percentile(const struct metrics_fine *h, double p)

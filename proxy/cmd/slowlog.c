@@ -42,7 +42,7 @@ TAILQ_HEAD(slowlog_list, slowlog_entry);
 static struct slowlog_list slowlog_entries = TAILQ_HEAD_INITIALIZER(slowlog_entries);
 static size_t slowlog_count;
 static long long slowlog_next_id;
-static long long slowlog_slower_than_us = 10000;
+long long slowlog_slower_than_us = 10000;
 static size_t slowlog_max_len = 128;
 
 static void slowlog_drop_oldest(void)
@@ -165,6 +165,23 @@ static void slowlog_pack(struct request *req, const struct sv *argv, struct evbu
     }
 }
 
+/* N bytes (at most REQ_SLOW_INLINE) from SRC to DST in 16-byte words, the
+ * last one overlapping, or two overlapping shorter ones: no call for a
+ * size known only now. */
+static inline void slowlog_copy_small(unsigned char *dst, const char *src, size_t n)
+{
+    if (n >= 16) {
+        for (size_t i = 0; i + 16 < n; i += 16)
+            memcpy(dst + i, src + i, 16);
+        memcpy(dst + n - 16, src + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(dst, src, 8);
+        memcpy(dst + n - 8, src + n - 8, 8);
+    } else {
+        memcpy(dst, src, n);
+    }
+}
+
 void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer *src)
 {
     /* Redis keeps the first 31 and says how many more in the 32nd. */
@@ -177,7 +194,7 @@ void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer
     if (redacted == 0 && req->raw_len <= sizeof(req->slow_inline) && req->argc > 0) {
         /* Small: its bytes, contiguous (request_argv_open pulls up a
          * request this small), copied whole; nothing in it to cut. */
-        memcpy(req->slow_inline, argv[0].ptr - req->args[0].off, req->raw_len);
+        slowlog_copy_small(req->slow_inline, argv[0].ptr - req->args[0].off, req->raw_len);
         req->slow_args = req->slow_inline;
         req->slow_len = (uint32_t)req->raw_len;
         req->slow_raw = 1;

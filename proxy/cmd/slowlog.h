@@ -24,6 +24,16 @@ void slowlog_configure(long long log_slower_than_us, long long max_len);
 /* Whether requests are to be timed and their arguments kept. */
 int slowlog_enabled(void);
 
+/* slowlog_configure's threshold (µs; negative: off), read by slowlog_slow
+ * on every request's reply: inline, no call. */
+extern long long slowlog_slower_than_us;
+
+/* Whether a request that took DURATION_US goes to the slow log. */
+static inline int slowlog_slow(uint64_t duration_us)
+{
+    return slowlog_slower_than_us >= 0 && duration_us >= (uint64_t)slowlog_slower_than_us;
+}
+
 /* Keep what the slow log would show of REQ's arguments ARGV (views over
  * SRC, where REQ's bytes are; an argument sluice does not read has a NULL
  * view and is read from SRC): a request of at most REQ_SLOW_INLINE bytes
