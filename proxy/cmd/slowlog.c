@@ -6,7 +6,8 @@
  *   framed: slowlog_capture -> req->slow_args: a small request's RESP bytes
  *           (one copy into the request), else its arguments packed and cut
  *   reply queued: slowlog_note -> slower than the threshold? -> newest entry
- *                 (the copy, the address, name and user: one allocation)
+ *                 (the copy, the address, name and user in one block: the
+ *                 oldest entry's, when the log is full and it is large enough)
  *   PROXY SLOWLOG GET: slowlog_write cuts and renders the arguments
  *
  * The packed layout (a request over REQ_SLOW_INLINE bytes, or one with a
@@ -33,6 +34,7 @@ struct slowlog_entry {
     uint64_t duration_us;
     uint64_t redis_us;
     int raw;                         /* the arguments are RESP bytes, else packed */
+    size_t cap;                      /* bytes text[] has room for */
     size_t args_len, addr_len, name_len, user_len;
     char text[];                     /* the arguments, address, name, user in a row */
 };
@@ -45,13 +47,44 @@ static long long slowlog_next_id;
 long long slowlog_slower_than_us = 10000;
 static size_t slowlog_max_len = 128;
 
-static void slowlog_drop_oldest(void)
+/* An entry's text room at least: a small request's entry fits, so that
+ * a full slow log takes each new entry in the place of its oldest, with
+ * no allocation. */
+#define SLOWLOG_TEXT_MIN 384
+
+/* Take the oldest entry out; returns it (the caller frees or reuses it). */
+static struct slowlog_entry *slowlog_take_oldest(void)
 {
     struct slowlog_entry *e = TAILQ_LAST(&slowlog_entries, slowlog_list);
 
     TAILQ_REMOVE(&slowlog_entries, e, link);
     slowlog_count--;
-    free(e);
+    return e;
+}
+
+static void slowlog_drop_oldest(void)
+{
+    free(slowlog_take_oldest());
+}
+
+/* Room for an entry with SIZE bytes of text: the oldest one's when the
+ * slow log is full and it is large enough, else new. NULL when out of
+ * memory. */
+static struct slowlog_entry *slowlog_new_entry(size_t size)
+{
+    struct slowlog_entry *e = NULL;
+
+    if (slowlog_count >= slowlog_max_len) {
+        e = slowlog_take_oldest();
+        if (e->cap >= size)
+            return e;
+        free(e);
+    }
+    size = size > SLOWLOG_TEXT_MIN ? size : SLOWLOG_TEXT_MIN;
+    e = malloc(sizeof(*e) + size);
+    if (e != NULL)
+        e->cap = size;
+    return e;
 }
 
 void slowlog_configure(long long log_slower_than_us, long long max_len)
@@ -221,7 +254,7 @@ void slowlog_note(const struct request *req, uint64_t now_us, const char *addr,
     addr_len = strlen(addr);
     name_len = strlen(name);
     user_len = strlen(user);
-    e = malloc(sizeof(*e) + req->slow_len + addr_len + name_len + user_len);
+    e = slowlog_new_entry(req->slow_len + addr_len + name_len + user_len);
     if (e == NULL)
         return;   /* out of memory: not logged */
     e->raw = req->slow_raw;
@@ -238,8 +271,7 @@ void slowlog_note(const struct request *req, uint64_t now_us, const char *addr,
     e->duration_us = duration;
     e->redis_us = req->redis_us;
     TAILQ_INSERT_HEAD(&slowlog_entries, e, link);
-    if (++slowlog_count > slowlog_max_len)
-        slowlog_drop_oldest();
+    slowlog_count++;
 }
 
 /* The arguments of a small request's RESP bytes ARGS (LEN), framed by

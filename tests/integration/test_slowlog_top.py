@@ -146,6 +146,33 @@ def test_max_len_keeps_the_newest(redis_factory, sluice_factory):
         assert got[0][0] - got[2][0] == 2
 
 
+def test_full_log_takes_entries_of_every_size(redis_factory, sluice_factory):
+    """A full slow log puts each new entry in the place of its oldest:
+    small ones after large ones, and a large one (a long client name, long
+    arguments) after small ones, each shown whole."""
+    _, s = start_pair(redis_factory, sluice_factory, slowlog_log_slower_than=0,
+                      slowlog_max_len=2)
+    name = "n" * 500
+    with s.raw() as c:
+        for i in range(4):
+            assert c.call("SET", f"k{i}", "v") == "OK"
+        assert c.call("CLIENT", "SETNAME", name) == "OK"
+        assert c.call("RPUSH", "big", "a" * 300, "b" * 100) == 2
+        got = c.call("PROXY", "SLOWLOG", "GET", "-1")
+        assert [e[3] for e in got] == [[b"RPUSH", b"big", b"a" * 128 + b"... (172 more bytes)",
+                                        b"b" * 100],
+                                       [b"CLIENT", b"SETNAME", name.encode()[:128] +
+                                        b"... (372 more bytes)"]]
+        assert got[0][5] == got[1][5] == name.encode()   # CLIENT SETNAME's name is its reply's
+        assert c.call("CLIENT", "SETNAME", "short") == "OK"
+        for i in range(3):
+            assert c.call("GET", f"k{i}") == b"v"
+        got = c.call("PROXY", "SLOWLOG", "GET", "-1")
+        assert [e[3] for e in got] == [[b"GET", b"k2"], [b"GET", b"k1"]]
+        assert [e[5] for e in got] == [b"short", b"short"]
+        assert c.call("PROXY", "SLOWLOG", "LEN") == 2
+
+
 def test_arguments_cut_as_redis_cuts_them(redis_factory, sluice_factory):
     """More than 32 arguments: 31 and "... (N more arguments)"; an argument
     over 128 bytes: 128 and "... (N more bytes)". Compared with the entry a
