@@ -976,16 +976,15 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
         return 0;
     }
     req->conn = conn;
-    req->sent_us = server_pass_now_us();
+    /* Written at the end of this loop pass, timed from the pass's clock;
+     * one staged while connecting would time the connect too: not timed. */
+    req->sent_us = conn->state == BACKEND_UP ? server_pass_now_us() : 0;
     if (conn->inflight_count == 0)
         conn->progress_ms = server_pass_now_us() / 1000;   /* an idle one starts now */
     TAILQ_INSERT_TAIL(&conn->inflight, req, conn_link);
     conn->inflight_count++;
     STAT_INC(total_forwarded);
     (*conn->node->metric_requests)++;
-    /* Written at the end of this loop pass; one staged while connecting
-     * would time the connect too: not timed. */
-    req->sent_us = conn->state == BACKEND_UP ? server_now_us() : 0;
     return 0;
 }
 
@@ -1024,7 +1023,8 @@ static void backend_pop(struct backend_conn *conn, struct request *req)
     if (req->sent_us != 0) {
         /* Sent again (a redirection, a rewrite): its time in Redis adds up
          * for the slow log; each send is one backend request observed. */
-        uint64_t took = server_now_us() - req->sent_us;
+        uint64_t now = server_pass_now_us();
+        uint64_t took = now > req->sent_us ? now - req->sent_us : 0;
 
         req->redis_us += took;
         metrics_hist_observe(conn->node->metric_duration, took);

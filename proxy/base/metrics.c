@@ -11,6 +11,13 @@ const uint64_t metrics_bucket_us[METRICS_BUCKETS] = {
     100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000,
     100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
 };
+/* Bit length L: values 2^(L-1) to 2^L - 1; the first bound >= 2^(L-1). */
+const uint8_t metrics_bucket_by_bits[65] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 13,
+    14, 15, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
+    16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16,
+    16, 16,
+};
 /* The same bounds in seconds, as the "le" label writes them. */
 static const char *const metrics_bucket_le[METRICS_BUCKETS] = {
     "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
@@ -63,20 +70,6 @@ uint64_t metrics_hist_count(const struct metrics_hist *h)
     return n;
 }
 
-/* The fine histogram's bucket of US: exact below 16, else 16 buckets per
- * power of two, by the four bits below the highest. */
-static int metrics_fine_index(uint64_t us)
-{
-    int msb;
-
-    if (us < 16)
-        return (int)us;
-    msb = 63 - __builtin_clzll(us);
-    if (msb > 43)
-        return METRICS_FINE_BUCKETS - 1;
-    return 16 + (msb - 4) * 16 + (int)((us >> (msb - 4)) & 15);
-}
-
 /* The largest value bucket I holds. */
 static uint64_t metrics_fine_upper(int i)
 {
@@ -86,12 +79,6 @@ static uint64_t metrics_fine_upper(int i)
         return (uint64_t)i;
     msb = (i - 16) / 16 + 4;
     return ((uint64_t)(16 + (i - 16) % 16 + 1) << (msb - 4)) - 1;
-}
-
-void metrics_fine_observe(struct metrics_fine *h, uint64_t us)
-{
-    h->counts[metrics_fine_index(us)]++;
-    h->total++;
 }
 
 uint64_t metrics_fine_percentile(const struct metrics_fine *h, double p)

@@ -67,12 +67,16 @@ struct metrics_hist {
     uint64_t sum_us;
 };
 
+/* By a value's bit length (0 to 64), the first bucket that can hold a
+ * value of that length. The bounds are at least twice apart, so a value's
+ * bucket is that one or the next: no search per observation. */
+extern const uint8_t metrics_bucket_by_bits[65];
+
 static inline void metrics_hist_observe(struct metrics_hist *h, uint64_t us)
 {
-    int i = 0;
+    int i = metrics_bucket_by_bits[us != 0 ? 64 - __builtin_clzll(us) : 0];
 
-    while (i < METRICS_BUCKETS && us > metrics_bucket_us[i])
-        i++;
+    i += i < METRICS_BUCKETS && us > metrics_bucket_us[i];
     h->counts[i]++;
     h->sum_us += us;
 }
@@ -88,7 +92,25 @@ struct metrics_fine {
     uint64_t total;
 };
 
-void metrics_fine_observe(struct metrics_fine *h, uint64_t us);
+/* The fine histogram's bucket of US: exact below 16, else 16 buckets per
+ * power of two, by the four bits below the highest. */
+static inline int metrics_fine_index(uint64_t us)
+{
+    int msb;
+
+    if (us < 16)
+        return (int)us;
+    msb = 63 - __builtin_clzll(us);
+    if (msb > 43)
+        return METRICS_FINE_BUCKETS - 1;
+    return 16 + (msb - 4) * 16 + (int)((us >> (msb - 4)) & 15);
+}
+
+static inline void metrics_fine_observe(struct metrics_fine *h, uint64_t us)
+{
+    h->counts[metrics_fine_index(us)]++;
+    h->total++;
+}
 /* The upper bound (us) of the bucket holding the P-th percentile (0 <
  * P <= 100) of H; 0 when H is empty. */
 uint64_t metrics_fine_percentile(const struct metrics_fine *h, double p);

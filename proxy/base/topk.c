@@ -15,22 +15,55 @@
 #include <string.h>
 #include <time.h>
 
-/* A 64-bit hash of LEN bytes, eight at a time, seeded per sketch so that
- * chosen keys cannot pile up on one table slot. */
-static uint64_t topk_hash(uint64_t seed, const char *p, size_t len)
+/* Up to 8 bytes at P (LEN of them, 0 to 8) as one word: overlapping
+ * loads, no byte loop (which bytes make the word only matters for the
+ * hash; the length is mixed in apart). */
+static inline uint64_t topk_word(const char *p, size_t len)
 {
-    const uint64_t mul = 0x9E3779B97F4A7C15ull;
-    uint64_t h = seed ^ (len * mul);
     uint64_t w;
+    uint32_t a, b;
 
-    for (; len >= 8; len -= 8, p += 8) {
+    if (len >= 8) {
         memcpy(&w, p, 8);
-        h = (h ^ (w * mul)) * 0xBF58476D1CE4E5B9ull;
-        h ^= h >> 31;
+        return w;
     }
-    w = 0;
-    memcpy(&w, p, len);
-    h = (h ^ (w * mul)) * 0x94D049BB133111EBull;
+    if (len >= 4) {
+        memcpy(&a, p, 4);
+        memcpy(&b, p + len - 4, 4);
+        return (uint64_t)a << 32 | b;
+    }
+    if (len > 0)
+        return (uint64_t)(unsigned char)p[0] << 16 | (uint64_t)(unsigned char)p[len / 2] << 8 |
+               (unsigned char)p[len - 1];
+    return 0;
+}
+
+/* A 64-bit hash of LEN bytes, eight at a time (the last word overlapping
+ * the one before it), seeded per sketch so that chosen keys cannot pile
+ * up on one table slot. */
+#define TOPK_MUL 0x9E3779B97F4A7C15ull
+
+static inline uint64_t topk_round(uint64_t h, uint64_t w)
+{
+    h = (h ^ (w * TOPK_MUL)) * 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 31);
+}
+
+static inline uint64_t topk_hash(uint64_t seed, const char *p, size_t len)
+{
+    uint64_t h = seed ^ (len * TOPK_MUL);
+    size_t left = len;
+
+    if (len <= 8) {
+        h ^= topk_word(p, len) * TOPK_MUL;
+    } else if (len <= 16) {   /* most keys: no loop */
+        h = topk_round(h, topk_word(p, 8)) ^ (topk_word(p + len - 8, 8) * TOPK_MUL);
+    } else {
+        for (; left > 8; left -= 8, p += 8)
+            h = topk_round(h, topk_word(p, 8));
+        h ^= topk_word(p + left - 8, 8) * TOPK_MUL;
+    }
+    h *= 0x94D049BB133111EBull;
     return h ^ (h >> 29);
 }
 
@@ -44,7 +77,8 @@ int topk_init(struct topk *t, int capacity)
     t->entries = calloc((size_t)capacity, sizeof(*t->entries));
     t->heap = calloc((size_t)capacity, sizeof(*t->heap));
     t->table = calloc(size, sizeof(*t->table));
-    if (t->entries == NULL || t->heap == NULL || t->table == NULL) {
+    t->dirty = calloc((size_t)capacity, sizeof(*t->dirty));
+    if (t->entries == NULL || t->heap == NULL || t->table == NULL || t->dirty == NULL) {
         topk_free(t);
         return -1;
     }
@@ -59,6 +93,7 @@ void topk_free(struct topk *t)
     free(t->entries);
     free(t->heap);
     free(t->table);
+    free(t->dirty);
     memset(t, 0, sizeof(*t));
 }
 
@@ -67,16 +102,22 @@ void topk_clear(struct topk *t)
     if (t->table != NULL)
         memset(t->table, 0, (t->table_mask + 1) * sizeof(*t->table));
     t->count = 0;
+    t->dirty_count = 0;
 }
 
-static int topk_same(const struct topk_entry *e, uint64_t hash, const char *key, size_t len)
+static inline int topk_same(const struct topk_entry *e, uint64_t hash, const char *key,
+                            size_t len)
 {
-    return e->hash == hash && e->full_len == len &&
-           memcmp(e->key, key, len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX) == 0;
+    if (e->hash != hash || e->full_len != len)
+        return 0;
+    if (len <= 16)   /* most keys: two words, no call */
+        return topk_word(e->key, len < 8 ? len : 8) == topk_word(key, len < 8 ? len : 8) &&
+               (len <= 8 || topk_word(e->key + len - 8, 8) == topk_word(key + len - 8, 8));
+    return memcmp(e->key, key, len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX) == 0;
 }
 
 /* The table slot of the subject, or of the empty slot where it would go. */
-static unsigned topk_slot(const struct topk *t, uint64_t hash, const char *key, size_t len)
+static inline unsigned topk_slot(const struct topk *t, uint64_t hash, const char *key, size_t len)
 {
     unsigned i = (unsigned)hash & t->table_mask;
 
@@ -151,7 +192,7 @@ static void topk_advance(struct topk_entry *e, uint64_t now_s)
 
 /* A place for a subject not held: a free entry, or the least weighted
  * one's (its table slot emptied). Returns the entry index. */
-static int topk_take_place(struct topk *t, uint64_t *inherited)
+static int topk_take_place(struct topk *t, uint64_t now_s, uint64_t *inherited)
 {
     int idx;
 
@@ -163,6 +204,7 @@ static int topk_take_place(struct topk *t, uint64_t *inherited)
         t->count++;
         return idx;
     }
+    topk_flush(t, now_s);   /* the root by the weights of every hit so far */
     idx = t->heap[0];
     *inherited = t->entries[idx].weight;
     topk_unslot(t, topk_slot(t, t->entries[idx].hash, t->entries[idx].key,
@@ -174,7 +216,7 @@ static int topk_insert(struct topk *t, uint64_t hash, const char *key, size_t le
                        uint64_t now_s)
 {
     uint64_t inherited;
-    int idx = topk_take_place(t, &inherited);
+    int idx = topk_take_place(t, now_s, &inherited);
     struct topk_entry *e = &t->entries[idx];
     int pos = e->heap_pos;
 
@@ -234,6 +276,69 @@ struct topk_entry *topk_add(struct topk *t, const char *key, size_t len, uint64_
                             uint64_t n)
 {
     return topk_hit_n(t, key, len, now_s, TOPK_PASSED, n);
+}
+
+/* The first entry on HASH's probe that has that hash, or NULL. */
+static inline struct topk_entry *topk_first_with_hash(struct topk *t, uint64_t hash)
+{
+    int idx;
+
+    for (unsigned i = (unsigned)hash & t->table_mask; (idx = t->table[i]) != 0;
+         i = (i + 1) & t->table_mask) {
+        if (t->entries[idx - 1].hash == hash)
+            return &t->entries[idx - 1];
+    }
+    return NULL;
+}
+
+/* Note a hit of E for the next topk_flush. */
+static inline void topk_pend(struct topk *t, struct topk_entry *e)
+{
+    if (e->pending++ == 0)
+        t->dirty[t->dirty_count++] = (int)(e - t->entries);
+}
+
+void topk_flush(struct topk *t, uint64_t now_s)
+{
+    while (t->dirty_count > 0) {
+        struct topk_entry *e = &t->entries[t->dirty[--t->dirty_count]];
+        uint32_t n = e->pending;
+        e->pending = 0;
+        topk_count(t, e, now_s, TOPK_PASSED, n);
+    }
+}
+
+/* topk_hit_later past its common case: a long subject, another with the
+ * same hash, or one not held (a new place). Kept out of line (noinline)
+ * so that the common case saves no registers for its calls. */
+static __attribute__((noinline)) struct topk_entry *
+topk_hit_later_slow(struct topk *t, uint64_t hash, const char *key, size_t len, uint64_t now_s)
+{
+    unsigned slot = topk_slot(t, hash, key, len);
+    struct topk_entry *e = &t->entries[t->table[slot] != 0
+                                           ? t->table[slot] - 1
+                                           : topk_insert(t, hash, key, len, now_s)];
+
+    topk_pend(t, e);
+    return e;
+}
+
+struct topk_entry *topk_hit_later(struct topk *t, const char *key, size_t len,
+                                  uint64_t now_s)
+{
+    uint64_t hash;
+    struct topk_entry *e;
+
+    if (t->capacity == 0)
+        return NULL;
+    hash = topk_hash(t->seed, key, len);
+    /* The common case, with no call: the first entry of the probe with
+     * that hash holds the subject, a short one. Else the full lookup. */
+    e = topk_first_with_hash(t, hash);
+    if (e == NULL || len > 16 || !topk_same(e, hash, key, len))
+        return topk_hit_later_slow(t, hash, key, len, now_s);
+    topk_pend(t, e);
+    return e;
 }
 
 /* The entry REF remembers, while it still holds that subject; else NULL. */

@@ -24,6 +24,7 @@ struct topk_entry {
     uint64_t last_s;                /* second of its latest hit */
     uint32_t per_s[TOPK_WINDOW_S];  /* hits per second, at [second % TOPK_WINDOW_S] */
     int heap_pos;
+    uint32_t pending;               /* topk_hit_later's hits not yet counted (topk_flush) */
     uint64_t gen;                   /* which subject took this place (topk_ref) */
     uint32_t key_len;               /* bytes in key[] */
     size_t full_len;                /* the subject's length */
@@ -36,6 +37,8 @@ struct topk {
     struct topk_entry *entries;
     int *heap;                      /* entry indexes, least weight first */
     int *table;                     /* open addressing: entry index + 1, 0 empty */
+    int *dirty;                     /* entries with pending hits, dirty_count of them */
+    int dirty_count;
     unsigned table_mask;
     uint64_t seed;
     uint64_t next_gen;
@@ -61,6 +64,17 @@ void topk_clear(struct topk *t);
  * OUTCOME. Never allocates. Returns its entry (NULL when T is empty). */
 struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
                             enum topk_outcome outcome);
+
+/* topk_hit (passed) made cheap for the request path: the hit is only
+ * noted in its entry (a subject not held takes its place now); its rates,
+ * counts and weight take it at the next topk_flush. topk_list,
+ * topk_recent, topk_decay and the entry's counters see it only then.
+ * Returns its entry (NULL when T is empty). */
+struct topk_entry *topk_hit_later(struct topk *t, const char *key, size_t len,
+                                  uint64_t now_s);
+/* Count the hits topk_hit_later noted, at second NOW_S. Every place given
+ * up flushes first, so that the least counted subject gives it up. */
+void topk_flush(struct topk *t, uint64_t now_s);
 
 /* topk_hit for N requests at once (passed), as a counter kept by its
  * subject between two flushes hands them over. */

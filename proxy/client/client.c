@@ -677,14 +677,15 @@ void client_note_rejected(struct request *req, int reason)
 
 void client_note_done(struct client *c, struct request *req)
 {
-    uint64_t now;
+    uint64_t now, took;
 
     if (req->framed_us == 0)
         return;
-    now = server_now_us();
-    stats_command_done(req->stat_row, now - req->framed_us,
+    now = server_pass_now_us();
+    took = now > req->framed_us ? now - req->framed_us : 0;
+    stats_command_done(req->stat_row, took,
                        (req->flags & (REQ_FAILED | REQ_REJECTED)) == REQ_FAILED);
-    if (req->slow_args != NULL)
+    if (req->slow_args != NULL && slowlog_slow(took))
         slowlog_note(req, now, c->addr_text, c->name, c->user);
     req->framed_us = 0;   /* counted once, whichever way its reply went */
 }

@@ -578,9 +578,8 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     req->framed_us = server_pass_now_us();
     if (slowlog_enabled())
         slowlog_capture(req, argv, src != NULL ? src : req->raw);
-    top_count(c, req, argv, TOPK_PASSED);
+    top_count(c, req, argv);
     STAT_INC(total_requests);
-    req->framed_us = server_now_us();
     req->stat_row = stats_command_row(req->cmd, req->argc > 0 ? argv[0] : (struct sv){"", 0});
     stats_count_command(req->stat_row);
     client_reply_mark(c, req);

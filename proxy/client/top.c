@@ -2,9 +2,13 @@
  * request counts in each. Reads clients and requests, changes neither.
  *
  *   client_handle -> top_count: client ("id=.. addr=.. name=.. user=.."),
- *                    user, name (named clients only), ip, command, each key
- *                    -> topk_hit (a hash lookup; a new subject takes the
- *                       place of the least counted one)
+ *                    user, name (named clients only), ip: the client's own
+ *                    counter; a known command: its per-command stats row;
+ *                    an unknown one and each key -> topk_hit_later (a hash
+ *                    lookup; a new subject takes the place of the least
+ *                    counted one)
+ *   each tick, PROXY TOP -> top_flush_all: the clients' counters and the
+ *                    hits noted go to the sketches' rates and weights
  */
 #include "top.h"
 
@@ -18,6 +22,7 @@
 #include "reply.h"
 #include "request.h"
 #include "server.h"
+#include "stats.h"
 #include "value.h"
 
 enum top_kind { TOP_CLIENTS, TOP_USERS, TOP_NAMES, TOP_IPS, TOP_COMMANDS, TOP_KEYS, TOP_KINDS };
@@ -27,8 +32,14 @@ static const char *const top_kind_names[TOP_KINDS] = {
 };
 
 static struct topk top_sketches[TOP_KINDS];
-/* Per command id, where the command is in the COMMANDS sketch. */
+/* Per command id: where the command is in the COMMANDS sketch; its
+ * requests counted there so far (its per-command stats row counts them
+ * all: a flush hands the difference over, so a request of a known command
+ * costs PROXY TOP nothing here); where its one key is (commands_fixed_key,
+ * worked out once). */
 static struct topk_ref *top_command_refs;
+static uint64_t *top_command_seen;
+static int *top_fixed_keys;
 static uint64_t top_last_decay_ms;
 
 /* Keys of one request found on the stack; a larger one allocates. */
@@ -42,8 +53,16 @@ int top_init(long long capacity)
     if (capacity == 0)
         return 0;   /* PROXY TOP off: nothing counted */
     top_command_refs = calloc((size_t)commands_count(), sizeof(*top_command_refs));
-    if (top_command_refs == NULL)
+    top_command_seen = calloc((size_t)commands_count(), sizeof(*top_command_seen));
+    top_fixed_keys = calloc((size_t)commands_count(), sizeof(*top_fixed_keys));
+    if (top_command_refs == NULL || top_command_seen == NULL || top_fixed_keys == NULL) {
+        top_free();
         return -1;
+    }
+    for (int id = 0; id < commands_count(); id++) {
+        top_command_seen[id] = stats_command_total(id);   /* the table's ids are its rows */
+        top_fixed_keys[id] = commands_fixed_key(commands_by_id(id));
+    }
     for (int k = 0; k < TOP_KINDS; k++) {
         if (topk_init(&top_sketches[k], (int)capacity) != 0) {
             top_free();
@@ -56,7 +75,11 @@ int top_init(long long capacity)
 void top_free(void)
 {
     free(top_command_refs);
+    free(top_command_seen);
+    free(top_fixed_keys);
     top_command_refs = NULL;
+    top_command_seen = NULL;
+    top_fixed_keys = NULL;
     for (int k = 0; k < TOP_KINDS; k++)
         topk_free(&top_sketches[k]);
 }
@@ -109,16 +132,15 @@ static size_t top_command_name(const struct request *req, const struct sv *argv,
     return n;
 }
 
-/* Apply FN (topk_hit, or a note) to each key of REQ. */
+/* Count each key of REQ (topk_hit_later), or note OUTCOME for it. */
 static void top_each_key(const struct request *req, const struct sv *argv, uint64_t now_s,
                          enum topk_outcome outcome, int note)
 {
     int on_stack[TOP_KEYS_ON_STACK], *keys = on_stack, n, fixed;
     struct topk *t = &top_sketches[TOP_KEYS];
 
-    if (req->cmd == NULL || req->cmd->key_spec_count == 0)
+    if (req->cmd == NULL || (fixed = top_fixed_keys[req->cmd->id]) < 0)
         return;
-    fixed = commands_fixed_key(req->cmd);
     if (fixed > 0) {   /* GET, SET...: no key walk */
         on_stack[0] = fixed;
         n = fixed < req->argc ? 1 : 0;
@@ -133,7 +155,7 @@ static void top_each_key(const struct request *req, const struct sv *argv, uint6
         if (note)
             topk_note(t, k->ptr, k->len, outcome);
         else
-            topk_hit(t, k->ptr, k->len, now_s, outcome);
+            topk_hit_later(t, k->ptr, k->len, now_s);
     }
     if (keys != on_stack)
         free(keys);
@@ -183,15 +205,32 @@ static void top_flush_client(struct client *c, uint64_t now_s)
     c->top_pending = 0;
 }
 
+/* Hand the requests of command ID counted by its stats row since the
+ * last flush to its subject in the COMMANDS sketch. */
+static void top_flush_command(int id, uint64_t now_s)
+{
+    struct topk *t = &top_sketches[TOP_COMMANDS];
+    uint64_t total = stats_command_total(id);
+    const char *name;
+
+    if (total == top_command_seen[id])
+        return;
+    if (topk_add_ref(t, &top_command_refs[id], now_s, total - top_command_seen[id]) == NULL) {
+        name = commands_by_id(id)->name;
+        topk_ref_set(t, &top_command_refs[id],
+                     topk_add(t, name, strlen(name), now_s, total - top_command_seen[id]));
+    }
+    top_command_seen[id] = total;
+}
+
 /* Count REQ of C: in C's own counter (its client, user, name and ip
  * subjects get it at the next flush: a tick, PROXY TOP, a note, its
- * close), its command's and its keys' sketches now. */
-static void top_count_on(struct client *c, const struct request *req, const struct sv *argv,
-                         enum topk_outcome outcome)
+ * close); a known command in its stats row (top_flush_command), a name
+ * sluice does not know and its keys in their sketches now. */
+static void top_count_on(struct client *c, const struct request *req, const struct sv *argv)
 {
-    char cmd[64];
     uint64_t now_s = server_pass_now_us() / 1000000;
-    struct topk_ref *cmd_ref = req->cmd != NULL ? &top_command_refs[req->cmd->id] : NULL;
+    int fixed = req->cmd != NULL ? top_fixed_keys[req->cmd->id] : -1;
 
     if (c->top_refs_changes != c->identity_changes) {
         /* A new user or name: what came before goes to the subjects it
@@ -203,14 +242,14 @@ static void top_count_on(struct client *c, const struct request *req, const stru
     }
     if (c->top_pending++ == 0)
         top_add_client(c, now_s, 0);   /* its subjects have places: a flush finds them */
-    if (cmd_ref == NULL ||
-        topk_hit_ref(&top_sketches[TOP_COMMANDS], cmd_ref, now_s, outcome) == NULL) {
-        struct topk_entry *e = topk_hit(&top_sketches[TOP_COMMANDS], cmd,
-                                        top_command_name(req, argv, cmd), now_s, outcome);
-        if (cmd_ref != NULL)
-            topk_ref_set(&top_sketches[TOP_COMMANDS], cmd_ref, e);
+    if (req->cmd == NULL) {
+        char cmd[64];
+        topk_hit_later(&top_sketches[TOP_COMMANDS], cmd, top_command_name(req, argv, cmd), now_s);
     }
-    top_each_key(req, argv, now_s, outcome, 0);
+    if (fixed > 0 && fixed < req->argc)   /* GET, SET...: the common case, inline */
+        topk_hit_later(&top_sketches[TOP_KEYS], argv[fixed].ptr, argv[fixed].len, now_s);
+    else if (fixed == 0)
+        top_each_key(req, argv, now_s, TOPK_PASSED, 0);
 }
 
 /* Note OUTCOME of REQ of C, counted already, in every sketch that still
@@ -221,8 +260,11 @@ static void top_note_on(struct client *c, const struct request *req, const struc
     char subject[TOP_CLIENT_SUBJECT_MAX], cmd[64];
     const char *s;
     size_t len;
+    uint64_t now_s = server_pass_now_us() / 1000000;
 
-    top_flush_client(c, server_pass_now_us() / 1000000);   /* REQ is among them */
+    top_flush_client(c, now_s);   /* REQ is among them */
+    if (req->cmd != NULL)
+        top_flush_command(req->cmd->id, now_s);
     for (int k = TOP_CLIENTS; k <= TOP_IPS; k++) {
         top_client_kind(c, k, subject, &s, &len);
         if (s != NULL)
@@ -232,11 +274,10 @@ static void top_note_on(struct client *c, const struct request *req, const struc
     top_each_key(req, argv, 0, outcome, 1);
 }
 
-void top_count(struct client *c, const struct request *req, const struct sv *argv,
-               enum topk_outcome outcome)
+void top_count(struct client *c, const struct request *req, const struct sv *argv)
 {
     if (top_sketches[0].capacity > 0)
-        top_count_on(c, req, argv, outcome);
+        top_count_on(c, req, argv);
 }
 
 void top_note(struct client *c, const struct request *req, const struct sv *argv,
@@ -252,13 +293,18 @@ void top_client_closed(struct client *c)
         top_flush_client(c, server_pass_now_us() / 1000000);
 }
 
-/* Flush every client's counter (top_flush_client). */
+/* Flush every client's counter (top_flush_client) and the hits the
+ * COMMANDS and KEYS sketches noted (topk_flush). */
 static void top_flush_all(void)
 {
     uint64_t now_s = server_pass_now_us() / 1000000;
 
     for (struct client *c = client_next(NULL); c != NULL; c = client_next(c))
         top_flush_client(c, now_s);
+    for (int id = 0; id < commands_count(); id++)
+        top_flush_command(id, now_s);
+    topk_flush(&top_sketches[TOP_COMMANDS], now_s);
+    topk_flush(&top_sketches[TOP_KEYS], now_s);
 }
 
 void top_cron(uint64_t now_ms)

@@ -19,10 +19,11 @@ struct evbuffer;
 int top_init(long long capacity);
 void top_free(void);
 
-/* Count REQ (framed, ARGV its arguments) of client C with OUTCOME. Never
- * allocates for subjects already held. */
-void top_count(struct client *c, const struct request *req, const struct sv *argv,
-               enum topk_outcome outcome);
+/* Count REQ (framed, ARGV its arguments) of client C, as passed (a rule's
+ * refusal or delay is noted after, top_note). Its rates and counts show
+ * after the next flush (each tick, and before PROXY TOP answers). Never
+ * allocates. */
+void top_count(struct client *c, const struct request *req, const struct sv *argv);
 /* REQ, counted already, was rejected or delayed after all: note OUTCOME
  * for those of its subjects still held. */
 void top_note(struct client *c, const struct request *req, const struct sv *argv,

@@ -58,6 +58,15 @@ static int reqparse_ll(const char *s, size_t len, long long *v)
     }
     if (i >= len || s[i] < '1' || s[i] > '9')
         return 0;
+    if (len - i <= 18) {
+        /* Every length on the wire: 18 digits cannot overflow, so no
+         * check per digit beyond being one. */
+        for (; i < len; i++) {
+            if ((unsigned char)(s[i] - '0') > 9)
+                return 0;
+            n = n * 10 + (unsigned)(s[i] - '0');
+        }
+    }
     for (; i < len; i++) {
         if (s[i] < '0' || s[i] > '9' || n > (limit - (unsigned)(s[i] - '0')) / 10)
             return 0;

@@ -98,9 +98,9 @@ struct req_arg {
  * that must wait for earlier ones is kept there too when it fits. */
 #define REQ_KEPT_MAX 96
 
-/* A small request's arguments as the slow log keeps them fit in the
- * request itself (GET key, SET key value): no allocation. */
-#define REQ_SLOW_INLINE 64
+/* A small request's bytes, as the slow log keeps them, fit in the request
+ * itself (GET key, SET key value): one copy, no allocation. */
+#define REQ_SLOW_INLINE 128
 
 struct request {
     TAILQ_ENTRY(request) client_link;
@@ -138,12 +138,15 @@ struct request {
     uint64_t pauses_before;        /* CLIENT UNPAUSE: pauses noted when it came (pause.c) */
     size_t kept_reply_len;         /* REQ_REPLY_KEPT: the reply's length */
     int stat_row;                  /* its row of the per-command stats (stats_command_row) */
-    uint64_t framed_us;            /* a client's: when sluice framed it (server_now_us's
-                                      clock); 0: not timed, or done (client_note_done) */
-    uint64_t sent_us;              /* when it was last handed to a backend connection */
+    uint64_t framed_us;            /* a client's: the loop pass that framed it
+                                      (server_pass_now_us); 0: not timed, or done
+                                      (client_note_done) */
+    uint64_t sent_us;              /* the pass that last handed it to a backend connection */
     uint64_t redis_us;             /* µs from sent to its reply read, summed over its sends */
     unsigned char *slow_args;      /* its arguments as the slow log keeps them (slowlog.c):
                                       slow_inline or the heap; NULL: not kept */
+    uint32_t slow_len;             /* bytes at slow_args */
+    int slow_raw;                  /* slow_args is its RESP bytes, else packed (slowlog.c) */
     /* From here on request_new leaves the bytes as they are. */
     char kept[REQ_KEPT_MAX];       /* REQ_KEPT: its bytes; REQ_REPLY_KEPT: its reply */
     unsigned char slow_inline[REQ_SLOW_INLINE]; /* slow_args of a small request */

@@ -1,12 +1,17 @@
-/* slowlog.c - owns the slow log's entries and the compact copy of a
- * request's arguments it may need (taken as the request is framed, since
- * its bytes are gone to Redis by the time its reply is in). Knows nothing
- * of clients: their address, name and user are handed in.
+/* slowlog.c - owns the slow log's entries and the copy of a request's
+ * arguments it may need (taken as the request is framed, since its bytes
+ * are gone to Redis by the time its reply is in). Knows nothing of
+ * clients: their address, name and user are handed in.
  *
- *   framed: slowlog_capture -> req->slow_args (inline when small)
+ *   framed: slowlog_capture -> req->slow_args: a small request's RESP bytes
+ *           (one copy into the request), else its arguments packed and cut
  *   reply queued: slowlog_note -> slower than the threshold? -> newest entry
+ *                 (the copy, the address, name and user in one block: the
+ *                 oldest entry's, when the log is full and it is large enough)
+ *   PROXY SLOWLOG GET: slowlog_write cuts and renders the arguments
  *
- * The copy's layout: argc (u32), kept (u16), then per kept argument its
+ * The packed layout (a request over REQ_SLOW_INLINE bytes, or one with a
+ * password to hide): argc (u32), kept (u16), then per kept argument its
  * whole length (u32), the bytes kept (u8) and those bytes.
  */
 #include "slowlog.h"
@@ -28,10 +33,10 @@ struct slowlog_entry {
     long long unix_time;
     uint64_t duration_us;
     uint64_t redis_us;
-    int argc;                        /* arguments shown (the last may say how many more) */
-    struct sv *argv;                 /* into text */
-    struct sv addr, name, user;      /* into text */
-    char *text;
+    int raw;                         /* the arguments are RESP bytes, else packed */
+    size_t cap;                      /* bytes text[] has room for */
+    size_t args_len, addr_len, name_len, user_len;
+    char text[];                     /* the arguments, address, name, user in a row */
 };
 
 TAILQ_HEAD(slowlog_list, slowlog_entry);
@@ -39,18 +44,47 @@ TAILQ_HEAD(slowlog_list, slowlog_entry);
 static struct slowlog_list slowlog_entries = TAILQ_HEAD_INITIALIZER(slowlog_entries);
 static size_t slowlog_count;
 static long long slowlog_next_id;
-static long long slowlog_slower_than_us = 10000;
+long long slowlog_slower_than_us = 10000;
 static size_t slowlog_max_len = 128;
 
-static void slowlog_drop_oldest(void)
+/* An entry's text room at least: a small request's entry fits, so that
+ * a full slow log takes each new entry in the place of its oldest, with
+ * no allocation. */
+#define SLOWLOG_TEXT_MIN 384
+
+/* Take the oldest entry out; returns it (the caller frees or reuses it). */
+static struct slowlog_entry *slowlog_take_oldest(void)
 {
     struct slowlog_entry *e = TAILQ_LAST(&slowlog_entries, slowlog_list);
 
     TAILQ_REMOVE(&slowlog_entries, e, link);
     slowlog_count--;
-    free(e->text);
-    free(e->argv);
-    free(e);
+    return e;
+}
+
+static void slowlog_drop_oldest(void)
+{
+    free(slowlog_take_oldest());
+}
+
+/* Room for an entry with SIZE bytes of text: the oldest one's when the
+ * slow log is full and it is large enough, else new. NULL when out of
+ * memory. */
+static struct slowlog_entry *slowlog_new_entry(size_t size)
+{
+    struct slowlog_entry *e = NULL;
+
+    if (slowlog_count >= slowlog_max_len) {
+        e = slowlog_take_oldest();
+        if (e->cap >= size)
+            return e;
+        free(e);
+    }
+    size = size > SLOWLOG_TEXT_MIN ? size : SLOWLOG_TEXT_MIN;
+    e = malloc(sizeof(*e) + size);
+    if (e != NULL)
+        e->cap = size;
+    return e;
 }
 
 void slowlog_configure(long long log_slower_than_us, long long max_len)
@@ -132,25 +166,21 @@ static size_t slowlog_copy_size(const struct sv *argv, int kept, uint32_t redact
     return size;
 }
 
-void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer *src)
+/* REQ's arguments ARGV packed (the layout above) into the heap or
+ * req->slow_inline: each cut to SLOWLOG_MAX_STRING bytes, passwords
+ * (REDACTED's bits) replaced. */
+static void slowlog_pack(struct request *req, const struct sv *argv, struct evbuffer *src,
+                         int kept, uint32_t redacted)
 {
-    /* Redis keeps the first 31 and says how many more in the 32nd. */
-    int kept = req->argc > SLOWLOG_MAX_ARGC ? SLOWLOG_MAX_ARGC - 1 : req->argc;
-    uint32_t redacted;
-    size_t size;
-    unsigned char *p;
-    uint32_t u32;
+    size_t size = slowlog_copy_size(argv, kept, redacted);
+    unsigned char *p = size <= sizeof(req->slow_inline) ? req->slow_inline : malloc(size);
+    uint32_t u32 = (uint32_t)req->argc;
     uint16_t u16 = (uint16_t)kept;
 
-    if (req->cmd != NULL && (req->cmd->flags & CMD_SKIP_SLOWLOG))
-        return;   /* EXEC...: as Redis, never in the slow log */
-    redacted = slowlog_redacted(req, argv, kept);
-    size = slowlog_copy_size(argv, kept, redacted);
-    p = size <= sizeof(req->slow_inline) ? req->slow_inline : malloc(size);
     if (p == NULL)
         return;
     req->slow_args = p;
-    u32 = (uint32_t)req->argc;
+    req->slow_len = (uint32_t)size;
     memcpy(p, &u32, 4);
     memcpy(p + 4, &u16, 2);
     p += 6;
@@ -168,56 +198,50 @@ void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer
     }
 }
 
-/* Append to TEXT the arguments kept in ARGS as Redis's SLOWLOG shows them,
- * recording each one's offset and length in VIEWS. Returns how many. */
-static int slowlog_render_args(const unsigned char *args, struct evbuffer *text,
-                               struct sv *views)
+/* N bytes (at most REQ_SLOW_INLINE) from SRC to DST in 16-byte words, the
+ * last one overlapping, or two overlapping shorter ones: no call for a
+ * size known only now. */
+static inline void slowlog_copy_small(unsigned char *dst, const char *src, size_t n)
 {
-    uint32_t argc, full;
-    uint16_t kept;
-    int n = 0;
-
-    memcpy(&argc, args, 4);
-    memcpy(&kept, args + 4, 2);
-    args += 6;
-    for (int i = 0; i < kept; i++, n++) {
-        size_t start = evbuffer_get_length(text);
-        memcpy(&full, args, 4);
-        evbuffer_add(text, args + 5, args[4]);
-        if (full > args[4])
-            evbuffer_add_printf(text, "... (%lu more bytes)", (unsigned long)(full - args[4]));
-        views[n] = (struct sv){(const char *)start, evbuffer_get_length(text) - start};
-        args += 5 + args[4];
+    if (n >= 16) {
+        for (size_t i = 0; i + 16 < n; i += 16)
+            memcpy(dst + i, src + i, 16);
+        memcpy(dst + n - 16, src + n - 16, 16);
+    } else if (n >= 8) {
+        memcpy(dst, src, 8);
+        memcpy(dst + n - 8, src + n - 8, 8);
+    } else {
+        memcpy(dst, src, n);
     }
-    if (argc > kept) {
-        size_t start = evbuffer_get_length(text);
-        evbuffer_add_printf(text, "... (%lu more arguments)", (unsigned long)(argc - kept));
-        views[n++] = (struct sv){(const char *)start, evbuffer_get_length(text) - start};
-    }
-    return n;
 }
 
-/* Add S to TEXT and note where it went in VIEW (an offset until fixed). */
-static void slowlog_add_text(struct evbuffer *text, const char *s, struct sv *view)
+void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer *src)
 {
-    size_t start = evbuffer_get_length(text);
+    /* Redis keeps the first 31 and says how many more in the 32nd. */
+    int kept = req->argc > SLOWLOG_MAX_ARGC ? SLOWLOG_MAX_ARGC - 1 : req->argc;
+    uint32_t redacted;
 
-    evbuffer_add(text, s, strlen(s));
-    *view = (struct sv){(const char *)start, strlen(s)};
-}
-
-/* Turn a view holding an offset into TEXT into a pointer into BASE. */
-static void slowlog_fix(struct sv *view, const char *base)
-{
-    view->ptr = base + (size_t)view->ptr;
+    if (req->cmd != NULL && (req->cmd->flags & CMD_SKIP_SLOWLOG))
+        return;   /* EXEC...: as Redis, never in the slow log */
+    redacted = slowlog_redacted(req, argv, kept);
+    if (redacted == 0 && req->raw_len <= sizeof(req->slow_inline) && req->argc > 0) {
+        /* Small: its bytes, contiguous (request_argv_open pulls up a
+         * request this small), copied whole; nothing in it to cut. */
+        slowlog_copy_small(req->slow_inline, argv[0].ptr - req->args[0].off, req->raw_len);
+        req->slow_args = req->slow_inline;
+        req->slow_len = (uint32_t)req->raw_len;
+        req->slow_raw = 1;
+        return;
+    }
+    slowlog_pack(req, argv, src, kept, redacted);
 }
 
 void slowlog_note(const struct request *req, uint64_t now_us, const char *addr,
                   const char *name, const char *user)
 {
     struct slowlog_entry *e;
-    struct evbuffer *text;
     uint64_t duration;
+    size_t addr_len, name_len, user_len;
 
     if (req->framed_us == 0 || req->slow_args == NULL || slowlog_slower_than_us < 0 ||
         slowlog_max_len == 0)
@@ -225,40 +249,82 @@ void slowlog_note(const struct request *req, uint64_t now_us, const char *addr,
     duration = now_us > req->framed_us ? now_us - req->framed_us : 0;
     if (duration < (uint64_t)slowlog_slower_than_us)
         return;
-    e = calloc(1, sizeof(*e));
-    text = evbuffer_new();
-    if (e != NULL)
-        e->argv = malloc(sizeof(*e->argv) * SLOWLOG_MAX_ARGC);
-    if (e == NULL || text == NULL || e->argv == NULL)
-        goto oom;
-    e->argc = slowlog_render_args(req->slow_args, text, e->argv);
-    slowlog_add_text(text, addr, &e->addr);
-    slowlog_add_text(text, name != NULL ? name : "", &e->name);
-    slowlog_add_text(text, user != NULL ? user : "default", &e->user);
-    e->text = malloc(evbuffer_get_length(text) + 1);
-    if (e->text == NULL)
-        goto oom;
-    evbuffer_remove(text, e->text, evbuffer_get_length(text));
-    evbuffer_free(text);
-    for (int i = 0; i < e->argc; i++)
-        slowlog_fix(&e->argv[i], e->text);
-    slowlog_fix(&e->addr, e->text);
-    slowlog_fix(&e->name, e->text);
-    slowlog_fix(&e->user, e->text);
+    name = name != NULL ? name : "";
+    user = user != NULL ? user : "default";
+    addr_len = strlen(addr);
+    name_len = strlen(name);
+    user_len = strlen(user);
+    e = slowlog_new_entry(req->slow_len + addr_len + name_len + user_len);
+    if (e == NULL)
+        return;   /* out of memory: not logged */
+    e->raw = req->slow_raw;
+    e->args_len = req->slow_len;
+    e->addr_len = addr_len;
+    e->name_len = name_len;
+    e->user_len = user_len;
+    memcpy(e->text, req->slow_args, req->slow_len);
+    memcpy(e->text + e->args_len, addr, addr_len);
+    memcpy(e->text + e->args_len + addr_len, name, name_len);
+    memcpy(e->text + e->args_len + addr_len + name_len, user, user_len);
     e->id = slowlog_next_id++;
     e->unix_time = (long long)time(NULL);
     e->duration_us = duration;
     e->redis_us = req->redis_us;
     TAILQ_INSERT_HEAD(&slowlog_entries, e, link);
-    if (++slowlog_count > slowlog_max_len)
-        slowlog_drop_oldest();
-    return;
-oom:
-    if (text != NULL)
-        evbuffer_free(text);
-    if (e != NULL)
-        free(e->argv);
-    free(e);
+    slowlog_count++;
+}
+
+/* The arguments of a small request's RESP bytes ARGS (LEN), framed by
+ * sluice and so well formed, as bulk strings into OUT: at most
+ * REQ_SLOW_INLINE bytes hold fewer than SLOWLOG_MAX_ARGC arguments of
+ * fewer than SLOWLOG_MAX_STRING bytes, nothing to cut. */
+static void slowlog_write_raw(struct evbuffer *out, const char *args, size_t len)
+{
+    const char *p = args, *end = args + len;
+    long long argc = 0;
+
+    for (p++; p < end && *p != '\r'; p++)
+        argc = argc * 10 + (*p - '0');
+    p += 2;
+    reply_array_header(out, argc);
+    for (long long i = 0; i < argc; i++) {
+        size_t n = 0;
+        for (p++; p < end && *p != '\r'; p++)
+            n = n * 10 + (size_t)(*p - '0');
+        p += 2;
+        if (p + n > end)
+            n = p < end ? (size_t)(end - p) : 0;   /* cannot happen: framed */
+        reply_bulk(out, p, n);
+        p += n + 2;
+    }
+}
+
+/* The packed arguments ARGS as Redis's SLOWLOG shows them, into OUT. */
+static void slowlog_write_packed(struct evbuffer *out, const unsigned char *args)
+{
+    char buf[SLOWLOG_MAX_STRING + 48];
+    uint32_t argc, full;
+    uint16_t kept;
+
+    memcpy(&argc, args, 4);
+    memcpy(&kept, args + 4, 2);
+    args += 6;
+    reply_array_header(out, kept + (argc > kept));
+    for (int i = 0; i < kept; i++) {
+        int n = args[4];
+        memcpy(&full, args, 4);
+        memcpy(buf, args + 5, (size_t)n);
+        if (full > (uint32_t)n)
+            n += snprintf(buf + n, sizeof(buf) - (size_t)n, "... (%lu more bytes)",
+                          (unsigned long)(full - (uint32_t)n));
+        reply_bulk(out, buf, (size_t)n);
+        args += 5 + args[4];
+    }
+    if (argc > kept) {
+        int n = snprintf(buf, sizeof(buf), "... (%lu more arguments)",
+                         (unsigned long)(argc - kept));
+        reply_bulk(out, buf, (size_t)n);
+    }
 }
 
 void slowlog_write(struct evbuffer *out, long long count)
@@ -268,18 +334,20 @@ void slowlog_write(struct evbuffer *out, long long count)
 
     reply_array_header(out, (long long)n);
     TAILQ_FOREACH(e, &slowlog_entries, link) {
+        const char *t = e->text + e->args_len;
         if (n-- == 0)
             break;
         reply_array_header(out, 8);
         reply_integer(out, e->id);
         reply_integer(out, e->unix_time);
         reply_integer(out, (long long)e->duration_us);
-        reply_array_header(out, e->argc);
-        for (int i = 0; i < e->argc; i++)
-            reply_bulk(out, e->argv[i].ptr, e->argv[i].len);
-        reply_bulk(out, e->addr.ptr, e->addr.len);
-        reply_bulk(out, e->name.ptr, e->name.len);
-        reply_bulk(out, e->user.ptr, e->user.len);
+        if (e->raw)
+            slowlog_write_raw(out, e->text, e->args_len);
+        else
+            slowlog_write_packed(out, (const unsigned char *)e->text);
+        reply_bulk(out, t, e->addr_len);
+        reply_bulk(out, t + e->addr_len, e->name_len);
+        reply_bulk(out, t + e->addr_len + e->name_len, e->user_len);
         reply_integer(out, (long long)e->redis_us);
     }
 }

@@ -24,14 +24,27 @@ void slowlog_configure(long long log_slower_than_us, long long max_len);
 /* Whether requests are to be timed and their arguments kept. */
 int slowlog_enabled(void);
 
+/* slowlog_configure's threshold (µs; negative: off), read by slowlog_slow
+ * on every request's reply: inline, no call. */
+extern long long slowlog_slower_than_us;
+
+/* Whether a request that took DURATION_US goes to the slow log. */
+static inline int slowlog_slow(uint64_t duration_us)
+{
+    return slowlog_slower_than_us >= 0 && duration_us >= (uint64_t)slowlog_slower_than_us;
+}
+
 /* Keep what the slow log would show of REQ's arguments ARGV (views over
  * SRC, where REQ's bytes are; an argument sluice does not read has a NULL
- * view and is read from SRC): at most SLOWLOG_MAX_STRING bytes of each of
- * the first SLOWLOG_MAX_ARGC. Kept in REQ (req->slow_args), inline when
- * small; request_free releases it. Does nothing when out of memory. */
+ * view and is read from SRC): a request of at most REQ_SLOW_INLINE bytes
+ * as its bytes, copied once into REQ (cut and rendered only if logged);
+ * a larger one, or one with a password, as at most SLOWLOG_MAX_STRING
+ * bytes of each of the first SLOWLOG_MAX_ARGC arguments. Kept in REQ
+ * (req->slow_args), inline when small; request_free releases it. Does
+ * nothing when out of memory. */
 void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer *src);
 
-/* REQ's reply was queued to its client at NOW_US (server_now_us's clock):
+/* REQ's reply was queued to its client at NOW_US (server_pass_now_us):
  * log REQ if it was slow. ADDR, NAME (may be NULL), USER: its client's. */
 void slowlog_note(const struct request *req, uint64_t now_us, const char *addr,
                   const char *name, const char *user);

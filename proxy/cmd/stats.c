@@ -80,6 +80,11 @@ void stats_count_command(int row)
     (*r->total)++;
 }
 
+uint64_t stats_command_total(int row)
+{
+    return stats_rows[row].total != NULL ? *stats_rows[row].total : 0;
+}
+
 void stats_command_done(int row, uint64_t us, int failed)
 {
     struct stats_row *r = &stats_rows[row];

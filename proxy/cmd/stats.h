@@ -75,6 +75,8 @@ int stats_command_row(const struct command *cmd, struct sv name);
 
 /* A request of ROW was framed. */
 void stats_count_command(int row);
+/* Requests of ROW framed so far (refused ones included). */
+uint64_t stats_command_total(int row);
 /* A request of ROW had its reply queued for its client US microseconds
  * after it was framed; FAILED: the reply was an error (not a refusal). */
 void stats_command_done(int row, uint64_t us, int failed);

@@ -146,6 +146,33 @@ def test_max_len_keeps_the_newest(redis_factory, sluice_factory):
         assert got[0][0] - got[2][0] == 2
 
 
+def test_full_log_takes_entries_of_every_size(redis_factory, sluice_factory):
+    """A full slow log puts each new entry in the place of its oldest:
+    small ones after large ones, and a large one (a long client name, long
+    arguments) after small ones, each shown whole."""
+    _, s = start_pair(redis_factory, sluice_factory, slowlog_log_slower_than=0,
+                      slowlog_max_len=2)
+    name = "n" * 500
+    with s.raw() as c:
+        for i in range(4):
+            assert c.call("SET", f"k{i}", "v") == "OK"
+        assert c.call("CLIENT", "SETNAME", name) == "OK"
+        assert c.call("RPUSH", "big", "a" * 300, "b" * 100) == 2
+        got = c.call("PROXY", "SLOWLOG", "GET", "-1")
+        assert [e[3] for e in got] == [[b"RPUSH", b"big", b"a" * 128 + b"... (172 more bytes)",
+                                        b"b" * 100],
+                                       [b"CLIENT", b"SETNAME", name.encode()[:128] +
+                                        b"... (372 more bytes)"]]
+        assert got[0][5] == got[1][5] == name.encode()   # CLIENT SETNAME's name is its reply's
+        assert c.call("CLIENT", "SETNAME", "short") == "OK"
+        for i in range(3):
+            assert c.call("GET", f"k{i}") == b"v"
+        got = c.call("PROXY", "SLOWLOG", "GET", "-1")
+        assert [e[3] for e in got] == [[b"GET", b"k2"], [b"GET", b"k1"]]
+        assert [e[5] for e in got] == [b"short", b"short"]
+        assert c.call("PROXY", "SLOWLOG", "LEN") == 2
+
+
 def test_arguments_cut_as_redis_cuts_them(redis_factory, sluice_factory):
     """More than 32 arguments: 31 and "... (N more arguments)"; an argument
     over 128 bytes: 128 and "... (N more bytes)". Compared with the entry a
@@ -166,6 +193,31 @@ def test_arguments_cut_as_redis_cuts_them(redis_factory, sluice_factory):
         entries = c.call("PROXY", "SLOWLOG", "GET", "-1")
         assert b"hunter2" not in repr(entries).encode()
         assert entry_of(entries, "AUTH", "(redacted)", "(redacted)")
+
+
+def test_small_requests_shown_whole_as_redis_shows_them(redis_factory, sluice_factory):
+    """A request of up to 128 bytes is kept as its bytes and cut into
+    arguments only when PROXY SLOWLOG GET shows it: empty and binary
+    arguments (CR LF inside), an inline command, and requests of 127, 128
+    and 129 bytes (each side of that bound) show as in a real Redis."""
+    _, s = start_pair(redis_factory, sluice_factory, slowlog_log_slower_than=0)
+    ref = redis_factory("--slowlog-log-slower-than", "0")
+    sized = []
+    for target in (127, 128, 129):
+        sized.append(next(("SET", "k" * m, "x" * n) for m in range(1, 9) for n in range(120)
+                          if len(encode_command("SET", "k" * m, "x" * n)) == target))
+    cmds = [("SET", "", "a\r\nb\x00"), ("MSET", "k1", "", "k2", "\r\n")] + sized
+    with s.raw() as c, ref.raw() as r:
+        for cmd in cmds:
+            assert c.call(*cmd) == r.call(*cmd) == "OK"
+            want = r.call("SLOWLOG", "GET", "1")[0][3]
+            assert want == [a.encode() for a in cmd]
+            assert c.call("PROXY", "SLOWLOG", "GET", "1")[0][3] == want
+        for conn in (c, r):
+            conn.send(b"SET inline   value\r\n")
+            assert conn.read_replies(1) == ["OK"]
+        want = r.call("SLOWLOG", "GET", "1")[0][3]
+        assert c.call("PROXY", "SLOWLOG", "GET", "1")[0][3] == want == [b"SET", b"inline", b"value"]
 
 
 def _cut(cmd):

@@ -3,6 +3,7 @@
  * fine histogram's percentiles. */
 #include <event2/buffer.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "metrics.h"
 #include "unit.h"
@@ -64,6 +65,36 @@ static void test_histogram(void)
     metrics_free_all();
 }
 
+/* The bucket metrics_hist_observe picks is the first bound >= the value,
+ * as a search would find it, at every bound and power of two and next to
+ * them. */
+static void test_histogram_bucket_of_every_length(void)
+{
+    struct metrics_hist h;
+    uint64_t probes[3 * (METRICS_BUCKETS + 64) + 1];
+    int n = 0;
+
+    for (int i = 0; i < METRICS_BUCKETS; i++) {
+        probes[n++] = metrics_bucket_us[i] - 1;
+        probes[n++] = metrics_bucket_us[i];
+        probes[n++] = metrics_bucket_us[i] + 1;
+    }
+    for (int b = 0; b < 64; b++) {
+        probes[n++] = (1ull << b) - 1;
+        probes[n++] = 1ull << b;
+        probes[n++] = (1ull << b) + 1;
+    }
+    probes[n++] = UINT64_MAX;
+    for (int p = 0; p < n; p++) {
+        int want = 0;
+        while (want < METRICS_BUCKETS && probes[p] > metrics_bucket_us[want])
+            want++;
+        memset(&h, 0, sizeof(h));
+        metrics_hist_observe(&h, probes[p]);
+        CHECK(h.counts[want] == 1);
+    }
+}
+
 static void test_escape(void)
 {
     char out[64];
@@ -118,6 +149,7 @@ static void test_fine_percentiles(void)
 UNIT_MAIN("metrics",
           {"a series per label values", test_series_once},
           {"histogram buckets", test_histogram},
+          {"histogram bucket of every length", test_histogram_bucket_of_every_length},
           {"label escaping", test_escape},
           {"unlabelled families and gauges", test_unlabelled_and_gauges},
           {"fine histogram percentiles", test_fine_percentiles})

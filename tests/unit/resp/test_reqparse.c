@@ -121,6 +121,13 @@ static void test_protocol_errors(void)
     check_error("*1\r\n$01\r\n", "Protocol error: invalid bulk length");
     check_error("*1\r\n$123456789012345678901234567890123\r\n",
                 "Protocol error: invalid bulk length");
+    /* Each side of 18 digits (the lengths parsed without an overflow
+     * check), and a non-digit after digits. */
+    check_error("*1\r\n$999999999999999999\r\n", "Protocol error: invalid bulk length");
+    check_error("*1\r\n$9223372036854775808\r\n", "Protocol error: invalid bulk length");
+    check_error("*1\r\n$1a\r\n", "Protocol error: invalid bulk length");
+    check_error("*1\r\n$1/\r\n", "Protocol error: invalid bulk length");
+    check_error("*2:\r\n", "Protocol error: invalid multibulk length");
     check_error("SET \"a\r\n", "Protocol error: unbalanced quotes in request");
     check_error("SET 'a'b\r\n", "Protocol error: unbalanced quotes in request");
 }
