@@ -492,9 +492,16 @@ def test_cluster_metrics(redis_cluster, tmp_path):
         wait_until(lambda: hreq(mport, "/readyz")[0] == 200, 10 * SLOW, msg="ready")
         body = scrape(mport)
         assert value(body, "sluice_cluster_slot_map_refreshes_total", result="ok") >= 1
-        ups = [(ls, v) for n, ls, v in samples(body) if n == "sluice_backend_up"]
         primaries = {f"127.0.0.1:{p}" for p in redis_cluster.primaries()}
-        assert primaries <= {ls["backend"] for ls, v in ups if v == 1 and ls["role"] == "primary"}, ups
+
+        def primaries_up():
+            # A node's role label comes from its HELLO reply, which may
+            # land a moment after /readyz saw it connected.
+            ups = [(ls, v) for n, ls, v in samples(scrape(mport)) if n == "sluice_backend_up"]
+            primaries_up.last = ups
+            return primaries <= {ls["backend"] for ls, v in ups
+                                 if v == 1 and ls["role"] == "primary"}
+        wait_until(primaries_up, 10 * SLOW, msg="backend_up 1 with role primary for every primary")
         moved0 = value(body, "sluice_cluster_redirections_total", type="moved")
         slot = 778
         k = key_for_slot(slot, "mm:")
