@@ -139,6 +139,7 @@ static void sentinel_on_reply(struct sentinel_link *link, enum sentinel_expect w
 static void sentinel_on_message(struct sentinel_peer *peer, const char *text, size_t len);
 static void sentinel_ask_done(void);
 static void sentinel_want_ask(const char *why);
+static void sentinel_count_up(void);
 
 static void sentinel_link_close(struct sentinel_link *link)
 {
@@ -167,6 +168,8 @@ static void sentinel_link_down(struct sentinel_link *link, const char *why)
     else if (link->peer != NULL)
         log_info("sentinel %s: cannot connect: %s", link->peer->name, why);
     sentinel_link_close(link);
+    if (link->peer != NULL)
+        sentinel_count_up();   /* the last one down is said at once */
     if (link->peer != NULL && link->kind == LINK_CMD && sentinel_asking >= 0 &&
         &sentinel_peers[sentinel_asking] == link->peer)
         sentinel_ask_done();
@@ -509,7 +512,7 @@ static void sentinel_want_ask(const char *why)
 {
     if (sentinel_ask_wanted || sentinel_asking >= 0)
         return;
-    log_info("sentinel: asking the Sentinels for master '%s' again: %s",
+    log_notice("sentinel: asking the Sentinels for master '%s' again: %s",
              sentinel_cfg->sentinel_master, why);
     sentinel_ask_wanted = 1;
     sentinel_next_ask_ms = 0;
