@@ -5,6 +5,7 @@
  * across cluster nodes (client_split). */
 #include "client.h"
 #include "client_int.h"
+#include "client_failover.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -364,6 +365,7 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
         if (client_leaves_session(req))
             c->flags |= CLIENT_SESSION;
         client_note_watch(c, req);
+        client_failover_note(c, req, src);
         client_wait_offset(c, req, conn);
     }
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {

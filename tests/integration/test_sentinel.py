@@ -303,3 +303,49 @@ def test_sentinels_that_do_not_know_the_master(tmp_path, sentinel_sluices):
     finally:
         for x in sens:
             x.stop()
+
+
+def test_private_connections_across_planned_failover(topo, sentinel_sluices):
+    """SENTINEL FAILOVER, the old primary staying up: an open transaction
+    ends in -EXECABORT (nothing of it ran anywhere), a blocked BLPOP gets
+    its error, a subscriber is subscribed again on the new primary; each
+    client keeps its connection and goes on."""
+    s = sentinel_sluices(topo)
+    tx = RawConn(s.port, timeout=30 * SLOW)
+    assert tx.call("MULTI") == "OK"
+    assert tx.call("SET", "tx:a", "1") == "QUEUED"
+    blocked = RawConn(s.port, timeout=30 * SLOW)
+    blocked.send_command("BLPOP", "queue", "0")
+    sub = RawConn(s.port, timeout=30 * SLOW)
+    sub.send_command("SUBSCRIBE", "c1", "c2")
+    sub.read_replies(2)
+    sub.send_command("UNSUBSCRIBE", "c2")
+    sub.read_reply()
+    sub.send_command("SSUBSCRIBE", "shard1")
+    assert sub.read_reply()[0] == b"ssubscribe"
+    old_port = topo.primary.port
+    assert topo.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", MASTER)
+    new_port = wait_primary_switch(topo, old_port)
+    wait_until(lambda: s.info()["sentinel_primary"] == f"127.0.0.1:{new_port}", 10 * SLOW,
+               msg="sluice follows the switch")
+    new = topo.node_by_port(new_port)
+    got = blocked.read_reply(timeout=10 * SLOW)
+    assert isinstance(got, Err), got
+    blocked.send_command("RPUSH", "queue", "x")
+    assert blocked.read_reply() == 1
+    assert isinstance(tx.call("SET", "tx:b", "2"), Err)
+    got = tx.call("EXEC")
+    assert isinstance(got, Err) and got.startswith("EXECABORT"), got
+    assert tx.call("SET", "tx:c", "3") == "OK"
+    assert new.client().get("tx:a") is None and new.client().get("tx:b") is None
+    wait_until(lambda: new.client().pubsub_numsub("c1", "c2") == [(b"c1", 1), (b"c2", 0)] and
+               new.client().execute_command("PUBSUB", "SHARDNUMSUB", "shard1")[1] == 1,
+               10 * SLOW, msg="subscribed again on the new primary")
+    new.client().publish("c1", "hello")
+    new.client().execute_command("SPUBLISH", "shard1", "shello")
+    m = sub.read_reply(timeout=10 * SLOW)
+    assert m == [b"message", b"c1", b"hello"], m
+    m = sub.read_reply(timeout=10 * SLOW)
+    assert m == [b"smessage", b"shard1", b"shello"], m
+    for c in (tx, blocked, sub):
+        c.close()
