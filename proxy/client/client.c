@@ -45,7 +45,6 @@
  */
 #include "client.h"
 #include "client_int.h"
-#include "client_failover.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -1105,7 +1104,7 @@ void client_cron(uint64_t now_ms)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
-        client_failover_cron(c);
+        client_hooks.tick(c);
         if (c->tls_handshaking && now_ms >= c->tls_deadline_ms) {
             /* Connected, never finished its handshake: it holds a
              * descriptor and memory, so it cannot stay. */

@@ -717,6 +717,7 @@ void client_module_init(struct event_base *base, const struct config *cfg)
         .run_deferred = client_run_deferred,
         .closing = client_dispatch_closing,
         .release_held = client_dispatch_release_held,
+        .tick = client_failover_cron,
     };
 
     client_core_init(base, cfg, &hooks);
