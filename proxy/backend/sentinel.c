@@ -395,7 +395,7 @@ static void sentinel_on_replicas(const char *text, size_t len)
 {
     struct respwalk w = {text, text + len};
     long long count, fields;
-    char key[64], val[256], ip[256], port[16], flags[256];
+    char key[64], val[256], ip[256], port[16], flags[40];
 
     if (respwalk_array(&w, &count) != 0)
         return;
@@ -410,15 +410,15 @@ static void sentinel_on_replicas(const char *text, size_t len)
             if (strcmp(key, "ip") == 0)
                 snprintf(ip, sizeof(ip), "%s", val);
             else if (strcmp(key, "port") == 0)
-                snprintf(port, sizeof(port), "%s", val);
+                snprintf(port, sizeof(port), "%.15s", val);
             else if (strcmp(key, "flags") == 0)
-                snprintf(flags, sizeof(flags), "%s", val);
+                snprintf(flags, sizeof(flags), "%.39s", val);
         }
         if (sentinel_replica_count < SENTINEL_MAX_REPLICAS) {
             char name[SENTINEL_NAME_MAX];
             sentinel_hostport(name, sizeof(name), ip, port);
             snprintf(sentinel_replicas[sentinel_replica_count++], sizeof(sentinel_replicas[0]),
-                     "%s %s", name, flags);
+                     "%.279s %.39s", name, flags);
         }
     }
 }
