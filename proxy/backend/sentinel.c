@@ -63,7 +63,7 @@
 #define SENTINEL_NAME_MAX 280
 #define SENTINEL_EXPECT_MAX 8
 #define SENTINEL_FAILOVER_ERROR \
-    "ERR backend unavailable during failover; the command may or may not have run"
+    "-ERR backend unavailable during failover; the command may or may not have run"
 
 enum sentinel_expect { EXPECT_AUTH, EXPECT_ADDR, EXPECT_REPLICAS, EXPECT_ROLE, EXPECT_SUB };
 enum sentinel_link_kind { LINK_CMD, LINK_SUB, LINK_ROLE };
@@ -683,7 +683,7 @@ static void sentinel_resend(struct request *req)
     char err[512];
 
     if (conn == NULL) {
-        sentinel_fail(req, "ERR out of memory");
+        sentinel_fail(req, "-ERR out of memory");
         return;
     }
     if (backend_send(conn, req, NULL, err, sizeof(err)) != 0 && !sentinel_hold(req))
@@ -713,7 +713,7 @@ static void sentinel_run_held(uint64_t now)
             if (ready)
                 sentinel_resend(req);
             else
-                sentinel_fail(req, "ERR backend unavailable: no primary for master within "
+                sentinel_fail(req, "-ERR backend unavailable: no primary for master within "
                                    "failover_retry_window");
             free(h);
             continue;

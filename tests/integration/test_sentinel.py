@@ -183,6 +183,34 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
         c.close()
 
 
+def test_unanswered_requests_at_the_death(topo, sentinel_sluices):
+    """Requests Redis had not answered when the primary died: a write (and
+    the script that kept Redis busy) gets the failover error, since it may
+    have run; a read is sent again to the new primary and answered."""
+    s = sentinel_sluices(topo)
+    primary = topo.primary.client()
+    primary.set("k", "v")
+    assert primary.execute_command("WAIT", 2, 5000) == 2
+    busy = RawConn(s.port, timeout=30 * SLOW)
+    busy.send_command("EVAL", "while true do end", "0")
+    time.sleep(0.3)
+    reader = RawConn(s.port, timeout=30 * SLOW)
+    reader.send_command("GET", "k")
+    writer = RawConn(s.port, timeout=30 * SLOW)
+    writer.send_command("SET", "k2", "x")
+    time.sleep(0.3)
+    topo.primary.proc.kill()
+    topo.primary.proc.wait()
+    assert busy.read_reply(timeout=30 * SLOW) == FAILOVER_ERROR
+    assert writer.read_reply(timeout=30 * SLOW) == FAILOVER_ERROR
+    assert reader.read_reply(timeout=30 * SLOW) == b"v"
+    new_port = wait_primary_switch(topo, topo.primary.port)
+    assert s.info()["sentinel_primary"] == f"127.0.0.1:{new_port}"
+    for c in (busy, reader, writer):
+        assert c.call("PING") == "PONG"   # each keeps its connection
+        c.close()
+
+
 def test_planned_failover_no_errors(topo, sentinel_sluices):
     """SENTINEL FAILOVER: clients on the shared connections see no error."""
     s = sentinel_sluices(topo)
