@@ -343,9 +343,10 @@ struct backend_node *backend_node_get(const char *hostport)
     }
     node = backend_node_new(hostport, err, sizeof(err));
     if (node == NULL)
-        log_warning("cluster node %s: %s", hostport, err);
+        log_warning("%s node %s: %s", backend_cluster_mode ? "cluster" : "backend", hostport,
+                    err);
     else
-        log_notice("cluster node %s added", hostport);
+        log_notice("%s node %s added", backend_cluster_mode ? "cluster" : "backend", hostport);
     return node;
 }
 
@@ -359,7 +360,8 @@ void backend_node_retire(struct backend_node *node, int retired)
         return;
     node->retired = retired;
     if (!retired) {
-        log_notice("cluster node %s is back in the slot map", node->name);
+        log_notice(backend_cluster_mode ? "cluster node %s is back in the slot map"
+                                        : "backend node %s is in use again", node->name);
         TAILQ_FOREACH(conn, &node->conns, node_link) {
             if (backend_conn_is_shared(conn) && !conn->spare && conn->state == BACKEND_DOWN &&
                 !(conn->login != NULL && conn->login->gone)) {
@@ -372,8 +374,10 @@ void backend_node_retire(struct backend_node *node, int retired)
         backend_spares_refill(node);
         return;
     }
-    log_notice("cluster node %s left the slot map: its shared connections close once "
-               "answered", node->name);
+    log_notice(backend_cluster_mode ? "cluster node %s left the slot map: its shared "
+                                      "connections close once answered"
+                                    : "backend node %s is no longer the primary: its shared "
+                                      "connections close once answered", node->name);
     /* Closing one wakes its waiting clients, which may release other
      * connections of the list: look again from the start each time. */
     for (;;) {

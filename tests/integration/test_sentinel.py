@@ -9,6 +9,7 @@ and a sluice with `sentinel =` in front of it.
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 import redis
@@ -101,6 +102,15 @@ class SwitchWatcher(threading.Thread):
                 return
 
 
+def metric(mport, name):
+    """The value of the unlabelled sample NAME on sluice's /metrics."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read()
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
 def start_pipeliners(s, count=4):
     ps = [Pipeliner(s.port, i) for i in range(count)]
     for p in ps:
@@ -124,7 +134,8 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     between the death and +switch-master plus 500 ms, every later write
     lands on the new primary, and the subscriber gets what is published
     after the switch."""
-    s = sentinel_sluices(topo)
+    mport = free_port()
+    s = sentinel_sluices(topo, metrics_listen=f"127.0.0.1:{mport}")
     sub = RawConn(s.port, timeout=30 * SLOW)
     sub.send_command("SUBSCRIBE", "news")
     assert sub.read_reply()[0] == b"subscribe"
@@ -177,6 +188,7 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     info = s.info()
     assert info["sentinel_primary"] == f"127.0.0.1:{new_port}"
     assert int(info["sentinel_switches"]) == 1
+    assert metric(mport, "sluice_sentinel_switches_total") == 1.0
     log = s.log_path.read_text()
     assert f"switched from 127.0.0.1:{old.port} to 127.0.0.1:{new_port}" in log
     for c in (sub, psub, blocked):
@@ -269,7 +281,10 @@ def test_readonly_is_a_hint_to_ask_again(topo, sentinel_sluices):
 def test_all_sentinels_down_keeps_serving(topo, sentinel_sluices):
     """Every Sentinel down: sluice serves the primary it knows, and says so
     in PROXY INFO and the log."""
-    s = sentinel_sluices(topo)
+    mport = free_port()
+    s = sentinel_sluices(topo, metrics_listen=f"127.0.0.1:{mport}")
+    assert metric(mport, "sluice_sentinels_up") == 3.0
+    assert metric(mport, "sluice_sentinel_switches_total") == 0.0
     for sen in topo.sentinels:
         sen.stop()
     wait_until(lambda: s.info()["sentinel_sentinels_up"] == "0", 10 * SLOW,
@@ -283,6 +298,7 @@ def test_all_sentinels_down_keeps_serving(topo, sentinel_sluices):
     with s.raw() as r:
         text = r.call(b"PROXY", b"SENTINEL").decode()
     assert "connected=0" in text and f"sentinel_primary:127.0.0.1:{topo.primary.port}" in text
+    assert metric(mport, "sluice_sentinels_up") == 0.0
 
 
 # --------------------------------------------------------------------------
