@@ -58,7 +58,8 @@
 #define SENTINEL_TICK_MS 20
 #define SENTINEL_ANSWER_TIMEOUT_MS 1000   /* a question unanswered this long: next Sentinel */
 #define SENTINEL_RECONNECT_MS 500
-#define SENTINEL_RETRY_ASK_MS 200         /* between rounds while no primary is sure */
+#define SENTINEL_RETRY_ASK_MS 1000        /* after a round without an answer, or an address
+                                             ROLE refuted (+switch-master still acts at once) */
 #define SENTINEL_MAX_REPLICAS 16
 #define SENTINEL_NAME_MAX 280
 #define SENTINEL_EXPECT_MAX 8
