@@ -188,7 +188,10 @@ static int client_failover_resubscribe(struct client *c)
 
     if (!backend_node_up(backend_default_node()))
         return -1;
-    conn = backend_private_conn(backend_default_node(), c);
+    /* One it made meanwhile (a command it sent while waiting) is the one:
+     * a client owns one private connection at most. */
+    conn = c->private_conn != NULL ? c->private_conn
+                                   : backend_private_conn(backend_default_node(), c);
     if (conn == NULL)
         return -1;
     c->private_conn = conn;

@@ -151,6 +151,8 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     death_ms = monotonic_ms()
     old.proc.kill()
     old.proc.wait()
+    time.sleep(0.2)
+    sub.send_command("SUBSCRIBE", "extra")   # while it waits to be subscribed again
     new_port = wait_primary_switch(topo, old.port)
     watcher.join(30 * SLOW)
     assert watcher.at_ms is not None, "no +switch-master heard"
@@ -172,7 +174,7 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     blocked.send_command("PING")
     assert blocked.read_reply() == "PONG"
     # The subscribers are subscribed again on the new primary.
-    wait_until(lambda: new.client().pubsub_numsub("news")[0][1] == 1 and
+    wait_until(lambda: new.client().pubsub_numsub("news", "extra") == [(b"news", 1), (b"extra", 1)] and
                new.client().pubsub_numpat() == 1, 10 * SLOW, msg="subscribed again")
     assert s.client().publish("news", "after-switch") >= 1
     msgs = []
@@ -185,6 +187,9 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     assert msgs and msgs[0][2] == b"after-switch"
     m = psub.read_reply(timeout=10 * SLOW)
     assert m[0] == b"pmessage" and m[3] == b"after-switch", m
+    assert s.client().publish("extra", "x") >= 1
+    m = sub.read_reply(timeout=10 * SLOW)
+    assert m == [b"message", b"extra", b"x"], m
     info = s.info()
     assert info["sentinel_primary"] == f"127.0.0.1:{new_port}"
     assert int(info["sentinel_switches"]) == 1
