@@ -162,9 +162,7 @@ static void sentinel_link_close(struct sentinel_link *link)
 /* LINK went down for WHY: logged once, its question passed on. */
 static void sentinel_link_down(struct sentinel_link *link, const char *why)
 {
-    int was = link->up || link->bev != NULL;
-
-    if (link->peer != NULL && was && link->up)
+    if (link->peer != NULL && link->up)
         log_warning("sentinel %s: connection lost: %s", link->peer->name, why);
     else if (link->peer != NULL)
         log_info("sentinel %s: cannot connect: %s", link->peer->name, why);
@@ -812,6 +810,7 @@ static void sentinel_tick_cb(evutil_socket_t fd, short what, void *arg)
 int sentinel_start(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
 {
     struct timeval tv = {0, SENTINEL_TICK_MS * 1000};
+    long long wait_ms = cfg->failover_retry_window_ms > 1000 ? cfg->failover_retry_window_ms : 1000;
     uint64_t deadline;
 
     if (!config_sentinel_mode(cfg))
@@ -845,8 +844,7 @@ int sentinel_start(struct event_base *base, const struct config *cfg, char *err,
     /* Nothing is served before the primary is known: run the loop (only
      * these connections are on it) until it is, or all say they do not
      * know the master. */
-    deadline = server_now_ms() + (uint64_t)(cfg->failover_retry_window_ms > 1000
-                                                ? cfg->failover_retry_window_ms : 1000);
+    deadline = server_now_ms() + (uint64_t)wait_ms;
     while (sentinel_primary[0] == '\0' && !sentinel_failed && server_now_ms() < deadline)
         event_base_loop(base, EVLOOP_ONCE);
     if (sentinel_primary[0] != '\0') {
@@ -859,7 +857,7 @@ int sentinel_start(struct event_base *base, const struct config *cfg, char *err,
     else
         snprintf(err, errlen, "sentinel: no Sentinel of %d named a primary for master '%s' "
                               "within %lld ms", sentinel_peer_count, cfg->sentinel_master,
-                 (long long)deadline - (long long)server_now_ms() + cfg->failover_retry_window_ms);
+                 wait_ms);
     return -1;
 }
 

@@ -398,3 +398,17 @@ def test_private_connections_across_planned_failover(topo, sentinel_sluices):
     assert m == [b"smessage", b"shard1", b"shello"], m
     for c in (tx, blocked, sub):
         c.close()
+
+
+def test_no_sentinel_reachable_at_start(tmp_path):
+    """No Sentinel answers: sluice -t warns, and sluice gives up after
+    failover_retry_window with a message naming the master."""
+    dead = free_port()
+    cfg = write_config(tmp_path, f"sentinel = 127.0.0.1:{dead}\nsentinel_master = m1\n"
+                                 "failover_retry_window = 1000\n")
+    code, err = sluice_check(str(SLUICE_BIN), cfg)
+    assert code == 0 and f"warning: sentinel 127.0.0.1:{dead}: cannot connect" in err, err
+    p = subprocess.run([str(SLUICE_BIN), "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30 * SLOW)
+    assert p.returncode == 1
+    assert "no Sentinel of 1 named a primary for master 'm1' within 1000 ms" in p.stderr, p.stderr
