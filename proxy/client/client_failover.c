@@ -188,8 +188,13 @@ static int client_failover_resubscribe(struct client *c)
 
     if (!backend_node_up(backend_default_node()))
         return -1;
-    /* One it made meanwhile (a command it sent while waiting) is the one:
-     * a client owns one private connection at most. */
+    /* One it made meanwhile (a command it sent while waiting) is the one
+     * when it is to the primary: a client owns one private connection at
+     * most. One to the old primary goes. */
+    if (c->private_conn != NULL && backend_conn_node(c->private_conn) != backend_default_node()) {
+        backend_release_private(c->private_conn);
+        c->private_conn = NULL;
+    }
     conn = c->private_conn != NULL ? c->private_conn
                                    : backend_private_conn(backend_default_node(), c);
     if (conn == NULL)
