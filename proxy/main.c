@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "config.h"
 #include "handover.h"
+#include "sentinel.h"
 #include "glob.h"
 #include "listener.h"
 #include "learn.h"
@@ -112,6 +113,10 @@ static int main_user_known(void *ctx, struct sv glob)
  * may block: fine here, no loop runs.) */
 static void main_warn_unresolved(const struct config *cfg, struct errlist *warns)
 {
+    if (config_sentinel_mode(cfg)) {
+        sentinel_check(cfg, warns);
+        return;
+    }
     const char *key = cfg->backend != NULL ? "backend" : "cluster";
     char *const *addrs = cfg->backend != NULL ? &cfg->backend : cfg->cluster_seeds;
     int count = cfg->backend != NULL ? 1 : cfg->cluster_seed_count;
@@ -632,6 +637,7 @@ static int main_start_serving(struct handover_take *take)
         log_warning("%s; starting without it", err);
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
+        sentinel_start(server.base, &server.cfg, err, sizeof(err)) != 0 ||
         backend_init(server.base, &server.cfg, err, sizeof(err)) != 0 ||
         listener_start(server.base, &server.cfg, client_accept, take->fds, take->fd_count, err,
                        sizeof(err)) != 0 ||
@@ -646,6 +652,7 @@ static int main_start_serving(struct handover_take *take)
     replicas_init(server.base, &server.cfg);
     main_want_replicas();
     cluster_init(server.base, &server.cfg);
+    sentinel_run();
     return 0;
 }
 
@@ -717,6 +724,10 @@ static int main_run(void)
     if (server.cfg.cluster_seed_count > 0)
         log_notice("sluice %s started, pid %d, cluster seeds %d (first %s)", SLUICE_VERSION,
                    (int)getpid(), server.cfg.cluster_seed_count, server.cfg.cluster_seeds[0]);
+    else if (config_sentinel_mode(&server.cfg))
+        log_notice("sluice %s started, pid %d, sentinel master %s at %s", SLUICE_VERSION,
+                   (int)getpid(), server.cfg.sentinel_master,
+                   backend_node_name(backend_default_node()));
     else
         log_notice("sluice %s started, pid %d, backend %s", SLUICE_VERSION, (int)getpid(),
                    server.cfg.backend);
@@ -731,6 +742,7 @@ static int main_run(void)
     learn_free_all();
     cluster_free();
     replicas_free();
+    sentinel_free();
     backend_free_all();
     resolve_shutdown();
     tls_free();

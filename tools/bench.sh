@@ -52,6 +52,10 @@
 #      one without; GET/SET at -c 50, -P 1/16, placed on cores as section 3,
 #      the two back to back in rotated order; throughput and sluice's CPU
 #      time per request.
+#  11. Sentinel (issue 23): a sluice in Sentinel mode (one Sentinel
+#      monitoring the benchmark's Redis) vs a sluice with the same Redis as a
+#      plain backend, started alike: GET/SET -c 50, -P 1/16, back to back in
+#      rotated order each round; ratio and sluice's CPU time per request.
 #   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
 #   per request (/proc/stat: client, servers, proxy and kernel) for both
 #   targets, how busy the cores were, and the ceiling, the ratio sluice
@@ -60,8 +64,8 @@
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N,
-# BENCH_MIXED_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
-# BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10" (which sections to run, e.g. "3" for
+# BENCH_MIXED_ROUNDS=N, BENCH_SENTINEL_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
+# BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10 11" (which sections to run, e.g. "3" for
 # the rules).
 set -eu
 
@@ -74,13 +78,15 @@ tls_rounds=${BENCH_TLS_ROUNDS:-3}
 scale=${BENCH_SCALE:-1}
 cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
 mixed_rounds=${BENCH_MIXED_ROUNDS:-5}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10}
+sentinel_rounds=${BENCH_SENTINEL_ROUNDS:-3}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
     tls_rounds=1
     cluster_rounds=1
     mixed_rounds=1
+    sentinel_rounds=1
     scale=0.1
 fi
 
@@ -872,7 +878,55 @@ if section 9 && [ "$mixed_rounds" -gt 0 ]; then
     echo "   target: mixed rows >= 0.8 (before: about 0.2), the others as before"
 fi
 
-for f in sluice rules0 rules100 rules1 users metrics_off metrics_on sluice-tls resp3 sluice-cluster; do
+# Section 11: Sentinel mode vs a plain backend, the same Redis behind both.
+if section 11 && [ "$sentinel_rounds" -gt 0 ]; then
+    senport=$(free_port)
+    printf 'port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor benchm 127.0.0.1 %s 1\n' \
+        "$senport" "$tmp" "$rport" >"$tmp/sentinel.conf"
+    redis-server "$tmp/sentinel.conf" --sentinel --logfile "$tmp/sentinel.log" &
+    pids="$pids $!"
+    wait_port "$senport"
+    set -- $(start_sluice sen_plain); splain=$1; pplain=$2; pids="$pids $2"
+    ssen=$(free_port)
+    printf '[proxy]\nlisten = 127.0.0.1:%s\nsentinel = 127.0.0.1:%s\nsentinel_master = benchm\nlog_level = warning\n' \
+        "$ssen" "$senport" >"$tmp/sen_sentinel.conf"
+    "$sluice" -c "$tmp/sen_sentinel.conf" >"$tmp/sen_sentinel.log" 2>&1 &
+    psen=$!
+    pids="$pids $psen"
+    wait_port "$splain"
+    wait_port "$ssen"
+    r=1
+    while [ $r -le "$sentinel_rounds" ]; do
+        echo "  sentinel round $r/$sentinel_rounds ..." >&2
+        for t in get set; do
+            for p in 1 16; do
+                n=$(n_of $((p == 1 ? 100000 : 500000)))
+                for target in $(rotate $(( r + p )) plain sentinel); do
+                    if [ "$target" = plain ]; then port=$splain; pid=$pplain; else port=$ssen; pid=$psen; fi
+                    bench_one "sen_$target" "$port" "$t" 50 "$p" "$n" "$r" "$pid"
+                done
+            done
+        done
+        r=$((r + 1))
+    done
+    echo
+    echo "11. Sentinel at -c 50 (median of $sentinel_rounds): sluice with backend = the primary vs"
+    echo "   sluice with sentinel = (the same primary, found through one Sentinel)"
+    printf '%-4s %3s %11s %11s %8s %10s %10s %8s\n' cmd -P backend sentinel ratio \
+        "ns/req" "ns/req" "cpu"
+    for t in get set; do
+        for p in 1 16; do
+            printf '%-4s %3s %11.0f %11.0f %8s %10.0f %10.0f %8s\n' "$t" "$p" \
+                "$(median sen_plain $t 50 $p)" "$(median sen_sentinel $t 50 $p)" \
+                "$(median_ratio sen_sentinel sen_plain $t 50 $p)" \
+                "$(median cpu_sen_plain $t 50 $p)" "$(median cpu_sen_sentinel $t 50 $p)" \
+                "$(median_ratio cpu_sen_plain cpu_sen_sentinel $t 50 $p)"
+        done
+    done
+    echo "   target: ratio >= 0.98 on every row (cpu: CPU backend / sentinel)"
+fi
+
+for f in sluice rules0 rules100 rules1 users metrics_off metrics_on sluice-tls resp3 sluice-cluster sen_plain sen_sentinel; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
     fi

@@ -4,7 +4,7 @@
 # runs apt-get; otherwise it prints the line.
 set -e
 PKGS="gcc make pkg-config libevent-dev libhiredis-dev libinih-dev libssl-dev
-redis-server redis-tools python3-redis python3-pytest nutcracker nodejs systemd
+redis-server redis-sentinel redis-tools python3-redis python3-pytest nutcracker nodejs systemd
 prometheus"
 [ $# -eq 0 ] || PKGS="$*"
 missing=""

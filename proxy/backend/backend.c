@@ -71,6 +71,7 @@ struct event_base *backend_base;
 const struct config *backend_cfg;
 struct backend_node_list backend_nodes = TAILQ_HEAD_INITIALIZER(backend_nodes);
 int backend_cluster_mode;
+int backend_keep_bytes;
 /* Cluster mode: sees error replies before they are delivered. */
 static backend_reply_filter_fn *backend_reply_filter;
 static void (*backend_node_up_hook)(struct backend_node *node);
@@ -949,7 +950,7 @@ void backend_write_now(void)
  * redirection can send it again. */
 static void backend_stage(struct evbuffer *out, struct request *req, struct evbuffer *src)
 {
-    if (!backend_cluster_mode || (req->flags & REQ_UNPAIRED)) {
+    if (!backend_keep_bytes || (req->flags & REQ_UNPAIRED)) {
         if (src != NULL)
             evbuffer_remove_buffer(src, out, req->raw_len);
         else

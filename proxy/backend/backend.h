@@ -27,6 +27,17 @@ void backend_free_all(void);
  * else the first node), for keyless commands and sluice's own questions. */
 struct backend_node *backend_default_node(void);
 
+/* Sentinel mode (sentinel.c): the primary's "host:port", before
+ * backend_init makes its node; and later the node that becomes the
+ * default node (the primary), in place of the one before. */
+void backend_primary_preset(const char *hostport);
+void backend_primary_set(struct backend_node *node);
+
+/* Take every private connection of NODE down with the error WHY (their
+ * clients hear it, as when Redis closes one): their sessions were on a
+ * primary that is one no more. */
+void backend_node_drop_private(struct backend_node *node, const char *why);
+
 /* Cluster mode: the node named HOSTPORT ("host:port"), made (with its
  * pool connecting, a host name's once looked up) when new. NULL when
  * HOSTPORT is not "host:port" (logged). */

@@ -261,11 +261,49 @@ void backend_write_info(struct evbuffer *out)
 }
 
 
+/* Sentinel mode: the primary's address for backend_init; then its node. */
+static char backend_primary_name[300];
+static struct backend_node *backend_primary;
+
+void backend_primary_preset(const char *hostport)
+{
+    snprintf(backend_primary_name, sizeof(backend_primary_name), "%s", hostport);
+}
+
+void backend_primary_set(struct backend_node *node)
+{
+    backend_primary = node;
+}
+
+void backend_node_drop_private(struct backend_node *node, const char *why)
+{
+    struct backend_conn *conn;
+
+    /* Going down frees the connection and may close its client, which
+     * releases others: look again from the start each time. */
+    for (;;) {
+        TAILQ_FOREACH(conn, &node->conns, node_link) {
+            if (conn->owner != NULL && !conn->released && conn->state != BACKEND_DOWN)
+                break;
+        }
+        if (conn == NULL)
+            return;
+        backend_conn_down(conn, why);
+    }
+}
+
 int backend_init(struct event_base *base, const struct config *cfg, char *err, size_t errlen)
 {
     backend_base = base;
     backend_cfg = cfg;
     backend_cluster_mode = cfg->cluster_seed_count > 0;
+    /* Requests keep their bytes until answered, to be sent again: after
+     * a redirection, or to the next primary. */
+    backend_keep_bytes = backend_cluster_mode || cfg->sentinel_count > 0;
+    if (cfg->sentinel_count > 0) {
+        backend_primary = backend_node_new(backend_primary_name, err, errlen);
+        return backend_primary != NULL ? 0 : -1;
+    }
     if (!backend_cluster_mode)
         return backend_node_new(cfg->backend, err, errlen) != NULL ? 0 : -1;
     for (int i = 0; i < cfg->cluster_seed_count; i++) {
@@ -280,6 +318,8 @@ struct backend_node *backend_default_node(void)
 {
     struct backend_node *node;
 
+    if (backend_primary != NULL)
+        return backend_primary;
     if (!backend_cluster_mode)
         return TAILQ_FIRST(&backend_nodes);
     /* Not a replica kept for reads (read_from): keyless commands and
@@ -309,9 +349,10 @@ struct backend_node *backend_node_get(const char *hostport)
     }
     node = backend_node_new(hostport, err, sizeof(err));
     if (node == NULL)
-        log_warning("cluster node %s: %s", hostport, err);
+        log_warning("%s node %s: %s", backend_cluster_mode ? "cluster" : "backend", hostport,
+                    err);
     else
-        log_notice("cluster node %s added", hostport);
+        log_notice("%s node %s added", backend_cluster_mode ? "cluster" : "backend", hostport);
     return node;
 }
 
@@ -326,7 +367,7 @@ void backend_node_retire(struct backend_node *node, int retired)
     node->retired = retired;
     if (!retired) {
         log_notice(backend_cluster_mode ? "cluster node %s is back in the slot map"
-                                        : "replica %s is back", node->name);
+                                        : "backend node %s is in use again", node->name);
         TAILQ_FOREACH(conn, &node->conns, node_link) {
             if (backend_conn_is_shared(conn) && !conn->spare && conn->state == BACKEND_DOWN &&
                 !(conn->login != NULL && conn->login->gone)) {
@@ -341,8 +382,10 @@ void backend_node_retire(struct backend_node *node, int retired)
     }
     log_notice(backend_cluster_mode ? "cluster node %s left the slot map: its shared "
                                       "connections close once answered"
-                                    : "replica %s left: its shared connections close once "
-                                      "answered", node->name);
+                                    : "backend node %s is no longer in use (a replica the "
+                                      "primary stopped naming, or a primary that is no longer "
+                                      "one): its shared connections close once answered",
+               node->name);
     /* Closing one wakes its waiting clients, which may release other
      * connections of the list: look again from the start each time. */
     for (;;) {

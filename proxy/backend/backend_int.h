@@ -155,6 +155,7 @@ extern struct event_base *backend_base;
 extern const struct config *backend_cfg;
 extern struct backend_node_list backend_nodes;
 extern int backend_cluster_mode;
+extern int backend_keep_bytes;       /* cluster or Sentinel: requests keep their bytes */
 
 /* backend.c */
 struct backend_conn *backend_conn_new(struct backend_node *node, struct client *owner);

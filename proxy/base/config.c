@@ -97,6 +97,52 @@ static int config_set_cluster(struct config *cfg, const struct config_key *key,
     return 0;
 }
 
+/* `sentinel = host:port [host:port ...]`: the Sentinels, each checked,
+ * none named twice, into the list at KEY's offset (its count at
+ * count_offset). */
+static int config_set_hostlist(struct config *cfg, const struct config_key *key,
+                               const char *value, char *err, size_t errlen)
+{
+    char **list = (char **)((char *)cfg + key->offset);
+    int *count = (int *)((char *)cfg + key->count_offset);
+    char addr[300], host[256];
+    const char *p = value;
+    size_t n;
+    int port;
+
+    while (*p != '\0') {
+        p += strspn(p, " \t");
+        n = strcspn(p, " \t");
+        if (n == 0)
+            break;
+        if (n >= sizeof(addr)) {
+            snprintf(err, errlen, "address '%.40s...' is too long", p);
+            return -1;
+        }
+        memcpy(addr, p, n);
+        addr[n] = '\0';
+        p += n;
+        if (value_hostport(addr, host, sizeof(host), &port, err, errlen) != 0)
+            return -1;
+        for (int i = 0; i < *count; i++) {
+            if (strcmp(list[i], addr) == 0) {
+                snprintf(err, errlen, "'%s' is named twice", addr);
+                return -1;
+            }
+        }
+        if (*count == CONFIG_MAX_SEEDS) {
+            snprintf(err, errlen, "at most %d addresses", CONFIG_MAX_SEEDS);
+            return -1;
+        }
+        list[(*count)++] = strdup(addr);
+    }
+    if (*count == 0) {
+        snprintf(err, errlen, "needs at least one host:port");
+        return -1;
+    }
+    return 0;
+}
+
 static int config_set_int(struct config *cfg, const struct config_key *key,
                           const char *value, char *err, size_t errlen);
 static int config_set_bytes(struct config *cfg, const struct config_key *key,
@@ -131,6 +177,15 @@ static const struct config_key config_keys[] = {
      LIVE(NUM)},
     {"cluster_max_redirects", config_set_int, F(cluster_max_redirects), 1, 100, 0, LIVE(NUM)},
     {"cluster_retry_window", config_set_int, F(cluster_retry_window_ms), 0, 60000, 0, LIVE(NUM)},
+    {"sentinel", config_set_hostlist, F(sentinels), 0, 0, 0, RESTART_LIST(sentinel_count)},
+    {"sentinel_master", config_set_string, F(sentinel_master), 0, 0, 0, RESTART(STR)},
+    {"sentinel_user", config_set_string, F(sentinel_user), 0, 0, 0, RESTART(STR)},
+    {"sentinel_password", config_set_string, F(sentinel_password), 0, 0, 0, RESTART(STR)},
+    {"sentinel_tls", config_set_yesno, F(sentinel_tls), 0, 0, 0, RESTART(INT)},
+    {"sentinel_refresh_interval", config_set_int, F(sentinel_refresh_interval_ms), 100, 3600000,
+     0, LIVE(NUM)},
+    {"failover_retry_window", config_set_int, F(failover_retry_window_ms), 0, 600000, 0,
+     LIVE(NUM)},
     {"backend_user", config_set_string, F(backend_user), 0, 0, 0, RESTART(STR)},
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0, RESTART(STR)},
     {"rules", config_set_string, F(rules), 0, 0, 0, LIVE(STR)},
@@ -221,6 +276,8 @@ static void config_defaults(struct config *cfg)
     cfg->cluster_refresh_interval_ms = 5000;
     cfg->cluster_max_redirects = 5;
     cfg->cluster_retry_window_ms = 3000;
+    cfg->sentinel_refresh_interval_ms = 5000;
+    cfg->failover_retry_window_ms = 10000;
     cfg->tls_auth_clients = CONFIG_TLS_AUTH_YES;   /* Redis's default */
     cfg->tls_protocols = CONFIG_TLS_V1_2 | CONFIG_TLS_V1_3;
     cfg->tls_handshake_timeout_ms = 10000;
@@ -521,20 +578,38 @@ static void config_check_tls(const struct config *cfg, struct errlist *errs)
                     "backend_tls_cert_file and backend_tls_key_file go together");
 }
 
-/* Exactly one of `backend` (standalone) and `cluster` (seed nodes). */
+/* Exactly one of `backend` (standalone), `cluster` (seed nodes) and
+ * `sentinel` (a standalone primary found through Sentinel, which then
+ * needs `sentinel_master`). */
 static void config_check_backend(const struct config_parse *p, const char *path,
                                  struct errlist *errs)
 {
-    int backend_line = p->seen_line[config_find_key("backend") - config_keys];
-    int cluster_line = p->seen_line[config_find_key("cluster") - config_keys];
+    static const char *const modes[] = {"backend", "cluster", "sentinel"};
+    int lines[3], first = -1;
 
-    if (backend_line == 0 && cluster_line == 0)
+    for (int i = 0; i < 3; i++)
+        lines[i] = p->seen_line[config_find_key(modes[i]) - config_keys];
+    for (int i = 0; i < 3; i++) {
+        if (lines[i] == 0)
+            continue;
+        if (first < 0) {
+            first = i;
+            continue;
+        }
+        errlist_add(errs, path, lines[i] > lines[first] ? lines[i] : lines[first],
+                    "'%s' (line %d) and '%s' (line %d) exclude each other: give one",
+                    modes[first], lines[first], modes[i], lines[i]);
+    }
+    if (first < 0)
         errlist_add(errs, path, p->section_line,
-                    "missing key 'backend' (or 'cluster' for Redis Cluster) in [proxy]");
-    else if (backend_line != 0 && cluster_line != 0)
-        errlist_add(errs, path, backend_line > cluster_line ? backend_line : cluster_line,
-                    "'backend' (line %d) and 'cluster' (line %d) exclude each other: "
-                    "give one", backend_line, cluster_line);
+                    "missing key 'backend' (or 'cluster' for Redis Cluster, or 'sentinel' "
+                    "for Redis Sentinel) in [proxy]");
+    if (lines[2] != 0 && p->cfg->sentinel_master == NULL)
+        errlist_add(errs, path, lines[2], "'sentinel' needs 'sentinel_master = NAME', the "
+                                          "master's name as the Sentinels know it");
+    if (lines[2] == 0 && p->cfg->sentinel_master != NULL)
+        errlist_add(errs, path, config_key_line(p->cfg, "sentinel_master"),
+                    "'sentinel_master' without 'sentinel = host:port ...'");
 }
 
 int config_load(const char *path, struct config *cfg, struct errlist *errs)
@@ -691,6 +766,11 @@ void config_free(struct config *cfg)
     free(cfg->backend);
     for (int i = 0; i < cfg->cluster_seed_count; i++)
         free(cfg->cluster_seeds[i]);
+    for (int i = 0; i < cfg->sentinel_count; i++)
+        free(cfg->sentinels[i]);
+    free(cfg->sentinel_master);
+    free(cfg->sentinel_user);
+    free(cfg->sentinel_password);
     free(cfg->backend_user);
     free(cfg->backend_password);
     free(cfg->rules);

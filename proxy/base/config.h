@@ -43,6 +43,16 @@ struct config {
     long long cluster_refresh_interval_ms; /* slot map refreshed this often */
     long long cluster_max_redirects;   /* MOVED/ASK/TRYAGAIN followed per request */
     long long cluster_retry_window_ms; /* a request retried this long while its node is down */
+    /* Sentinel mode (README "Sentinel"): the primary of sentinel_master, as
+     * the Sentinels say; 0 Sentinels: not this mode. */
+    char *sentinels[CONFIG_MAX_SEEDS]; /* `sentinel =`: "host:port" each */
+    int sentinel_count;
+    char *sentinel_master;
+    char *sentinel_user;               /* the Sentinels' own AUTH */
+    char *sentinel_password;
+    int sentinel_tls;                  /* the Sentinels speak TLS */
+    long long sentinel_refresh_interval_ms; /* the Sentinels asked again this often */
+    long long failover_retry_window_ms; /* requests wait this long for a new primary */
     char *backend_user;
     char *backend_password;
     char *rules;                       /* resolved against the config's folder */
@@ -123,6 +133,12 @@ int config_key_live(const char *name);
 static inline int config_cluster_mode(const struct config *cfg)
 {
     return cfg->cluster_seed_count > 0;
+}
+
+/* Whether CFG finds the primary through Sentinel (`sentinel =`). */
+static inline int config_sentinel_mode(const struct config *cfg)
+{
+    return cfg->sentinel_count > 0;
 }
 
 /* Whether under CFG sluice authenticates clients itself (a users file, or

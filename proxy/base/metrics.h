@@ -41,6 +41,8 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(cluster_redirections_total, COUNTER, "type", "Cluster redirections followed.")      \
     X(cluster_slot_map_refreshes_total, COUNTER, "result", "Cluster slot map loads.")     \
     X(replica_reads_total, COUNTER, "backend", "Reads sent to a replica (read_from).")    \
+    X(sentinel_switches_total, COUNTER, "", "Primary switches learned from Sentinel.")     \
+    X(sentinels_up, GAUGE, "", "Sentinels sluice is connected to now.")                   \
     X(ratelimit_decisions_total, COUNTER, "rule,decision", "Rate-limit decisions by rule.") \
     X(ratelimit_delay_seconds, HISTOGRAM, "rule", "Delays rate-limit rules imposed.")     \
     X(lock_operations_total, COUNTER, "op,result", "LOCK, UNLOCK and RENEW by result.")   \

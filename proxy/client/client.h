@@ -52,6 +52,8 @@ enum client_flag {
                                           invalidations come from one node only */
     CLIENT_DRAINING = 1 << 17,         /* shutdown or hand-over: answered up to a request
                                           boundary, then closed between replies */
+    CLIENT_MULTI_LOST = 1 << 18,       /* Sentinel: its transaction was on a primary that
+                                          failed over: EXEC gets -EXECABORT */
 };
 
 struct client {
@@ -139,6 +141,8 @@ struct client {
     uint64_t top_pending;               /* requests not yet in those sketches (top.c) */
     TAILQ_ENTRY(client) link;           /* in the list of all clients */
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
+    struct client_sub_names *sub_names; /* Sentinel: what it subscribed to (client_failover.c) */
+    int resubscribe_pending;            /* Sentinel: to be subscribed again on the primary */
     TAILQ_ENTRY(client) write_link;     /* in the list client_write_now writes */
     int write_listed;                   /* in that list */
 };

@@ -5,6 +5,7 @@
  * only through the hooks it registers (client_set_hooks). */
 #include "client.h"
 #include "client_int.h"
+#include "client_failover.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -562,6 +563,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     struct req_argv views;
     char denied[400];
     const struct sv *argv;
+    const char *line;
     int rc;
 
     req->client = c;
@@ -601,6 +603,9 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         client_refuse(c, req, denied);
         rc = c->closing ? -1 : 0;
     } else if (client_cluster_check(c, req, argv, src, place)) {
+        rc = c->closing ? -1 : 0;
+    } else if (client_failover_check(c, req, src, &line)) {
+        client_answer_line(c, req, line);
         rc = c->closing ? -1 : 0;
     } else if (place.kind == PLACE_REFUSED) {
         if (src != NULL)
@@ -723,6 +728,7 @@ static void client_dispatch_closing(struct client *c)
     top_client_closed(c);
     multi_locals_free(&c->multi);
     client_multi_held_free(c);
+    client_failover_forget(c);
     if (client_verbs != NULL)
         client_verbs->client_closed(c);
     learn_client_closed(c);
@@ -741,6 +747,7 @@ void client_module_init(struct event_base *base, const struct config *cfg)
         .run_deferred = client_run_deferred,
         .closing = client_dispatch_closing,
         .release_held = client_dispatch_release_held,
+        .tick = client_failover_cron,
     };
 
     client_core_init(base, cfg, &hooks);

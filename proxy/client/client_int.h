@@ -31,6 +31,9 @@ struct client_hooks {
     void (*run_deferred)(struct client *c, struct request *req);
     /* C is closing: let go of its transaction, locks, learning. */
     void (*closing)(struct client *c);
+    /* Once a tick (client_cron), for each client: what waits for time to
+     * pass (a subscriber to subscribe again after a failover). */
+    void (*tick)(struct client *c);
     /* REQ, held (a rule's delay, learning, a client id lookup), goes on,
      * or is refused with ERROR when it is not NULL. */
     void (*release_held)(struct client *c, struct request *req, const char *error);

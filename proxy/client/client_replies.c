@@ -5,6 +5,7 @@
  * operations (struct backend_client_ops). */
 #include "client.h"
 #include "client_int.h"
+#include "client_failover.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -186,6 +187,8 @@ void client_on_private_lost(struct client *c)
         c->private_conn = NULL;
         return;
     }
+    if (client_failover_private_lost(c))
+        return;   /* Sentinel mode: it goes on with the new primary */
     /* Its session (database, transaction, subscriptions) is gone with the
      * connection; carrying on elsewhere would silently change meaning. */
     c->private_conn = NULL;

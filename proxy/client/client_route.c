@@ -5,6 +5,7 @@
  * across cluster nodes (client_split). */
 #include "client.h"
 #include "client_int.h"
+#include "client_failover.h"
 
 #include <errno.h>
 #include <event2/buffer.h>
@@ -23,6 +24,7 @@
 #include "backend.h"
 #include "clientid.h"
 #include "cluster.h"
+#include "sentinel.h"
 #include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
@@ -289,11 +291,11 @@ static void client_count_inflight(struct client *c, struct backend_conn *class)
 static int client_cluster_retry(struct client *c, struct request *req, struct backend_conn *conn,
                                 struct evbuffer *src, const char *err)
 {
-    if (!cluster_enabled() || !backend_conn_is_shared(conn))
+    if ((!cluster_enabled() && !sentinel_enabled()) || !backend_conn_is_shared(conn))
         return 0;
     if (src != NULL && request_take_raw(req, src) != 0)
         return 0;   /* nothing moved: the caller drains SRC */
-    if (!cluster_take_unsent(req)) {
+    if (!cluster_take_unsent(req) && !sentinel_take_unsent(req)) {
         STAT_INC(backend_unavailable_replies);
         client_fail_send(c, req, err);   /* its bytes are in req->raw: nothing to drain */
         return 1;
@@ -423,6 +425,7 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
         if (client_leaves_session(req))
             c->flags |= CLIENT_SESSION;
         client_note_watch(c, req);
+        client_failover_note(c, req, src);
         client_wait_offset(c, req, conn);
     }
     if (backend_send(conn, req, src, err, sizeof(err)) != 0) {

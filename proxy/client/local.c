@@ -15,6 +15,7 @@
 #include "client.h"
 #include "clientid.h"
 #include "cluster.h"
+#include "sentinel.h"
 #include "commands.h"
 #include "replicas.h"
 #include "reply.h"
@@ -488,6 +489,7 @@ static const struct {
     {"latencystats", "Latencystats", stats_write_latencystats, 0},
     {"backends", "Backends", backend_write_info, 1},
     {"replication", "Replication", replicas_write_info, 1},
+    {"sentinel", "Sentinel", sentinel_write_info, 1},
     {"tls", "TLS", tls_write_info, 1},
     {"rules", "Rules", local_info_rules, 1},
     {"auth", "Auth", local_info_auth, 1},
@@ -587,6 +589,18 @@ static void local_proxy_slowlog(int argc, const struct sv *argv, struct evbuffer
     }
 }
 
+static void local_proxy_sentinel(int argc, const struct sv *argv, struct evbuffer *out)
+{
+    struct evbuffer *text = evbuffer_new();
+
+    (void)argc;
+    (void)argv;
+    evbuffer_add_printf(text, "# Sentinel\r\n");
+    sentinel_write_info(text);
+    reply_bulk_buffer(out, text);
+    evbuffer_free(text);
+}
+
 /* PROXY subcommands: name, handler, help line, whether its reply is read
  * from sluice's state and built at its turn (RELOAD acts as framed), and
  * whether it takes arguments after its name. */
@@ -605,6 +619,9 @@ static const struct {
     {"cluster", local_proxy_cluster,
      "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
      1, 0},
+    {"sentinel", local_proxy_sentinel,
+     "    Sentinel mode: the primary, its replicas, each Sentinel's state, the last switch.", 1,
+     0},
     {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0, 0},
     {"slowlog", local_proxy_slowlog,
      "    GET [count] | LEN | RESET: requests slower than slowlog_log_slower_than, as Redis's "

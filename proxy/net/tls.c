@@ -207,7 +207,7 @@ static void tls_contexts_free(struct tls_contexts *t)
  * Returns 0, or -1 with "KEY FILE: why" in ERR. */
 static int tls_check_files(const struct config *cfg, char *err, size_t errlen)
 {
-    const int server = cfg->tls_listen_count > 0, backend = cfg->backend_tls;
+    const int server = cfg->tls_listen_count > 0, backend = cfg->backend_tls || cfg->sentinel_tls;
     const struct { int used; const char *key, *path; } files[] = {
         {server, "tls_cert_file", cfg->tls_cert_file},
         {server, "tls_key_file", cfg->tls_key_file},
@@ -237,7 +237,7 @@ static int tls_build(const struct config *cfg, struct tls_contexts *out, char *e
         return -1;
     if (cfg->tls_listen_count > 0 && (out->server = tls_server_ctx(cfg, err, errlen)) == NULL)
         return -1;
-    if (cfg->backend_tls && (out->backend = tls_backend_ctx(cfg, err, errlen)) == NULL) {
+    if ((cfg->backend_tls || cfg->sentinel_tls) && (out->backend = tls_backend_ctx(cfg, err, errlen)) == NULL) {
         tls_contexts_free(out);
         return -1;
     }
@@ -265,7 +265,7 @@ int tls_prepare(const struct config *cfg, struct tls_contexts **out, struct errl
     char err[1024];
 
     *out = NULL;
-    if (cfg->tls_listen_count == 0 && !cfg->backend_tls)
+    if (cfg->tls_listen_count == 0 && !cfg->backend_tls && !cfg->sentinel_tls)
         return 0;
     *out = calloc(1, sizeof(**out));
     if (*out == NULL || tls_build(cfg, *out, err, sizeof(err)) != 0) {

@@ -167,7 +167,51 @@ static void test_cluster_errors(void)
     expect_error("\n[proxy]\nlisten = 127.0.0.1:7000\n", 2, "(or 'cluster'");
 }
 
+static void test_sentinel_keys(void)
+{
+    struct config cfg;
+    struct errlist errs;
+
+    CHECK(load("[proxy]\nsentinel = 127.0.0.1:26379 s2:26379\nsentinel_master = mymaster\n"
+               "sentinel_password = pw\nsentinel_tls = yes\nfailover_retry_window = 2500\n",
+               &cfg, &errs) == 0);
+    CHECK(errs.count == 0);
+    CHECK(cfg.backend == NULL && cfg.cluster_seed_count == 0);
+    CHECK(config_sentinel_mode(&cfg));
+    CHECK(cfg.sentinel_count == 2);
+    CHECK_STR(cfg.sentinels[1], "s2:26379");
+    CHECK_STR(cfg.sentinel_master, "mymaster");
+    CHECK_STR(cfg.sentinel_password, "pw");
+    CHECK(cfg.sentinel_tls == 1);
+    CHECK(cfg.sentinel_refresh_interval_ms == 5000);
+    CHECK(cfg.failover_retry_window_ms == 2500);
+    CHECK(config_key_live("sentinel_refresh_interval") && config_key_live("failover_retry_window"));
+    CHECK(!config_key_live("sentinel") && !config_key_live("sentinel_master"));
+    errlist_free(&errs);
+    config_free(&cfg);
+    unlink(path);
+}
+
+static void test_sentinel_errors(void)
+{
+    expect_error("[proxy]\nbackend = h:1\nsentinel = h:2\nsentinel_master = m\n", 3,
+                 "'backend' (line 2) and 'sentinel' (line 3) exclude each other");
+    expect_error("[proxy]\nsentinel = h:2\ncluster = h:1\nsentinel_master = m\n", 3,
+                 "'cluster' (line 3) and 'sentinel' (line 2) exclude each other");
+    expect_error("[proxy]\nsentinel = h:2\n", 2, "'sentinel' needs 'sentinel_master = NAME'");
+    expect_error("[proxy]\nsentinel = h:2\nsentinel_master =\n", 3, "needs a value");
+    expect_error("[proxy]\nbackend = h:2\nsentinel_master = m\n", 3,
+                 "'sentinel_master' without 'sentinel");
+    expect_error("[proxy]\nsentinel = h:2 h:2\nsentinel_master = m\n", 2, "named twice");
+    expect_error("[proxy]\nsentinel =\nsentinel_master = m\n", 2, "sentinel");
+    expect_error("[proxy]\nsentinel = h:2\nsentinel_master = m\nsentinel_refresh_interval = 5\n",
+                 4, "out of range");
+    expect_error("\n[proxy]\nlisten = 127.0.0.1:7000\n", 2, "'sentinel' for Redis Sentinel");
+}
+
 UNIT_MAIN("config",
+          {"sentinel keys", test_sentinel_keys},
+          {"sentinel errors", test_sentinel_errors},
           {"cluster seeds", test_cluster_seeds},
           {"cluster errors", test_cluster_errors},
           {"good config", test_good_config},

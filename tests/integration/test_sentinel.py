@@ -1,0 +1,414 @@
+"""Sentinel mode: sluice finds the standalone primary through Sentinel,
+follows a failover, and its clients notice as little as possible.
+
+Each test starts its own topology (sentinel_helpers.SentinelTopology: a
+primary, two replicas, three Sentinels with down-after-milliseconds 1000)
+and a sluice with `sentinel =` in front of it.
+"""
+
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+import redis
+
+from conftest import SLUICE_BIN, _read_log
+from helpers import SLOW, Err, RawConn, encode_command, free_port, wait_until
+from sentinel_helpers import (MASTER, SentinelProc, SentinelTopology, monotonic_ms,
+                              sentinel_sluice, sluice_check, wait_primary_switch)
+
+FAILOVER_ERROR = "ERR backend unavailable during failover; the command may or may not have run"
+
+
+@pytest.fixture
+def topo(tmp_path):
+    t = SentinelTopology(tmp_path / "topo")
+    try:
+        t.start()
+        yield t
+    finally:
+        t.stop()
+
+
+@pytest.fixture
+def sentinel_sluices(tmp_path):
+    started = []
+
+    def make(topology, **kw):
+        s = sentinel_sluice(tmp_path / f"sluice{len(started)}", topology, **kw)
+        started.append(s)
+        return s
+
+    yield make
+    failures = [f"{p}\nlog:\n{_read_log(s.log_path)}" for s in started for p in s.stop()]
+    if failures:
+        pytest.fail("\n\n".join(failures), pytrace=False)
+
+
+class Pipeliner(threading.Thread):
+    """A client on the shared connections: batches of 8 SETs and 8 GETs,
+    pipelined, until stopped. Records each error reply with the time it
+    was read, and whether its connection closed."""
+
+    def __init__(self, port, idx):
+        super().__init__(daemon=True)
+        self.port, self.idx = port, idx
+        self.stop_ev = threading.Event()
+        self.errors = []
+        self.closed = None
+        self.batches = 0
+
+    def run(self):
+        n = 0
+        with RawConn(self.port, timeout=30 * SLOW) as c:
+            while not self.stop_ev.is_set():
+                batch = []
+                for _ in range(8):
+                    batch += [("SET", f"p{self.idx}:{n}", n), ("GET", f"p{self.idx}:{n}")]
+                    n += 1
+                c.send(b"".join(encode_command(*b) for b in batch))
+                try:
+                    replies = c.read_replies(len(batch), timeout=30 * SLOW)
+                except (EOFError, OSError) as e:
+                    self.closed = repr(e)
+                    return
+                now = monotonic_ms()
+                self.errors += [(now, str(r)) for r in replies if isinstance(r, Err)]
+                self.batches += 1
+                time.sleep(0.002)
+
+    def finish(self):
+        self.stop_ev.set()
+        self.join(30 * SLOW)
+        assert not self.is_alive(), "pipelining client hung"
+
+
+class SwitchWatcher(threading.Thread):
+    """Subscribed to +switch-master on a Sentinel: the time it is heard."""
+
+    def __init__(self, sentinel):
+        super().__init__(daemon=True)
+        self.ps = sentinel.client(socket_timeout=None).pubsub()
+        self.ps.subscribe("+switch-master")
+        self.ps.get_message(timeout=5)   # the confirmation
+        self.at_ms = None
+
+    def run(self):
+        for msg in self.ps.listen():
+            if msg["type"] == "message":
+                self.at_ms = monotonic_ms()
+                return
+
+
+def metric(mport, name):
+    """The value of the unlabelled sample NAME on sluice's /metrics."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read()
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def start_pipeliners(s, count=4):
+    ps = [Pipeliner(s.port, i) for i in range(count)]
+    for p in ps:
+        p.start()
+    wait_until(lambda: all(p.batches > 3 for p in ps), 10 * SLOW, msg="clients running")
+    return ps
+
+
+def assert_writes_on(s, node, count=50):
+    c = s.client()
+    for i in range(count):
+        assert c.set(f"after:{i}", i) is True
+    direct = node.client()
+    assert [direct.get(f"after:{i}") for i in range(count)] == \
+        [str(i).encode() for i in range(count)]
+
+
+def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
+    """kill -9 of the primary while clients pipeline, hold a subscription
+    and wait in BLPOP: no shared-pool client is closed, errors come only
+    between the death and +switch-master plus 500 ms, every later write
+    lands on the new primary, and the subscriber gets what is published
+    after the switch."""
+    mport = free_port()
+    s = sentinel_sluices(topo, metrics_listen=f"127.0.0.1:{mport}")
+    sub = RawConn(s.port, timeout=30 * SLOW)
+    sub.send_command("SUBSCRIBE", "news")
+    assert sub.read_reply()[0] == b"subscribe"
+    psub = RawConn(s.port, timeout=30 * SLOW)
+    psub.send_command("PSUBSCRIBE", "n*")
+    assert psub.read_reply()[0] == b"psubscribe"
+    blocked = RawConn(s.port, timeout=30 * SLOW)
+    blocked.send_command("BLPOP", "queue", "0")
+    watcher = SwitchWatcher(topo.sentinels[0])
+    watcher.start()
+    workers = start_pipeliners(s)
+    old = topo.primary
+    death_ms = monotonic_ms()
+    old.proc.kill()
+    old.proc.wait()
+    time.sleep(0.2)
+    sub.send_command("SUBSCRIBE", "extra")   # while it waits to be subscribed again
+    new_port = wait_primary_switch(topo, old.port)
+    watcher.join(30 * SLOW)
+    assert watcher.at_ms is not None, "no +switch-master heard"
+    # Clients keep going on the new primary for a while.
+    time.sleep(1.0 * SLOW)
+    for w in workers:
+        w.finish()
+    for w in workers:
+        assert w.closed is None, f"client {w.idx} lost its connection: {w.closed}"
+        late = [(t - watcher.at_ms, e) for t, e in w.errors
+                if t < death_ms or t > watcher.at_ms + 500 * SLOW]
+        assert late == [], f"errors outside the failover window (ms after switch): {late}"
+        assert all(e == FAILOVER_ERROR for _, e in w.errors), w.errors
+    new = topo.node_by_port(new_port)
+    assert_writes_on(s, new)
+    # The blocked client got its error and keeps its connection.
+    got = blocked.read_reply(timeout=30 * SLOW)
+    assert isinstance(got, Err), got
+    blocked.send_command("PING")
+    assert blocked.read_reply() == "PONG"
+    # The subscribers are subscribed again on the new primary.
+    wait_until(lambda: new.client().pubsub_numsub("news", "extra") == [(b"news", 1), (b"extra", 1)] and
+               new.client().pubsub_numpat() == 1, 10 * SLOW, msg="subscribed again")
+    assert s.client().publish("news", "after-switch") >= 1
+    msgs = []
+    deadline = time.monotonic() + 10 * SLOW
+    while time.monotonic() < deadline:
+        m = sub.read_reply(timeout=10 * SLOW)
+        if m[0] == b"message":
+            msgs.append(m)
+            break
+    assert msgs and msgs[0][2] == b"after-switch"
+    m = psub.read_reply(timeout=10 * SLOW)
+    assert m[0] == b"pmessage" and m[3] == b"after-switch", m
+    assert s.client().publish("extra", "x") >= 1
+    m = sub.read_reply(timeout=10 * SLOW)
+    assert m == [b"message", b"extra", b"x"], m
+    info = s.info()
+    assert info["sentinel_primary"] == f"127.0.0.1:{new_port}"
+    assert int(info["sentinel_switches"]) == 1
+    assert metric(mport, "sluice_sentinel_switches_total") == 1.0
+    log = s.log_path.read_text()
+    assert f"switched from 127.0.0.1:{old.port} to 127.0.0.1:{new_port}" in log
+    for c in (sub, psub, blocked):
+        c.close()
+
+
+def test_unanswered_requests_at_the_death(topo, sentinel_sluices):
+    """Requests Redis had not answered when the primary died: a write (and
+    the script that kept Redis busy) gets the failover error, since it may
+    have run; a read is sent again to the new primary and answered."""
+    s = sentinel_sluices(topo)
+    primary = topo.primary.client()
+    primary.set("k", "v")
+    assert primary.execute_command("WAIT", 2, 5000) == 2
+    busy = RawConn(s.port, timeout=30 * SLOW)
+    busy.send_command("EVAL", "while true do end", "0")
+    time.sleep(0.3)
+    reader = RawConn(s.port, timeout=30 * SLOW)
+    reader.send_command("GET", "k")
+    writer = RawConn(s.port, timeout=30 * SLOW)
+    writer.send_command("SET", "k2", "x")
+    time.sleep(0.3)
+    topo.primary.proc.kill()
+    topo.primary.proc.wait()
+    assert busy.read_reply(timeout=30 * SLOW) == FAILOVER_ERROR
+    assert writer.read_reply(timeout=30 * SLOW) == FAILOVER_ERROR
+    assert reader.read_reply(timeout=30 * SLOW) == b"v"
+    new_port = wait_primary_switch(topo, topo.primary.port)
+    assert s.info()["sentinel_primary"] == f"127.0.0.1:{new_port}"
+    for c in (busy, reader, writer):
+        assert c.call("PING") == "PONG"   # each keeps its connection
+        c.close()
+
+
+def test_planned_failover_no_errors(topo, sentinel_sluices):
+    """SENTINEL FAILOVER: clients on the shared connections see no error."""
+    s = sentinel_sluices(topo)
+    workers = start_pipeliners(s)
+    old_port = topo.primary.port
+    assert topo.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", MASTER)
+    new_port = wait_primary_switch(topo, old_port)
+    wait_until(lambda: s.info()["sentinel_primary"] == f"127.0.0.1:{new_port}", 10 * SLOW,
+               msg="sluice follows the switch")
+    time.sleep(1.5 * SLOW)   # the old primary turns replica meanwhile
+    for w in workers:
+        w.finish()
+    for w in workers:
+        assert w.closed is None, f"client {w.idx} lost its connection: {w.closed}"
+        assert w.errors == [], f"client {w.idx}: {w.errors[:5]}"
+    assert_writes_on(s, topo.node_by_port(new_port))
+
+
+def test_old_primary_back_as_replica_gets_nothing(topo, sentinel_sluices):
+    """The old primary restarted (a replica once Sentinel sees it): sluice
+    sends it none of its clients' commands."""
+    s = sentinel_sluices(topo)
+    old = topo.primary
+    old.proc.kill()
+    old.proc.wait()
+    new_port = wait_primary_switch(topo, old.port)
+    wait_until(lambda: s.info()["sentinel_primary"] == f"127.0.0.1:{new_port}", 10 * SLOW,
+               msg="sluice follows the switch")
+    old.proc = None
+    old.start()
+    c = s.client()
+    for i in range(100):
+        c.set(f"k{i}", i)
+        c.get(f"k{i}")
+    wait_until(lambda: old.client().info("replication")["role"] == "slave", 30 * SLOW,
+               msg="old primary turned replica")
+    for i in range(100):
+        c.set(f"k{i}", i)
+    stats = old.client().info("commandstats")
+    assert "cmdstat_set" not in stats and "cmdstat_get" not in stats, stats
+
+
+def test_readonly_is_a_hint_to_ask_again(topo, sentinel_sluices):
+    """A -READONLY (here written by a script, which can write any text)
+    makes sluice ask the Sentinels again, and changes nothing by itself."""
+    s = sentinel_sluices(topo, sentinel_refresh_interval=3600000)
+    c = s.client()
+    with pytest.raises(redis.exceptions.ReadOnlyError, match="fake"):
+        c.eval("return redis.error_reply('READONLY fake')", 0)
+    wait_until(lambda: "a node answered -READONLY" in s.log_path.read_text(), 5 * SLOW,
+               msg="sluice asks the Sentinels again")
+    assert s.info()["sentinel_primary"] == f"127.0.0.1:{topo.primary.port}"
+    assert c.set("x", 1) is True
+
+
+def test_all_sentinels_down_keeps_serving(topo, sentinel_sluices):
+    """Every Sentinel down: sluice serves the primary it knows, and says so
+    in PROXY INFO and the log."""
+    mport = free_port()
+    s = sentinel_sluices(topo, metrics_listen=f"127.0.0.1:{mport}")
+    assert metric(mport, "sluice_sentinels_up") == 3.0
+    assert metric(mport, "sluice_sentinel_switches_total") == 0.0
+    for sen in topo.sentinels:
+        sen.stop()
+    wait_until(lambda: s.info()["sentinel_sentinels_up"] == "0", 10 * SLOW,
+               msg="sluice sees the Sentinels down")
+    info = s.info()
+    assert info["sentinel_state"] == "all_sentinels_down_serving_last_known_primary"
+    c = s.client()
+    assert c.set("still", "served") is True and c.get("still") == b"served"
+    wait_until(lambda: "no Sentinel reachable; serving the last known primary"
+               in s.log_path.read_text(), 5 * SLOW, msg="the log says it")
+    with s.raw() as r:
+        text = r.call(b"PROXY", b"SENTINEL").decode()
+    assert "connected=0" in text and f"sentinel_primary:127.0.0.1:{topo.primary.port}" in text
+    assert metric(mport, "sluice_sentinels_up") == 0.0
+
+
+# --------------------------------------------------------------------------
+# bad input
+
+
+def write_config(tmp_path, body):
+    p = tmp_path / "sluice.ini"
+    p.write_text(f"[proxy]\nlisten = 127.0.0.1:{free_port()}\n" + body)
+    return p
+
+
+def test_sentinel_and_backend_exclude_each_other(tmp_path):
+    cfg = write_config(tmp_path, "backend = 127.0.0.1:6379\nsentinel = 127.0.0.1:26379\n"
+                                 "sentinel_master = m\n")
+    code, err = sluice_check(str(SLUICE_BIN), cfg)
+    assert code == 1
+    assert "'backend' (line 3) and 'sentinel' (line 4) exclude each other" in err
+
+
+def test_empty_master_name(tmp_path):
+    cfg = write_config(tmp_path, "sentinel = 127.0.0.1:26379\nsentinel_master =\n")
+    code, err = sluice_check(str(SLUICE_BIN), cfg)
+    assert code == 1 and "sentinel_master" in err and "needs a value" in err, err
+    cfg = write_config(tmp_path, "sentinel = 127.0.0.1:26379\n")
+    code, err = sluice_check(str(SLUICE_BIN), cfg)
+    assert code == 1 and "'sentinel' needs 'sentinel_master = NAME'" in err, err
+
+
+def test_sentinels_that_do_not_know_the_master(tmp_path, sentinel_sluices):
+    """Sentinels that monitor nothing: sluice -t warns; sluice does not
+    start, and says which master nobody knows."""
+    sens = [SentinelProc(tmp_path / "s", 1, master=None).start() for _ in range(2)]
+    try:
+        lst = " ".join(f"127.0.0.1:{x.port}" for x in sens)
+        cfg = write_config(tmp_path, f"sentinel = {lst}\nsentinel_master = nosuch\n")
+        code, err = sluice_check(str(SLUICE_BIN), cfg)
+        assert code == 0, err
+        assert "every Sentinel that answered (2 of 2) does not know master 'nosuch'" in err
+        s = sentinel_sluice(tmp_path / "sl", None, master="nosuch", start=False, sentinels=lst)
+        p = subprocess.run([str(SLUICE_BIN), "-c", str(s.config_path)], capture_output=True, text=True,
+                           timeout=30 * SLOW)
+        assert p.returncode == 1
+        assert "every Sentinel that answered does not know master 'nosuch'" in p.stderr + \
+            (s.log_path.read_text() if s.log_path.exists() else "")
+    finally:
+        for x in sens:
+            x.stop()
+
+
+def test_private_connections_across_planned_failover(topo, sentinel_sluices):
+    """SENTINEL FAILOVER, the old primary staying up: an open transaction
+    ends in -EXECABORT (nothing of it ran anywhere), a blocked BLPOP gets
+    its error, a subscriber is subscribed again on the new primary; each
+    client keeps its connection and goes on."""
+    s = sentinel_sluices(topo)
+    tx = RawConn(s.port, timeout=30 * SLOW)
+    assert tx.call("MULTI") == "OK"
+    assert tx.call("SET", "tx:a", "1") == "QUEUED"
+    blocked = RawConn(s.port, timeout=30 * SLOW)
+    blocked.send_command("BLPOP", "queue", "0")
+    sub = RawConn(s.port, timeout=30 * SLOW)
+    sub.send_command("SUBSCRIBE", "c1", "c2")
+    sub.read_replies(2)
+    sub.send_command("UNSUBSCRIBE", "c2")
+    sub.read_reply()
+    sub.send_command("SSUBSCRIBE", "shard1")
+    assert sub.read_reply()[0] == b"ssubscribe"
+    old_port = topo.primary.port
+    assert topo.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", MASTER)
+    new_port = wait_primary_switch(topo, old_port)
+    wait_until(lambda: s.info()["sentinel_primary"] == f"127.0.0.1:{new_port}", 10 * SLOW,
+               msg="sluice follows the switch")
+    new = topo.node_by_port(new_port)
+    got = blocked.read_reply(timeout=10 * SLOW)
+    assert isinstance(got, Err), got
+    blocked.send_command("RPUSH", "queue", "x")
+    assert blocked.read_reply() == 1
+    assert isinstance(tx.call("SET", "tx:b", "2"), Err)
+    got = tx.call("EXEC")
+    assert isinstance(got, Err) and got.startswith("EXECABORT"), got
+    assert tx.call("SET", "tx:c", "3") == "OK"
+    assert new.client().get("tx:a") is None and new.client().get("tx:b") is None
+    wait_until(lambda: new.client().pubsub_numsub("c1", "c2") == [(b"c1", 1), (b"c2", 0)] and
+               new.client().execute_command("PUBSUB", "SHARDNUMSUB", "shard1")[1] == 1,
+               10 * SLOW, msg="subscribed again on the new primary")
+    new.client().publish("c1", "hello")
+    new.client().execute_command("SPUBLISH", "shard1", "shello")
+    m = sub.read_reply(timeout=10 * SLOW)
+    assert m == [b"message", b"c1", b"hello"], m
+    m = sub.read_reply(timeout=10 * SLOW)
+    assert m == [b"smessage", b"shard1", b"shello"], m
+    for c in (tx, blocked, sub):
+        c.close()
+
+
+def test_no_sentinel_reachable_at_start(tmp_path):
+    """No Sentinel answers: sluice -t warns, and sluice gives up after
+    failover_retry_window with a message naming the master."""
+    dead = free_port()
+    cfg = write_config(tmp_path, f"sentinel = 127.0.0.1:{dead}\nsentinel_master = m1\n"
+                                 "failover_retry_window = 1000\n")
+    code, err = sluice_check(str(SLUICE_BIN), cfg)
+    assert code == 0 and f"warning: sentinel 127.0.0.1:{dead}: cannot connect" in err, err
+    p = subprocess.run([str(SLUICE_BIN), "-c", str(cfg)], capture_output=True, text=True,
+                       timeout=30 * SLOW)
+    assert p.returncode == 1
+    assert "no Sentinel of 1 named a primary for master 'm1' within 1000 ms" in p.stderr, p.stderr
