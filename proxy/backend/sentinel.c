@@ -114,6 +114,7 @@ static int sentinel_asking = -1;     /* the peer asked now, -1: none */
 static uint64_t sentinel_asked_ms;
 static int sentinel_ask_next;        /* the peer asked next */
 static int sentinel_ask_wanted;
+static uint64_t sentinel_hint_ms;     /* the last -READONLY taken as a hint to ask */
 static int sentinel_round_tried, sentinel_round_unknown, sentinel_round_answered;
 static uint64_t sentinel_next_ask_ms;
 static int sentinel_failed;          /* start: every Sentinel that answered does not know it */
@@ -743,9 +744,14 @@ static int sentinel_reply_filter(struct backend_conn *conn, struct request *req,
     evbuffer_copyout(src, text, len < sizeof(text) - 1 ? len : sizeof(text) - 1);
     if (strncmp(text, "-READONLY", 9) != 0)
         return 0;
-    /* Only a hint: a script can return this text. Ask again; a command
-     * that cannot have run waits for the answer. */
-    sentinel_want_ask("a node answered -READONLY");
+    /* Only a hint: a script can return this text. Ask again, at most once
+     * per SENTINEL_RETRY_ASK_MS (a client looping over such a script must
+     * not keep the Sentinels busy nor fill the log); a command that cannot
+     * have run waits for the answer. */
+    if (server_now_ms() - sentinel_hint_ms >= SENTINEL_RETRY_ASK_MS) {
+        sentinel_hint_ms = server_now_ms();
+        sentinel_want_ask("a node answered -READONLY");
+    }
     if (sentinel_may_forge(req) || !sentinel_hold(req))
         return 0;
     evbuffer_drain(src, len);

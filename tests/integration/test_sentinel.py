@@ -283,6 +283,29 @@ def test_readonly_is_a_hint_to_ask_again(topo, sentinel_sluices):
     assert c.set("x", 1) is True
 
 
+def test_readonly_storm_asks_at_most_once_a_second(topo, sentinel_sluices):
+    """A client looping over a script that returns -READONLY (hostile or
+    careless) does not make sluice question the Sentinels, nor log, once per
+    reply: the hint is taken at most once a second; other clients are
+    served meanwhile."""
+    s = sentinel_sluices(topo, sentinel_refresh_interval=3600000)
+    c = s.client()
+    other = s.client()
+    t0 = time.monotonic()
+    n = 0
+    while time.monotonic() - t0 < 2.0:
+        p = c.pipeline(transaction=False)
+        for _ in range(50):
+            p.eval("return redis.error_reply('READONLY fake')", 0)
+        p.execute(raise_on_error=False)
+        n += 50
+        assert other.set("calm", n) is True
+    elapsed = time.monotonic() - t0
+    asks = s.log_path.read_text().count("a node answered -READONLY")
+    assert n >= 200
+    assert 1 <= asks <= elapsed + 2, (asks, n, elapsed)
+
+
 def test_all_sentinels_down_keeps_serving(topo, sentinel_sluices):
     """Every Sentinel down: sluice serves the primary it knows, and says so
     in PROXY INFO and the log."""
