@@ -38,6 +38,7 @@
 #include "sdnotify.h"
 #include "log.h"
 #include "pidfile.h"
+#include "primary.h"
 #include "server.h"
 #include "sockaddr.h"
 #include "stats.h"
@@ -468,6 +469,14 @@ static void main_metrics_init(void)
     metrics_counter(METRIC_rejected_connections_total, "accept_error", NULL);
 }
 
+/* A node's first shared connection connected: Redis users of sluice's
+ * own log in there, and the standalone primary's replid is checked. */
+static void main_node_up(struct backend_node *node)
+{
+    redisusers_node_up(node);
+    primary_node_up(node);
+}
+
 static void main_register_hooks(void)
 {
     server_set_reload(main_reload);
@@ -476,7 +485,8 @@ static void main_register_hooks(void)
     learn_set_client_ops(&main_learn_client_ops);
     throttle_set_release(client_release_held);
     cluster_set_split_wants(cluster_split_wants);
-    backend_set_node_up_hook(redisusers_node_up);
+    backend_set_node_up_hook(main_node_up);
+    primary_set_changed_hook(lock_primary_changed);
 }
 
 /* Stop accepting and drain: every client is answered up to a request
@@ -719,6 +729,7 @@ static int main_run(void)
     client_free_all();
     learn_free_all();
     cluster_free();
+    primary_free();
     backend_free_all();
     resolve_shutdown();
     tls_free();
