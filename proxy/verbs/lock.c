@@ -860,9 +860,13 @@ static void lock_ack_done(struct lock_ack *ack, long long acked)
         op->ack = NULL;
         op->inflight = 0;
     }
+    int refused = strncmp(ack->text, "-NOREPLICAS", 11) == 0;
+
     /* Too few acknowledgements: a grant is given back (one hold), a
-     * renewal's lock wholly (its holder must take it as lost). */
-    if (granted && (!enough || (op == NULL && ack->verb == LOCK_ACQUIRE && !ack->explicit_owner)))
+     * renewal's lock wholly, also one the script refused to renew: the
+     * reply says "not held", and its holder must take it as lost. */
+    if ((granted && (!enough || (op == NULL && ack->verb == LOCK_ACQUIRE && !ack->explicit_owner))) ||
+        (refused && ack->verb == LOCK_RENEW))
         lock_give_back(ack->bytes, ack->keylen, token, ack->toklen,
                        ack->verb == LOCK_RENEW || (op == NULL && !ack->explicit_owner));
     if (op == NULL)
@@ -873,7 +877,7 @@ static void lock_ack_done(struct lock_ack *ack, long long acked)
         evbuffer_add(client_reply_buffer(op->req->client, op->req), "+OK\r\n", 5);
         lock_count(op, LOCK_OK);
         lock_finish(op);
-    } else if (granted || strncmp(ack->text, "-NOREPLICAS", 11) == 0) {
+    } else if (granted || refused) {
         lock_noreplicas(op, ack->need);
     } else if (ack->type == REPLY_ARRAY && ack->nvals >= 2 && ack->vals[0] == 0) {
         lock_busy(op, ack->vals[1]);
@@ -963,8 +967,8 @@ static void lock_ack_send(struct lock_op *op, long long need)
     lock_write_script(op, buf, 1, need);
     backend_send_internal(conn, buf, lock_ack_script_reply, ack, lock_ack_ctx_free);
     evbuffer_drain(buf, evbuffer_get_length(buf));
-    nlen = reply_format_ll(n, need);
-    tlen = reply_format_ll(t, server.cfg.lock_replica_timeout_ms);
+    nlen = snprintf(n, sizeof(n), "%lld", need);
+    tlen = snprintf(t, sizeof(t), "%lld", server.cfg.lock_replica_timeout_ms);
     evbuffer_add_printf(buf, "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", nlen, n, tlen, t);
     backend_send_internal(conn, buf, lock_ack_wait_reply, ack, lock_ack_ctx_free);
     evbuffer_free(buf);
