@@ -257,11 +257,13 @@ def small_cluster(tmp_path):
 
 
 def slot_replica_port(cl, slot):
-    with cl.any_running().client() as c:
-        for s in c.execute_command("CLUSTER", "SLOTS"):
-            if int(s[0]) <= slot <= int(s[1]) and len(s) > 3:
-                return int(s[3][1])
-    raise AssertionError(f"slot {slot} has no replica")
+    """The port of the replica of SLOT's primary, once it is online."""
+    def replica():
+        with cl.node_by_port(cl.slot_owner_port(slot)).client() as c:
+            r = c.info("replication").get("slave0", {})
+            return r.get("port") if r.get("state") == "online" else None
+    wait_until(replica, 10 * SLOW, msg=f"the replica of slot {slot} online")
+    return replica()
 
 
 def lock_retrying(oracle, client, key, owner, ttl_ms, *opts):
