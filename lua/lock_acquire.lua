@@ -9,8 +9,11 @@
 --   ARGV[5]  fence epoch from sluice (0, or a time in seconds after a failover)
 --   ARGV[6]  "1": cluster mode: this node's config epoch counts, if higher
 --   ARGV[7]  replicas that must be online (0: no check)
--- A fence is max(f + 1, epoch * 2^20 + 1): it only goes up, also on a
--- promoted replica that lost f, as long as its epoch is higher.
+-- A fence is max(f + 1, epoch * unit + 1): it only goes up, also on a
+-- promoted replica that lost f, as long as its epoch is higher. The unit
+-- is 2^32 for a cluster's config epoch (small numbers: 4 billion fences
+-- per key per epoch) and 2^20 for a clock in seconds (a key is never
+-- taken a million times a second), both below 2^53, a Lua number's limit.
 -- Returns {1, holds, fence or 0} when taken, {0, pttl} when another owner
 -- holds it, {-1, seen epoch} when ARGV's epoch is lower than one this key
 -- has seen (nothing written), a NOREPLICAS error when fewer replicas are
@@ -64,8 +67,12 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 local fence = 0
 if ARGV[4] == '1' then
     fence = last + 1
-    if epoch * 1048576 + 1 > fence then
-        fence = epoch * 1048576 + 1
+    local unit = 1048576
+    if ARGV[6] == '1' then
+        unit = 4294967296
+    end
+    if epoch * unit + 1 > fence then
+        fence = epoch * unit + 1
     end
     local value = string.format('%.0f', fence)
     if epoch > 0 then
