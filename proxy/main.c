@@ -125,8 +125,20 @@ static void main_warn_unresolved(const struct config *cfg, struct errlist *warns
     }
 }
 
+/* sluice -t: a failover grace shorter than the longest lock: a lock the
+ * old primary granted and lost can outlive it (README "Locks across a
+ * failover"). 0 (off) is a choice, not a mistake. */
+static void main_warn_lock_grace(const struct config *cfg, struct errlist *warns)
+{
+    if (cfg->lock_failover_grace_ms > 0 && cfg->lock_failover_grace_ms < cfg->lock_max_ttl_ms)
+        errlist_add(warns, cfg->path, config_key_line(cfg, "lock_failover_grace_ms"),
+                    "warning: lock_failover_grace_ms %lld is shorter than lock_max_ttl_ms %lld: "
+                    "after a failover, a lock can be granted while a lost one is still held",
+                    cfg->lock_failover_grace_ms, cfg->lock_max_ttl_ms);
+}
+
 /* sluice -t: what is valid but cannot work as written (rules_warn,
- * main_warn_unresolved), into WARNS. RULES, USERS: the files as loaded
+ * main_warn_unresolved, main_warn_lock_grace), into WARNS. RULES, USERS: the files as loaded
  * (NULL: none, or they have errors). */
 static void main_warn(const struct config *cfg, const struct rule_set *rules,
                       struct user_set *users, struct errlist *warns)
@@ -142,6 +154,7 @@ static void main_warn(const struct config *cfg, const struct rule_set *rules,
     if (rules != NULL)
         rules_warn(rules, cfg->rules, users != NULL ? main_user_known : NULL, users, warns);
     main_warn_unresolved(cfg, warns);
+    main_warn_lock_grace(cfg, warns);
     users_free(backend_user);
 }
 

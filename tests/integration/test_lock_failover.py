@@ -23,6 +23,7 @@ session's is shared.
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 
@@ -241,6 +242,21 @@ def test_new_primary_seen_on_reconnect_and_keep_lost(redis_factory, sluice_facto
     assert proxy_info(s, "lock_lost") == 1
     assert "primary of slots 0-16383 changed (the primary's master_replid changed)" in \
         s.log_path.read_text()
+
+
+def test_check_warns_of_a_grace_shorter_than_the_longest_lock(tmp_path):
+    """sluice -t: a grace under lock_max_ttl_ms lets a lost lock outlive it
+    (a warning, exit 0); 0 turns the grace off on purpose (no warning)."""
+    from conftest import require_sluice_bin
+    cfg = tmp_path / "sluice.ini"
+    for grace, warned in (("100", True), ("0", False), ("60000", False)):
+        cfg.write_text(f"[proxy]\nbackend = 127.0.0.1:6379\nlock_failover_grace_ms = {grace}\n")
+        p = subprocess.run([require_sluice_bin(), "-t", "-c", str(cfg)], capture_output=True,
+                           timeout=10 * SLOW, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stderr
+        line = (f"{cfg}:3: warning: lock_failover_grace_ms 100 is shorter than lock_max_ttl_ms "
+                "60000: after a failover, a lock can be granted while a lost one is still held")
+        assert (line in p.stderr.decode()) == warned, p.stderr
 
 
 # --------------------------------------------------------------------------
