@@ -176,6 +176,25 @@ def test_acks_never_grant_unreplicated(redis_factory, sluice_factory):
     oracle.check()
 
 
+def test_client_gone_while_its_grant_waits_for_replicas(redis_factory, sluice_factory):
+    """A client that closes while its grant waits for the (stalled)
+    replica: nothing is answered to nobody, the grant is given back, and
+    sluice serves the next client."""
+    primary, replica = replicated_pair(redis_factory)
+    s = sluice_factory(primary.port, lock_replica_acks=1, lock_replica_timeout_ms=int(300 * SLOW))
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        with RawConn(s.port) as conn:
+            conn.send_command("LOCK", "gone", "10000")
+            wait_until(lambda: primary.client().exists("gone") == 1, 5 * SLOW,
+                       msg="the grant written")
+        wait_until(lambda: primary.client().exists("gone") == 0, 5 * SLOW,
+                   msg="the grant given back")
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    assert s.client().execute_command("LOCK", "gone", "1000", "OWNER", "next", "ACKS", "0") == b"next"
+
+
 @pytest.mark.parametrize("args, error", [
     (["LOCK", "k", "100", "ACKS"], "syntax error"),
     (["LOCK", "k", "100", "ACKS", "-1"], "invalid ACKS count in 'lock' command"),
@@ -338,3 +357,35 @@ def test_cluster_failovers_keep_locks_exclusive(small_cluster, sluice_factory, t
         for s in sluices:
             problems = s.stop()
             assert not problems, problems
+
+
+def test_cluster_keep_holder_told_its_lock_was_lost(small_cluster, tmp_path):
+    """A lock the promoted replica does not have (deleted there before the
+    TAKEOVER, as if never replicated): the KEEP holder's next renewal on
+    the new primary finds it gone, and the RESP3 holder gets lock-lost."""
+    from conftest import Sluice
+    cl = small_cluster
+    s = Sluice(tmp_path / "keep", None, cluster_seeds=cl.seeds,
+               extra={"lock_max_ttl_ms": 900, "cluster_refresh_interval": 100}).start()
+    try:
+        key = "kk{y}"
+        slot = cl.cluster_client().keyslot(key)
+        with RawConn(s.port, timeout=10 * SLOW) as conn:
+            conn.call("HELLO", "3")
+            tok, fence = conn.call("LOCK", key, "900", "KEEP", "FENCE")
+            replica = slot_replica_port(cl, slot)
+            with cl.node_by_port(replica).client() as r:
+                r.execute_command("READONLY")
+                wait_until(lambda: r.exists(key) == 1, 5 * SLOW, msg="the lock replicated")
+                # Keyed writes on a cluster replica are redirected; a
+                # keyless one runs there once it takes writes.
+                r.config_set("replica-read-only", "no")
+                r.flushall()
+                r.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+            push = conn.read_reply(timeout=10 * SLOW)
+            assert push == [b"sluice", b"lock-lost", key.encode(), fence]
+            assert conn.call("UNLOCK", key).startswith("NOTOWNER")
+        assert proxy_info(s, "lock_lost") == 1
+    finally:
+        problems = s.stop()
+        assert not problems, problems
