@@ -31,6 +31,7 @@
 #include "slot.h"
 #include "local.h"
 #include "lock.h"
+#include "lockgrace.h"
 #include "redisusers.h"
 #include "resolve.h"
 #include "rules.h"
@@ -499,7 +500,7 @@ static void main_register_hooks(void)
     throttle_set_release(client_release_held);
     cluster_set_split_wants(cluster_split_wants);
     backend_set_node_up_hook(main_node_up);
-    primary_set_changed_hook(lock_primary_changed);
+    primary_set_changed_hook(lockgrace_primary_changed);
 }
 
 /* Stop accepting and drain: every client is answered up to a request

@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "client.h"
 #include "cluster.h"
+#include "lockgrace.h"
 #include "log.h"
 #include "metrics.h"
 #include "reply.h"
@@ -147,43 +148,7 @@ static struct lock_queue *lock_queues[LOCK_QUEUE_BUCKETS];
 static char lock_slot_tags[SLOT_COUNT][8];
 static const struct script *lock_script_acquire, *lock_script_release, *lock_script_renew;
 
-/* Per hash slot (standalone and Sentinel mode: all alike): until when no
- * lock is granted there (failover grace, server clock in ms), and the
- * fence epoch sluice passes to lock_acquire (lock_primary_changed). */
-static uint64_t lock_grace_until[SLOT_COUNT];
-static long long lock_epoch[SLOT_COUNT];
-
 static void lock_send(struct lock_op *op);
-
-/* The failover grace in ms: lock_failover_grace_ms, unset meaning
- * lock_max_ttl_ms (no lock granted before a change outlives it). */
-static long long lock_grace_ms(void)
-{
-    const struct config *cfg = &server.cfg;
-
-    return cfg->lock_failover_grace_ms < 0 ? cfg->lock_max_ttl_ms : cfg->lock_failover_grace_ms;
-}
-
-void lock_primary_changed(int first, int last, long long epoch, const char *why)
-{
-    long long grace = lock_grace_ms();
-    uint64_t until = server_now_ms() + (uint64_t)grace;
-
-    for (int s = first; s <= last && s < SLOT_COUNT; s++) {
-        if (grace > 0 && until > lock_grace_until[s])
-            lock_grace_until[s] = until;
-        if (epoch > lock_epoch[s])
-            lock_epoch[s] = epoch;
-    }
-    STAT_INC(lock_failover_graces);
-    (*metrics_counter(METRIC_lock_primary_changes_total, NULL, NULL))++;
-    if (grace > 0)
-        log_notice("lock: primary of slots %d-%d changed (%s): no lock granted there for %lld ms "
-                   "(failover grace), fence epoch %lld", first, last, why, grace, epoch);
-    else
-        log_info("lock: primary of slots %d-%d changed (%s): failover grace off, fence epoch %lld",
-                 first, last, why, epoch);
-}
 
 int lock_init(void)
 {
@@ -209,7 +174,7 @@ int lock_init(void)
     lock_script_renew = scripts_find("lock_renew");
     /* Startup counts as a change: sluice cannot know what was granted
      * before it. The backends' first report begins it again. */
-    lock_primary_changed(0, SLOT_COUNT - 1, 0, "startup");
+    lockgrace_primary_changed(0, SLOT_COUNT - 1, 0, "startup");
     return lock_script_acquire && lock_script_release && lock_script_renew ? 0 : -1;
 }
 
@@ -713,7 +678,7 @@ static void lock_write_script(const struct lock_op *op, struct evbuffer *out, in
         numkeys = 2;
         args[2] = (struct sv){op->explicit_owner ? "1" : "0", 1};
         args[3] = (struct sv){op->fence ? "1" : "0", 1};
-        args[4] = (struct sv){epoch, (size_t)reply_format_ll(epoch, lock_epoch[slot])};
+        args[4] = (struct sv){epoch, (size_t)reply_format_ll(epoch, lockgrace_epoch(slot))};
         args[5] = (struct sv){cluster_enabled() ? "1" : "0", 1};
         args[6] = (struct sv){need, (size_t)reply_format_ll(need, replicas)};
         argc = 7;
@@ -807,10 +772,7 @@ static void lock_noreplicas(struct lock_op *op, long long need)
 static void lock_epoch_refused(struct lock_op *op, long long seen)
 {
     if (!cluster_enabled() && !op->epoch_retried) {
-        for (int s = 0; s < SLOT_COUNT; s++) {
-            if (seen > lock_epoch[s])
-                lock_epoch[s] = seen;
-        }
+        lockgrace_adopt_epoch(seen);
         op->epoch_retried = 1;
         lock_send(op);
         return;
@@ -999,22 +961,21 @@ static int lock_answered_lost(struct lock_op *op)
  * deadline). Returns 1 when OP was answered or waits. */
 static int lock_in_grace(struct lock_op *op)
 {
-    uint64_t now = server_now_ms(), until = lock_grace_until[slot_for_key(op->key, op->keylen)];
-    uint64_t at, delay;
+    uint64_t now = server_now_ms(), left = lockgrace_left_ms(slot_for_key(op->key, op->keylen));
+    uint64_t delay;
     struct timeval tv;
 
-    if (op->verb != LOCK_ACQUIRE || until <= now)
+    if (op->verb != LOCK_ACQUIRE || left == 0)
         return 0;
     if (!op->wait || now >= op->deadline_ms) {
         reply_error(client_reply_buffer(op->req->client, op->req),
                     "-TRYAGAIN lock grants resume on this shard in %llu ms (failover grace)",
-                    (unsigned long long)(until - now));
+                    (unsigned long long)left);
         lock_count(op, LOCK_FAIL);
         lock_finish(op);
         return 1;
     }
-    at = until < op->deadline_ms ? until : op->deadline_ms;
-    delay = at - now;
+    delay = left < op->deadline_ms - now ? left : op->deadline_ms - now;
     tv.tv_sec = (time_t)(delay / 1000);
     tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
     if (op->timer == NULL)

@@ -30,11 +30,6 @@ void lock_client_closed(struct client *c);
  * Returns its length either way (as snprintf does). */
 size_t lock_fence_key(const char *key, size_t len, char *out, size_t size);
 
-/* The primary of hash slots FIRST..LAST changed (primary_changed_fn,
- * registered by main.c): no lock is granted there for the failover grace
- * (lock_failover_grace_ms), and fences there use at least EPOCH. */
-void lock_primary_changed(int first, int last, long long epoch, const char *why);
-
 /* KEEP renewals running now (sluice_lock_keep_active). */
 int lock_keep_active(void);
 
