@@ -32,6 +32,7 @@
 #include "slot.h"
 #include "local.h"
 #include "lock.h"
+#include "lockgrace.h"
 #include "redisusers.h"
 #include "replicas.h"
 #include "resolve.h"
@@ -40,6 +41,7 @@
 #include "sdnotify.h"
 #include "log.h"
 #include "pidfile.h"
+#include "primary.h"
 #include "server.h"
 #include "sockaddr.h"
 #include "stats.h"
@@ -130,8 +132,20 @@ static void main_warn_unresolved(const struct config *cfg, struct errlist *warns
     }
 }
 
+/* sluice -t: a failover grace shorter than the longest lock: a lock the
+ * old primary granted and lost can outlive it (README "Locks across a
+ * failover"). 0 (off) is a choice, not a mistake. */
+static void main_warn_lock_grace(const struct config *cfg, struct errlist *warns)
+{
+    if (cfg->lock_failover_grace_ms > 0 && cfg->lock_failover_grace_ms < cfg->lock_max_ttl_ms)
+        errlist_add(warns, cfg->path, config_key_line(cfg, "lock_failover_grace_ms"),
+                    "warning: lock_failover_grace_ms %lld is shorter than lock_max_ttl_ms %lld: "
+                    "after a failover, a lock can be granted while a lost one is still held",
+                    cfg->lock_failover_grace_ms, cfg->lock_max_ttl_ms);
+}
+
 /* sluice -t: what is valid but cannot work as written (rules_warn,
- * main_warn_unresolved), into WARNS. RULES, USERS: the files as loaded
+ * main_warn_unresolved, main_warn_lock_grace), into WARNS. RULES, USERS: the files as loaded
  * (NULL: none, or they have errors). */
 static void main_warn(const struct config *cfg, const struct rule_set *rules,
                       struct user_set *users, struct errlist *warns)
@@ -147,6 +161,7 @@ static void main_warn(const struct config *cfg, const struct rule_set *rules,
     if (rules != NULL)
         rules_warn(rules, cfg->rules, users != NULL ? main_user_known : NULL, users, warns);
     main_warn_unresolved(cfg, warns);
+    main_warn_lock_grace(cfg, warns);
     users_free(backend_user);
 }
 
@@ -482,6 +497,14 @@ static void main_metrics_init(void)
     metrics_counter(METRIC_rejected_connections_total, "accept_error", NULL);
 }
 
+/* A node's first shared connection connected: Redis users of sluice's
+ * own log in there, and the standalone primary's replid is checked. */
+static void main_node_up(struct backend_node *node)
+{
+    redisusers_node_up(node);
+    primary_node_up(node);
+}
+
 static void main_register_hooks(void)
 {
     server_set_reload(main_reload);
@@ -490,7 +513,8 @@ static void main_register_hooks(void)
     learn_set_client_ops(&main_learn_client_ops);
     throttle_set_release(client_release_held);
     cluster_set_split_wants(cluster_split_wants);
-    backend_set_node_up_hook(redisusers_node_up);
+    backend_set_node_up_hook(main_node_up);
+    primary_set_changed_hook(lockgrace_primary_changed);
 }
 
 /* Stop accepting and drain: every client is answered up to a request
@@ -743,6 +767,7 @@ static int main_run(void)
     cluster_free();
     replicas_free();
     sentinel_free();
+    primary_free();
     backend_free_all();
     resolve_shutdown();
     tls_free();

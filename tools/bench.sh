@@ -10,7 +10,9 @@
 #   1. redis-benchmark GET/SET, -c 1/50, -P 1/16: direct Redis, twemproxy
 #      (Debian's nutcracker, one server connection) and sluice.
 #   2. LOCK+UNLOCK pairs through sluice vs the same scripts as EVALSHA
-#      straight to Redis (tools/lockbench.c), same concurrency; the same
+#      straight to Redis (tools/lockbench.c), same concurrency; beside them
+#      LOCK ... ACKS 1 through a sluice whose Redis has one replica (no
+#      target: each grant costs a replication round trip); the same
 #      EVALSHA through twemproxy shows what a proxy hop alone costs.
 #   3. sluice with no rules, 100 rules none of which match, 1 matching rule
 #      whose limit is never reached (more rounds: the effect is small).
@@ -140,6 +142,7 @@ start_sluice() {   # start_sluice NAME [RULES_FILE [USERS_FILE [METRICS_PORT]]]:
         echo "listen = 127.0.0.1:$port"
         echo "backend = 127.0.0.1:$rport"
         echo "log_level = warning"
+        echo "lock_failover_grace_ms = 0"
         [ -z "${2:-}" ] || echo "rules = $2"
         [ -z "${3:-}" ] || echo "users = $3"
         [ -z "${4:-}" ] || echo "metrics_listen = 127.0.0.1:$4"
@@ -149,6 +152,30 @@ start_sluice() {   # start_sluice NAME [RULES_FILE [USERS_FILE [METRICS_PORT]]]:
 }
 
 set -- $(start_sluice sluice); sport=$1; spid=$2; pids="$pids $2"
+
+# Section 2's ACKS 1 row: a primary with one replica, and a sluice of its own.
+if section 2; then
+    aport=$(free_port)
+    redis-server --port "$aport" --bind 127.0.0.1 --save '' --appendonly no \
+        --repl-diskless-sync-delay 0 --dir "$tmp" --logfile "$tmp/redis-acks.log" &
+    pids="$pids $!"
+    arport=$(free_port)
+    redis-server --port "$arport" --bind 127.0.0.1 --save '' --appendonly no \
+        --replicaof 127.0.0.1 "$aport" --dir "$tmp" --dbfilename replica.rdb \
+        --logfile "$tmp/redis-replica.log" &
+    pids="$pids $!"
+    wait_port "$aport"
+    wait_port "$arport"
+    i=0
+    until redis-cli -p "$aport" INFO replication | grep -q 'state=online'; do
+        i=$((i + 1))
+        [ $i -lt 200 ] || { echo "bench: the replica did not come online" >&2; exit 1; }
+        sleep 0.05
+    done
+    saved_rport=$rport; rport=$aport
+    set -- $(start_sluice sluice-acks); ackport=$1; pids="$pids $2"
+    rport=$saved_rport
+fi
 
 nport=$(free_port)
 cat >"$tmp/nutcracker.yml" <<EOF
@@ -244,6 +271,7 @@ if [ "$tls_rounds" -gt 0 ]; then
         echo "tls_listen = 127.0.0.1:$stport"
         echo "backend = 127.0.0.1:$rport"
         echo "log_level = warning"
+        echo "lock_failover_grace_ms = 0"
         echo "tls_cert_file = $tmp/server.crt"
         echo "tls_key_file = $tmp/server.key"
         echo "tls_auth_clients = no"
@@ -284,7 +312,7 @@ if [ "$cluster_rounds" -gt 0 ]; then
         sleep 0.05
     done
     scport=$(free_port)
-    printf '[proxy]\nlisten = 127.0.0.1:%s\ncluster =%s\nlog_level = warning\n' "$scport" "$seeds" \
+    printf '[proxy]\nlisten = 127.0.0.1:%s\ncluster =%s\nlog_level = warning\nlock_failover_grace_ms = 0\n' "$scport" "$seeds" \
         >"$tmp/sluice-cluster.conf"
     "$sluice" -c "$tmp/sluice-cluster.conf" >"$tmp/sluice-cluster.log" 2>&1 &
     scpid=$!
@@ -446,6 +474,8 @@ while [ $r -le "$rounds" ]; do
             esac
             echo "lock_$target pairs $c 1 ${v:-0} $r" >>"$results"
         done
+        v=$("$lockbench" -p "$ackport" -c "$c" -n "$(n_of $((c == 1 ? 5000 : 20000)))" -m sluice -k 1)
+        echo "lock_acks pairs $c 1 ${v:-0} $r" >>"$results"
     done
     r=$((r + 1))
 done
@@ -547,15 +577,18 @@ fi
 if section 2; then
     echo
     echo "2. LOCK+UNLOCK pairs/s (median of $rounds)"
-    printf '%-8s %14s %14s %12s %10s %10s\n' clients "EVALSHA direct" "EVALSHA twem" "LOCK sluice" \
-        "s/direct" "twem/direct"
+    printf '%-8s %14s %14s %12s %10s %10s %12s %10s\n' clients "EVALSHA direct" "EVALSHA twem" \
+        "LOCK sluice" "s/direct" "twem/direct" "LOCK ACKS 1" "acks/s"
     for c in 1 50; do
         d=$(median lock_direct pairs $c 1); w=$(median lock_twemproxy pairs $c 1)
-        s=$(median lock_sluice pairs $c 1)
-        printf '%-8s %14.0f %14.0f %12.0f %10s %10s\n' "$c" "$d" "$w" "$s" \
+        s=$(median lock_sluice pairs $c 1); a=$(median lock_acks pairs $c 1)
+        printf '%-8s %14.0f %14.0f %12.0f %10s %10s %12.0f %10s\n' "$c" "$d" "$w" "$s" \
             "$(median_ratio lock_sluice lock_direct pairs $c 1)" \
-            "$(median_ratio lock_twemproxy lock_direct pairs $c 1)"
+            "$(median_ratio lock_twemproxy lock_direct pairs $c 1)" "$a" \
+            "$(median_ratio lock_acks lock_sluice pairs $c 1)"
     done
+    echo "   LOCK ACKS 1: through a sluice whose Redis has one replica (no target: each"
+    echo "   grant waits for the replica, on a one-shot connection of its own)"
     echo "   target: s/direct >= 0.8; twem/direct: the same scripts through a proxy that"
     echo "   only forwards them, i.e. what the extra hop alone costs on this machine"
 fi
@@ -609,6 +642,7 @@ if section 3; then
                 echo "listen = 127.0.0.1:$port"
                 echo "backend = 127.0.0.1:$rport"
                 echo "log_level = warning"
+        echo "lock_failover_grace_ms = 0"
                 [ "$variant" = none ] || echo "rules = $tmp/$variant.ini"
             } >"$tmp/cg-$variant.conf"
             valgrind --tool=callgrind --toggle-collect=event_base_loop \

@@ -15,7 +15,10 @@
  *              the named node (on this host) and sends the request again
  *              (a key's slot never changes: each connection moves once).
  *
- *   lockbench -p PORT [-c CONNS] [-n PAIRS] -m sluice|direct|cluster [-a SHA -r SHA]
+ *   -k N (with -m sluice) LOCK bench:<i> 10000 ACKS N: each grant waits for
+ *              N replicas (a script + WAIT on a one-shot connection)
+ *
+ *   lockbench -p PORT [-c CONNS] [-n PAIRS] -m sluice|direct|cluster [-a SHA -r SHA] [-k N]
  */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -40,6 +43,7 @@ static struct event_base *bench_base;
 static long bench_pairs_wanted = 100000, bench_pairs_started, bench_pairs_done;
 static int bench_direct, bench_cluster, bench_open;
 static const char *bench_sha_acquire, *bench_sha_release;
+static const char *bench_acks;   /* -k: LOCK ... ACKS this */
 
 /* Append one RESP command of ARGC C strings. */
 static void bench_write(struct evbuffer *out, int argc, const char **argv)
@@ -58,11 +62,11 @@ static void bench_send(struct bench_conn *bc)
     snprintf(fence, sizeof(fence), "bench:fence:{%d}", bc->id);
     snprintf(token, sizeof(token), "tok%d", bc->id);
     if (!bench_direct) {
-        const char *lock[] = {"LOCK", key, "10000"}, *unlock[] = {"UNLOCK", key};
+        const char *lock[] = {"LOCK", key, "10000", "ACKS", bench_acks}, *unlock[] = {"UNLOCK", key};
         if (bc->releasing)
             bench_write(out, 2, unlock);
         else
-            bench_write(out, 3, lock);
+            bench_write(out, bench_acks != NULL ? 5 : 3, lock);
         return;
     }
     const char *acq[] = {"EVALSHA", bench_sha_acquire, "2", key, fence, token, "10000", "0", "0"};
@@ -176,7 +180,7 @@ int main(int argc, char **argv)
     int conns = 50, port = 0, opt;
     struct timespec t0, t1;
 
-    while ((opt = getopt(argc, argv, "p:c:n:m:a:r:")) != -1) {
+    while ((opt = getopt(argc, argv, "p:c:n:m:a:r:k:")) != -1) {
         switch (opt) {
         case 'p': port = atoi(optarg); break;
         case 'c': conns = atoi(optarg); break;
@@ -187,12 +191,13 @@ int main(int argc, char **argv)
             break;
         case 'a': bench_sha_acquire = optarg; break;
         case 'r': bench_sha_release = optarg; break;
+        case 'k': bench_acks = optarg; break;
         default: return 2;
         }
     }
     if (port <= 0 || conns <= 0 || (bench_direct && (!bench_sha_acquire || !bench_sha_release))) {
         fprintf(stderr, "usage: lockbench -p PORT [-c CONNS] [-n PAIRS] -m sluice|direct|cluster "
-                        "[-a SHA -r SHA]\n");
+                        "[-a SHA -r SHA] [-k N]\n");
         return 2;
     }
     bench_base = event_base_new();

@@ -52,6 +52,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "placement.h"
+#include "primary.h"
 #include "reply.h"
 #include "request.h"
 #include "replicas.h"
@@ -149,6 +150,35 @@ static void cluster_set_owner(int slot, struct backend_node *node)
     if (cluster_owner[slot] != node)
         cluster_version++;
     cluster_owner[slot] = node;
+}
+
+/* SLOT is NODE's from now on, told by a MOVED: a primary change for the
+ * locks when another node had it (a failover, or a slot migrated). */
+static void cluster_move_owner(int slot, struct backend_node *node)
+{
+    struct backend_node *was = cluster_owner[slot];
+
+    cluster_set_owner(slot, node);
+    if (node != NULL && was != NULL && was != node)
+        primary_changed(slot, slot, 0, "a MOVED named another primary");
+}
+
+/* Tell the primary-change hook every range of slots that MAP gives to
+ * another primary than the map in force (all, for the first map). */
+static void cluster_report_changes(struct backend_node *const *map)
+{
+    int first = -1;
+
+    for (int s = 0; s <= SLOT_COUNT; s++) {
+        int changed = s < SLOT_COUNT && map[s] != NULL && map[s] != cluster_owner[s];
+        if (changed && first < 0)
+            first = s;
+        if (!changed && first >= 0) {
+            primary_changed(first, s - 1, 0, cluster_have_map ? "the slot map names another primary"
+                                                              : "first slot map");
+            first = -1;
+        }
+    }
 }
 
 int cluster_node_is_primary(const struct backend_node *node)
@@ -307,6 +337,7 @@ static void cluster_install(struct backend_node **map)
 {
     int served = 0, changed = 0;
 
+    cluster_report_changes(map);
     for (int s = 0; s < SLOT_COUNT; s++) {
         served += map[s] != NULL;
         changed += map[s] != cluster_owner[s];
@@ -657,7 +688,7 @@ static void cluster_follow(struct request *req, enum cluster_redirect kind, int 
     if (kind == REDIRECT_MOVED) {
         STAT_INC(cluster_moved);
         CLUSTER_COUNT_REDIRECT("moved");
-        cluster_set_owner(slot, node);
+        cluster_move_owner(slot, node);
         cluster_want_refresh();
     } else {
         STAT_INC(cluster_ask);
@@ -772,7 +803,7 @@ static int cluster_session_redirect(struct backend_conn *conn, struct request *r
         if (cluster_is_member(target)) {
             struct backend_node *node = backend_node_get(target);
             if (node != NULL)
-                cluster_set_owner(slot, node);
+                cluster_move_owner(slot, node);
         }
     } else {
         STAT_INC(cluster_ask);

@@ -218,6 +218,13 @@ static const struct config_key config_keys[] = {
      1000000000000LL, 0, LIVE(NUM)},
     {"slowlog_max_len", config_set_int, F(slowlog_max_len), 0, 1000000, 0, LIVE(NUM)},
     {"top_keys_capacity", config_set_int, F(top_keys_capacity), 0, 1000000, 0, RESTART(NUM)},
+    {"lock_replica_acks", config_set_int, F(lock_replica_acks), 0, 1000, 0, LIVE(NUM)},
+    {"lock_replica_timeout_ms", config_set_int, F(lock_replica_timeout_ms), 1, 3600000, 0,
+     LIVE(NUM)},
+    {"lock_max_ttl_ms", config_set_int, F(lock_max_ttl_ms), 1, 4611686018427387903LL, 0,
+     LIVE(NUM)},
+    {"lock_failover_grace_ms", config_set_int, F(lock_failover_grace_ms), 0,
+     4611686018427387903LL, 0, LIVE(NUM)},
     {"handover_socket", config_set_string, F(handover_socket), 0, 0, 0, RESTART(STR)},
     {"tls_listen", config_set_tls_listen, F(tls_listen), 0, 0, 1, RESTART_LIST(tls_listen_count)},
     {"tls_cert_file", config_set_string, F(tls_cert_file), 0, 0, 0, LIVE(STR)},
@@ -273,6 +280,9 @@ static void config_defaults(struct config *cfg)
     cfg->slowlog_log_slower_than = 10000;   /* Redis's defaults */
     cfg->slowlog_max_len = 128;
     cfg->top_keys_capacity = 1024;
+    cfg->lock_replica_timeout_ms = 1000;
+    cfg->lock_max_ttl_ms = 60000;
+    cfg->lock_failover_grace_ms = -1;   /* lock_max_ttl_ms */
     cfg->cluster_refresh_interval_ms = 5000;
     cfg->cluster_max_redirects = 5;
     cfg->cluster_retry_window_ms = 3000;

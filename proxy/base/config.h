@@ -80,6 +80,12 @@ struct config {
     long long slowlog_log_slower_than; /* µs; 0: every request; negative: no slow log */
     long long slowlog_max_len;         /* entries the slow log keeps */
     long long top_keys_capacity;       /* subjects each PROXY TOP sketch keeps */
+    /* Locks across a failover (README "Locks"). */
+    long long lock_replica_acks;       /* replicas a grant must reach (0: none asked) */
+    long long lock_replica_timeout_ms; /* how long a grant waits for them */
+    long long lock_max_ttl_ms;         /* longest LOCK / RENEW ttl_ms */
+    long long lock_failover_grace_ms;  /* no grants this long after a primary change;
+                                          -1 (unset): lock_max_ttl_ms; 0: off */
     /* TLS towards clients (README "TLS"); file names resolved against the
      * config's folder. */
     char *tls_listen[CONFIG_MAX_LISTEN];   /* "host:port" */

@@ -48,6 +48,8 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(lock_operations_total, COUNTER, "op,result", "LOCK, UNLOCK and RENEW by result.")   \
     X(lock_wait_seconds, HISTOGRAM, "", "Time LOCK ... WAIT waited.")                     \
     X(lock_keep_active, GAUGE, "", "LOCK KEEP renewals running now.")                     \
+    X(lock_lost_total, COUNTER, "", "Locks a KEEP renewal found lost (expired, or another owner's).") \
+    X(lock_primary_changes_total, COUNTER, "", "Primary changes seen by the locks (failover grace).") \
     X(slowlog_length, GAUGE, "", "Entries in the slow log.")
 
 enum metrics_id {

@@ -41,7 +41,10 @@ struct command;
     X(cluster_crossslot, "cluster: requests refused with CROSSSLOT")         \
     X(cluster_down_replies, "cluster: requests refused for want of a map")   \
     X(cluster_unconfirmed, "cluster: redirections the cluster did not confirm, passed on")\
-    X(cluster_not_rerun, "cluster: replies passed on because the command may have run")
+    X(cluster_not_rerun, "cluster: replies passed on because the command may have run")\
+    X(lock_lost, "locks: KEEP renewals that found their lock lost")         \
+    X(lock_noreplicas, "locks: grants and renewals not acknowledged by enough replicas")\
+    X(lock_failover_graces, "locks: primary changes that began a failover grace")
 
 enum stats_id {
 #define X(name, doc) STAT_##name,

@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "client.h"
 #include "cluster.h"
+#include "lockgrace.h"
 #include "log.h"
 #include "metrics.h"
 #include "reply.h"
@@ -37,6 +38,7 @@
 #include "server.h"
 #include "value.h"
 #include "slot.h"
+#include "stats.h"
 
 #define LOCK_TOKEN_BYTES 16
 #define LOCK_BACKOFF_MIN_MS 5
@@ -50,6 +52,9 @@
 #define LOCK_TTL_MAX_MS (LLONG_MAX / 2)
 /* Bytes of a key shown in a log line. */
 #define LOCK_LOG_KEY_MAX 64
+
+/* Most replicas ACKS may ask for (as the config key's bound). */
+#define LOCK_ACKS_MAX 1000
 
 enum lock_verb { LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW };
 
@@ -71,6 +76,9 @@ struct lock_op {
     int blocks;               /* it blocked its client: unblock when answered */
     int inflight;             /* its EVALSHA is out */
     int noscript_retried;
+    int epoch_retried;        /* sent again once after a fence epoch refusal */
+    long long acks;           /* replicas to WAIT for; -1: lock_replica_acks */
+    struct lock_ack *ack;     /* set while its script + WAIT are out */
     long long ttl_ms;
     long long wait_ms;
     uint64_t started_us;      /* when it came (lock_wait_seconds) */
@@ -79,6 +87,22 @@ struct lock_op {
     struct event *timer;
     struct lock_queue *queue; /* set while it waits in its key's FIFO */
     TAILQ_ENTRY(lock_op) queue_link;
+};
+
+/* A grant or renewal waiting for its replicas (lock_ack_send). */
+struct lock_ack {
+    struct lock_op *op;       /* NULL once OP is gone (its client closed) */
+    int out;                  /* its requests not yet freed (script, WAIT) */
+    int done;
+    int type;                 /* the script's reply type; 0: none came */
+    int nvals;
+    long long vals[3];
+    long long need;
+    char text[160];           /* the script's reply, first line */
+    enum lock_verb verb;
+    int explicit_owner;
+    size_t keylen, toklen;
+    char bytes[];             /* key, then token: to give a grant back when OP is gone */
 };
 
 /* The waiters on one key, first come first served. */
@@ -107,6 +131,8 @@ struct lock_held {
     char *token;
     size_t toklen;
     int explicit_owner;
+    int lost;                 /* KEEP found it lost: UNLOCK / RENEW say NOTOWNER */
+    long long fence;          /* its fence, -1 without FENCE */
     long long keep_ttl_ms;
     struct event *keep_timer;
     struct lock_keep *keep;   /* set while KEEP renews it */
@@ -146,6 +172,9 @@ int lock_init(void)
     lock_script_acquire = scripts_find("lock_acquire");
     lock_script_release = scripts_find("lock_release");
     lock_script_renew = scripts_find("lock_renew");
+    /* Startup counts as a change: sluice cannot know what was granted
+     * before it. The backends' first report begins it again. */
+    lockgrace_primary_changed(0, SLOT_COUNT - 1, 0, "startup");
     return lock_script_acquire && lock_script_release && lock_script_renew ? 0 : -1;
 }
 
@@ -385,15 +414,39 @@ static void lock_send_internal(const struct script *s, const char *key, size_t k
     evbuffer_free(buf);
 }
 
-/* A renewal that finds its lock gone (expired, then maybe taken by
- * another owner) stops KEEP for good: renewing cannot win it back. */
+/* Tell H's client, when it speaks RESP3, that H is lost: the push
+ * >4 "sluice" "lock-lost" <key> <fence or -1>. */
+static void lock_push_lost(const struct lock_held *h)
+{
+    struct evbuffer *push;
+
+    if (h->client->resp != 3)
+        return;
+    push = evbuffer_new();
+    evbuffer_add(push, ">4\r\n", 4);
+    reply_bulk(push, "sluice", 6);
+    reply_bulk(push, "lock-lost", 9);
+    reply_bulk(push, h->key, h->keylen);
+    reply_integer(push, h->fence);
+    client_on_push(h->client, NULL, push, evbuffer_get_length(push));
+    evbuffer_free(push);
+}
+
+/* A renewal that finds its lock gone (expired, or lost in a failover,
+ * then maybe taken by another owner) stops KEEP for good: renewing cannot
+ * win it back. The record stays, marked lost, so that the connection's
+ * next UNLOCK or RENEW of it says NOTOWNER (lock_send). */
 static void lock_keep_lost(struct lock_held *h)
 {
     char shown[LOCK_LOG_KEY_MAX * 4 + 16];
 
     log_notice("lock: KEEP of '%s' stopped: the lock was lost (expired, or another owner "
                "holds it)", lock_printable(h->key, h->keylen, shown, sizeof(shown)));
-    lock_held_free(h);
+    STAT_INC(lock_lost);
+    (*metrics_counter(METRIC_lock_lost_total, NULL, NULL))++;
+    lock_keep_detach(h);
+    h->lost = 1;
+    lock_push_lost(h);
 }
 
 static void lock_keep_ctx_free(struct request *req)
@@ -462,16 +515,20 @@ static void lock_keep_start(struct lock_held *h, long long ttl_ms)
     evtimer_add(h->keep_timer, &tv);
 }
 
-/* Remember that C holds OP's key with OP's token; start KEEP renewals if
- * asked. */
-static void lock_held_add(struct client *c, const struct lock_op *op)
+/* Remember that C holds OP's key with OP's token and FENCE (-1: none);
+ * start KEEP renewals if asked. A record of that key found lost goes:
+ * the connection holds it again. */
+static void lock_held_add(struct client *c, const struct lock_op *op, long long fence)
 {
-    struct lock_held *h = lock_held_find(c, op->key, op->keylen, op->token, op->toklen);
+    struct lock_held *h;
 
     if (c->locks == NULL) {
         c->locks = calloc(1, sizeof(*c->locks));
         TAILQ_INIT(&c->locks->held);
     }
+    while ((h = lock_held_find(c, op->key, op->keylen, NULL, 0)) != NULL && h->lost)
+        lock_held_free(h);
+    h = lock_held_find(c, op->key, op->keylen, op->token, op->toklen);
     if (h == NULL) {
         h = calloc(1, sizeof(*h) + op->keylen + op->toklen + 2);
         h->client = c;
@@ -484,6 +541,7 @@ static void lock_held_add(struct client *c, const struct lock_op *op)
         h->explicit_owner = op->explicit_owner;
         TAILQ_INSERT_TAIL(&c->locks->held, h, link);
     }
+    h->fence = fence;
     if (op->keep)
         lock_keep_start(h, op->ttl_ms);
 }
@@ -509,16 +567,24 @@ static void lock_release_reply(struct request *req, struct evbuffer *src, size_t
     request_free(req);
 }
 
-/* Drop every hold of TOKEN on KEY, for a client that is gone. */
-static void lock_release_all(const char *key, size_t keylen, const char *token, size_t toklen)
+/* Give back the lock KEY holds for TOKEN: one hold (ALL 0) or every one,
+ * owner-checked by the release script; a waiter here then tries. */
+static void lock_give_back(const char *key, size_t keylen, const char *token, size_t toklen,
+                           int all)
 {
     struct lock_release_ctx *ctx = malloc(sizeof(*ctx) + keylen);
-    struct sv args[2] = {{token, toklen}, {"all", 3}};
+    struct sv args[2] = {{token, toklen}, {all ? "all" : "one", 3}};
 
     ctx->keylen = keylen;
     memcpy(ctx->key, key, keylen);
     lock_send_internal(lock_script_release, key, keylen, args, 2, lock_release_reply, ctx,
                        lock_release_ctx_free);
+}
+
+/* Drop every hold of TOKEN on KEY, for a client that is gone. */
+static void lock_release_all(const char *key, size_t keylen, const char *token, size_t toklen)
+{
+    lock_give_back(key, keylen, token, toklen, 1);
 }
 
 void lock_client_closed(struct client *c)
@@ -528,7 +594,7 @@ void lock_client_closed(struct client *c)
     if (c->locks == NULL)
         return;
     while ((h = TAILQ_FIRST(&c->locks->held)) != NULL) {
-        if (!h->explicit_owner)
+        if (!h->explicit_owner && !h->lost)
             lock_release_all(h->key, h->keylen, h->token, h->toklen);
         lock_held_free(h);
     }
@@ -545,6 +611,8 @@ static void lock_op_free(struct request *req)
     if (op == NULL)
         return;
     lock_dequeue(op);
+    if (op->ack != NULL)
+        op->ack->op = NULL;   /* its replies come to nobody: a grant is given back */
     if (op->timer != NULL)
         event_free(op->timer);
     free(op->key);
@@ -584,19 +652,20 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     lock_send(op);
 }
 
-/* Write OP's script call into its request's raw bytes. After a NOSCRIPT,
- * EVAL carries the body: Redis caches it and runs it at once. The fence
- * key is as long as the lock's key plus a few bytes: on the heap when
- * that is large. */
-static void lock_write_call(struct lock_op *op)
+/* Append OP's script call to OUT: EVAL (with the body) when EVAL is set,
+ * else EVALSHA. REPLICAS: how many replicas the script requires online
+ * before it writes (0: no check). The fence key is as long as the lock's
+ * key plus a few bytes: on the heap when that is large. */
+static void lock_write_script(const struct lock_op *op, struct evbuffer *out, int eval,
+                              long long replicas)
 {
-    struct request *req = op->req;
-    char fence_stack[256], ttl[24];
+    char fence_stack[256], ttl[24], epoch[24], need[24];
     char *fence = fence_stack;
     struct sv keys[2] = {{op->key, op->keylen}, {NULL, 0}};
-    struct sv args[4] = {{op->token, op->toklen}, {ttl, 0}};
+    struct sv args[7] = {{op->token, op->toklen}, {ttl, 0}};
     const struct script *s;
     int numkeys = 1, argc = 2;
+    int slot = slot_for_key(op->key, op->keylen);
 
     args[1].len = (size_t)reply_format_ll(ttl, op->ttl_ms);
     if (op->verb == LOCK_ACQUIRE) {
@@ -609,23 +678,37 @@ static void lock_write_call(struct lock_op *op)
         numkeys = 2;
         args[2] = (struct sv){op->explicit_owner ? "1" : "0", 1};
         args[3] = (struct sv){op->fence ? "1" : "0", 1};
-        argc = 4;
+        args[4] = (struct sv){epoch, (size_t)reply_format_ll(epoch, lockgrace_epoch(slot))};
+        args[5] = (struct sv){cluster_enabled() ? "1" : "0", 1};
+        args[6] = (struct sv){need, (size_t)reply_format_ll(need, replicas)};
+        argc = 7;
     } else if (op->verb == LOCK_RELEASE) {
         s = lock_script_release;
         args[1] = (struct sv){"one", 3};
     } else {
         s = lock_script_renew;
+        args[2] = (struct sv){need, (size_t)reply_format_ll(need, replicas)};
+        argc = 3;
     }
+    if (eval)
+        scripts_write_eval(out, s, numkeys, keys, argc, args);
+    else
+        scripts_write_evalsha(out, s, numkeys, keys, argc, args);
+    if (fence != fence_stack)
+        free(fence);
+}
+
+/* Write OP's script call into its request's raw bytes. After a NOSCRIPT,
+ * EVAL carries the body: Redis caches it and runs it at once. */
+static void lock_write_call(struct lock_op *op)
+{
+    struct request *req = op->req;
+
     if (req->raw == NULL)
         req->raw = evbuffer_new();
     evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
-    if (op->noscript_retried)
-        scripts_write_eval(req->raw, s, numkeys, keys, argc, args);
-    else
-        scripts_write_evalsha(req->raw, s, numkeys, keys, argc, args);
+    lock_write_script(op, req->raw, op->noscript_retried, 0);
     req->raw_len = evbuffer_get_length(req->raw);
-    if (fence != fence_stack)
-        free(fence);
 }
 
 /* Whether OP may still go: its client's user may have been narrowed by a
@@ -649,12 +732,271 @@ static int lock_still_allowed(struct lock_op *op)
  * lock_on_reply like any error reply. In cluster mode it goes to the
  * lock's slot (LOCK is placed locally, so nothing else set it), and each
  * attempt of a waiting LOCK has its own cluster_max_redirects. */
+/* ---- grants and renewals acknowledged by replicas (ACKS) ----
+ *
+ *   one-shot connection: EVAL lock_acquire ... n   -> {1,..} | {0,pttl} | -NOREPLICAS
+ *                        WAIT n timeout            -> :acked
+ *   on WAIT's reply: granted and acked >= n -> answered; granted, fewer ->
+ *   given back (owner-checked) and -NOREPLICAS. WAIT counts the writes of
+ *   its own connection: the script goes on the same one, and no other
+ *   client's commands wait behind it.
+ */
+
+static void lock_acquired(struct lock_op *op, long long fence);
+static void lock_busy(struct lock_op *op, long long pttl_ms);
+static void lock_finish(struct lock_op *op);
+static void lock_timer_cb(evutil_socket_t fd, short what, void *arg);
+
+/* Answer OP, which its script refused or which too few replicas
+ * acknowledged: the NOREPLICAS error; a renewal's lock is no longer held
+ * by this connection. */
+static void lock_noreplicas(struct lock_op *op, long long need)
+{
+    struct lock_held *h = lock_held_find(op->req->client, op->key, op->keylen, op->token,
+                                         op->toklen);
+
+    if (op->verb == LOCK_RENEW && h != NULL)
+        lock_held_free(h);
+    STAT_INC(lock_noreplicas);
+    reply_error(client_reply_buffer(op->req->client, op->req),
+                "-NOREPLICAS lock not acknowledged by %lld replicas within %lld ms; not held",
+                need, server.cfg.lock_replica_timeout_ms);
+    lock_count(op, LOCK_FAIL);
+    lock_finish(op);
+}
+
+/* lock_acquire refused OP's fence epoch: the key has seen SEEN. In
+ * standalone mode another sluice saw a primary change this one did not:
+ * take its epoch and try once more. In cluster mode the node's config
+ * epoch is older than one the key saw (a primary that lost its slots). */
+static void lock_epoch_refused(struct lock_op *op, long long seen)
+{
+    if (!cluster_enabled() && !op->epoch_retried) {
+        lockgrace_adopt_epoch(seen);
+        op->epoch_retried = 1;
+        lock_send(op);
+        return;
+    }
+    if (cluster_enabled())
+        cluster_want_refresh();
+    reply_error(client_reply_buffer(op->req->client, op->req),
+                "-TRYAGAIN the lock's fence has seen epoch %lld, newer than this primary's; "
+                "not held", seen);
+    lock_count(op, LOCK_FAIL);
+    lock_finish(op);
+}
+
+/* An error the script (or the connection) answered OP with, passed on:
+ * a redirection becomes TRYAGAIN (the slot map is asked again). */
+static void lock_ack_error(struct lock_op *op, const char *text)
+{
+    int notowner = strncmp(text, "-NOTOWNER", 9) == 0;
+    struct lock_held *h = lock_held_find(op->req->client, op->key, op->keylen, op->token,
+                                         op->toklen);
+
+    if (notowner && h != NULL)
+        lock_held_free(h);
+    if (strncmp(text, "-MOVED", 6) == 0 || strncmp(text, "-ASK", 4) == 0) {
+        cluster_want_refresh();
+        text = "-TRYAGAIN the lock's slot moved; try again";
+    }
+    reply_error(client_reply_buffer(op->req->client, op->req), "%s",
+                text[0] != '\0' ? text : "backend connection lost");
+    lock_count(op, notowner ? LOCK_FAIL : LOCK_ERROR);
+    lock_finish(op);
+}
+
+/* Both replies of ACK came (ACKED: WAIT's count, -1 when it failed):
+ * answer its op, or give back a grant nobody waits for. */
+static void lock_ack_done(struct lock_ack *ack, long long acked)
+{
+    struct lock_op *op = ack->op;
+    const char *token = ack->bytes + ack->keylen;
+    int granted = ack->verb == LOCK_ACQUIRE ? ack->type == REPLY_ARRAY && ack->nvals >= 1 &&
+                                                  ack->vals[0] == 1
+                                            : ack->type == REPLY_STATUS;
+    int enough = acked >= ack->need;
+
+    ack->done = 1;
+    if (op != NULL) {
+        op->ack = NULL;
+        op->inflight = 0;
+    }
+    int refused = strncmp(ack->text, "-NOREPLICAS", 11) == 0;
+
+    /* Too few acknowledgements: a grant is given back (one hold), a
+     * renewal's lock wholly, also one the script refused to renew: the
+     * reply says "not held", and its holder must take it as lost. */
+    if ((granted && (!enough || (op == NULL && ack->verb == LOCK_ACQUIRE && !ack->explicit_owner))) ||
+        (refused && ack->verb == LOCK_RENEW))
+        lock_give_back(ack->bytes, ack->keylen, token, ack->toklen,
+                       ack->verb == LOCK_RENEW || (op == NULL && !ack->explicit_owner));
+    if (op == NULL)
+        return;
+    if (granted && enough && ack->verb == LOCK_ACQUIRE) {
+        lock_acquired(op, ack->vals[2]);
+    } else if (granted && enough) {
+        evbuffer_add(client_reply_buffer(op->req->client, op->req), "+OK\r\n", 5);
+        lock_count(op, LOCK_OK);
+        lock_finish(op);
+    } else if (granted || refused) {
+        lock_noreplicas(op, ack->need);
+    } else if (ack->type == REPLY_ARRAY && ack->nvals >= 2 && ack->vals[0] == 0) {
+        lock_busy(op, ack->vals[1]);
+    } else if (ack->type == REPLY_ARRAY && ack->nvals >= 2 && ack->vals[0] == -1) {
+        lock_epoch_refused(op, ack->vals[1]);
+    } else {
+        lock_ack_error(op, ack->text);
+    }
+}
+
+static void lock_ack_ctx_free(struct request *req)
+{
+    struct lock_ack *ack = req->ctx;
+
+    req->ctx = NULL;
+    if (--ack->out > 0)
+        return;
+    if (!ack->done)
+        lock_ack_done(ack, -1);   /* freed unanswered (its connection could not send) */
+    free(ack);
+}
+
+static void lock_ack_script_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct lock_ack *ack = req->ctx;
+    char buf[160];
+    size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
+
+    evbuffer_remove(src, buf, n);
+    evbuffer_drain(src, len - n);
+    buf[n] = '\0';
+    ack->type = type;
+    if (type == REPLY_ARRAY)
+        ack->nvals = reply_parse_ints(buf, n, ack->vals, 3);
+    memcpy(ack->text, buf, strcspn(buf, "\r\n"));
+    request_free(req);
+}
+
+static void lock_ack_wait_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct lock_ack *ack = req->ctx;
+    char buf[32];
+    size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
+    long long acked = -1;
+
+    evbuffer_remove(src, buf, n);
+    evbuffer_drain(src, len - n);
+    buf[n] = '\0';
+    if (type != REPLY_INTEGER || reply_parse_ints(buf, n, &acked, 1) != 1)
+        acked = -1;
+    lock_ack_done(ack, acked);
+    request_free(req);
+}
+
+/* Send OP's script, requiring NEED replicas online, and WAIT NEED
+ * lock_replica_timeout_ms after it, on a one-shot connection to the
+ * lock's primary. Answered in lock_ack_done (or at once, with no
+ * connection). OP must not be touched after this returns. */
+static void lock_ack_send(struct lock_op *op, long long need)
+{
+    struct backend_node *node = cluster_enabled() ? cluster_node_for_slot(op->req->slot)
+                                                  : backend_default_node();
+    struct backend_conn *conn = node != NULL ? backend_control_conn(node) : NULL;
+    struct lock_ack *ack;
+    struct evbuffer *buf;
+    char n[24], t[24];
+    int nlen, tlen;
+
+    if (conn == NULL) {
+        lock_ack_error(op, "-ERR backend unavailable: no connection for the lock's replica "
+                           "acknowledgements");
+        return;
+    }
+    ack = calloc(1, sizeof(*ack) + op->keylen + op->toklen);
+    ack->op = op;
+    ack->need = need;
+    ack->verb = op->verb;
+    ack->explicit_owner = op->explicit_owner;
+    ack->keylen = op->keylen;
+    ack->toklen = op->toklen;
+    memcpy(ack->bytes, op->key, op->keylen);
+    memcpy(ack->bytes + op->keylen, op->token, op->toklen);
+    ack->out = 2;
+    op->ack = ack;
+    op->inflight = 1;
+    buf = evbuffer_new();
+    lock_write_script(op, buf, 1, need);
+    backend_send_internal(conn, buf, lock_ack_script_reply, ack, lock_ack_ctx_free);
+    evbuffer_drain(buf, evbuffer_get_length(buf));
+    nlen = snprintf(n, sizeof(n), "%lld", need);
+    tlen = snprintf(t, sizeof(t), "%lld", server.cfg.lock_replica_timeout_ms);
+    evbuffer_add_printf(buf, "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", nlen, n, tlen, t);
+    backend_send_internal(conn, buf, lock_ack_wait_reply, ack, lock_ack_ctx_free);
+    evbuffer_free(buf);
+}
+
+/* An UNLOCK or RENEW of a lock its KEEP found lost, on this connection:
+ * answered NOTOWNER here (as Redis would for a lock not held) and the
+ * record goes. Returns 1 when it answered. */
+static int lock_answered_lost(struct lock_op *op)
+{
+    struct lock_held *h;
+
+    if (op->verb == LOCK_ACQUIRE)
+        return 0;
+    h = lock_held_find(op->req->client, op->key, op->keylen, op->token, op->toklen);
+    if (h == NULL || !h->lost)
+        return 0;
+    lock_held_free(h);
+    reply_error(client_reply_buffer(op->req->client, op->req), "%s",
+                "-NOTOWNER the lock is not held by this owner");
+    lock_count(op, LOCK_FAIL);
+    lock_finish(op);
+    return 1;
+}
+
+/* A LOCK on a shard in its failover grace: answered TRYAGAIN, or with
+ * WAIT tried again when the grace ends (or answered nil at its
+ * deadline). Returns 1 when OP was answered or waits. */
+static int lock_in_grace(struct lock_op *op)
+{
+    uint64_t now = server_now_ms(), left = lockgrace_left_ms(slot_for_key(op->key, op->keylen));
+    uint64_t delay;
+    struct timeval tv;
+
+    if (op->verb != LOCK_ACQUIRE || left == 0)
+        return 0;
+    if (!op->wait || now >= op->deadline_ms) {
+        reply_error(client_reply_buffer(op->req->client, op->req),
+                    "-TRYAGAIN lock grants resume on this shard in %llu ms (failover grace)",
+                    (unsigned long long)left);
+        lock_count(op, LOCK_FAIL);
+        lock_finish(op);
+        return 1;
+    }
+    delay = left < op->deadline_ms - now ? left : op->deadline_ms - now;
+    tv.tv_sec = (time_t)(delay / 1000);
+    tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
+    if (op->timer == NULL)
+        op->timer = evtimer_new(server.base, lock_timer_cb, op);
+    evtimer_add(op->timer, &tv);
+    return 1;
+}
+
 static void lock_send(struct lock_op *op)
 {
-    if (!lock_still_allowed(op))
+    long long acks;
+
+    if (!lock_still_allowed(op) || lock_answered_lost(op) || lock_in_grace(op))
         return;
     op->req->slot = slot_for_key(op->key, op->keylen);
     op->req->redirects = 0;
+    acks = op->acks >= 0 ? op->acks : server.cfg.lock_replica_acks;
+    if (op->verb != LOCK_RELEASE && acks > 0) {
+        lock_ack_send(op, acks);
+        return;
+    }
     lock_write_call(op);
     op->inflight = 1;
     op->req->place = PLACE_LOCAL;   /* routed afresh: a pause may have begun or ended */
@@ -668,7 +1010,7 @@ static void lock_acquired(struct lock_op *op, long long fence)
     struct evbuffer *out;
 
     if (!op->explicit_owner || op->keep)
-        lock_held_add(c, op);
+        lock_held_add(c, op, op->fence ? fence : -1);
     lock_count(op, LOCK_OK);
     out = client_reply_buffer(c, req);
     if (op->fence) {
@@ -747,6 +1089,8 @@ static void lock_on_reply(struct request *req, struct evbuffer *src, size_t len,
         evbuffer_drain(src, len);
         if (vals[0] == 1)
             lock_acquired(op, vals[2]);
+        else if (vals[0] == -1)
+            lock_epoch_refused(op, vals[1]);
         else
             lock_busy(op, vals[1]);
         return;
@@ -824,7 +1168,7 @@ static void lock_make_token(char *out)
 static const char *lock_parse_options(struct lock_op *op, int argc, const struct sv *argv,
                                       int first)
 {
-    int seen_wait = 0, seen_owner = 0, seen_keep = 0, seen_fence = 0;
+    int seen_wait = 0, seen_owner = 0, seen_keep = 0, seen_fence = 0, seen_acks = 0;
 
     for (int i = first; i < argc; i++) {
         if (sv_ieq(argv[i], "owner") && i + 1 < argc && !seen_owner) {
@@ -844,6 +1188,15 @@ static const char *lock_parse_options(struct lock_op *op, int argc, const struct
             if (rc == 0)
                 return "invalid WAIT timeout in 'lock' command";
             op->wait = 1;
+            i++;
+        } else if (op->verb != LOCK_RELEASE && sv_ieq(argv[i], "acks") && i + 1 < argc &&
+                   !seen_acks) {
+            seen_acks = 1;
+            if (value_strict_ll(argv[i + 1].ptr, argv[i + 1].len, &op->acks) != 0)
+                return "value is not an integer or out of range";
+            if (op->acks < 0 || op->acks > LOCK_ACKS_MAX)
+                return op->verb == LOCK_ACQUIRE ? "invalid ACKS count in 'lock' command"
+                                                : "invalid ACKS count in 'renew' command";
             i++;
         } else if (op->verb == LOCK_ACQUIRE && sv_ieq(argv[i], "keep") && !seen_keep) {
             seen_keep = op->keep = 1;
@@ -875,6 +1228,14 @@ static const char *lock_parse(struct client *c, struct lock_op *op, int argc, co
         if (rc == 0 || op->ttl_ms > LOCK_TTL_MAX_MS)
             return op->verb == LOCK_ACQUIRE ? "invalid expire time in 'lock' command"
                                             : "invalid expire time in 'renew' command";
+        /* The failover grace covers locks up to lock_max_ttl_ms. */
+        if (op->ttl_ms > server.cfg.lock_max_ttl_ms) {
+            static char longer[120];
+            snprintf(longer, sizeof(longer), "invalid expire time in '%s' command: longer than "
+                     "lock_max_ttl_ms (%lld)", lock_verb_names[op->verb],
+                     server.cfg.lock_max_ttl_ms);
+            return longer;
+        }
     }
     err = lock_parse_options(op, argc, argv, first);
     if (err != NULL)
@@ -927,6 +1288,7 @@ void lock_handle(struct client *c, struct request *req, int argc, const struct s
     op->verb = (enum lock_verb)lock_verb_of(argv);
     op->req = req;
     op->backoff_ms = LOCK_BACKOFF_MIN_MS;   /* its timer: made when it first waits */
+    op->acks = -1;
     op->started_us = server_now_us();
     req->ctx = op;
     req->ctx_free = lock_op_free;

@@ -1,0 +1,160 @@
+/* primary.c - owns the "primary changed" hook and, in standalone mode, the
+ * watch of the primary's master_replid (INFO server replication, on each
+ * reconnect and every PRIMARY_WATCH_MS). It knows nothing of locks: it
+ * only calls the hook an upper layer registered.
+ *
+ *   node up / every second -> INFO server replication on sluice's own conn
+ *   role:master, master_replid X  (first seen, or != last) -> hook(0..16383)
+ */
+#include "primary.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_int.h"
+#include "log.h"
+#include "pause.h"
+#include "request.h"
+#include "respframe.h"
+#include "slot.h"
+
+#define PRIMARY_WATCH_MS 1000
+#define PRIMARY_REPLID_LEN 40
+#define PRIMARY_INFO_MAX 16384   /* bytes of INFO read: the fields are near its start */
+
+static primary_changed_fn *primary_hook;
+static char primary_replid[PRIMARY_REPLID_LEN + 1];   /* "" until first seen */
+static struct event *primary_timer;
+static struct backend_node *primary_node;
+static int primary_asking;   /* an INFO is out */
+
+void primary_set_changed_hook(primary_changed_fn *fn)
+{
+    primary_hook = fn;
+}
+
+void primary_changed(int first, int last, long long epoch, const char *why)
+{
+    if (primary_hook != NULL)
+        primary_hook(first, last, epoch, why);
+    else
+        log_notice("primary of slots %d-%d changed: %s", first, last, why);
+}
+
+/* The value of FIELD ("name:") in INFO text TEXT into OUT (SIZE bytes,
+ * cut): 1 when found. */
+static int primary_info_field(const char *text, const char *field, char *out, size_t size)
+{
+    size_t flen = strlen(field), n;
+    const char *p = text;
+
+    while ((p = strstr(p, field)) != NULL) {
+        if (p == text || p[-1] == '\n') {
+            p += flen;
+            n = strcspn(p, "\r\n");
+            if (n >= size)
+                n = size - 1;
+            memcpy(out, p, n);
+            out[n] = '\0';
+            return 1;
+        }
+        p += flen;
+    }
+    return 0;
+}
+
+/* What INFO TEXT says of the primary: report it when it is new. A node
+ * that is no primary (role:slave) says nothing of one. */
+static void primary_seen(const char *text)
+{
+    char role[16], replid[PRIMARY_REPLID_LEN + 1], replid2[PRIMARY_REPLID_LEN + 1], usec[32];
+    int first = primary_replid[0] == '\0', promoted;
+    long long epoch;
+
+    if (!primary_info_field(text, "role:", role, sizeof(role)) || strcmp(role, "master") != 0 ||
+        !primary_info_field(text, "master_replid:", replid, sizeof(replid)) ||
+        strcmp(replid, primary_replid) == 0)
+        return;
+    if (!primary_info_field(text, "master_replid2:", replid2, sizeof(replid2)))
+        replid2[0] = '\0';
+    if (!primary_info_field(text, "server_time_usec:", usec, sizeof(usec)))
+        usec[0] = '\0';
+    /* A replid2 other than zeros: this primary was promoted once. Then
+     * (and on any change seen) the epoch is its clock in seconds; a
+     * primary never failed over keeps epoch 0 (fences 1, 2, ...). */
+    promoted = replid2[0] != '\0' && strspn(replid2, "0") != strlen(replid2);
+    epoch = !first || promoted ? atoll(usec) / 1000000 : 0;
+    memcpy(primary_replid, replid, sizeof(primary_replid));
+    primary_changed(0, SLOT_COUNT - 1, epoch,
+                    first ? "first contact with the primary" : "the primary's master_replid changed");
+}
+
+static void primary_info_reply(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    size_t n = len < PRIMARY_INFO_MAX ? len : PRIMARY_INFO_MAX;
+    char *text = malloc(n + 1);
+
+    evbuffer_remove(src, text, n);
+    evbuffer_drain(src, len - n);
+    text[n] = '\0';
+    if (type == REPLY_STRING)
+        primary_seen(text);
+    free(text);
+    request_free(req);
+}
+
+static void primary_ctx_free(struct request *req)
+{
+    (void)req;
+    primary_asking = 0;
+}
+
+static void primary_ask(void)
+{
+    static const char info[] = "*3\r\n$4\r\nINFO\r\n$6\r\nserver\r\n$11\r\nreplication\r\n";
+    struct evbuffer *buf;
+
+    if (primary_asking || primary_node == NULL)
+        return;
+    buf = evbuffer_new();
+    evbuffer_add(buf, info, sizeof(info) - 1);
+    primary_asking = 1;
+    /* primary_ctx_free clears primary_asking, also when it cannot go. */
+    backend_send_internal(pause_internal_conn(primary_node, 0, 0), buf, primary_info_reply,
+                          NULL, primary_ctx_free);
+    evbuffer_free(buf);
+}
+
+static void primary_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    if (backend_node_up(primary_node))
+        primary_ask();
+}
+
+void primary_node_up(struct backend_node *node)
+{
+    struct timeval tv = {PRIMARY_WATCH_MS / 1000, (PRIMARY_WATCH_MS % 1000) * 1000};
+
+    if (backend_cluster_mode)
+        return;
+    primary_node = node;
+    if (primary_timer == NULL) {
+        primary_timer = event_new(backend_base, -1, EV_PERSIST, primary_timer_cb, NULL);
+        evtimer_add(primary_timer, &tv);
+    }
+    primary_ask();
+}
+
+void primary_free(void)
+{
+    if (primary_timer != NULL)
+        event_free(primary_timer);
+    primary_timer = NULL;
+}

@@ -1,0 +1,37 @@
+/* primary.h - "the primary of these slots changed": what the backend layer
+ * tells an upper layer (the lock verbs, registered by main.c) when a shard
+ * may have lost writes it acknowledged. Reported by cluster mode (a slot
+ * whose owner is another node, the first slot map), by the standalone
+ * watch of the primary's master_replid below, and by Sentinel mode (a
+ * +switch-master) through primary_changed. */
+#ifndef SLUICE_PRIMARY_H
+#define SLUICE_PRIMARY_H
+
+struct backend_node;
+
+/* The primary of hash slots FIRST..LAST (0..16383 in standalone and
+ * Sentinel mode: one shard) changed, or was seen for the first time:
+ * writes it acknowledged before may be lost. EPOCH: a number that only
+ * goes up across changes of this shard (Sentinel's config epoch, a time
+ * in seconds of the new primary), or 0 when the shard's Redis tells it
+ * itself (cluster mode: its config epoch). WHY: for the log. */
+typedef void primary_changed_fn(int first, int last, long long epoch, const char *why);
+
+/* Register FN (main.c, once at start). None: changes are only logged. */
+void primary_set_changed_hook(primary_changed_fn *fn);
+
+/* Report a change (cluster.c, the standalone watch, Sentinel mode). */
+void primary_changed(int first, int last, long long epoch, const char *why);
+
+/* Standalone mode: NODE's first shared connection connected (the node-up
+ * hook, through main.c): ask its master_replid now, and every second from
+ * then on. A replid other than the one seen before is a new primary (a
+ * promoted replica, or a restart that lost the data set); the first one
+ * seen is reported too (sluice cannot know what was granted before it).
+ * Does nothing in cluster mode. */
+void primary_node_up(struct backend_node *node);
+
+/* Stop the watch (at exit). */
+void primary_free(void);
+
+#endif

@@ -1,0 +1,27 @@
+/* lockgrace.h - what a primary change means for the locks: the failover
+ * grace of each hash slot (no lock granted there meanwhile) and the fence
+ * epoch sluice passes to lua/lock_acquire.lua (README "Locks across a
+ * failover"). */
+#ifndef SLUICE_LOCKGRACE_H
+#define SLUICE_LOCKGRACE_H
+
+#include <stdint.h>
+
+/* The primary of hash slots FIRST..LAST changed (primary_changed_fn,
+ * registered by main.c; lock_init reports start-up): no lock is granted
+ * there for lock_failover_grace_ms from now (a grace already longer
+ * keeps its end), and fences there use at least EPOCH. Counted and
+ * logged with WHY. */
+void lockgrace_primary_changed(int first, int last, long long epoch, const char *why);
+
+/* Milliseconds until locks are granted again on SLOT (0: now). */
+uint64_t lockgrace_left_ms(int slot);
+
+/* The fence epoch of SLOT. */
+long long lockgrace_epoch(int slot);
+
+/* Another sluice used epoch SEEN on this shard (standalone: every slot):
+ * take it when higher. */
+void lockgrace_adopt_epoch(long long seen);
+
+#endif

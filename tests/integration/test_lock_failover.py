@@ -1,0 +1,393 @@
+"""Locks across a failover (README "Locks", "What is guaranteed").
+
+A lock lives in one primary. When that primary fails before the lock key
+reached a replica and the replica is promoted, a second client can take
+the lock while the first still holds it. These tests force that case
+deterministically: the replica stops replicating (REPLICAOF NO ONE: it is
+now the "promoted" primary) before the lock is written, or a cluster
+replica takes over (CLUSTER FAILOVER TAKEOVER). A lock oracle records each
+grant on the test's monotonic clock and fails on two overlapping grants of
+one key, or on a fence that does not strictly increase.
+
+- acks 0, grace off: the oracle finds the overlap (the checker works);
+- ACKS 1: a lock is never granted unreplicated (-NOREPLICAS, no key left);
+- the failover grace: a second grant after a primary change waits for it;
+- a KEEP holder whose lock was lost gets the lock-lost push;
+- cluster: 20 forced failovers, no overlap, fences strictly increasing.
+
+Each test starts its own redis-servers and sluices (redis_factory,
+sluice_factory); the cluster test builds its own small cluster, since the
+session's is shared.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+import redis
+
+from conftest import DIRECT
+from helpers import SLOW, Err, RawConn, wait_until
+
+pytestmark = pytest.mark.skipif(DIRECT, reason="sluice's own verbs")
+
+NOREPLICAS = re.compile(r"^NOREPLICAS lock not acknowledged by (\d+) replicas within (\d+) ms; "
+                        r"not held$")
+GRACE = re.compile(r"^TRYAGAIN lock grants resume on this shard in (\d+) ms \(failover grace\)$")
+
+
+# --------------------------------------------------------------------------
+# the oracle
+
+
+class LockOracle:
+    """Grants per key: [granted, released or sent + ttl) on the monotonic
+    clock. GRANTED is when the reply came, the end is the earliest moment
+    the lock may have ended (its TTL counted from when LOCK was sent, or the
+    UNLOCK sent): the intervals are the times the holder surely held it, so
+    an overlap is a real double grant, never a clock artefact."""
+
+    def __init__(self):
+        self.grants = {}   # key -> [[start, end, owner, fence]]
+
+    def granted(self, key, owner, sent, ttl_ms, fence=None):
+        self.grants.setdefault(key, []).append(
+            [time.monotonic(), sent + ttl_ms / 1000.0, owner, fence])
+
+    def released(self, key, owner):
+        now = time.monotonic()
+        for g in reversed(self.grants.get(key, [])):
+            if g[2] == owner:
+                g[1] = min(g[1], now)
+                return
+
+    def problems(self):
+        found = []
+        for key, grants in self.grants.items():
+            grants = sorted(grants)
+            for a, b in zip(grants, grants[1:]):
+                if b[0] < a[1]:
+                    found.append(f"{key}: {b[2]} granted at {b[0]:.3f} while {a[2]} held it "
+                                 f"until {a[1]:.3f}")
+            fences = [g[3] for g in grants if g[3] is not None]
+            if any(y <= x for x, y in zip(fences, fences[1:])):
+                found.append(f"{key}: fences not strictly increasing: {fences}")
+        return found
+
+    def check(self):
+        assert not self.problems(), self.problems()
+
+
+def lock(oracle, client, key, owner, ttl_ms, *opts):
+    """LOCK KEY through CLIENT; a grant goes to the oracle. Returns the
+    reply (token, [token, fence], None) or the error as Err."""
+    sent = time.monotonic()
+    try:
+        reply = client.execute_command("LOCK", key, ttl_ms, "OWNER", owner, *opts)
+    except redis.ResponseError as e:
+        return Err(str(e))
+    if reply is not None:
+        fence = reply[1] if isinstance(reply, list) else None
+        oracle.granted(key, owner, sent, ttl_ms, fence)
+    return reply
+
+
+def replicated_pair(redis_factory):
+    """A primary and its replica, the replica in sync."""
+    primary = redis_factory("--repl-diskless-sync-delay", "0")
+    replica = redis_factory("--replicaof", "127.0.0.1", str(primary.port))
+    wait_until(lambda: primary.client().info("replication").get("slave0", {}).get("state")
+               == "online",
+               10 * SLOW, msg="the replica online")
+    return primary, replica
+
+
+def proxy_info(s, field):
+    text = s.client().execute_command("PROXY", "INFO", "stats").decode()
+    return int(re.search(rf"^{field}:(\d+)", text, re.M).group(1))
+
+
+# --------------------------------------------------------------------------
+# standalone
+
+
+def test_unreplicated_lock_overlaps_without_acks_and_grace(redis_factory, sluice_factory):
+    """The bad case, forced: the replica stops replicating, a lock goes to
+    the primary only, a second sluice in front of the "promoted" replica
+    grants it again. The oracle must see it; fences still go up (the
+    promoted primary's epoch is its clock, above the old counter)."""
+    primary, replica = replicated_pair(redis_factory)
+    replica.client().execute_command("REPLICAOF", "NO", "ONE")
+    old = sluice_factory(primary.port, lock_replica_acks=0, lock_failover_grace_ms=0)
+    new = sluice_factory(replica.port, lock_replica_acks=0, lock_failover_grace_ms=0)
+    wait_until(lambda: proxy_info(new, "lock_failover_graces") >= 2, 5 * SLOW,
+               msg="the second sluice saw its primary")
+    oracle = LockOracle()
+    first = lock(oracle, old.client(), "k", "a", 10000, "FENCE")
+    assert isinstance(first, list) and first[1] == 1
+    second = lock(oracle, new.client(), "k", "b", 10000, "FENCE")
+    assert isinstance(second, list), second
+    problems = oracle.problems()
+    assert len(problems) == 1 and "b granted" in problems[0] and "while a held it" in problems[0]
+    assert second[1] > first[1] > 0
+
+
+def test_acks_never_grant_unreplicated(redis_factory, sluice_factory):
+    """ACKS 1: a grant is answered once the replica has it; with the
+    replica stalled (SIGSTOP) the grant is given back and NOREPLICAS
+    answered; with no replica connected nothing is written. A promoted
+    replica then has every lock granted: the second owner gets nil."""
+    primary, replica = replicated_pair(redis_factory)
+    s = sluice_factory(primary.port, lock_replica_acks=1, lock_replica_timeout_ms=300)
+    c, p, r = s.client(), primary.client(), replica.client()
+    oracle = LockOracle()
+    tok = lock(oracle, c, "k", "a", 10000, "FENCE")
+    assert isinstance(tok, list) and r.exists("k") == 1   # on the replica before the reply
+
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        err = lock(oracle, c, "stalled", "a", 10000)
+        assert isinstance(err, Err) and NOREPLICAS.match(err), err
+        assert NOREPLICAS.match(err).groups() == ("1", "300")
+        # Given back: its release goes out before the reply.
+        wait_until(lambda: p.exists("stalled") == 0, 2 * SLOW, msg="the grant given back")
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+
+    r.execute_command("REPLICAOF", "NO", "ONE")
+    wait_until(lambda: p.info("replication")["connected_slaves"] == 0,
+               5 * SLOW, msg="the replica gone")
+    keys = set(p.keys())
+    err = lock(oracle, c, "lonely", "a", 10000, "FENCE")
+    assert isinstance(err, Err) and NOREPLICAS.match(err), err
+    assert set(p.keys()) == keys   # nothing written, not even the fence
+    with pytest.raises(redis.ResponseError, match=NOREPLICAS.pattern):
+        c.execute_command("RENEW", "k", 10000, "OWNER", "a")
+    # A renewal not acknowledged: given back.
+    wait_until(lambda: p.exists("k") == 0, 2 * SLOW, msg="the renewed lock given back")
+    assert lock(oracle, c, "lonely", "a", 10000, "ACKS", "0") == b"a"   # per call
+    assert proxy_info(s, "lock_noreplicas") == 3
+
+    # The "promoted" replica got k before its grant was answered.
+    promoted = sluice_factory(replica.port, lock_failover_grace_ms=0)
+    assert lock(oracle, promoted.client(), "k", "b", 10000) is None
+    oracle.check()
+
+
+def test_client_gone_while_its_grant_waits_for_replicas(redis_factory, sluice_factory):
+    """A client that closes while its grant waits for the (stalled)
+    replica: nothing is answered to nobody, the grant is given back, and
+    sluice serves the next client."""
+    primary, replica = replicated_pair(redis_factory)
+    s = sluice_factory(primary.port, lock_replica_acks=1, lock_replica_timeout_ms=int(300 * SLOW))
+    os.kill(replica.proc.pid, signal.SIGSTOP)
+    try:
+        with RawConn(s.port) as conn:
+            conn.send_command("LOCK", "gone", "10000")
+            wait_until(lambda: primary.client().exists("gone") == 1, 5 * SLOW,
+                       msg="the grant written")
+        wait_until(lambda: primary.client().exists("gone") == 0, 5 * SLOW,
+                   msg="the grant given back")
+    finally:
+        os.kill(replica.proc.pid, signal.SIGCONT)
+    assert s.client().execute_command("LOCK", "gone", "1000", "OWNER", "next", "ACKS", "0") == b"next"
+
+
+@pytest.mark.parametrize("args, error", [
+    (["LOCK", "k", "100", "ACKS"], "syntax error"),
+    (["LOCK", "k", "100", "ACKS", "-1"], "invalid ACKS count in 'lock' command"),
+    (["LOCK", "k", "100", "ACKS", "x"], "value is not an integer or out of range"),
+    (["RENEW", "k", "100", "ACKS", "1001"], "invalid ACKS count in 'renew' command"),
+    (["UNLOCK", "k", "ACKS", "1"], "syntax error"),
+    (["LOCK", "k", "60001"],
+     "invalid expire time in 'lock' command: longer than lock_max_ttl_ms (60000)"),
+    (["RENEW", "k", "60001", "OWNER", "o"],
+     "invalid expire time in 'renew' command: longer than lock_max_ttl_ms (60000)"),
+])
+def test_bad_arguments(redis_factory, sluice_factory, args, error):
+    srv = redis_factory()
+    s = sluice_factory(srv.port, lock_max_ttl_ms=60000)
+    with pytest.raises(redis.ResponseError) as e:
+        s.client().execute_command(*args)
+    assert str(e.value) == error
+    assert srv.client().dbsize() == 0
+
+
+def test_grace_after_a_primary_change(redis_factory, sluice_factory):
+    """The unreplicated lock of the first test, but the second sluice
+    starts with the grace on (= lock_max_ttl_ms): LOCK gets TRYAGAIN,
+    LOCK ... WAIT gets the lock only once no earlier grant can be alive."""
+    primary, replica = replicated_pair(redis_factory)
+    replica.client().execute_command("REPLICAOF", "NO", "ONE")
+    ttl = int(1500 * SLOW)
+    old = sluice_factory(primary.port, lock_failover_grace_ms=0, lock_max_ttl_ms=ttl)
+    oracle = LockOracle()
+    assert lock(oracle, old.client(), "k", "a", ttl) == b"a"
+    new = sluice_factory(replica.port, lock_max_ttl_ms=ttl, lock_failover_grace_ms=ttl)
+    c = new.client()
+    err = lock(oracle, c, "k", "b", ttl)
+    assert isinstance(err, Err) and GRACE.match(err), err
+    assert 0 < int(GRACE.match(err).group(1)) <= ttl
+    with pytest.raises(redis.ResponseError, match="longer than lock_max_ttl_ms"):
+        c.execute_command("LOCK", "k", ttl + 1)
+    assert lock(oracle, c, "k", "b", ttl, "WAIT", 5 * ttl) == b"b"
+    oracle.check()
+    assert proxy_info(new, "lock_failover_graces") >= 2   # startup, first contact
+
+
+def test_new_primary_seen_on_reconnect_and_keep_lost(redis_factory, sluice_factory):
+    """The same sluice, its primary replaced by an empty one on the same
+    address (a new master_replid): a grace begins; the KEEP holder's lock
+    is gone, so it gets the lock-lost push (RESP3), its UNLOCK says
+    NOTOWNER, and PROXY INFO counts it."""
+    srv = redis_factory()
+    ttl = int(1200 * SLOW)
+    s = sluice_factory(srv.port, lock_max_ttl_ms=ttl, lock_failover_grace_ms=ttl)
+    with RawConn(s.port, timeout=10 * SLOW) as conn:
+        conn.call("HELLO", "3")
+        wait_until(lambda: not GRACE.match(str(conn.call("LOCK", "probe", "100"))), 5 * SLOW,
+                   msg="the start-up grace over")
+        tok, fence = conn.call("LOCK", "kk", str(ttl), "KEEP", "FENCE")
+        assert fence >= 1
+        srv.stop()
+        srv.start()   # empty, a new replid: the lock is lost
+        push = conn.read_reply(timeout=10 * SLOW)
+        assert push == [b"sluice", b"lock-lost", b"kk", fence]
+        assert conn.call("UNLOCK", "kk").startswith("NOTOWNER")
+        err = conn.call("LOCK", "kk", "100")
+        assert isinstance(err, Err) and GRACE.match(err), err
+    assert proxy_info(s, "lock_lost") == 1
+    assert "primary of slots 0-16383 changed (the primary's master_replid changed)" in \
+        s.log_path.read_text()
+
+
+def test_check_warns_of_a_grace_shorter_than_the_longest_lock(tmp_path):
+    """sluice -t: a grace under lock_max_ttl_ms lets a lost lock outlive it
+    (a warning, exit 0); 0 turns the grace off on purpose (no warning)."""
+    from conftest import require_sluice_bin
+    cfg = tmp_path / "sluice.ini"
+    for grace, warned in (("100", True), ("0", False), ("60000", False)):
+        cfg.write_text(f"[proxy]\nbackend = 127.0.0.1:6379\nlock_failover_grace_ms = {grace}\n")
+        p = subprocess.run([require_sluice_bin(), "-t", "-c", str(cfg)], capture_output=True,
+                           timeout=10 * SLOW, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stderr
+        line = (f"{cfg}:3: warning: lock_failover_grace_ms 100 is shorter than lock_max_ttl_ms "
+                "60000: after a failover, a lock can be granted while a lost one is still held")
+        assert (line in p.stderr.decode()) == warned, p.stderr
+
+
+# --------------------------------------------------------------------------
+# cluster
+
+
+@pytest.fixture
+def small_cluster(tmp_path):
+    from cluster_helpers import ClusterRedis
+    cl = ClusterRedis(tmp_path / "cluster", extra_args=("--repl-diskless-sync-delay", "0"))
+    cl.start()
+    yield cl
+    cl.stop()
+
+
+def slot_replica_port(cl, slot):
+    """The port of the replica of SLOT's primary, once it is online."""
+    def replica():
+        with cl.node_by_port(cl.slot_owner_port(slot)).client() as c:
+            r = c.info("replication").get("slave0", {})
+            return r.get("port") if r.get("state") == "online" else None
+    wait_until(replica, 10 * SLOW, msg=f"the replica of slot {slot} online")
+    return replica()
+
+
+def lock_retrying(oracle, client, key, owner, ttl_ms, *opts):
+    """LOCK through a failover: NOREPLICAS (the old primary not yet a
+    replica in sync), TRYAGAIN (the grace, a slot moving) and a lost
+    connection are tried again, for a bounded time."""
+    deadline = time.monotonic() + 20 * SLOW
+    while True:
+        try:
+            reply = lock(oracle, client, key, owner, ttl_ms, *opts)
+        except redis.ConnectionError:
+            reply = Err("connection")
+        if not isinstance(reply, Err) or time.monotonic() > deadline:
+            return reply
+        time.sleep(0.05)
+
+
+def test_cluster_failovers_keep_locks_exclusive(small_cluster, sluice_factory, tmp_path):
+    """20 forced failovers (CLUSTER FAILOVER TAKEOVER) of the lock's shard,
+    with ACKS 1 and the grace: holders take the lock through one sluice, a
+    second owner through another waits for it; the oracle finds no overlap
+    and the fences strictly increase (each new primary has a higher config
+    epoch)."""
+    from conftest import Sluice
+    cl = small_cluster
+    ttl = 600
+    cfg = {"lock_replica_acks": 1, "lock_max_ttl_ms": ttl, "lock_replica_timeout_ms": 1000,
+           "cluster_refresh_interval": 100}
+    sluices = []
+    for i in range(2):
+        s = Sluice(tmp_path / f"cs{i}", None, extra={**cfg, "lock_failover_grace_ms": ttl},
+                   cluster_seeds=cl.seeds)
+        sluices.append(s.start())
+    try:
+        a, b = (s.client(single_connection_client=True) for s in sluices)
+        oracle = LockOracle()
+        key = "fo{x}"
+        slot = cl.cluster_client().keyslot(key)
+        for i in range(20):
+            got = lock_retrying(oracle, a, key, f"a{i}", ttl, "FENCE", "WAIT", 3 * ttl)
+            assert isinstance(got, list), got
+            replica = slot_replica_port(cl, slot)
+            with cl.node_by_port(replica).client() as r:
+                r.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+            wait_until(lambda: cl.slot_owner_port(slot) == replica, 10 * SLOW,
+                       msg="the replica took over")
+            other = b if i % 2 == 0 else a
+            got = lock_retrying(oracle, other, key, f"b{i}", ttl, "FENCE", "WAIT", 3 * ttl)
+            assert isinstance(got, list), got
+            other.execute_command("UNLOCK", key, "OWNER", f"b{i}")
+            oracle.released(key, f"b{i}")
+        oracle.check()
+        fences = [g[3] for g in sorted(oracle.grants[key])]
+        assert len(fences) == 40
+    finally:
+        for s in sluices:
+            problems = s.stop()
+            assert not problems, problems
+
+
+def test_cluster_keep_holder_told_its_lock_was_lost(small_cluster, tmp_path):
+    """A lock the promoted replica does not have (deleted there before the
+    TAKEOVER, as if never replicated): the KEEP holder's next renewal on
+    the new primary finds it gone, and the RESP3 holder gets lock-lost."""
+    from conftest import Sluice
+    cl = small_cluster
+    s = Sluice(tmp_path / "keep", None, cluster_seeds=cl.seeds,
+               extra={"lock_max_ttl_ms": 900, "cluster_refresh_interval": 100}).start()
+    try:
+        key = "kk{y}"
+        slot = cl.cluster_client().keyslot(key)
+        with RawConn(s.port, timeout=10 * SLOW) as conn:
+            conn.call("HELLO", "3")
+            tok, fence = conn.call("LOCK", key, "900", "KEEP", "FENCE")
+            replica = slot_replica_port(cl, slot)
+            with cl.node_by_port(replica).client() as r:
+                r.execute_command("READONLY")
+                wait_until(lambda: r.exists(key) == 1, 5 * SLOW, msg="the lock replicated")
+                # Keyed writes on a cluster replica are redirected; a
+                # keyless one runs there once it takes writes.
+                r.config_set("replica-read-only", "no")
+                r.flushall()
+                r.execute_command("CLUSTER", "FAILOVER", "TAKEOVER")
+            push = conn.read_reply(timeout=10 * SLOW)
+            assert push == [b"sluice", b"lock-lost", key.encode(), fence]
+            assert conn.call("UNLOCK", key).startswith("NOTOWNER")
+        assert proxy_info(s, "lock_lost") == 1
+    finally:
+        problems = s.stop()
+        assert not problems, problems
