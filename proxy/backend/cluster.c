@@ -34,8 +34,12 @@
  * backend nodes (backend_node_get); a node no longer in the map is
  * retired (backend_node_retire: its shared connections close once
  * answered) until the map or a redirection names it again.
+ *
+ * cluster_slots.c reads the CLUSTER SLOTS reply for it; a request's slot
+ * and sluice's own answers in cluster mode are cluster_request.c's.
  */
 #include "cluster.h"
+#include "cluster_int.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -48,7 +52,6 @@
 #include "client.h"
 #include "commands.h"
 #include "config.h"
-#include "learned.h"
 #include "log.h"
 #include "metrics.h"
 #include "placement.h"
@@ -56,7 +59,6 @@
 #include "reply.h"
 #include "request.h"
 #include "replicas.h"
-#include "respwalk.h"
 #include "server.h"
 #include "slot.h"
 #include "stats.h"
@@ -66,15 +68,12 @@
 #define CLUSTER_REFRESH_TIMEOUT_MS 2000   /* a map request unanswered this long is given up */
 #define CLUSTER_TRYAGAIN_DELAY_MS 20
 #define CLUSTER_CONFIRM_TIMEOUT_MS 4000  /* a redirection unconfirmed this long goes on as is */
-#define CLUSTER_KEYS_STACK 64
-#define CLUSTER_NAME_MAX 300              /* "host:port", a host of up to 255 */
 
 /* One redirection of TYPE ("moved", "ask", "tryagain") followed. */
 #define CLUSTER_COUNT_REDIRECT(type) \
     ((*metrics_counter(METRIC_cluster_redirections_total, type, NULL))++)
 
 static const struct config *cluster_cfg;
-static cluster_split_wants_fn *cluster_split_wants_hook;   /* from cluster_set_split_wants */
 static struct event *cluster_tick;
 static struct backend_node *cluster_owner[SLOT_COUNT];
 static uint64_t cluster_version;   /* counts changes of cluster_owner (cluster_map_version) */
@@ -99,12 +98,6 @@ static struct cluster_retry *cluster_retries;
 static struct cluster_retry **cluster_retries_tail = &cluster_retries;
 
 enum cluster_redirect { REDIRECT_NONE, REDIRECT_MOVED, REDIRECT_ASK, REDIRECT_TRYAGAIN };
-
-/* A set of node names ("host:port"). */
-struct cluster_names {
-    char (*name)[CLUSTER_NAME_MAX];
-    int count, cap;
-};
 
 /* The cluster's members: every node, primary or replica, of the last map
  * loaded. With the seeds, the only addresses a redirection may name. */
@@ -142,6 +135,11 @@ struct backend_node *cluster_node_for_slot(int slot)
 uint64_t cluster_map_version(void)
 {
     return cluster_version;
+}
+
+int cluster_has_map(void)
+{
+    return cluster_have_map;
 }
 
 /* SLOT is NODE's from now on. */
@@ -195,38 +193,6 @@ void cluster_want_refresh(void)
     cluster_refresh_wanted = 1;
 }
 
-static int cluster_names_has(const struct cluster_names *names, const char *name)
-{
-    for (int i = 0; i < names->count; i++) {
-        if (strcmp(names->name[i], name) == 0)
-            return 1;
-    }
-    return 0;
-}
-
-/* Add NAME to NAMES unless it is there. -1 on OOM. */
-static int cluster_names_add(struct cluster_names *names, const char *name)
-{
-    if (cluster_names_has(names, name))
-        return 0;
-    if (names->count == names->cap) {
-        int cap = names->cap ? names->cap * 2 : 16;
-        void *grown = realloc(names->name, (size_t)cap * sizeof(*names->name));
-        if (grown == NULL)
-            return -1;
-        names->name = grown;
-        names->cap = cap;
-    }
-    snprintf(names->name[names->count++], CLUSTER_NAME_MAX, "%s", name);
-    return 0;
-}
-
-static void cluster_names_free(struct cluster_names *names)
-{
-    free(names->name);
-    memset(names, 0, sizeof(*names));
-}
-
 /* Whether NAME is a node the cluster reported, or a seed. */
 static int cluster_is_member(const char *name)
 {
@@ -235,78 +201,6 @@ static int cluster_is_member(const char *name)
             return 1;
     }
     return cluster_names_has(&cluster_members, name);
-}
-
-/* One node entry [ip, port, id, ...] as "host:port" in OUT; an empty or
- * "?" ip means the node that was asked (ASKED's host). */
-static int respwalk_node(struct respwalk *w, const char *asked, char *out, size_t size)
-{
-    long long fields, port;
-    const char *ip, *colon;
-    size_t ip_len;
-
-    if (respwalk_array(w, &fields) != 0 || fields < 2 ||
-        respwalk_bulk(w, &ip, &ip_len) != 0 || respwalk_int(w, &port) != 0 ||
-        port <= 0 || port > 65535 || ip_len > 255 || respwalk_skip(w, fields - 2) != 0)
-        return -1;
-    if (ip_len == 0 || (ip_len == 1 && ip[0] == '?')) {
-        colon = strrchr(asked, ':');
-        snprintf(out, size, "%.*s:%lld", (int)(colon - asked), asked, port);
-    } else if (memchr(ip, ':', ip_len) != NULL) {
-        snprintf(out, size, "[%.*s]:%lld", (int)ip_len, ip, port);   /* IPv6 */
-    } else {
-        snprintf(out, size, "%.*s:%lld", (int)ip_len, ip, port);
-    }
-    return 0;
-}
-
-/* Parse a CLUSTER SLOTS reply into MAP (NULL for slots nobody serves)
- * and MEMBERS (every node it names, replicas too). The primaries are
- * made backend nodes. -1 when malformed. */
-static int cluster_parse_slots(const char *buf, size_t len, const char *asked,
-                               struct backend_node **map, struct cluster_names *members)
-{
-    struct respwalk w = {buf, buf + len};
-    long long ranges, fields, first, last;
-    char name[CLUSTER_NAME_MAX];
-
-    if (respwalk_array(&w, &ranges) != 0)
-        return -1;
-    for (long long i = 0; i < ranges; i++) {
-        struct backend_node *node;
-        if (respwalk_array(&w, &fields) != 0 || fields < 3 ||
-            respwalk_int(&w, &first) != 0 || respwalk_int(&w, &last) != 0 ||
-            first < 0 || last >= SLOT_COUNT || first > last ||
-            respwalk_node(&w, asked, name, sizeof(name)) != 0 ||
-            cluster_names_add(members, name) != 0)
-            return -1;
-        node = backend_node_get(name);
-        if (node == NULL)
-            return -1;
-        for (long long r = 3; r < fields; r++) {   /* the range's replicas */
-            char replica[CLUSTER_NAME_MAX];
-            if (respwalk_node(&w, asked, replica, sizeof(replica)) != 0 ||
-                cluster_names_add(members, replica) != 0)
-                return -1;
-            replicas_cluster_add(node, replica);   /* for read_from */
-        }
-        for (long long s = first; s <= last; s++)
-            map[s] = node;
-    }
-    return w.p == w.end ? 0 : -1;
-}
-
-/* cluster_parse_slots, telling replicas.c the replicas of each primary
- * (read_from): those no longer named are dropped when the map is whole. */
-static int cluster_parse_map(const char *buf, size_t len, const char *asked,
-                             struct backend_node **map, struct cluster_names *members)
-{
-    int rc;
-
-    replicas_cluster_begin();
-    rc = cluster_parse_slots(buf, len, asked, map, members);
-    replicas_cluster_end(rc == 0);
-    return rc;
 }
 
 /* ---------------------------------------------------------------------
@@ -922,177 +816,6 @@ static int cluster_reply_filter(struct backend_conn *conn, struct request *req,
     }
     cluster_hold(req, backend_conn_node(conn), kind, slot, target, src, len);
     return 1;
-}
-
-/* ---------------------------------------------------------------------
- * Requests */
-
-/* The key positions of a command outside sluice's table (a module's),
- * as sluice learned them from COMMAND INFO (first key, last key, step):
- * into KEYS (room for ARGC). None for a command not learned, or whose keys
- * only the module finds (movablekeys without a first key). With
- * movablekeys the range may hold arguments that are no keys (only the
- * module knows): the first key alone routes it, and Redis judges the rest
- * (CROSSSLOT). */
-static int cluster_learned_keys(int argc, const struct sv *argv, int *keys)
-{
-    const struct learned_command *lc = argc > 0 ? learned_lookup(argv[0].ptr, argv[0].len) : NULL;
-    int last, step, n = 0;
-
-    if (lc == NULL || !lc->known || lc->first_key <= 0)
-        return 0;
-    if (lc->flags & CMD_MOVABLEKEYS) {
-        keys[0] = lc->first_key;
-        return lc->first_key < argc;
-    }
-    last = lc->last_key < 0 ? argc + lc->last_key : lc->last_key;
-    step = lc->key_step > 0 ? lc->key_step : 1;
-    for (int i = lc->first_key; i <= last && i < argc; i += step)
-        keys[n++] = i;
-    return n;
-}
-
-int cluster_request_slot(const struct command *cmd, int argc, const struct sv *argv)
-{
-    int stack[CLUSTER_KEYS_STACK], *keys = stack, n, slot = CLUSTER_SLOT_NONE;
-
-    if (argc > CLUSTER_KEYS_STACK && (keys = malloc((size_t)argc * sizeof(*keys))) == NULL)
-        return CLUSTER_SLOT_NONE;
-    if (cmd == NULL)
-        n = cluster_learned_keys(argc, argv, keys);
-    else
-        n = commands_keys(cmd, argc, argv, keys,
-                          argc > CLUSTER_KEYS_STACK ? argc : CLUSTER_KEYS_STACK);
-    for (int i = 0; i < n; i++) {
-        int s = slot_for_key(argv[keys[i]].ptr, argv[keys[i]].len);
-        if (slot == CLUSTER_SLOT_NONE) {
-            slot = s;
-        } else if (s != slot) {
-            slot = CLUSTER_SLOT_CROSS;
-            break;
-        }
-    }
-    if (keys != stack)
-        free(keys);
-    return slot;
-}
-
-/* What cluster_answer does with a command, by command id: made once, on
- * first use (it is asked on every request). */
-enum cluster_command_class {
-    CLUSTER_CMD_FORWARD,    /* anything else: routed */
-    CLUSTER_CMD_CLUSTER,    /* CLUSTER ..., ASKING, READONLY, READWRITE: as standalone Redis */
-    CLUSTER_CMD_SELECT,     /* only database 0 */
-    CLUSTER_CMD_NOT_YET,    /* keyless, would answer for one node's part of the keyspace */
-};
-static unsigned char *cluster_command_classes;
-
-/* Keyless commands that, sent to one node, would answer for a part of the
- * keyspace only: refused until sluice runs them across the primaries
- * (cluster_split.c runs the others that are). */
-static const char *const cluster_not_yet[] = {"wait"};
-
-static enum cluster_command_class cluster_class_of_name(const char *n)
-{
-    if ((strncmp(n, "cluster", 7) == 0 && (n[7] == '\0' || n[7] == '|')) ||
-        strcmp(n, "asking") == 0 || strcmp(n, "readonly") == 0 || strcmp(n, "readwrite") == 0)
-        return CLUSTER_CMD_CLUSTER;
-    if (strcmp(n, "select") == 0)
-        return CLUSTER_CMD_SELECT;
-    for (size_t i = 0; i < sizeof(cluster_not_yet) / sizeof(cluster_not_yet[0]); i++) {
-        if (strcmp(n, cluster_not_yet[i]) == 0)
-            return CLUSTER_CMD_NOT_YET;
-    }
-    return CLUSTER_CMD_FORWARD;
-}
-
-static enum cluster_command_class cluster_command_class(const struct command *cmd)
-{
-    if (cmd == NULL)
-        return CLUSTER_CMD_FORWARD;
-    if (cluster_command_classes == NULL) {
-        int n = commands_count();
-        cluster_command_classes = malloc((size_t)n);
-        if (cluster_command_classes == NULL)
-            return cluster_class_of_name(cmd->name);
-        for (int id = 0; id < n; id++)
-            cluster_command_classes[id] =
-                (unsigned char)cluster_class_of_name(commands_by_id(id)->name);
-    }
-    return (enum cluster_command_class)cluster_command_classes[cmd->id];
-}
-
-/* SELECT DB as Redis Cluster answers it: only database 0 exists. */
-static const char *cluster_select_answer(struct sv db)
-{
-    char text[32], *end;
-    long long n;
-
-    if (db.len == 0 || db.len >= sizeof(text))
-        return "-ERR value is not an integer or out of range";
-    memcpy(text, db.ptr, db.len);
-    text[db.len] = '\0';
-    n = strtoll(text, &end, 10);
-    if (*end != '\0' || text[0] == ' ')
-        return "-ERR value is not an integer or out of range";
-    return n == 0 ? "+OK" : "-ERR SELECT is not allowed in cluster mode";
-}
-
-/* CLUSTER ..., ASKING, READONLY, READWRITE (CMD, ARGC arguments ARGV) as
- * a standalone Redis answers them: its arity and subcommand checks come
- * first, as for any command, then the refusal. */
-static const char *cluster_disabled_answer(const struct command *cmd, int argc,
-                                           const struct sv *argv)
-{
-    static char text[220];
-
-    if (cmd->subcommand_count > 0 && argc >= 2) {   /* a container: no such subcommand */
-        snprintf(text, sizeof(text), "-ERR unknown subcommand '%.*s'. Try CLUSTER HELP.",
-                 argv[1].len > 128 ? 128 : (int)argv[1].len, argv[1].ptr);
-        return text;
-    }
-    if (cmd->arity >= 0 ? argc != cmd->arity : argc < -cmd->arity) {
-        snprintf(text, sizeof(text), "-ERR wrong number of arguments for '%s' command",
-                 cmd->name);
-        return text;
-    }
-    return "-ERR This instance has cluster support disabled";
-}
-
-void cluster_set_split_wants(cluster_split_wants_fn *fn)
-{
-    cluster_split_wants_hook = fn;
-}
-
-const char *cluster_answer(const struct command *cmd, int argc, const struct sv *argv, int slot)
-{
-    static char text[200];
-
-    switch (cluster_command_class(cmd)) {
-    case CLUSTER_CMD_CLUSTER:
-        return cluster_disabled_answer(cmd, argc, argv);
-    case CLUSTER_CMD_SELECT:
-        if (argc == 2)
-            return cluster_select_answer(argv[1]);
-        break;
-    case CLUSTER_CMD_NOT_YET:
-        snprintf(text, sizeof(text), "-ERR sluice does not support '%s' in cluster mode yet",
-                 cmd->name);
-        return text;
-    case CLUSTER_CMD_FORWARD:
-        break;
-    }
-    if (slot == CLUSTER_SLOT_CROSS &&
-        !(cluster_split_wants_hook != NULL && cluster_split_wants_hook(cmd, slot))) {
-        STAT_INC(cluster_crossslot);
-        return "-CROSSSLOT Keys in request don't hash to the same slot";
-    }
-    if (!cluster_have_map) {
-        STAT_INC(cluster_down_replies);
-        return "-CLUSTERDOWN sluice has no slot map yet: no seed node has answered "
-               "CLUSTER SLOTS";
-    }
-    return NULL;   /* a slot the map does not name goes to any node, which knows better */
 }
 
 /* ---------------------------------------------------------------------

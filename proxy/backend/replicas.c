@@ -1,7 +1,7 @@
 /* replicas.c - owns the list of replicas of each primary and their lag.
  * Standalone: the current primary (backend_default_node, whichever node
  * that is now) names its replicas in INFO replication; cluster mode:
- * cluster.c passes on CLUSTER SLOTS's. It must not route anything itself.
+ * cluster_slots.c passes on CLUSTER SLOTS's. It must not route anything itself.
  *
  * Lag, as measured here (README "Reading from replicas"): every
  * REPLICAS_POLL_MS sluice asks the primary and each replica INFO

@@ -8,7 +8,7 @@
  *   socket (TLS: tls.c) -> input evbuffer -> reqparse -> request -> placement
  *      DEBUG/MODULE LOAD from a client not local -> Redis's "not allowed"
  *      -> auth (users, auth.c): -NOAUTH / -NOPERM in order, nothing sent
- *      cluster (cluster.c): slot of the keys, -CROSSSLOT; split commands
+ *      cluster (cluster_request.c): slot of the keys, -CROSSSLOT; split commands
  *      refused by placement -> error in order (REPLCONF ACK; cluster: SYNC, CLIENT PAUSE)
  *      -> throttle (rules): refused -> -THROTTLED in order; delayed -> held, blocked
  *      LOCAL   -> lock verbs -> EVALSHA of lua/ scripts (lock.c)

@@ -130,7 +130,7 @@ struct client {
     uint64_t created_ms;                /* when it connected (CLIENT LIST's age=) */
     uint64_t wrote_ms;                  /* when it last sent a command that may write:
                                            its reads stay on the primary a while */
-    struct lock_client *locks;          /* locks it holds (lock.c owns this) */
+    struct lock_client *locks;          /* locks it holds (lockheld.c owns this) */
     struct limiter_client *limiter;     /* its rules and buckets (rules/limiter.c) */
     struct throttle_hold *throttle_hold; /* a request held by a rule (throttle.c) */
     unsigned identity_changes;          /* its user or name changed this often
