@@ -142,7 +142,9 @@ def test_acks_never_grant_unreplicated(redis_factory, sluice_factory):
     answered; with no replica connected nothing is written. A promoted
     replica then has every lock granted: the second owner gets nil."""
     primary, replica = replicated_pair(redis_factory)
-    s = sluice_factory(primary.port, lock_replica_acks=1, lock_replica_timeout_ms=300)
+    # Long enough for a loaded machine's first acknowledgement (scaled).
+    timeout_ms = int(300 * SLOW)
+    s = sluice_factory(primary.port, lock_replica_acks=1, lock_replica_timeout_ms=timeout_ms)
     c, p, r = s.client(), primary.client(), replica.client()
     oracle = LockOracle()
     tok = lock(oracle, c, "k", "a", 10000, "FENCE")
@@ -152,7 +154,7 @@ def test_acks_never_grant_unreplicated(redis_factory, sluice_factory):
     try:
         err = lock(oracle, c, "stalled", "a", 10000)
         assert isinstance(err, Err) and NOREPLICAS.match(err), err
-        assert NOREPLICAS.match(err).groups() == ("1", "300")
+        assert NOREPLICAS.match(err).groups() == ("1", str(timeout_ms))
         # Given back: its release goes out before the reply.
         wait_until(lambda: p.exists("stalled") == 0, 2 * SLOW, msg="the grant given back")
     finally:
