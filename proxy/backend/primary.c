@@ -142,7 +142,9 @@ void primary_node_up(struct backend_node *node)
 {
     struct timeval tv = {PRIMARY_WATCH_MS / 1000, (PRIMARY_WATCH_MS % 1000) * 1000};
 
-    if (backend_cluster_mode)
+    /* Only the primary: a replica kept for reads (read_from) says
+     * role:slave, and watching it would stop the watch of the primary. */
+    if (backend_cluster_mode || node != backend_default_node())
         return;
     primary_node = node;
     if (primary_timer == NULL) {
