@@ -270,6 +270,34 @@ def test_new_primary_seen_on_reconnect_and_keep_lost(redis_factory, sluice_facto
         s.log_path.read_text()
 
 
+def test_two_new_primaries_in_one_second_still_raise_the_fence(redis_factory, sluice_factory):
+    """Two new primaries seen within one second of the clock (the primary
+    restarted empty twice, quickly; planned failovers can be as quick):
+    the second still gets a higher epoch than the first, so the fence,
+    whose counter was lost both times, still goes up. Tried until both
+    changes fell within one clock second (at most 10 times)."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, lock_failover_grace_ms=0)
+    c = s.client()
+    wait_until(lambda: proxy_info(s, "lock_failover_graces") >= 2, 5 * SLOW,
+               msg="the first contact")
+    for _ in range(10):
+        time.sleep(1.02 - time.time() % 1)   # just after a second begins
+        began, fences = time.time(), []
+        for _ in range(2):
+            seen = proxy_info(s, "lock_failover_graces")
+            srv.stop()
+            srv.start()
+            wait_until(lambda: proxy_info(s, "lock_failover_graces") > seen, 5 * SLOW,
+                       interval=0.01, msg="the new primary seen")
+            fences.append(c.execute_command("LOCK", "k", 100, "FENCE")[1])
+        if int(time.time()) == int(began):
+            break
+    else:
+        pytest.fail("never two changes within one second")
+    assert fences[1] > fences[0] > 1 << 20, fences
+
+
 def test_check_warns_of_a_grace_shorter_than_the_longest_lock(tmp_path):
     """sluice -t: a grace under lock_max_ttl_ms lets a lost lock outlive it
     (a warning, exit 0); 0 turns the grace off on purpose (no warning)."""
