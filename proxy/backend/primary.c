@@ -28,6 +28,7 @@
 
 static primary_changed_fn *primary_hook;
 static char primary_replid[PRIMARY_REPLID_LEN + 1];   /* "" until first seen */
+static long long primary_epoch;   /* the last epoch reported */
 static struct event *primary_timer;
 static struct backend_node *primary_node;
 static int primary_asking;   /* an INFO is out */
@@ -84,10 +85,18 @@ static void primary_seen(const char *text)
     if (!primary_info_field(text, "server_time_usec:", usec, sizeof(usec)))
         usec[0] = '\0';
     /* A replid2 other than zeros: this primary was promoted once. Then
-     * (and on any change seen) the epoch is its clock in seconds; a
-     * primary never failed over keeps epoch 0 (fences 1, 2, ...). */
+     * (and on any change seen) the epoch is its clock in seconds, but
+     * above the last one reported; a primary never failed over keeps
+     * epoch 0 (fences 1, 2, ...). */
     promoted = replid2[0] != '\0' && strspn(replid2, "0") != strlen(replid2);
     epoch = !first || promoted ? atoll(usec) / 1000000 : 0;
+    /* Two changes within one second of the clock (planned failovers can
+     * be that quick): the second must still have a higher epoch, or a
+     * counter lost with it could hand out the first one's fences again. */
+    if (epoch > 0 && epoch <= primary_epoch)
+        epoch = primary_epoch + 1;
+    if (epoch > 0)
+        primary_epoch = epoch;
     memcpy(primary_replid, replid, sizeof(primary_replid));
     primary_changed(0, SLOT_COUNT - 1, epoch,
                     first ? "first contact with the primary" : "the primary's master_replid changed");
@@ -142,7 +151,9 @@ void primary_node_up(struct backend_node *node)
 {
     struct timeval tv = {PRIMARY_WATCH_MS / 1000, (PRIMARY_WATCH_MS % 1000) * 1000};
 
-    if (backend_cluster_mode)
+    /* Only the primary: a replica kept for reads (read_from) says
+     * role:slave, and watching it would stop the watch of the primary. */
+    if (backend_cluster_mode || node != backend_default_node())
         return;
     primary_node = node;
     if (primary_timer == NULL) {

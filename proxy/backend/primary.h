@@ -23,12 +23,14 @@ void primary_set_changed_hook(primary_changed_fn *fn);
 /* Report a change (cluster.c, the standalone watch, Sentinel mode). */
 void primary_changed(int first, int last, long long epoch, const char *why);
 
-/* Standalone mode: NODE's first shared connection connected (the node-up
- * hook, through main.c): ask its master_replid now, and every second from
- * then on. A replid other than the one seen before is a new primary (a
- * promoted replica, or a restart that lost the data set); the first one
- * seen is reported too (sluice cannot know what was granted before it).
- * Does nothing in cluster mode. */
+/* Standalone and Sentinel mode: NODE's first shared connection connected
+ * (the node-up hook, through main.c), or Sentinel made NODE the primary:
+ * ask its master_replid now, and every second from then on. A replid
+ * other than the one seen before is a new primary (a promoted replica, or
+ * a restart that lost the data set); the first one seen is reported too
+ * (sluice cannot know what was granted before it). Does nothing in
+ * cluster mode, nor for a node that is not the primary (a read_from
+ * replica). */
 void primary_node_up(struct backend_node *node);
 
 /* Stop the watch (at exit). */

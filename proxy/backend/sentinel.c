@@ -45,12 +45,14 @@
 #include "log.h"
 #include "metrics.h"
 #include "placement.h"
+#include "primary.h"
 #include "reply.h"
 #include "request.h"
 #include "resolve.h"
 #include "respframe.h"
 #include "respwalk.h"
 #include "server.h"
+#include "slot.h"
 #include "sockaddr.h"
 #include "tls.h"
 #include "value.h"
@@ -611,6 +613,13 @@ static void sentinel_confirm(const char *name)
         snprintf(epoch, sizeof(epoch), "%lld", sentinel_epoch);
     log_warning("sentinel: master '%s' switched from %s to %s (epoch %s)",
                 sentinel_cfg->sentinel_master, was, name, epoch);
+    /* Locks the old primary granted may be lost: the grace starts now,
+     * before anything goes to the new one. Its fence epoch (its clock, as
+     * for any new master_replid) follows from its INFO: Sentinel's config
+     * epoch is no time, and need not be above the one the last change
+     * used. */
+    primary_changed(0, SLOT_COUNT - 1, 0, "sentinel switched the primary");
+    primary_node_up(node);
     sentinel_switches++;
     (*sentinel_metric_switches)++;
     sentinel_last_switch = time(NULL);

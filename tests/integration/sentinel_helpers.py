@@ -33,8 +33,11 @@ def sentinel_argv(conf):
 
 
 class SentinelProc:
-    def __init__(self, root, primary_port, port=None, quorum=2, master=MASTER):
+    def __init__(self, root, primary_port, port=None, quorum=2, master=MASTER,
+                 down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=FAILOVER_TIMEOUT_MS):
         self.port = port or free_port()
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
         self.dir = Path(root) / f"sentinel{self.port}"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.conf = self.dir / "sentinel.conf"
@@ -52,8 +55,8 @@ class SentinelProc:
         if self.master is not None:
             lines += [
                 f"sentinel monitor {self.master} 127.0.0.1 {self.primary_port} {self.quorum}",
-                f"sentinel down-after-milliseconds {self.master} {DOWN_AFTER_MS}",
-                f"sentinel failover-timeout {self.master} {FAILOVER_TIMEOUT_MS}",
+                f"sentinel down-after-milliseconds {self.master} {self.down_after_ms}",
+                f"sentinel failover-timeout {self.master} {self.failover_timeout_ms}",
                 f"sentinel parallel-syncs {self.master} 2",
             ]
         self.conf.write_text("\n".join(lines) + "\n")
@@ -94,13 +97,17 @@ class SentinelProc:
 
 
 class SentinelTopology:
-    """A primary, REPLICAS replicas and SENTINELS Sentinels under ROOT."""
+    """A primary, REPLICAS replicas and SENTINELS Sentinels under ROOT.
+    REDIS_ARGS: more redis-server arguments for every data node; SENTINEL_KW:
+    down_after_ms, failover_timeout_ms of the Sentinels."""
 
-    def __init__(self, root, replicas=2, sentinels=3):
+    def __init__(self, root, replicas=2, sentinels=3, redis_args=(), **sentinel_kw):
         self.root = Path(root)
-        self.primary = RedisServer(self.root / "primary")
-        self.replicas = [RedisServer(self.root / f"replica{i}") for i in range(replicas)]
-        self.sentinels = [SentinelProc(self.root, self.primary.port) for _ in range(sentinels)]
+        self.primary = RedisServer(self.root / "primary", extra_args=redis_args)
+        self.replicas = [RedisServer(self.root / f"replica{i}", extra_args=redis_args)
+                         for i in range(replicas)]
+        self.sentinels = [SentinelProc(self.root, self.primary.port, **sentinel_kw)
+                          for _ in range(sentinels)]
 
     @property
     def nodes(self):

@@ -13,11 +13,16 @@ one key, or on a fence that does not strictly increase.
 - ACKS 1: a lock is never granted unreplicated (-NOREPLICAS, no key left);
 - the failover grace: a second grant after a primary change waits for it;
 - a KEEP holder whose lock was lost gets the lock-lost push;
-- cluster: 20 forced failovers, no overlap, fences strictly increasing.
+- cluster: 20 forced failovers, no overlap, fences strictly increasing;
+- Sentinel: the lost lock found again with acks 0 and the grace off, and
+  20 planned failovers (SENTINEL FAILOVER) with ACKS 1 and the grace, each
+  losing the KEEP holder's lock on the promoted replica: no overlap, fences
+  strictly increasing, a lock-lost push each time.
 
 Each test starts its own redis-servers and sluices (redis_factory,
 sluice_factory); the cluster test builds its own small cluster, since the
-session's is shared.
+session's is shared; the Sentinel tests their own primary, replica and
+three Sentinels.
 """
 
 import os
@@ -267,6 +272,34 @@ def test_new_primary_seen_on_reconnect_and_keep_lost(redis_factory, sluice_facto
         s.log_path.read_text()
 
 
+def test_two_new_primaries_in_one_second_still_raise_the_fence(redis_factory, sluice_factory):
+    """Two new primaries seen within one second of the clock (the primary
+    restarted empty twice, quickly; planned failovers can be as quick):
+    the second still gets a higher epoch than the first, so the fence,
+    whose counter was lost both times, still goes up. Tried until both
+    changes fell within one clock second (at most 10 times)."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, lock_failover_grace_ms=0)
+    c = s.client()
+    wait_until(lambda: proxy_info(s, "lock_failover_graces") >= 2, 5 * SLOW,
+               msg="the first contact")
+    for _ in range(10):
+        time.sleep(1.02 - time.time() % 1)   # just after a second begins
+        began, fences = time.time(), []
+        for _ in range(2):
+            seen = proxy_info(s, "lock_failover_graces")
+            srv.stop()
+            srv.start()
+            wait_until(lambda: proxy_info(s, "lock_failover_graces") > seen, 5 * SLOW,
+                       interval=0.01, msg="the new primary seen")
+            fences.append(c.execute_command("LOCK", "k", 100, "FENCE")[1])
+        if int(time.time()) == int(began):
+            break
+    else:
+        pytest.fail("never two changes within one second")
+    assert fences[1] > fences[0] > 1 << 20, fences
+
+
 def test_check_warns_of_a_grace_shorter_than_the_longest_lock(tmp_path):
     """sluice -t: a grace under lock_max_ttl_ms lets a lost lock outlive it
     (a warning, exit 0); 0 turns the grace off on purpose (no warning)."""
@@ -393,3 +426,196 @@ def test_cluster_keep_holder_told_its_lock_was_lost(small_cluster, tmp_path):
     finally:
         problems = s.stop()
         assert not problems, problems
+
+
+# --------------------------------------------------------------------------
+# Sentinel
+
+
+@pytest.fixture
+def sentinel_pair(tmp_path):
+    """A primary, one replica (so failovers alternate between the two) and
+    three Sentinels with short timeouts; replicas sync without delay."""
+    from sentinel_helpers import SentinelTopology
+    t = SentinelTopology(tmp_path / "topo", replicas=1,
+                         redis_args=("--repl-diskless-sync-delay", "0"),
+                         down_after_ms=1000, failover_timeout_ms=2000)
+    try:
+        t.start()
+        yield t
+    finally:
+        t.stop()
+
+
+@pytest.fixture
+def sentinel_sluices(tmp_path):
+    from sentinel_helpers import sentinel_sluice
+    started = []
+
+    def make(topo, **kw):
+        s = sentinel_sluice(tmp_path / f"sluice{len(started)}", topo, **kw)
+        started.append(s)
+        return s
+
+    yield make
+    problems = [p for s in started for p in s.stop()]
+    assert not problems, problems
+
+
+def sentinel_replica(topo):
+    """The data node the Sentinels do not name, once it is an online
+    replica of the one they do."""
+    def online():
+        port = topo.current_primary_port()
+        if port is None:
+            return None
+        with topo.node_by_port(port).client() as c:
+            r = c.info("replication").get("slave0", {})
+        return topo.node_by_port(r["port"]) if r.get("state") == "online" else None
+    return wait_until(online, 20 * SLOW, msg="the replica online")
+
+
+def lose_on_replica(replica, keys, flush=False):
+    """The replica (promoted next) loses KEYS, as if their writes never
+    reached it: written there directly, which replication does not undo.
+    FLUSH: everything, the fence counters too."""
+    with replica.client() as r:
+        wait_until(lambda: r.exists(*keys) == len(keys), 5 * SLOW, msg="the locks replicated")
+        r.config_set("replica-read-only", "no")
+        if flush:
+            r.flushall()
+        else:
+            r.delete(*keys)
+        r.config_set("replica-read-only", "yes")
+
+
+def sentinel_failover(topo, sluices, auth=()):
+    """A planned failover (SENTINEL FAILOVER, asked again while the
+    Sentinels answer -INPROG or -NOGOOD: the last one not over, the old
+    primary not yet a replica they trust), until every sluice in SLUICES
+    serves the new primary (AUTH: to log in to them); the old primary is
+    made its replica at once. Returns its port."""
+    from sentinel_helpers import MASTER, wait_primary_switch
+    old = wait_until(topo.current_primary_port, 10 * SLOW, msg="the Sentinels agree")
+
+    def asked():
+        with topo.sentinels[0].client() as c:
+            return c.execute_command("SENTINEL", "FAILOVER", MASTER)
+    wait_until(asked, 20 * SLOW, interval=0.1, msg="SENTINEL FAILOVER accepted")
+    new = wait_primary_switch(topo, old)
+    # What Sentinel does after its next INFO of the old primary (up to 10 s).
+    with topo.node_by_port(old).client() as c:
+        c.execute_command("REPLICAOF", "127.0.0.1", str(new))
+    for s in sluices:
+        wait_until(lambda: s.info(auth).get("sentinel_primary") == f"127.0.0.1:{new}", 10 * SLOW,
+                   msg="sluice switched")
+    return new
+
+
+def test_sentinel_unreplicated_lock_overlaps_without_acks_and_grace(sentinel_pair,
+                                                                     sentinel_sluices):
+    """Sentinel mode, the bad case forced: two locks granted on the primary
+    never reach the replica (deleted there), SENTINEL FAILOVER promotes it;
+    with acks 0 and the grace off, both are granted again, one through the
+    same sluice, one through another. The oracle must see both overlaps
+    (the checker works); fences still go up (the promoted primary's epoch
+    is its clock)."""
+    topo = sentinel_pair
+    cfg = {"lock_replica_acks": 0, "lock_failover_grace_ms": 0}
+    one, two = sentinel_sluices(topo, **cfg), sentinel_sluices(topo, **cfg)
+    oracle = LockOracle()
+    first = [lock(oracle, one.client(), k, "a", 30000, "FENCE") for k in ("same", "other")]
+    assert all(isinstance(f, list) for f in first), first
+    lose_on_replica(sentinel_replica(topo), ["same", "other"])
+    sentinel_failover(topo, [one, two])
+    again = [lock(oracle, one.client(), "same", "b", 30000, "FENCE"),
+             lock(oracle, two.client(), "other", "c", 30000, "FENCE")]
+    assert all(isinstance(g, list) for g in again), again
+    problems = oracle.problems()
+    assert len(problems) == 2, problems
+    assert "same: b granted" in problems[0] and "other: c granted" in problems[1]
+    assert again[0][1] > first[0][1] and again[1][1] > first[1][1]
+
+
+def keep_lock(oracle, conn, key, owner, ttl_ms):
+    """LOCK KEY ... KEEP FENCE WAIT on the RESP3 connection CONN, tried
+    again while the replica is not yet back (NOREPLICAS), for a bounded
+    time; the grant goes to the oracle. Returns [token, fence]."""
+    deadline = time.monotonic() + 20 * SLOW
+    while True:
+        sent = time.monotonic()
+        reply = conn.call("LOCK", key, str(ttl_ms), "KEEP", "FENCE", "WAIT", str(3 * ttl_ms))
+        if isinstance(reply, list):
+            oracle.granted(key, owner, sent, ttl_ms, reply[1])
+            return reply
+        assert time.monotonic() < deadline, reply
+        time.sleep(0.05)
+
+
+def test_sentinel_failovers_keep_locks_exclusive(sentinel_pair, sentinel_sluices):
+    """20 planned failovers (SENTINEL FAILOVER, the primary alternating
+    between two nodes) with ACKS 1 and the grace. Each time a KEEP holder
+    (RESP3) takes the lock, the replica loses everything (the lock and its
+    fence counter) and is promoted: the holder gets the lock-lost push,
+    then a second owner takes the lock through the same sluice or through
+    the other one. The oracle finds no overlap (the holder counts as
+    holding until one renewal period before its push: its last renewal on
+    the old primary came no earlier) and the fences strictly increase,
+    though each new primary lost the counter."""
+    topo = sentinel_pair
+    ttl = int(600 * SLOW)
+    cfg = {"lock_replica_acks": 1, "lock_max_ttl_ms": ttl, "lock_failover_grace_ms": ttl,
+           "lock_replica_timeout_ms": 1000}
+    sluices = [sentinel_sluices(topo, **cfg), sentinel_sluices(topo, **cfg)]
+    clients = [s.client(single_connection_client=True) for s in sluices]
+    oracle = LockOracle()
+    key = "fo"
+    for i in range(20):
+        holder = i % 2
+        other = clients[holder] if i % 4 < 2 else clients[1 - holder]
+        sentinel_replica(topo)   # ACKS 1 needs it; SENTINEL FAILOVER a good one
+        with RawConn(sluices[holder].port, timeout=10 * SLOW) as conn:
+            conn.call("HELLO", "3")
+            tok, fence = keep_lock(oracle, conn, key, f"a{i}", ttl)
+            lose_on_replica(sentinel_replica(topo), [key], flush=True)
+            sentinel_failover(topo, sluices)
+            push = conn.read_reply(timeout=10 * SLOW)
+            lost_at = time.monotonic()
+            assert push == [b"sluice", b"lock-lost", key.encode(), fence], push
+            grant = oracle.grants[key][-1]
+            grant[1] = max(grant[1], lost_at - ttl / 3000.0)
+            assert conn.call("UNLOCK", key).startswith("NOTOWNER")
+        got = lock_retrying(oracle, other, key, f"b{i}", ttl, "FENCE", "WAIT", 3 * ttl)
+        assert isinstance(got, list), got
+        other.execute_command("UNLOCK", key, "OWNER", f"b{i}")
+        oracle.released(key, f"b{i}")
+    oracle.check()
+    assert len(oracle.grants[key]) == 40
+    assert all(proxy_info(s, "lock_lost") >= 1 for s in sluices)
+
+
+def test_sentinel_switch_starts_the_grace_by_itself(sentinel_pair, sentinel_sluices):
+    """The switch itself starts the grace, not only the new primary's
+    master_replid: here sluice's backend user may not run INFO (a user
+    with -@dangerous, a common hardening; +role for Sentinel mode), so the
+    replid watch learns nothing. A lock lost on the promoted replica is
+    still not granted again before the grace ends: TRYAGAIN at once,
+    granted with WAIT only once the lost one has expired."""
+    topo = sentinel_pair
+    for node in topo.nodes:
+        with node.client() as c:
+            c.execute_command("ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all",
+                              "-@dangerous", "+role")
+    ttl = int(3000 * SLOW)
+    s = sentinel_sluices(topo, backend_user="app", backend_password="pw", lock_max_ttl_ms=ttl,
+                         lock_failover_grace_ms=ttl)
+    c = s.client(username="app", password="pw")
+    oracle = LockOracle()
+    assert lock(oracle, c, "k", "a", ttl, "WAIT", 3 * ttl) == b"a"   # after the start-up grace
+    lose_on_replica(sentinel_replica(topo), ["k"])
+    sentinel_failover(topo, [s], ("app", "pw"))
+    err = lock(oracle, c, "k", "b", ttl)
+    assert isinstance(err, Err) and GRACE.match(err), err
+    assert lock(oracle, c, "k", "b", ttl, "WAIT", 3 * ttl) == b"b"
+    oracle.check()
+    assert "changed (sentinel switched the primary)" in s.log_path.read_text()
