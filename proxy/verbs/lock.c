@@ -444,6 +444,7 @@ static void lock_send(struct lock_op *op)
         return;
     op->req->slot = slot_for_key(op->key, op->keylen);
     op->req->redirects = 0;
+    op->grace_gen = lockgrace_generation(op->req->slot);
     acks = op->acks >= 0 ? op->acks : server.cfg.lock_replica_acks;
     if (op->verb != LOCK_RELEASE && acks > 0) {
         lock_send_acked(op, acks);
@@ -460,7 +461,17 @@ static void lock_acquired(struct lock_op *op, long long fence)
     struct request *req = op->req;
     struct client *c = req->client;
     struct evbuffer *out;
+    int slot = slot_for_key(op->key, op->keylen);
 
+    /* A grace began on its shard after its call went out (the call was
+     * held through a failover and ran on the new primary, or crossed the
+     * change): the grant may overlap a lock the old primary granted. Give
+     * it back and answer as during the grace: TRYAGAIN, or WAIT on. */
+    if (op->grace_gen != lockgrace_generation(slot) && lockgrace_left_ms(slot) > 0) {
+        lockheld_give_back(op->key, op->keylen, op->token, op->toklen, 0);
+        if (lock_in_grace(op))
+            return;
+    }
     if (!op->explicit_owner || op->keep)
         lockheld_add(c, op, op->fence ? fence : -1);
     lock_count(op, LOCK_OK);

@@ -39,6 +39,7 @@ struct lock_op {
     int inflight;             /* its EVALSHA is out */
     int noscript_retried;
     int epoch_retried;        /* sent again once after a fence epoch refusal */
+    uint32_t grace_gen;       /* LOCK: its slot's lockgrace_generation when its call went out */
     long long acks;           /* replicas to WAIT for; -1: lock_replica_acks */
     struct lock_ack *ack;     /* set while its script + WAIT are out */
     long long ttl_ms;

@@ -14,6 +14,8 @@
 
 static uint64_t lockgrace_until[SLOT_COUNT];   /* server clock, ms */
 static long long lockgrace_epochs[SLOT_COUNT];
+static uint32_t lockgrace_gens[SLOT_COUNT];    /* graces begun: a grant that straddles one
+                                                  is not trusted (lockgrace_generation) */
 
 /* The failover grace in ms: lock_failover_grace_ms, unset meaning
  * lock_max_ttl_ms (no lock granted before a change outlives it). */
@@ -32,6 +34,8 @@ void lockgrace_primary_changed(int first, int last, long long epoch, const char 
     for (int s = first < 0 ? 0 : first; s <= last && s < SLOT_COUNT; s++) {
         if (grace > 0 && until > lockgrace_until[s])
             lockgrace_until[s] = until;
+        if (grace > 0)
+            lockgrace_gens[s]++;
         if (epoch > lockgrace_epochs[s])
             lockgrace_epochs[s] = epoch;
     }
@@ -50,6 +54,11 @@ uint64_t lockgrace_left_ms(int slot)
     uint64_t now = server_now_ms();
 
     return lockgrace_until[slot] > now ? lockgrace_until[slot] - now : 0;
+}
+
+uint32_t lockgrace_generation(int slot)
+{
+    return lockgrace_gens[slot];
 }
 
 long long lockgrace_epoch(int slot)

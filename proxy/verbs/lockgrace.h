@@ -20,6 +20,12 @@ uint64_t lockgrace_left_ms(int slot);
 /* The fence epoch of SLOT. */
 long long lockgrace_epoch(int slot);
 
+/* How many graces SLOT has begun: a LOCK notes it when its call goes out,
+ * and a grant answered after another began (its call was held through a
+ * failover and sent to the new primary, or crossed the change) is given
+ * back and treated as one asked during the grace. */
+uint32_t lockgrace_generation(int slot);
+
 /* Another sluice used epoch SEEN on this shard (standalone: every slot):
  * take it when higher. */
 void lockgrace_adopt_epoch(long long seen);

@@ -619,3 +619,43 @@ def test_sentinel_switch_starts_the_grace_by_itself(sentinel_pair, sentinel_slui
     assert lock(oracle, c, "k", "b", ttl, "WAIT", 3 * ttl) == b"b"
     oracle.check()
     assert "changed (sentinel switched the primary)" in s.log_path.read_text()
+
+
+def test_sentinel_lock_held_through_the_switch_is_not_granted_in_the_grace(
+        sentinel_pair, sentinel_sluices):
+    """A LOCK that comes while the primary is dead waits in sluice (held,
+    not sent) and goes to the new primary after the switch. The switch
+    began a grace, so that LOCK must not be granted there, though it was
+    checked before the switch: its grant is given back and it is answered
+    TRYAGAIN. (Without the check at the grant, B got the lock that A,
+    lost with the old primary, still held: the oracle's overlap.)"""
+    topo = sentinel_pair
+    ttl = int(20000 * SLOW)
+    s = sentinel_sluices(topo, lock_max_ttl_ms=ttl, lock_failover_grace_ms=0,
+                         failover_retry_window=int(30000 * SLOW))
+    # Grace off at start (no start-up wait), on from now: a live key.
+    text = s.config_path.read_text().replace("lock_failover_grace_ms = 0",
+                                             f"lock_failover_grace_ms = {ttl}")
+    s.config_path.write_text(text)
+    with s.raw() as r:
+        assert r.call(b"PROXY", b"RELOAD") == "OK"
+    c = s.client(socket_timeout=60 * SLOW)
+    oracle = LockOracle()
+    assert lock(oracle, c, "k", "a", ttl) == b"a"
+    lose_on_replica(sentinel_replica(topo), ["k"])
+    old = topo.node_by_port(topo.current_primary_port())
+    old.proc.kill()
+    old.proc.wait()
+    gone = f"127.0.0.1:{old.port}"
+
+    def down():
+        info = s.info()
+        return any(v.startswith(f"addr={gone},") and "state=up" not in v
+                   for k, v in info.items() if k.startswith("backend_"))
+    wait_until(down, 5 * SLOW, msg="sluice sees the primary gone")
+    err = lock(oracle, c, "k", "b", ttl)   # held until the switch, then sent
+    assert isinstance(err, Err) and GRACE.match(err), err
+    oracle.check()
+    new = topo.node_by_port(int(s.info()["sentinel_primary"].rsplit(":", 1)[1]))
+    assert new is not old
+    wait_until(lambda: new.client().exists("k") == 0, 5 * SLOW, msg="the grant given back")
