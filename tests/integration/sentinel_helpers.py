@@ -124,7 +124,7 @@ class SentinelTopology:
         wait_until(self._replicas_synced, 20 * SLOW, msg="replicas in sync")
         for s in self.sentinels:
             s.start()
-        wait_until(self._sentinels_ready, 30 * SLOW, msg="sentinels see the replicas and peers")
+        wait_until(self._sentinels_ready, 60 * SLOW, msg="sentinels see the replicas and peers")
         return self
 
     def _replicas_synced(self):
