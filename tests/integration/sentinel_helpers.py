@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from conftest import RedisServer, Sluice, _read_log
@@ -197,3 +198,20 @@ def wait_primary_switch(topo, old_port, timeout=30):
 
 def monotonic_ms():
     return time.monotonic() * 1000.0
+
+
+@pytest.fixture
+def sentinel_sluices(tmp_path):
+    """Make sluices in Sentinel mode (sentinel_sluice) for one test, each
+    stopped at its end; a problem on stopping fails the test with its log."""
+    started = []
+
+    def make(topology, **kw):
+        s = sentinel_sluice(tmp_path / f"sluice{len(started)}", topology, **kw)
+        started.append(s)
+        return s
+
+    yield make
+    failures = [f"{p}\nlog:\n{_read_log(s.log_path)}" for s in started for p in s.stop()]
+    if failures:
+        pytest.fail("\n\n".join(failures), pytrace=False)

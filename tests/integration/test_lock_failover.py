@@ -37,6 +37,7 @@ import redis
 
 from conftest import DIRECT
 from helpers import SLOW, Err, RawConn, wait_until
+from sentinel_helpers import sentinel_sluices  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(DIRECT, reason="sluice's own verbs")
 
@@ -445,21 +446,6 @@ def sentinel_pair(tmp_path):
         yield t
     finally:
         t.stop()
-
-
-@pytest.fixture
-def sentinel_sluices(tmp_path):
-    from sentinel_helpers import sentinel_sluice
-    started = []
-
-    def make(topo, **kw):
-        s = sentinel_sluice(tmp_path / f"sluice{len(started)}", topo, **kw)
-        started.append(s)
-        return s
-
-    yield make
-    problems = [p for s in started for p in s.stop()]
-    assert not problems, problems
 
 
 def sentinel_replica(topo):

@@ -17,7 +17,8 @@ import redis
 from conftest import SLUICE_BIN, _read_log
 from helpers import SLOW, Err, RawConn, encode_command, free_port, wait_until
 from sentinel_helpers import (MASTER, SentinelProc, SentinelTopology, monotonic_ms,
-                              sentinel_sluice, sluice_check, wait_primary_switch)
+                              sentinel_sluice, sentinel_sluices, sluice_check,
+                              wait_primary_switch)  # noqa: F401 (a fixture)
 
 FAILOVER_ERROR = "ERR backend unavailable during failover; the command may or may not have run"
 
@@ -30,21 +31,6 @@ def topo(tmp_path):
         yield t
     finally:
         t.stop()
-
-
-@pytest.fixture
-def sentinel_sluices(tmp_path):
-    started = []
-
-    def make(topology, **kw):
-        s = sentinel_sluice(tmp_path / f"sluice{len(started)}", topology, **kw)
-        started.append(s)
-        return s
-
-    yield make
-    failures = [f"{p}\nlog:\n{_read_log(s.log_path)}" for s in started for p in s.stop()]
-    if failures:
-        pytest.fail("\n\n".join(failures), pytrace=False)
 
 
 class Pipeliner(threading.Thread):
