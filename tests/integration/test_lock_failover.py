@@ -103,12 +103,22 @@ def lock(oracle, client, key, owner, ttl_ms, *opts):
 
 
 def replicated_pair(redis_factory):
-    """A primary and its replica, the replica in sync."""
+    """A primary and its replica, the replica acknowledging writes.
+
+    "online" in the primary's INFO is not enough: Redis 7.0 marks a
+    replica online once the RDB is sent, but starts its command stream
+    only at the replica's first REPLCONF ACK, up to a second later (its
+    replication cron). A lock with a 300 ms ACKS timeout right after
+    "online" was then answered NOREPLICAS (CI, a loaded machine)."""
     primary = redis_factory("--repl-diskless-sync-delay", "0")
     replica = redis_factory("--replicaof", "127.0.0.1", str(primary.port))
     wait_until(lambda: primary.client().info("replication").get("slave0", {}).get("state")
                == "online",
                10 * SLOW, msg="the replica online")
+    with primary.client() as p:
+        p.set("replicated_pair:sync", "1")
+        assert p.execute_command("WAIT", 1, int(10000 * SLOW)) == 1, "the replica acknowledging"
+        p.delete("replicated_pair:sync")
     return primary, replica
 
 
