@@ -515,6 +515,7 @@ static void main_register_hooks(void)
     cluster_set_split_wants(cluster_split_wants);
     backend_set_node_up_hook(main_node_up);
     primary_set_changed_hook(lockgrace_primary_changed);
+    primary_set_confirmed_hook(lockgrace_confirmed);
 }
 
 /* Stop accepting and drain: every client is answered up to a request
@@ -546,6 +547,46 @@ static void main_takeover(pid_t new_pid)
     main_handed_over = 1;
     httpd_pause();   /* the new sluice answers scrapes and probes on the same socket */
     main_begin_shutdown();
+}
+
+/* What a new sluice taking over should know (handover_state_fn): in
+ * standalone and Sentinel mode, the primary's master_replid as last seen,
+ * its epoch, the lock grace left and the fence epoch, as
+ * "lock=REPLID,EPOCH,GRACE_MS,FENCE_EPOCH". With them the new one need
+ * not begin the start-up lock grace when it finds the same primary. */
+static void main_handover_state(char *buf, size_t size)
+{
+    char replid[PRIMARY_REPLID_LEN + 1];
+    long long epoch, grace_ms, fence_epoch;
+
+    buf[0] = '\0';
+    if (primary_export(replid, &epoch) != 0)
+        return;
+    lockgrace_export(&grace_ms, &fence_epoch);
+    snprintf(buf, size, "lock=%s,%lld,%lld,%lld", replid, epoch, grace_ms, fence_epoch);
+}
+
+/* New sluice: take what the running one passed on (TAKE's state words),
+ * before the backend is first asked. Cluster mode keeps the start-up
+ * grace (README "Restart and upgrade"). */
+static void main_inherit(const struct handover_take *take)
+{
+    char replid[PRIMARY_REPLID_LEN + 1];
+    long long epoch, grace_ms, fence_epoch;
+    int end = 0;
+
+    if (strncmp(take->state, "lock=", 5) != 0 || server.cfg.cluster_seed_count > 0)
+        return;
+    if (sscanf(take->state + 5, "%40[0-9a-f],%lld,%lld,%lld%n", replid, &epoch, &grace_ms,
+               &fence_epoch, &end) != 4 ||
+        strlen(replid) != PRIMARY_REPLID_LEN || epoch < 0 || grace_ms < 0 || fence_epoch < 0 ||
+        (take->state[5 + end] != '\0' && take->state[5 + end] != ' ')) {
+        log_warning("hand-over: cannot read the old sluice's lock state '%s': the start-up "
+                    "lock grace applies", take->state);
+        return;
+    }
+    lockgrace_inherit(grace_ms, fence_epoch);
+    primary_inherit(replid, epoch);
 }
 
 /* SIGUSR2: start the binary on disk with this command line (an upgrade,
@@ -659,6 +700,7 @@ static int main_start_serving(struct handover_take *take)
 
     if (handover_connect(paths, path_count, take, err, sizeof(err)) != 0)
         log_warning("%s; starting without it", err);
+    main_inherit(take);
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
         sentinel_start(server.base, &server.cfg, err, sizeof(err)) != 0 ||
@@ -698,7 +740,8 @@ static void main_ready(struct handover_take *take)
         sdnotify_send("READY=1");
     }
     if (path_count > 0 &&
-        handover_serve(server.base, paths[0], main_takeover, err, sizeof(err)) != 0)
+        handover_serve(server.base, paths[0], main_takeover, main_handover_state, err,
+                       sizeof(err)) != 0)
         log_warning("%s; a new sluice will not be able to take over", err);
 }
 

@@ -23,7 +23,6 @@
 #include "slot.h"
 
 #define PRIMARY_WATCH_MS 1000
-#define PRIMARY_REPLID_LEN 40
 #define PRIMARY_INFO_MAX 16384   /* bytes of INFO read: the fields are near its start */
 
 static primary_changed_fn *primary_hook;
@@ -32,18 +31,75 @@ static long long primary_epoch;   /* the last epoch reported */
 static struct event *primary_timer;
 static struct backend_node *primary_node;
 static int primary_asking;   /* an INFO is out */
+static primary_confirmed_fn *primary_confirm_hook;
+static char primary_inherited[PRIMARY_REPLID_LEN + 1];   /* handed over; "" once settled */
+static int primary_real_changes;   /* changes reported other than the first contact */
 
 void primary_set_changed_hook(primary_changed_fn *fn)
 {
     primary_hook = fn;
 }
 
-void primary_changed(int first, int last, long long epoch, const char *why)
+void primary_set_confirmed_hook(primary_confirmed_fn *fn)
+{
+    primary_confirm_hook = fn;
+}
+
+/* Report a change to the hook. */
+static void primary_report(int first, int last, long long epoch, const char *why)
 {
     if (primary_hook != NULL)
         primary_hook(first, last, epoch, why);
     else
         log_notice("primary of slots %d-%d changed: %s", first, last, why);
+}
+
+void primary_changed(int first, int last, long long epoch, const char *why)
+{
+    primary_real_changes++;
+    primary_report(first, last, epoch, why);
+}
+
+int primary_export(char *replid, long long *epoch)
+{
+    if (backend_cluster_mode || primary_replid[0] == '\0')
+        return -1;
+    memcpy(replid, primary_replid, sizeof(primary_replid));
+    *epoch = primary_epoch;
+    return 0;
+}
+
+/* Settle an inherited replid against the one seen (not "" here): the
+ * same and nothing changed since start -> the confirmed hook. Returns 1
+ * when it was confirmed. */
+static int primary_settle_inherited(void)
+{
+    int same = strcmp(primary_inherited, primary_replid) == 0 && primary_real_changes == 0;
+
+    if (primary_inherited[0] == '\0')
+        return 0;
+    if (same) {
+        log_notice("primary: master_replid %s is the one the sluice before this one watched: "
+                   "no failover between the two", primary_replid);
+        if (primary_confirm_hook != NULL)
+            primary_confirm_hook();
+    } else {
+        log_notice("primary: master_replid %s, the sluice before this one saw %s: the primary "
+                   "changed", primary_replid, primary_inherited);
+    }
+    primary_inherited[0] = '\0';
+    return same;
+}
+
+void primary_inherit(const char *replid, long long epoch)
+{
+    if (backend_cluster_mode || strlen(replid) != PRIMARY_REPLID_LEN)
+        return;
+    memcpy(primary_inherited, replid, sizeof(primary_inherited));
+    if (epoch > primary_epoch)
+        primary_epoch = epoch;
+    if (primary_replid[0] != '\0')
+        primary_settle_inherited();
 }
 
 /* The value of FIELD ("name:") in INFO text TEXT into OUT (SIZE bytes,
@@ -98,8 +154,13 @@ static void primary_seen(const char *text)
     if (epoch > 0)
         primary_epoch = epoch;
     memcpy(primary_replid, replid, sizeof(primary_replid));
-    primary_changed(0, SLOT_COUNT - 1, epoch,
-                    first ? "first contact with the primary" : "the primary's master_replid changed");
+    /* The primary the sluice before this one watched: nothing to report. */
+    if (first && primary_settle_inherited())
+        return;
+    if (first)
+        primary_report(0, SLOT_COUNT - 1, epoch, "first contact with the primary");
+    else
+        primary_changed(0, SLOT_COUNT - 1, epoch, "the primary's master_replid changed");
 }
 
 static void primary_info_reply(struct request *req, struct evbuffer *src, size_t len, int type)

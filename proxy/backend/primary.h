@@ -33,6 +33,29 @@ void primary_changed(int first, int last, long long epoch, const char *why);
  * replica). */
 void primary_node_up(struct backend_node *node);
 
+/* The primary is the one the sluice this one replaced watched (a
+ * hand-over, primary_inherit): no change, and none seen since start. */
+typedef void primary_confirmed_fn(void);
+
+/* Register FN (main.c, once at start). */
+void primary_set_confirmed_hook(primary_confirmed_fn *fn);
+
+/* Standalone and Sentinel mode: the master_replid last seen into REPLID
+ * (PRIMARY_REPLID_LEN + 1 bytes) and the last epoch reported into EPOCH.
+ * Returns 0, or -1 when there is none to hand over (cluster mode, or no
+ * primary seen yet). */
+int primary_export(char *replid, long long *epoch);
+
+/* A new sluice, handed over to: the running one last saw master_replid
+ * REPLID with EPOCH. When this sluice's own first look at the primary
+ * (before it, or already done) finds the same replid and no change was
+ * reported meanwhile, the confirmed hook runs, once, instead of a
+ * "first contact" change; another replid is a change as always. Epochs
+ * go on from EPOCH. Ignored in cluster mode. */
+void primary_inherit(const char *replid, long long epoch);
+
+#define PRIMARY_REPLID_LEN 40
+
 /* Stop the watch (at exit). */
 void primary_free(void);
 

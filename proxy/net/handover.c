@@ -5,7 +5,7 @@
  *
  *   new sluice                              running sluice
  *   connect(PATH) ------------------------> accept (same uid or root)
- *                 <------------------------ "SLUICE-HANDOVER 1 <pid> <n>\n" + n fds
+ *                 <------------------------ "SLUICE-HANDOVER 1 <pid> <n>[ <state>]\n" + n fds
  *   listen on the fds that match its
  *   addresses, open the others, start
  *   "GO <pid>\n" -------------------------> stop accepting, drain (TAKEOVER)
@@ -41,6 +41,7 @@ static struct event *handover_accept_ev;
 static struct event *handover_conn_ev;        /* the one new sluice being served */
 static int handover_conn_fd = -1;
 static handover_takeover_fn *handover_takeover;
+static handover_state_fn *handover_state;
 
 /* The directory for derived paths: systemd's RuntimeDirectory=, the
  * user's runtime directory, else /tmp. */
@@ -102,14 +103,14 @@ static void handover_set_timeout(int fd)
 /* Read the running sluice's header and sockets from FD into T. */
 static int handover_receive(int fd, struct handover_take *t, char *err, size_t errlen)
 {
-    char buf[128];
+    char buf[64 + HANDOVER_STATE_MAX];
     char cbuf[CMSG_SPACE(sizeof(int) * HANDOVER_MAX_FDS)];
     struct iovec iov = {buf, sizeof(buf) - 1};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
                          .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
     ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
     long pid = 0;
-    int count = -1;
+    int count = -1, end = 0;
 
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); n > 0 && cm != NULL;
          cm = CMSG_NXTHDR(&msg, cm)) {
@@ -123,12 +124,16 @@ static int handover_receive(int fd, struct handover_take *t, char *err, size_t e
         return -1;
     }
     buf[n] = '\0';
-    if (sscanf(buf, HANDOVER_MAGIC " %ld %d", &pid, &count) != 2 || count != t->fd_count ||
-        (msg.msg_flags & MSG_CTRUNC)) {
+    if (sscanf(buf, HANDOVER_MAGIC " %ld %d%n", &pid, &count, &end) != 2 ||
+        count != t->fd_count || (msg.msg_flags & MSG_CTRUNC) || buf[n - 1] != '\n') {
         snprintf(err, errlen, "unexpected answer (%d sockets)", t->fd_count);
         return -1;
     }
     t->old_pid = (pid_t)pid;
+    /* The state words, if any (a sluice of the version before has none). */
+    if (buf[end] == ' ')
+        snprintf(t->state, sizeof(t->state), "%.*s", (int)strcspn(buf + end + 1, "\n"),
+                 buf + end + 1);
     return 0;
 }
 
@@ -278,7 +283,8 @@ static int handover_send(int fd)
     int fds[HANDOVER_MAX_FDS];
     int count = listener_fds(fds, HANDOVER_MAX_FDS);
     int metrics_fd = httpd_fd();
-    char head[64], cbuf[CMSG_SPACE(sizeof(fds))];
+    char head[64 + HANDOVER_STATE_MAX], state[HANDOVER_STATE_MAX] = "";
+    char cbuf[CMSG_SPACE(sizeof(fds))];
     int len;
     struct iovec iov;
     struct msghdr msg = {0};
@@ -286,7 +292,10 @@ static int handover_send(int fd)
 
     if (metrics_fd >= 0 && count < HANDOVER_MAX_FDS)
         fds[count++] = metrics_fd;
-    len = snprintf(head, sizeof(head), HANDOVER_MAGIC " %d %d\n", (int)getpid(), count);
+    if (handover_state != NULL)
+        handover_state(state, sizeof(state));
+    len = snprintf(head, sizeof(head), HANDOVER_MAGIC " %d %d%s%s\n", (int)getpid(), count,
+                   state[0] != '\0' ? " " : "", state);
     iov.iov_base = head;
     iov.iov_len = (size_t)len;
     msg.msg_iov = &iov;
@@ -362,7 +371,7 @@ static int handover_bind(const char *path, char *err, size_t errlen)
 }
 
 int handover_serve(struct event_base *base, const char *path, handover_takeover_fn *takeover,
-                   char *err, size_t errlen)
+                   handover_state_fn *state, char *err, size_t errlen)
 {
     int fd = handover_bind(path, err, errlen);
 
@@ -371,6 +380,7 @@ int handover_serve(struct event_base *base, const char *path, handover_takeover_
     snprintf(handover_path, sizeof(handover_path), "%s", path);
     handover_listen_fd = fd;
     handover_takeover = takeover;
+    handover_state = state;
     handover_accept_ev = event_new(base, fd, EV_READ | EV_PERSIST, handover_accept_cb, base);
     event_add(handover_accept_ev, NULL);
     log_info("hand-over socket %s: a new sluice started with this config takes over here",

@@ -11,6 +11,10 @@
 
 #define HANDOVER_MAX_FDS (2 * CONFIG_MAX_LISTEN + 1)   /* listen, tls_listen, metrics_listen */
 #define HANDOVER_PATH_MAX 108   /* sizeof(sun_path) */
+/* The state a running sluice passes on its header line, after the socket
+ * count. Short: a sluice of the version before reads 127 bytes at once
+ * and ignores what follows the count, but must find nothing left over. */
+#define HANDOVER_STATE_MAX 96
 
 /* What a new sluice took from the running one. */
 struct handover_take {
@@ -18,6 +22,7 @@ struct handover_take {
     pid_t old_pid;
     int fds[HANDOVER_MAX_FDS];     /* listening sockets; -1 once taken by the listener */
     int fd_count;
+    char state[HANDOVER_STATE_MAX];   /* the running one's words after the counts; "" none */
 };
 
 /* The control socket paths of CFG: its handover_socket, or one derived
@@ -50,14 +55,20 @@ struct event_base;
  * listening sockets must stop being accepted on now. */
 typedef void handover_takeover_fn(pid_t new_pid);
 
+/* Running sluice: write what a new sluice should know into BUF (SIZE
+ * bytes, HANDOVER_STATE_MAX; one line of printable words, no newline;
+ * "" for nothing), when it connects. */
+typedef void handover_state_fn(char *buf, size_t size);
+
 /* Serve the control socket PATH: a new sluice that connects (the same
- * user, or root) gets the sockets listener_fds gives; once it says it is
+ * user, or root) gets the sockets listener_fds gives and STATE's words
+ * (NULL: none); once it says it is
  * ready, TAKEOVER runs and the control socket is closed (its file is then
  * the new sluice's). PATH is created anew atomically (a temporary name
  * renamed over it). Returns 0, or -1 with ERR set (sluice runs on without
  * hand-over). */
 int handover_serve(struct event_base *base, const char *path, handover_takeover_fn *takeover,
-                   char *err, size_t errlen);
+                   handover_state_fn *state, char *err, size_t errlen);
 
 /* Stop serving; the socket file is removed if it is still this process's. */
 void handover_serve_stop(void);

@@ -43,6 +43,7 @@
 #define LOCK_TOKEN_BYTES 16
 #define LOCK_BACKOFF_MIN_MS 5
 #define LOCK_BACKOFF_MAX_MS 100
+#define LOCK_CHECK_POLL_MS 10   /* a LOCK waiting for the hand-over check (lock_in_grace) */
 #define LOCK_FENCE_PREFIX "sluice:fence:{"
 /* Longest ttl_ms: half of LLONG_MAX, so that Redis's clock plus it never
  * overflows (Redis refuses that as an invalid expire time). */
@@ -188,7 +189,8 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
-    if (server_now_ms() >= op->deadline_ms) {
+    /* Without WAIT only the hand-over check holds an op (lock_in_grace). */
+    if (op->wait && server_now_ms() >= op->deadline_ms) {
         reply_nil(client_reply_buffer(op->req->client, op->req), op->req->client->resp);
         lock_finish(op);
         return;
@@ -403,17 +405,35 @@ static int lock_answered_lost(struct lock_op *op)
     return 1;
 }
 
+/* Arm OP's timer for DELAY ms (lock_timer_cb sends it again). */
+static void lock_retry_in(struct lock_op *op, uint64_t delay)
+{
+    struct timeval tv = {(time_t)(delay / 1000), (suseconds_t)(delay % 1000) * 1000};
+
+    if (op->timer == NULL)
+        op->timer = evtimer_new(server.base, lock_timer_cb, op);
+    evtimer_add(op->timer, &tv);
+}
+
 /* A LOCK on a shard in its failover grace: answered TRYAGAIN, or with
  * WAIT tried again when the grace ends (or answered nil at its
- * deadline). Returns 1 when OP was answered or waits. */
+ * deadline). Right after a hand-over, while this sluice checks that the
+ * primary is the one the old sluice watched (a few ms), it is looked at
+ * again every LOCK_CHECK_POLL_MS instead: the check usually lifts the
+ * start-up grace. Returns 1 when OP was answered or waits. */
 static int lock_in_grace(struct lock_op *op)
 {
     uint64_t now = server_now_ms(), left = lockgrace_left_ms(slot_for_key(op->key, op->keylen));
-    uint64_t delay;
-    struct timeval tv;
+    uint64_t checking = lockgrace_checking_ms();
 
     if (op->verb != LOCK_ACQUIRE || left == 0)
         return 0;
+    if (checking > 0 && (!op->wait || now < op->deadline_ms)) {
+        uint64_t delay = checking < LOCK_CHECK_POLL_MS ? checking : LOCK_CHECK_POLL_MS;
+        lock_retry_in(op, op->wait && op->deadline_ms - now < delay ? op->deadline_ms - now
+                                                                      : delay);
+        return 1;
+    }
     if (!op->wait || now >= op->deadline_ms) {
         reply_error(client_reply_buffer(op->req->client, op->req),
                     "-TRYAGAIN lock grants resume on this shard in %llu ms (failover grace)",
@@ -422,12 +442,7 @@ static int lock_in_grace(struct lock_op *op)
         lock_finish(op);
         return 1;
     }
-    delay = left < op->deadline_ms - now ? left : op->deadline_ms - now;
-    tv.tv_sec = (time_t)(delay / 1000);
-    tv.tv_usec = (suseconds_t)(delay % 1000) * 1000;
-    if (op->timer == NULL)
-        op->timer = evtimer_new(server.base, lock_timer_cb, op);
-    evtimer_add(op->timer, &tv);
+    lock_retry_in(op, left < op->deadline_ms - now ? left : op->deadline_ms - now);
     return 1;
 }
 

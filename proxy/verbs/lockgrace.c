@@ -17,6 +17,14 @@ static long long lockgrace_epochs[SLOT_COUNT];
 static uint32_t lockgrace_gens[SLOT_COUNT];    /* graces begun: a grant that straddles one
                                                   is not trusted (lockgrace_generation) */
 
+/* What the sluice this one replaced passed on (lockgrace_inherit). */
+static struct {
+    int pending;
+    uint64_t check_until;   /* server clock, ms: given up after this */
+    uint64_t grace_until;
+    long long epoch;
+} lockgrace_inherited;
+
 /* The failover grace in ms: lock_failover_grace_ms, unset meaning
  * lock_max_ttl_ms (no lock granted before a change outlives it). */
 static long long lockgrace_ms(void)
@@ -72,4 +80,46 @@ void lockgrace_adopt_epoch(long long seen)
         if (seen > lockgrace_epochs[s])
             lockgrace_epochs[s] = seen;
     }
+}
+
+void lockgrace_export(long long *grace_left_ms, long long *epoch)
+{
+    *grace_left_ms = (long long)lockgrace_left_ms(0);
+    *epoch = lockgrace_epochs[0];
+}
+
+void lockgrace_inherit(long long grace_left_ms, long long epoch)
+{
+    uint64_t now = server_now_ms();
+
+    lockgrace_inherited.pending = 1;
+    lockgrace_inherited.check_until = now + LOCKGRACE_CHECK_MS;
+    lockgrace_inherited.grace_until = now + (uint64_t)(grace_left_ms > 0 ? grace_left_ms : 0);
+    lockgrace_inherited.epoch = epoch;
+}
+
+void lockgrace_confirmed(void)
+{
+    uint64_t now = server_now_ms(), until = lockgrace_inherited.grace_until;
+
+    if (!lockgrace_inherited.pending)
+        return;
+    lockgrace_inherited.pending = 0;
+    /* Only start-up and the first contact began graces here (primary.c
+     * confirms only then): the replaced sluice's watch covers that time. */
+    for (int s = 0; s < SLOT_COUNT; s++)
+        lockgrace_until[s] = until;
+    lockgrace_adopt_epoch(lockgrace_inherited.epoch);
+    log_notice("lock: the primary did not change across the hand-over: the start-up grace is "
+               "lifted (%llu ms of the old sluice's grace left), fence epoch %lld",
+               (unsigned long long)(until > now ? until - now : 0), lockgrace_epochs[0]);
+}
+
+uint64_t lockgrace_checking_ms(void)
+{
+    uint64_t now = server_now_ms();
+
+    if (!lockgrace_inherited.pending || now >= lockgrace_inherited.check_until)
+        return 0;
+    return lockgrace_inherited.check_until - now;
 }

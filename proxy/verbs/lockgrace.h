@@ -30,4 +30,26 @@ uint32_t lockgrace_generation(int slot);
  * take it when higher. */
 void lockgrace_adopt_epoch(long long seen);
 
+/* Hand-over (README "Restart and upgrade"), standalone and Sentinel mode:
+ * what the running sluice passes on, and what the new one does with it. */
+
+/* The grace left on the shard (ms) and its fence epoch. */
+void lockgrace_export(long long *grace_left_ms, long long *epoch);
+
+/* New sluice: the one it replaced had GRACE_LEFT_MS of grace left and
+ * fence epoch EPOCH. Kept aside until lockgrace_confirmed, and for at
+ * most LOCKGRACE_CHECK_MS: meanwhile lockgrace_checking_ms says a LOCK
+ * should wait for the check rather than be refused. */
+void lockgrace_inherit(long long grace_left_ms, long long epoch);
+
+#define LOCKGRACE_CHECK_MS 2000
+
+/* The primary is the one the replaced sluice watched (primary.h's
+ * confirmed hook): its grace replaces the start-up one, its epoch is
+ * taken when higher. */
+void lockgrace_confirmed(void);
+
+/* Milliseconds left to wait for that check (0: none pending). */
+uint64_t lockgrace_checking_ms(void);
+
 #endif

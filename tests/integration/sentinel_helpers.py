@@ -160,10 +160,12 @@ class SentinelTopology:
             n.stop()
 
 
-def sentinel_sluice(tmpdir, topo, master=MASTER, start=True, sentinels=None, **extra):
+def sentinel_sluice(tmpdir, topo, master=MASTER, start=True, sentinels=None, listen_ports=None,
+                    **extra):
     """A sluice in Sentinel mode in front of TOPO (its Sentinels, or the
-    `sentinel =` value SENTINELS). EXTRA: more [proxy] keys."""
-    s = Sluice(tmpdir, 0, extra=extra)
+    `sentinel =` value SENTINELS), on LISTEN_PORTS (default: a free one).
+    EXTRA: more [proxy] keys."""
+    s = Sluice(tmpdir, 0, listen_ports=listen_ports, extra=extra)
     text = s.config_path.read_text().replace(
         "backend = 127.0.0.1:0\n",
         f"sentinel = {sentinels or topo.sentinel_list()}\nsentinel_master = {master}\n")

@@ -374,3 +374,76 @@ def test_metrics_listener_is_handed_over_too(redis_factory, sluice_factory):
     with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5) as f:
         text = f.read().decode()
     assert "sluice_build_info" in text
+
+
+def _lock(client, *args):
+    """LOCK's reply, or its error text."""
+    try:
+        return client.execute_command("LOCK", *args)
+    except redis.ResponseError as e:
+        return str(e)
+
+
+def _granting(port, grace_ms):
+    """A client of the sluice on PORT, once its start-up grace is over."""
+    c = redis.Redis(port=port, socket_timeout=10 * SLOW)
+    wait_until(lambda: isinstance(_lock(c, "probe", 100), bytes), grace_ms / 1000 + 10 * SLOW,
+               msg="the start-up lock grace to end")
+    return c
+
+
+def test_handover_keeps_granting_locks_on_the_same_primary(redis_factory, sluice_factory):
+    """A hand-over restart does not begin the start-up lock grace: the old
+    sluice passes on the primary's master_replid, its grace and its fence
+    epoch; the new one finds the same primary and grants at once (its own
+    grace, 60 s here, would refuse every LOCK), fences going on upwards."""
+    srv = redis_factory()
+    port = free_port()
+    old = sluice_factory(srv.port, listen_ports=[port], lock_failover_grace_ms=500)
+    fence = _granting(port, 500).execute_command("LOCK", "k", 200, "FENCE")[1]
+    new = _take_over(sluice_factory, srv.port, old, [port], lock_failover_grace_ms=60000)
+    c = redis.Redis(port=port, socket_timeout=10 * SLOW)
+    got = _lock(c, "k", 60000, "FENCE", "WAIT", 5000)
+    assert isinstance(got, list) and got[1] > fence, got
+    assert _log_has(new, "no failover between the two")
+    assert _log_has(new, "the start-up grace is lifted")
+
+
+def test_handover_lock_waits_for_the_primary_check(redis_factory, sluice_factory):
+    """A LOCK that reaches the new sluice before it has seen the primary
+    is held for that check (at most 2 s) rather than refused with the
+    start-up grace's TRYAGAIN: here Redis is stopped across the
+    hand-over, and the LOCK, sent first, is granted once it answers."""
+    srv = redis_factory()
+    port = free_port()
+    old = sluice_factory(srv.port, listen_ports=[port], lock_failover_grace_ms=500)
+    _granting(port, 500)
+    os.kill(srv.proc.pid, signal.SIGSTOP)
+    try:
+        _take_over(sluice_factory, srv.port, old, [port], lock_failover_grace_ms=60000)
+        with RawConn(port, timeout=10 * SLOW) as conn:
+            conn.send(encode_command("LOCK", "k", "60000"))
+            time.sleep(0.3)
+            os.kill(srv.proc.pid, signal.SIGCONT)
+            got = conn.read_reply()
+    finally:
+        os.kill(srv.proc.pid, signal.SIGCONT)
+    assert isinstance(got, bytes) and len(got) == 32, got
+
+
+def test_handover_begins_the_grace_when_the_primary_changed(redis_factory, sluice_factory):
+    """The primary's master_replid changes just before the hand-over:
+    whether the old sluice saw it (its grace goes over with it) or not
+    (the new one sees another replid than the one passed on), the new
+    sluice grants no lock right after."""
+    srv = redis_factory("--enable-debug-command", "yes")
+    port = free_port()
+    grace = int(5000 * SLOW)
+    old = sluice_factory(srv.port, listen_ports=[port], lock_failover_grace_ms=grace)
+    _granting(port, grace)
+    srv.client().execute_command("DEBUG", "CHANGE-REPL-ID")
+    new = _take_over(sluice_factory, srv.port, old, [port], lock_failover_grace_ms=grace)
+    got = _lock(redis.Redis(port=port, socket_timeout=10 * SLOW), "k", 1000)
+    assert isinstance(got, str) and got.startswith("TRYAGAIN lock grants resume"), got
+    assert not _log_has(new, "the start-up grace is lifted") or \
+        _log_has(old, "master_replid changed")

@@ -458,6 +458,28 @@ def sentinel_pair(tmp_path):
         t.stop()
 
 
+def test_sentinel_handover_keeps_granting_locks(sentinel_pair, sentinel_sluices):
+    """Sentinel mode passes the primary's master_replid on at a hand-over
+    as standalone mode does: the new sluice (60 s of grace of its own)
+    grants at once, and its fences go on from the old one's."""
+    from helpers import free_port
+    port = free_port()
+    old = sentinel_sluices(sentinel_pair, listen_ports=[port], lock_failover_grace_ms=500)
+    c = redis.Redis(port=port, socket_timeout=10 * SLOW)
+    first = wait_until(lambda: c.execute_command("LOCK", "k", 200, "FENCE"), 10 * SLOW,
+                       msg="the start-up grace to end")
+    new = sentinel_sluices(sentinel_pair, start=False, listen_ports=[port],
+                           lock_failover_grace_ms=60000)
+    new.start(ready_timeout=20 * SLOW)
+    wait_until(lambda: "stopped accepting" in new.log_path.read_text(), 10 * SLOW,
+               msg="the new sluice to take over")
+    assert old.proc.wait(timeout=15 * SLOW) == 0
+    c = redis.Redis(port=port, socket_timeout=10 * SLOW)
+    got = c.execute_command("LOCK", "k", 60000, "FENCE", "WAIT", 5000)
+    assert isinstance(got, list) and got[1] > first[1], got
+    assert "no failover between the two" in new.log_path.read_text()
+
+
 def sentinel_replica(topo):
     """The data node the Sentinels do not name, once it is an online
     replica of the one they do."""
