@@ -34,6 +34,7 @@ static int primary_asking;   /* an INFO is out */
 static primary_confirmed_fn *primary_confirm_hook;
 static char primary_inherited[PRIMARY_REPLID_LEN + 1];   /* handed over; "" once settled */
 static int primary_real_changes;   /* changes reported other than the first contact */
+static int primary_info_refused;   /* Redis refused INFO, and the log said so */
 
 void primary_set_changed_hook(primary_changed_fn *fn)
 {
@@ -171,8 +172,18 @@ static void primary_info_reply(struct request *req, struct evbuffer *src, size_t
     evbuffer_remove(src, text, n);
     evbuffer_drain(src, len - n);
     text[n] = '\0';
-    if (type == REPLY_STRING)
+    if (type == REPLY_STRING) {
+        primary_info_refused = 0;
         primary_seen(text);
+    } else if (type == REPLY_ERROR && !primary_info_refused) {
+        /* Said once (again after INFO worked): the operator must know
+         * that the locks' failover watch is off, and why. */
+        primary_info_refused = 1;
+        log_warning("primary: Redis refuses INFO to sluice's backend user (%.*s): the "
+                    "master_replid watch is blind, and in standalone mode a failover begins "
+                    "no lock grace; allow +info to that user",
+                    (int)strcspn(text + 1, "\r\n"), text + 1);
+    }
     free(text);
     request_free(req);
 }

@@ -152,6 +152,22 @@ def test_unreplicated_lock_overlaps_without_acks_and_grace(redis_factory, sluice
     assert second[1] > first[1] > 0
 
 
+def test_info_refused_is_logged_once(redis_factory, sluice_factory):
+    """A backend user that may not run INFO (-@dangerous, a common
+    hardening) leaves the standalone master_replid watch blind: the log
+    says so once, with Redis's words and the fix, not every second."""
+    srv = redis_factory()
+    srv.client().execute_command("ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all",
+                                 "-@dangerous")
+    s = sluice_factory(srv.port, backend_user="app", backend_password="pw")
+    wait_until(lambda: "refuses INFO" in s.log_path.read_text(), 5 * SLOW,
+               msg="the warning")
+    time.sleep(2.5)   # the watch asks every second
+    lines = [ln for ln in s.log_path.read_text().splitlines() if "refuses INFO" in ln]
+    assert len(lines) == 1, lines
+    assert "NOPERM" in lines[0] and "allow +info" in lines[0], lines[0]
+
+
 def test_acks_never_grant_unreplicated(redis_factory, sluice_factory):
     """ACKS 1: a grant is answered once the replica has it; with the
     replica stalled (SIGSTOP) the grant is given back and NOREPLICAS
