@@ -516,6 +516,7 @@ static void main_register_hooks(void)
     backend_set_node_up_hook(main_node_up);
     primary_set_changed_hook(lockgrace_primary_changed);
     primary_set_confirmed_hook(lockgrace_confirmed);
+    primary_set_epoch_hook(lockgrace_adopt_epoch);
 }
 
 /* Stop accepting and drain: every client is answered up to a request

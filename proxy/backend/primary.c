@@ -35,6 +35,8 @@ static primary_confirmed_fn *primary_confirm_hook;
 static char primary_inherited[PRIMARY_REPLID_LEN + 1];   /* handed over; "" once settled */
 static int primary_real_changes;   /* changes reported other than the first contact */
 static int primary_info_refused;   /* Redis refused INFO, and the log said so */
+static int primary_switch_reported;   /* the next new replid is a switch already reported */
+static primary_epoch_fn *primary_epoch_hook;
 
 void primary_set_changed_hook(primary_changed_fn *fn)
 {
@@ -59,6 +61,17 @@ void primary_changed(int first, int last, long long epoch, const char *why)
 {
     primary_real_changes++;
     primary_report(first, last, epoch, why);
+}
+
+void primary_switched(const char *why)
+{
+    primary_changed(0, SLOT_COUNT - 1, 0, why);
+    primary_switch_reported = 1;
+}
+
+void primary_set_epoch_hook(primary_epoch_fn *fn)
+{
+    primary_epoch_hook = fn;
 }
 
 int primary_export(char *replid, long long *epoch)
@@ -158,6 +171,13 @@ static void primary_seen(const char *text)
     /* The primary the sluice before this one watched: nothing to report. */
     if (first && primary_settle_inherited())
         return;
+    if (primary_switch_reported) {
+        primary_switch_reported = 0;
+        log_info("primary: the new primary's master_replid is %s, epoch %lld", replid, epoch);
+        if (epoch > 0 && primary_epoch_hook != NULL)
+            primary_epoch_hook(epoch);
+        return;
+    }
     if (first)
         primary_report(0, SLOT_COUNT - 1, epoch, "first contact with the primary");
     else

@@ -23,6 +23,17 @@ void primary_set_changed_hook(primary_changed_fn *fn);
 /* Report a change (cluster.c, the standalone watch, Sentinel mode). */
 void primary_changed(int first, int last, long long epoch, const char *why);
 
+/* Sentinel mode: Sentinel switched the primary (reported here, WHY for
+ * the log). The new primary's master_replid, when the watch reads it,
+ * is the same change: it only brings the epoch (the epoch hook), not a
+ * second grace. */
+void primary_switched(const char *why);
+
+/* Register FN (main.c): a primary's epoch learnt after its change was
+ * reported (primary_switched). */
+typedef void primary_epoch_fn(long long epoch);
+void primary_set_epoch_hook(primary_epoch_fn *fn);
+
 /* Standalone and Sentinel mode: NODE's first shared connection connected
  * (the node-up hook, through main.c), or Sentinel made NODE the primary:
  * ask its master_replid now, and every second from then on. A replid

@@ -618,7 +618,7 @@ static void sentinel_confirm(const char *name)
      * for any new master_replid) follows from its INFO: Sentinel's config
      * epoch is no time, and need not be above the one the last change
      * used. */
-    primary_changed(0, SLOT_COUNT - 1, 0, "sentinel switched the primary");
+    primary_switched("sentinel switched the primary");
     primary_node_up(node);
     sentinel_switches++;
     (*sentinel_metric_switches)++;

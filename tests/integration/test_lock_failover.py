@@ -553,7 +553,7 @@ def test_sentinel_unreplicated_lock_overlaps_without_acks_and_grace(sentinel_pai
     with acks 0 and the grace off, both are granted again, one through the
     same sluice, one through another. The oracle must see both overlaps
     (the checker works); fences still go up (the promoted primary's epoch
-    is its clock)."""
+    is its clock); the switch counts as one primary change."""
     topo = sentinel_pair
     cfg = {"lock_replica_acks": 0, "lock_failover_grace_ms": 0}
     one, two = sentinel_sluices(topo, **cfg), sentinel_sluices(topo, **cfg)
@@ -561,6 +561,7 @@ def test_sentinel_unreplicated_lock_overlaps_without_acks_and_grace(sentinel_pai
     first = [lock(oracle, one.client(), k, "a", 30000, "FENCE") for k in ("same", "other")]
     assert all(isinstance(f, list) for f in first), first
     lose_on_replica(sentinel_replica(topo), ["same", "other"])
+    graces = proxy_info(one, "lock_failover_graces")
     sentinel_failover(topo, [one, two])
     again = [lock(oracle, one.client(), "same", "b", 30000, "FENCE"),
              lock(oracle, two.client(), "other", "c", 30000, "FENCE")]
@@ -569,6 +570,9 @@ def test_sentinel_unreplicated_lock_overlaps_without_acks_and_grace(sentinel_pai
     assert len(problems) == 2, problems
     assert "same: b granted" in problems[0] and "other: c granted" in problems[1]
     assert again[0][1] > first[0][1] and again[1][1] > first[1][1]
+    # One change, counted once: the switch; the new primary's replid
+    # (read by then: the fences used its epoch) only brings the epoch.
+    assert proxy_info(one, "lock_failover_graces") == graces + 1
 
 
 def keep_lock(oracle, conn, key, owner, ttl_ms):
