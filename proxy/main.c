@@ -564,7 +564,11 @@ static void main_handover_state(char *buf, size_t size)
     if (primary_export(replid, &epoch) != 0)
         return;
     lockgrace_export(&grace_ms, &fence_epoch);
-    snprintf(buf, size, "lock=%s,%lld,%lld,%lld", replid, epoch, grace_ms, fence_epoch);
+    /* Cut words would pass a wrong number on: then none at all (the new
+     * sluice begins the start-up grace). */
+    if ((size_t)snprintf(buf, size, "lock=%s,%lld,%lld,%lld", replid, epoch, grace_ms,
+                         fence_epoch) >= size)
+        buf[0] = '\0';
 }
 
 /* New sluice: take what the running one passed on (TAKE's state words),
