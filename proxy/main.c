@@ -515,7 +515,7 @@ static void main_register_hooks(void)
     cluster_set_split_wants(cluster_split_wants);
     backend_set_node_up_hook(main_node_up);
     primary_set_changed_hook(lockgrace_primary_changed);
-    primary_set_confirmed_hook(lockgrace_confirmed);
+    primary_set_checked_hook(lockgrace_checked);
     primary_set_epoch_hook(lockgrace_adopt_epoch);
 }
 

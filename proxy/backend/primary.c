@@ -31,7 +31,7 @@ static long long primary_epoch;   /* the last epoch reported */
 static struct event *primary_timer;
 static struct backend_node *primary_node;
 static int primary_asking;   /* an INFO is out */
-static primary_confirmed_fn *primary_confirm_hook;
+static primary_checked_fn *primary_checked_hook;
 static char primary_inherited[PRIMARY_REPLID_LEN + 1];   /* handed over; "" once settled */
 static int primary_real_changes;   /* changes reported other than the first contact */
 static int primary_info_refused;   /* Redis refused INFO, and the log said so */
@@ -43,9 +43,9 @@ void primary_set_changed_hook(primary_changed_fn *fn)
     primary_hook = fn;
 }
 
-void primary_set_confirmed_hook(primary_confirmed_fn *fn)
+void primary_set_checked_hook(primary_checked_fn *fn)
 {
-    primary_confirm_hook = fn;
+    primary_checked_hook = fn;
 }
 
 /* Report a change to the hook. */
@@ -83,9 +83,9 @@ int primary_export(char *replid, long long *epoch)
     return 0;
 }
 
-/* Settle an inherited replid against the one seen (not "" here): the
- * same and nothing changed since start -> the confirmed hook. Returns 1
- * when it was confirmed. */
+/* Settle an inherited replid against the one seen (not "" here) and tell
+ * the checked hook. Returns 1 when it is the same and nothing changed
+ * since start. */
 static int primary_settle_inherited(void)
 {
     int same = strcmp(primary_inherited, primary_replid) == 0 && primary_real_changes == 0;
@@ -95,13 +95,13 @@ static int primary_settle_inherited(void)
     if (same) {
         log_notice("primary: master_replid %s is the one the sluice before this one watched: "
                    "no failover between the two", primary_replid);
-        if (primary_confirm_hook != NULL)
-            primary_confirm_hook();
     } else {
         log_notice("primary: master_replid %s, the sluice before this one saw %s: the primary "
                    "changed", primary_replid, primary_inherited);
     }
     primary_inherited[0] = '\0';
+    if (primary_checked_hook != NULL)
+        primary_checked_hook(same);
     return same;
 }
 

@@ -44,12 +44,14 @@ void primary_set_epoch_hook(primary_epoch_fn *fn);
  * replica). */
 void primary_node_up(struct backend_node *node);
 
-/* The primary is the one the sluice this one replaced watched (a
- * hand-over, primary_inherit): no change, and none seen since start. */
-typedef void primary_confirmed_fn(void);
+/* The primary was checked against the one the sluice this one replaced
+ * watched (a hand-over, primary_inherit): SAME is 1 when it is that one
+ * and no change was seen since start, 0 otherwise (a change, reported as
+ * always). */
+typedef void primary_checked_fn(int same);
 
 /* Register FN (main.c, once at start). */
-void primary_set_confirmed_hook(primary_confirmed_fn *fn);
+void primary_set_checked_hook(primary_checked_fn *fn);
 
 /* Standalone and Sentinel mode: the master_replid last seen into REPLID
  * (PRIMARY_REPLID_LEN + 1 bytes) and the last epoch reported into EPOCH.
@@ -60,8 +62,8 @@ int primary_export(char *replid, long long *epoch);
 /* A new sluice, handed over to: the running one last saw master_replid
  * REPLID with EPOCH. When this sluice's own first look at the primary
  * (before it, or already done) finds the same replid and no change was
- * reported meanwhile, the confirmed hook runs, once, instead of a
- * "first contact" change; another replid is a change as always. Epochs
+ * reported meanwhile, there is no "first contact" change; another replid
+ * is a change as always. Either way the checked hook runs, once. Epochs
  * go on from EPOCH. Ignored in cluster mode. */
 void primary_inherit(const char *replid, long long epoch);
 

@@ -98,13 +98,15 @@ void lockgrace_inherit(long long grace_left_ms, long long epoch)
     lockgrace_inherited.epoch = epoch;
 }
 
-void lockgrace_confirmed(void)
+void lockgrace_checked(int same)
 {
     uint64_t now = server_now_ms(), until = lockgrace_inherited.grace_until;
 
     if (!lockgrace_inherited.pending)
         return;
     lockgrace_inherited.pending = 0;
+    if (!same)
+        return;
     /* Only start-up and the first contact began graces here (primary.c
      * confirms only then): the replaced sluice's watch covers that time. */
     for (int s = 0; s < SLOT_COUNT; s++)

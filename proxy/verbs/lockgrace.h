@@ -37,17 +37,17 @@ void lockgrace_adopt_epoch(long long seen);
 void lockgrace_export(long long *grace_left_ms, long long *epoch);
 
 /* New sluice: the one it replaced had GRACE_LEFT_MS of grace left and
- * fence epoch EPOCH. Kept aside until lockgrace_confirmed, and for at
- * most LOCKGRACE_CHECK_MS: meanwhile lockgrace_checking_ms says a LOCK
+ * fence epoch EPOCH. Kept aside until lockgrace_checked; until then, and
+ * for at most LOCKGRACE_CHECK_MS, lockgrace_checking_ms says a LOCK
  * should wait for the check rather than be refused. */
 void lockgrace_inherit(long long grace_left_ms, long long epoch);
 
-#define LOCKGRACE_CHECK_MS 2000
+#define LOCKGRACE_CHECK_MS 5000
 
-/* The primary is the one the replaced sluice watched (primary.h's
- * confirmed hook): its grace replaces the start-up one, its epoch is
- * taken when higher. */
-void lockgrace_confirmed(void);
+/* The primary was checked (primary.h's checked hook). SAME: it is the
+ * one the replaced sluice watched, and its grace replaces the start-up
+ * one, its epoch taken when higher; else the start-up grace stays. */
+void lockgrace_checked(int same);
 
 /* Milliseconds left to wait for that check (0: none pending). */
 uint64_t lockgrace_checking_ms(void);

@@ -411,16 +411,22 @@ def test_handover_keeps_granting_locks_on_the_same_primary(redis_factory, sluice
 
 def test_handover_lock_waits_for_the_primary_check(redis_factory, sluice_factory):
     """A LOCK that reaches the new sluice before it has seen the primary
-    is held for that check (at most 2 s) rather than refused with the
-    start-up grace's TRYAGAIN: here Redis is stopped across the
-    hand-over, and the LOCK, sent first, is granted once it answers."""
+    is held for that check (up to 5 s after its start) rather than
+    refused with the start-up grace's TRYAGAIN: here Redis is stopped
+    across the hand-over, and the LOCK, sent first, is granted once it
+    answers."""
     srv = redis_factory()
     port = free_port()
     old = sluice_factory(srv.port, listen_ports=[port], lock_failover_grace_ms=500)
     _granting(port, 500)
     os.kill(srv.proc.pid, signal.SIGSTOP)
     try:
-        _take_over(sluice_factory, srv.port, old, [port], lock_failover_grace_ms=60000)
+        new = sluice_factory(srv.port, start=False, listen_ports=[port],
+                             lock_failover_grace_ms=60000)
+        new.start()
+        # From here new connections are the new sluice's.
+        wait_until(lambda: _log_has(new, "stopped accepting"), 10 * SLOW,
+                   msg="the new sluice to take over")
         with RawConn(port, timeout=10 * SLOW) as conn:
             conn.send(encode_command("LOCK", "k", "60000"))
             time.sleep(0.3)
