@@ -143,7 +143,7 @@ static int primary_info_field(const char *text, const char *field, char *out, si
 static void primary_seen(const char *text)
 {
     char role[16], replid[PRIMARY_REPLID_LEN + 1], replid2[PRIMARY_REPLID_LEN + 1], usec[32];
-    int first = primary_replid[0] == '\0', promoted;
+    int first = primary_replid[0] == '\0', promoted, continues;
     long long epoch;
 
     if (!primary_info_field(text, "role:", role, sizeof(role)) || strcmp(role, "master") != 0 ||
@@ -167,12 +167,17 @@ static void primary_seen(const char *text)
         epoch = primary_epoch + 1;
     if (epoch > 0)
         primary_epoch = epoch;
+    /* After a switch already reported: a replica promoted from the primary
+     * seen before (its replid2 is that one's replid) is that switch; any
+     * other replid (a restart without the data, failovers missed) is one
+     * more change. */
+    continues = primary_switch_reported && !first && strcmp(replid2, primary_replid) == 0;
+    primary_switch_reported = 0;
     memcpy(primary_replid, replid, sizeof(primary_replid));
     /* The primary the sluice before this one watched: nothing to report. */
     if (first && primary_settle_inherited())
         return;
-    if (primary_switch_reported) {
-        primary_switch_reported = 0;
+    if (continues) {
         log_info("primary: the new primary's master_replid is %s, epoch %lld", replid, epoch);
         if (epoch > 0 && primary_epoch_hook != NULL)
             primary_epoch_hook(epoch);

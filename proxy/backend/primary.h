@@ -24,9 +24,10 @@ void primary_set_changed_hook(primary_changed_fn *fn);
 void primary_changed(int first, int last, long long epoch, const char *why);
 
 /* Sentinel mode: Sentinel switched the primary (reported here, WHY for
- * the log). The new primary's master_replid, when the watch reads it,
- * is the same change: it only brings the epoch (the epoch hook), not a
- * second grace. */
+ * the log). The new primary's master_replid, when the watch reads it, is
+ * the same change if its master_replid2 is the replid seen before (a
+ * replica of the old primary, promoted): it only brings the epoch (the
+ * epoch hook), not a second grace. */
 void primary_switched(const char *why);
 
 /* Register FN (main.c): a primary's epoch learnt after its change was
