@@ -72,20 +72,39 @@ class Pipeliner(threading.Thread):
 
 
 class SwitchWatcher(threading.Thread):
-    """Subscribed to +switch-master on a Sentinel: the time it is heard."""
+    """Subscribed to +switch-master on a Sentinel: the times it is heard
+    (at_ms: the first; a loaded machine may see Sentinel fail over once
+    more), until stop()."""
 
     def __init__(self, sentinel):
         super().__init__(daemon=True)
         self.ps = sentinel.client(socket_timeout=None).pubsub()
         self.ps.subscribe("+switch-master")
         self.ps.get_message(timeout=5)   # the confirmation
-        self.at_ms = None
+        self.times = []
+        self.done = threading.Event()
+
+    @property
+    def at_ms(self):
+        return self.times[0] if self.times else None
 
     def run(self):
-        for msg in self.ps.listen():
-            if msg["type"] == "message":
-                self.at_ms = monotonic_ms()
+        while not self.done.is_set():
+            try:
+                msg = self.ps.get_message(timeout=0.1)
+            except (redis.ConnectionError, OSError):
                 return
+            if msg is not None and msg["type"] == "message":
+                self.times.append(monotonic_ms())
+
+    def in_window(self, t, window_ms):
+        """T is within WINDOW_MS after a switch heard."""
+        return any(s <= t <= s + window_ms for s in self.times)
+
+    def stop(self):
+        self.done.set()
+        self.join(5)
+        self.ps.close()
 
 
 def metric(mport, name):
@@ -105,11 +124,25 @@ def start_pipeliners(s, count=4):
     return ps
 
 
-def assert_writes_on(s, node, count=50):
+def settled_primary(topo, s):
+    """The primary's port once the Sentinels agree on it and sluice serves
+    it. Not always the one a test saw promoted: on a loaded machine (the
+    sanitizer build) Sentinel may fail over once more within seconds
+    (seen: 41203 promoted after the kill, then 58025 two seconds later;
+    sluice followed both)."""
+    def settled():
+        port = topo.current_primary_port()
+        return port if port is not None and \
+            s.info()["sentinel_primary"] == f"127.0.0.1:{port}" else None
+    return wait_until(settled, 20 * SLOW, msg="the Sentinels and sluice agreeing on a primary")
+
+
+def assert_writes_on(s, topo, count=50):
+    """Writes through S land on the primary the Sentinels name."""
     c = s.client()
     for i in range(count):
         assert c.set(f"after:{i}", i) is True
-    direct = node.client()
+    direct = topo.node_by_port(settled_primary(topo, s)).client()
     assert [direct.get(f"after:{i}") for i in range(count)] == \
         [str(i).encode() for i in range(count)]
 
@@ -139,21 +172,24 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     old.proc.wait()
     time.sleep(0.2)
     sub.send_command("SUBSCRIBE", "extra")   # while it waits to be subscribed again
-    new_port = wait_primary_switch(topo, old.port)
-    watcher.join(30 * SLOW)
-    assert watcher.at_ms is not None, "no +switch-master heard"
+    wait_primary_switch(topo, old.port)
+    wait_until(lambda: watcher.at_ms is not None, 30 * SLOW, msg="+switch-master heard")
     # Clients keep going on the new primary for a while.
     time.sleep(1.0 * SLOW)
     for w in workers:
         w.finish()
     for w in workers:
         assert w.closed is None, f"client {w.idx} lost its connection: {w.closed}"
+        # Between the death and the switch, or just after a switch (a
+        # second one, when Sentinel fails over again on a loaded machine).
         late = [(t - watcher.at_ms, e) for t, e in w.errors
-                if t < death_ms or t > watcher.at_ms + 500 * SLOW]
+                if t < death_ms or (t > watcher.at_ms and
+                                    not watcher.in_window(t, 500 * SLOW))]
         assert late == [], f"errors outside the failover window (ms after switch): {late}"
         assert all(e == FAILOVER_ERROR for _, e in w.errors), w.errors
-    new = topo.node_by_port(new_port)
-    assert_writes_on(s, new)
+    watcher.stop()
+    assert_writes_on(s, topo)
+    new = topo.node_by_port(settled_primary(topo, s))
     # The blocked client got its error and keeps its connection.
     got = blocked.read_reply(timeout=30 * SLOW)
     assert isinstance(got, Err), got
@@ -177,11 +213,13 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     m = sub.read_reply(timeout=10 * SLOW)
     assert m == [b"message", b"extra", b"x"], m
     info = s.info()
-    assert info["sentinel_primary"] == f"127.0.0.1:{new_port}"
-    assert int(info["sentinel_switches"]) == 1
-    assert metric(mport, "sluice_sentinel_switches_total") == 1.0
+    assert info["sentinel_primary"] == f"127.0.0.1:{new.port}"
+    switches = len(watcher.times)   # 1; 2 when Sentinel failed over again
+    assert int(info["sentinel_switches"]) == switches
+    assert metric(mport, "sluice_sentinel_switches_total") == switches
     log = s.log_path.read_text()
-    assert f"switched from 127.0.0.1:{old.port} to 127.0.0.1:{new_port}" in log
+    assert f"switched from 127.0.0.1:{old.port} to 127.0.0.1:" in log
+    assert f" to 127.0.0.1:{new.port} (epoch" in log
     for c in (sub, psub, blocked):
         c.close()
 
@@ -229,7 +267,7 @@ def test_planned_failover_no_errors(topo, sentinel_sluices):
     for w in workers:
         assert w.closed is None, f"client {w.idx} lost its connection: {w.closed}"
         assert w.errors == [], f"client {w.idx}: {w.errors[:5]}"
-    assert_writes_on(s, topo.node_by_port(new_port))
+    assert_writes_on(s, topo)
 
 
 def test_old_primary_back_as_replica_gets_nothing(topo, sentinel_sluices):
