@@ -1,10 +1,13 @@
-/* primary.c - owns the "primary changed" hook and, in standalone mode, the
- * watch of the primary's master_replid (INFO server replication, on each
- * reconnect and every PRIMARY_WATCH_MS). It knows nothing of locks: it
- * only calls the hook an upper layer registered.
+/* primary.c - owns the "primary changed" hook and, in standalone and
+ * Sentinel mode, the watch of the primary's master_replid (INFO server
+ * replication, on each reconnect and every PRIMARY_WATCH_MS), with what a
+ * hand-over passes on of it. It knows nothing of locks: it only calls the
+ * hooks an upper layer registered.
  *
  *   node up / every second -> INFO server replication on sluice's own conn
  *   role:master, master_replid X  (first seen, or != last) -> hook(0..16383)
+ *   first seen == the replid a hand-over passed on -> checked hook (same)
+ *   after a Sentinel switch, replid2 == the last replid -> epoch hook only
  */
 #include "primary.h"
 

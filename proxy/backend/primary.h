@@ -40,7 +40,8 @@ void primary_set_epoch_hook(primary_epoch_fn *fn);
  * ask its master_replid now, and every second from then on. A replid
  * other than the one seen before is a new primary (a promoted replica, or
  * a restart that lost the data set); the first one seen is reported too
- * (sluice cannot know what was granted before it). Does nothing in
+ * (sluice cannot know what was granted before it), unless it is the one
+ * a hand-over passed on (primary_inherit). Does nothing in
  * cluster mode, nor for a node that is not the primary (a read_from
  * replica). */
 void primary_node_up(struct backend_node *node);

@@ -87,7 +87,8 @@ int lock_init(void)
     lockheld_init(lock_script_release, lock_script_renew);
     lockqueue_set_waker(lock_woken);
     /* Startup counts as a change: sluice cannot know what was granted
-     * before it. The backends' first report begins it again. */
+     * before it. The backends' first report begins it again, or, after a
+     * hand-over that found the same primary, lockgrace_checked lifts it. */
     lockgrace_primary_changed(0, SLOT_COUNT - 1, 0, "startup");
     return lock_script_acquire && lock_script_release && lock_script_renew ? 0 : -1;
 }

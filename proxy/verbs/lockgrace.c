@@ -1,8 +1,9 @@
 /* lockgrace.c - owns the failover grace and the fence epoch of each hash
  * slot. It only keeps time and numbers: lock.c asks it before a grant;
  * the backend layer's primary-change hook (primary.h, through main.c)
- * and lock_init tell it of changes. Standalone and Sentinel mode have one
- * shard: every slot alike. */
+ * and lock_init tell it of changes; at a hand-over it keeps what the old
+ * sluice passed on until the primary is checked. Standalone and Sentinel
+ * mode have one shard: every slot alike. */
 #include "lockgrace.h"
 
 #include "config.h"
