@@ -453,3 +453,35 @@ def test_handover_begins_the_grace_when_the_primary_changed(redis_factory, sluic
     assert isinstance(got, str) and got.startswith("TRYAGAIN lock grants resume"), got
     assert not _log_has(new, "the start-up grace is lifted") or \
         _log_has(old, "master_replid changed")
+
+
+def test_handover_client_gone_while_its_lock_waits_for_the_check(redis_factory,
+                                                                 sluice_factory):
+    """A client that closes while its LOCK is held for the primary check:
+    whatever was granted for it is given back at once (not held for its
+    TTL), the held operation is freed (the sanitizer build checks for
+    leaks), and the next client gets the lock."""
+    srv = redis_factory()
+    port = free_port()
+    old = sluice_factory(srv.port, listen_ports=[port], lock_failover_grace_ms=500)
+    _granting(port, 500)
+    os.kill(srv.proc.pid, signal.SIGSTOP)
+    try:
+        new = sluice_factory(srv.port, start=False, listen_ports=[port],
+                             lock_failover_grace_ms=60000)
+        new.start()
+        wait_until(lambda: _log_has(new, "stopped accepting"), 10 * SLOW,
+                   msg="the new sluice to take over")
+        with RawConn(port, timeout=10 * SLOW) as conn:
+            conn.send(encode_command("LOCK", "gone", "60000"))
+            time.sleep(0.1)
+    finally:
+        os.kill(srv.proc.pid, signal.SIGCONT)
+    wait_until(lambda: _log_has(new, "no failover between the two"), 10 * SLOW,
+               msg="the primary checked")
+    # As for a client gone while its grant waits for replicas: what was
+    # granted for nobody is given back at once, not held for its 60 s.
+    wait_until(lambda: srv.client().exists("gone") == 0, 5 * SLOW, msg="the grant given back")
+    c = redis.Redis(port=port, socket_timeout=10 * SLOW)
+    assert isinstance(_lock(c, "gone", 1000), bytes)
+    assert _wait_exit(old.proc, 15 * SLOW) == 0
