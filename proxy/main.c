@@ -111,12 +111,16 @@ static int main_user_known(void *ctx, struct sv glob)
     return 0;
 }
 
-/* sluice -t: a backend or seed that does not resolve now. (getaddrinfo
- * may block: fine here, no loop runs.) */
-static void main_warn_unresolved(const struct config *cfg, struct errlist *warns)
+/* sluice -t: a backend or seed that does not resolve now, or Sentinels
+ * that do not know the master (ERRS: a Sentinel that answered and does not
+ * know it; WARNS: one that could not be asked). (getaddrinfo may block:
+ * fine here, no loop runs.) Only for a config without errors: the probes
+ * read keys that a config with errors may lack (sentinel_master). */
+static void main_warn_unresolved(const struct config *cfg, struct errlist *errs,
+                                 struct errlist *warns)
 {
     if (config_sentinel_mode(cfg)) {
-        sentinel_check(cfg, warns);
+        sentinel_check(cfg, errs, warns);
         return;
     }
     const char *key = cfg->backend != NULL ? "backend" : "cluster";
@@ -145,12 +149,15 @@ static void main_warn_lock_grace(const struct config *cfg, struct errlist *warns
 }
 
 /* sluice -t: what is valid but cannot work as written (rules_warn,
- * main_warn_unresolved, main_warn_lock_grace), into WARNS. RULES, USERS: the files as loaded
+ * main_warn_unresolved, main_warn_lock_grace), into WARNS; what the
+ * Sentinels say cannot work, into ERRS. RULES, USERS: the files as loaded
  * (NULL: none, or they have errors). */
 static void main_warn(const struct config *cfg, const struct rule_set *rules,
-                      struct user_set *users, struct errlist *warns)
+                      struct user_set *users, struct errlist *errs, struct errlist *warns)
 {
     struct user_set *backend_user = NULL;
+    /* The probes need a whole config (sentinel_master, the addresses). */
+    int config_ok = errs->count == 0;
 
     /* Without a users file, backend_password makes one user; without
      * either, users are Redis's own: not known here. */
@@ -160,7 +167,8 @@ static void main_warn(const struct config *cfg, const struct rule_set *rules,
             cfg->backend_password);
     if (rules != NULL)
         rules_warn(rules, cfg->rules, users != NULL ? main_user_known : NULL, users, warns);
-    main_warn_unresolved(cfg, warns);
+    if (config_ok)
+        main_warn_unresolved(cfg, errs, warns);
     main_warn_lock_grace(cfg, warns);
     users_free(backend_user);
 }
@@ -183,7 +191,7 @@ static int main_load_config(const char *path, int check_only)
     if (server.cfg.users != NULL)
         users = users_load(server.cfg.users, &errs);
     if (check_only && server.cfg.path != NULL)
-        main_warn(&server.cfg, rules, users, &warns);
+        main_warn(&server.cfg, rules, users, &errs, &warns);
     rc = errs.count == 0 ? 0 : -1;
     if (errs.text != NULL)
         fputs(errs.text, stderr);

@@ -1014,7 +1014,7 @@ done:
     return rc;
 }
 
-void sentinel_check(const struct config *cfg, struct errlist *warns)
+void sentinel_check(const struct config *cfg, struct errlist *errs, struct errlist *warns)
 {
     int line = config_key_line(cfg, "sentinel"), unknown = 0, answered = 0;
     char why[300];
@@ -1033,8 +1033,12 @@ void sentinel_check(const struct config *cfg, struct errlist *warns)
         answered += rc >= 0;
         unknown += rc == 0;
     }
-    if (answered > 0 && unknown == answered)
-        errlist_add(warns, cfg->path, config_key_line(cfg, "sentinel_master"),
-                    "warning: every Sentinel that answered (%d of %d) does not know master '%s'",
-                    answered, cfg->sentinel_count, cfg->sentinel_master);
+    /* A Sentinel that answers and does not know the master is a config
+     * that cannot work (a misspelt name): an error, so that an
+     * ExecStartPre=sluice -t stops the unit. A Sentinel that is down is
+     * only a warning: it may be back by the time sluice runs. */
+    if (unknown > 0)
+        errlist_add(errs, cfg->path, config_key_line(cfg, "sentinel_master"),
+                    "%d of the %d Sentinels that answered do not know master '%s'",
+                    unknown, answered, cfg->sentinel_master);
 }

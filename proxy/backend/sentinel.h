@@ -36,9 +36,10 @@ int sentinel_enabled(void);
  * answers the error. */
 int sentinel_take_unsent(struct request *req);
 
-/* sluice -t: warnings for Sentinels that cannot be reached or do not know
- * the master (asked now, blocking: no loop runs). */
-void sentinel_check(const struct config *cfg, struct errlist *warns);
+/* sluice -t, on a config without errors: an error into ERRS for each
+ * Sentinel that answered and does not know the master, a warning into
+ * WARNS for one that cannot be reached (asked now, blocking: no loop runs). */
+void sentinel_check(const struct config *cfg, struct errlist *errs, struct errlist *warns);
 
 /* "# Sentinel" lines of PROXY INFO; PROXY SENTINEL's text. */
 void sentinel_write_info(struct evbuffer *out);

@@ -381,15 +381,16 @@ def test_empty_master_name(tmp_path):
 
 
 def test_sentinels_that_do_not_know_the_master(tmp_path, sentinel_sluices):
-    """Sentinels that monitor nothing: sluice -t warns; sluice does not
-    start, and says which master nobody knows."""
+    """Sentinels that monitor nothing: sluice -t fails (exit 1, so that an
+    ExecStartPre=sluice -t stops the unit), naming the master; sluice does
+    not start, and says which master nobody knows."""
     sens = [SentinelProc(tmp_path / "s", 1, master=None).start() for _ in range(2)]
     try:
         lst = " ".join(f"127.0.0.1:{x.port}" for x in sens)
         cfg = write_config(tmp_path, f"sentinel = {lst}\nsentinel_master = nosuch\n")
         code, err = sluice_check(str(SLUICE_BIN), cfg)
-        assert code == 0, err
-        assert "every Sentinel that answered (2 of 2) does not know master 'nosuch'" in err
+        assert code == 1, err
+        assert f"{cfg}:4: 2 of the 2 Sentinels that answered do not know master 'nosuch'" in err
         s = sentinel_sluice(tmp_path / "sl", None, master="nosuch", start=False, sentinels=lst)
         p = subprocess.run([str(SLUICE_BIN), "-c", str(s.config_path)], capture_output=True, text=True,
                            timeout=30 * SLOW)
@@ -399,6 +400,22 @@ def test_sentinels_that_do_not_know_the_master(tmp_path, sentinel_sluices):
     finally:
         for x in sens:
             x.stop()
+
+
+def test_check_without_master_name_never_crashes(tmp_path):
+    """sluice -t with a Sentinel that answers and no (or a misspelt)
+    sentinel_master: the config's errors, exit 1, never a crash (the
+    Sentinel probe ran on a config with errors: strlen(NULL))."""
+    sen = SentinelProc(tmp_path / "s", 1, master=None).start()
+    try:
+        for body in (f"sentinel = 127.0.0.1:{sen.port}\n",
+                     f"sentinel = 127.0.0.1:{sen.port}\nsentinel_mastr = m\n"):
+            cfg = write_config(tmp_path, body)
+            code, err = sluice_check(str(SLUICE_BIN), cfg)
+            assert code == 1, (code, err)
+            assert "'sentinel' needs 'sentinel_master = NAME'" in err, err
+    finally:
+        sen.stop()
 
 
 def test_private_connections_across_planned_failover(topo, sentinel_sluices):
