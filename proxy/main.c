@@ -321,12 +321,17 @@ struct main_staged {
 static int main_reload_read(struct main_staged *st, struct errlist *errs, char *note,
                             size_t size)
 {
-    if (config_load(server.cfg.path, &st->cfg, errs) != 0 ||
-        config_keep_restart_keys(&st->cfg, &server.cfg, note, size, errs) < 0)
+    int config_ok = config_load(server.cfg.path, &st->cfg, errs) == 0 &&
+                    config_keep_restart_keys(&st->cfg, &server.cfg, note, size, errs) >= 0;
+
+    /* The rule and users files are read even when sluice.ini has errors,
+     * as sluice -t does: the operator sees every error of every file in
+     * one reload, not the first file's alone. */
+    throttle_prepare(st->cfg.rules, &st->rules, errs);
+    auth_prepare(&st->cfg, &st->users, errs);
+    if (!config_ok || errs->count > 0)
         return -1;
-    if (throttle_prepare(st->cfg.rules, &st->rules, errs) != 0 ||
-        auth_prepare(&st->cfg, &st->users, errs) != 0 ||
-        tls_prepare(&st->cfg, &st->tls, errs) != 0)
+    if (tls_prepare(&st->cfg, &st->tls, errs) != 0)
         return -1;
     /* Last: on success it has switched the log already (nothing after
      * it can fail). The same name is opened afresh too, for logrotate. */

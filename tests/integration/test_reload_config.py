@@ -253,6 +253,28 @@ def test_bad_rule_file_keeps_the_users_file_unchanged(redis_factory, sluice_fact
         assert c.call("AUTH", "admin", "new").startswith("WRONGPASS")
 
 
+def test_failed_reload_logs_every_error_of_every_file(redis_factory, sluice_factory):
+    """Errors in sluice.ini, the rule file and the users file at once: the
+    log names each of them (as sluice -t does), not only the first file's."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, users="u.ini", rules="r.ini", start=False)
+    (s.dir / "u.ini").write_text("[user admin]\npassword = pw\ncommands = +@all\nkeys = *\n")
+    (s.dir / "r.ini").write_text("")
+    s.start()
+    with s.raw() as c:
+        assert c.call("AUTH", "admin", "pw") == "OK"
+        (s.dir / "u.ini").write_text("[user admin]\npassword = pw\nbogus = 1\n")
+        (s.dir / "r.ini").write_text("[limit x]\nrate = fast\n")
+        set_keys(s, timeout="soon")
+        reply = reload(c)
+        assert isinstance(reply, Err) and "not reloaded" in reply, reply
+        text = log_text(s)
+        assert f"{s.config_path}:" in text and "timeout" in text, text
+        assert f"{s.dir / 'r.ini'}:2: rate: 'fast' is not a rate" in text, text
+        assert f"{s.dir / 'u.ini'}:3: unknown key 'bogus'" in text, text
+        assert c.call("AUTH", "admin", "pw") == "OK"    # nothing changed
+
+
 def test_bad_sluice_ini_changes_nothing(own):
     s = own
     with s.raw() as c:
