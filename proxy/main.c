@@ -693,6 +693,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     client_cron(now);
     throttle_cron();
     top_cron(now);
+    log_repeats_flush();
     if (!server.shutting_down)
         return;
     listener_stop();   /* the loop has taken them off epoll by now */

@@ -1,10 +1,13 @@
 /* log.c - owns the log destination and the line formats: Redis's text
  * line ("pid:role DD Mon YYYY HH:MM:SS.mmm <mark> message"), the same
  * without time and pid behind journald's "<N>" priority when stderr is the
- * journal, or one JSON object per line. Never exits or allocates per line. */
+ * journal, or one JSON object per line; and the folding of a warning
+ * repeated within a second into one "(repeated N times in T s)" line.
+ * Never exits or allocates per line. */
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,29 @@ static const char *const log_format_names[] = {"text", "json"};
 
 static char log_line[LOG_LINE_MAX];
 
+/* A warning written again within LOG_REPEAT_MS of its first line is not
+ * written: it is counted, and the count is written as one line once the
+ * window has passed ("MSG (repeated N times in T s)"). During an outage
+ * the same warning can come every few milliseconds; an operator reading
+ * the log needs one line and a count. Warnings are told apart by their
+ * text (the first LOG_REPEAT_TEXT bytes and the length). */
+#define LOG_REPEAT_MS 1000
+#define LOG_REPEAT_SLOTS 32
+#define LOG_REPEAT_TEXT 1024
+
+struct log_repeat {
+    uint64_t hash;
+    size_t len;              /* of the whole message */
+    uint64_t first_ms;       /* when the window began (the line written) */
+    uint64_t last_ms;        /* the last one counted */
+    unsigned long count;     /* not written since first_ms */
+    enum log_level level;
+    char text[LOG_REPEAT_TEXT];
+};
+
+static struct log_repeat log_repeats[LOG_REPEAT_SLOTS];
+static int log_repeats_pending;   /* slots with count > 0 */
+
 int log_open(const char *path)
 {
     FILE *f;
@@ -62,8 +88,13 @@ int log_reopen(const char *path)
     return log_open(path);
 }
 
+static void log_repeats_drain(int force);
+
+/* Counts not yet written go to the destination being let go (at exit, or
+ * a new log file): never lost. */
 void log_close(void)
 {
+    log_repeats_drain(1);
     if (log_stream != NULL)
         fclose(log_stream);
     log_stream = NULL;
@@ -252,6 +283,109 @@ static void log_emit(FILE *out, enum log_level level, const char *msg, const str
     fflush(out);
 }
 
+/* Write MSG at LEVEL to the log destination (and to stderr while
+ * starting). */
+static void log_out(enum log_level level, const char *msg, const struct timeval *tv)
+{
+    if (log_stream == NULL) {
+        log_emit(stderr, level, msg, tv);
+        return;
+    }
+    log_emit(log_stream, level, msg, tv);
+    if (log_startup_copy && level >= LOG_WARNING)
+        log_emit(stderr, level, msg, tv);
+}
+
+static uint64_t log_ms(const struct timeval *tv)
+{
+    return (uint64_t)tv->tv_sec * 1000 + (uint64_t)tv->tv_usec / 1000;
+}
+
+/* Write the count of R's repeats, and begin its window afresh at NOW. */
+static void log_repeat_write(struct log_repeat *r, const struct timeval *tv)
+{
+    char line[LOG_REPEAT_TEXT + 96];
+    uint64_t span = r->last_ms - r->first_ms;
+
+    snprintf(line, sizeof(line), "%s%s (repeated %lu time%s in %llu.%llu s)", r->text,
+             r->len >= LOG_REPEAT_TEXT ? "..." : "", r->count, r->count == 1 ? "" : "s",
+             (unsigned long long)(span / 1000), (unsigned long long)(span % 1000 / 100));
+    r->count = 0;
+    r->first_ms = log_ms(tv);
+    log_repeats_pending--;
+    log_out(r->level, line, tv);
+}
+
+/* Write the counts whose window has passed (every count with FORCE). */
+static void log_repeats_drain(int force)
+{
+    struct timeval tv;
+    uint64_t now;
+
+    if (log_repeats_pending == 0)
+        return;
+    gettimeofday(&tv, NULL);
+    now = log_ms(&tv);
+    for (int i = 0; i < LOG_REPEAT_SLOTS && log_repeats_pending > 0; i++) {
+        struct log_repeat *r = &log_repeats[i];
+        if (r->count > 0 && (force || now - r->first_ms >= LOG_REPEAT_MS))
+            log_repeat_write(r, &tv);
+    }
+}
+
+void log_repeats_flush(void)
+{
+    log_repeats_drain(0);
+}
+
+/* FNV-1a of MSG's first LOG_REPEAT_TEXT bytes. */
+static uint64_t log_hash(const char *msg, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    for (size_t i = 0; i < len && i < LOG_REPEAT_TEXT - 1; i++)
+        h = (h ^ (unsigned char)msg[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Whether MSG (a warning) repeats one written less than LOG_REPEAT_MS ago:
+ * then it is counted and not to be written. Otherwise its slot (the same
+ * text's, or the oldest without a count) begins a window at TV. */
+static int log_repeat_swallow(enum log_level level, const char *msg, const struct timeval *tv)
+{
+    size_t len = strlen(msg);
+    uint64_t h = log_hash(msg, len), now = log_ms(tv);
+    struct log_repeat *r, *victim = NULL;
+
+    for (int i = 0; i < LOG_REPEAT_SLOTS; i++) {
+        r = &log_repeats[i];
+        if (r->hash == h && r->len == len && r->level == level &&
+            strncmp(r->text, msg, LOG_REPEAT_TEXT - 1) == 0) {
+            if (now - r->first_ms < LOG_REPEAT_MS) {
+                log_repeats_pending += r->count == 0;
+                r->count++;
+                r->last_ms = now;
+                return 1;
+            }
+            if (r->count > 0)
+                log_repeat_write(r, tv);
+            r->first_ms = now;
+            return 0;
+        }
+        if (r->count == 0 && (victim == NULL || r->first_ms < victim->first_ms))
+            victim = r;
+    }
+    if (victim == NULL)
+        return 0;   /* every slot holds a count: write it, never lose it */
+    victim->hash = h;
+    victim->len = len;
+    victim->level = level;
+    victim->first_ms = victim->last_ms = now;
+    memcpy(victim->text, msg, len < LOG_REPEAT_TEXT ? len + 1 : LOG_REPEAT_TEXT - 1);
+    victim->text[LOG_REPEAT_TEXT - 1] = '\0';
+    return 0;
+}
+
 void log_write(enum log_level level, const char *fmt, ...)
 {
     char msg[LOG_MSG_MAX];
@@ -270,11 +404,8 @@ void log_write(enum log_level level, const char *fmt, ...)
     /* A message ending in newlines (an error list) makes no empty lines. */
     for (n = (int)strlen(msg); n > 0 && msg[n - 1] == '\n'; n--)
         msg[n - 1] = '\0';
-    if (log_stream == NULL) {
-        log_emit(stderr, level, msg, &tv);
+    if (level == LOG_WARNING && log_repeat_swallow(level, msg, &tv))
         return;
-    }
-    log_emit(log_stream, level, msg, &tv);
-    if (log_startup_copy && level >= LOG_WARNING)
-        log_emit(stderr, level, msg, &tv);
+    log_out(level, msg, &tv);
+    log_repeats_drain(0);
 }

@@ -32,8 +32,16 @@ void log_set_format(enum log_format format);
  * says why on the terminal (or in the journal). */
 void log_set_startup(int on);
 
+/* Write one line at LEVEL. A warning with the same text as one written
+ * less than a second ago is counted instead, and the count written later
+ * as "TEXT (repeated N times in T s)" (by the next line written, or by
+ * log_repeats_flush). */
 void log_write(enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Write the counts of repeated warnings whose second has passed; called
+ * from sluice's periodic tick, so a count is never held back for long. */
+void log_repeats_flush(void);
 
 #define log_debug(...) \
     do { if (log_current_level <= LOG_DEBUG) log_write(LOG_DEBUG, __VA_ARGS__); } while (0)
