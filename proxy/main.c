@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -148,6 +149,26 @@ static void main_warn_lock_grace(const struct config *cfg, struct errlist *warns
                     cfg->lock_failover_grace_ms, cfg->lock_max_ttl_ms);
 }
 
+/* sluice -t: a password written in a sluice.ini that other users may read
+ * (the shipped unit's DynamicUser needs it readable): say where it
+ * belongs instead. */
+static void main_warn_secrets(const struct config *cfg, struct errlist *warns)
+{
+    static const char *const keys[] = {"backend_password", "sentinel_password"};
+    struct stat st;
+
+    if (stat(cfg->path, &st) != 0 || (st.st_mode & S_IROTH) == 0)
+        return;
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        int line = config_key_line(cfg, keys[i]);
+        if (line > 0)
+            errlist_add(warns, cfg->path, line,
+                        "warning: %s is in a file every user may read (mode %04o): put it in "
+                        "%s_file, readable by sluice's user only (systemd: LoadCredential=)",
+                        keys[i], (unsigned)(st.st_mode & 07777), keys[i]);
+    }
+}
+
 /* sluice -t: what is valid but cannot work as written (rules_warn,
  * main_warn_unresolved, main_warn_lock_grace), into WARNS; what the
  * Sentinels say cannot work, into ERRS. RULES, USERS: the files as loaded
@@ -170,6 +191,7 @@ static void main_warn(const struct config *cfg, const struct rule_set *rules,
     if (config_ok)
         main_warn_unresolved(cfg, errs, warns);
     main_warn_lock_grace(cfg, warns);
+    main_warn_secrets(cfg, warns);
     users_free(backend_user);
 }
 

@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "inifile.h"
 #include "log.h"
+#include "safefile.h"
 #include "value.h"
 
 #define CONFIG_SECTION "proxy"
@@ -181,6 +183,8 @@ static const struct config_key config_keys[] = {
     {"sentinel_master", config_set_string, F(sentinel_master), 0, 0, 0, RESTART(STR)},
     {"sentinel_user", config_set_string, F(sentinel_user), 0, 0, 0, RESTART(STR)},
     {"sentinel_password", config_set_string, F(sentinel_password), 0, 0, 0, RESTART(STR)},
+    {"sentinel_password_file", config_set_string, F(sentinel_password_file), 0, 0, 0,
+     RESTART(STR)},
     {"sentinel_tls", config_set_yesno, F(sentinel_tls), 0, 0, 0, RESTART(INT)},
     {"sentinel_refresh_interval", config_set_int, F(sentinel_refresh_interval_ms), 100, 3600000,
      0, LIVE(NUM)},
@@ -188,6 +192,8 @@ static const struct config_key config_keys[] = {
      LIVE(NUM)},
     {"backend_user", config_set_string, F(backend_user), 0, 0, 0, RESTART(STR)},
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0, RESTART(STR)},
+    {"backend_password_file", config_set_string, F(backend_password_file), 0, 0, 0,
+     RESTART(STR)},
     {"rules", config_set_string, F(rules), 0, 0, 0, LIVE(STR)},
     {"users", config_set_string, F(users), 0, 0, 0, LIVE_RENAME(STR)},
     {"users_in_redis", config_set_yesno, F(users_in_redis), 0, 0, 0, RESTART(INT)},
@@ -622,6 +628,98 @@ static void config_check_backend(const struct config_parse *p, const char *path,
                     "'sentinel_master' without 'sentinel = host:port ...'");
 }
 
+/* Where a secret's file name is looked up: a bare name (no '/') in
+ * $CREDENTIALS_DIRECTORY when systemd set it (LoadCredential=), otherwise
+ * as any relative path, from the config file's folder. */
+static void config_resolve_secret_path(const struct config *cfg, char **path)
+{
+    const char *creds = getenv("CREDENTIALS_DIRECTORY");
+    size_t n;
+    char *full;
+
+    if (creds == NULL || creds[0] == '\0' || strchr(*path, '/') != NULL) {
+        config_resolve_path(cfg, path);
+        return;
+    }
+    n = strlen(creds) + strlen(*path) + 2;
+    full = malloc(n);
+    snprintf(full, n, "%s/%s", creds, *path);
+    free(*path);
+    *path = full;
+}
+
+/* Read the password in PATH into *OUT: the file's one line (a final
+ * newline dropped). A file other users may read or write is refused: the
+ * point of a password file is that only sluice's user reads it. Returns
+ * 0, or -1 with ERR set. */
+static int config_read_secret(const char *path, char **out, char *err, size_t errlen)
+{
+    char buf[4096];
+    struct stat st;
+    size_t n;
+    FILE *f = safefile_open(path, err, errlen);
+
+    if (f == NULL)
+        return -1;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & (S_IROTH | S_IWOTH)) != 0) {
+        snprintf(err, errlen, "%s is readable or writable by other users (mode %04o): "
+                 "chmod o-rwx it, or give it with systemd's LoadCredential=", path,
+                 (unsigned)(st.st_mode & 07777));
+        fclose(f);
+        return -1;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    if (n > 0 && buf[n - 1] == '\n')
+        buf[--n] = '\0';
+    if (n > 0 && buf[n - 1] == '\r')
+        buf[--n] = '\0';
+    if (n == 0 || memchr(buf, '\n', n) != NULL || strlen(buf) != n) {
+        snprintf(err, errlen, "%s must hold the password alone, on one line", path);
+        return -1;
+    }
+    free(*out);
+    *out = strdup(buf);
+    explicit_bzero(buf, sizeof(buf));
+    return 0;
+}
+
+/* backend_password_file and sentinel_password_file: each read into its
+ * password, which it excludes. */
+static void config_read_secrets(struct config *cfg, struct errlist *errs)
+{
+    static const struct {
+        const char *file_key, *key;
+        size_t file_field, field;
+    } secrets[] = {
+        {"backend_password_file", "backend_password", offsetof(struct config, backend_password_file),
+         offsetof(struct config, backend_password)},
+        {"sentinel_password_file", "sentinel_password",
+         offsetof(struct config, sentinel_password_file),
+         offsetof(struct config, sentinel_password)},
+    };
+    char err[600];
+
+    for (size_t i = 0; i < sizeof(secrets) / sizeof(secrets[0]); i++) {
+        char **file = (char **)((char *)cfg + secrets[i].file_field);
+        char **password = (char **)((char *)cfg + secrets[i].field);
+        int line = config_key_line(cfg, secrets[i].file_key);
+
+        if (*file == NULL)
+            continue;
+        if (*password != NULL) {
+            errlist_add(errs, cfg->path, line, "'%s' and '%s' (line %d) exclude each other: "
+                        "give one", secrets[i].file_key, secrets[i].key,
+                        config_key_line(cfg, secrets[i].key));
+            continue;
+        }
+        config_resolve_secret_path(cfg, file);
+        if (config_read_secret(*file, password, err, sizeof(err)) != 0)
+            errlist_add(errs, cfg->path, line, "%s: %s", secrets[i].file_key, err);
+    }
+}
+
 int config_load(const char *path, struct config *cfg, struct errlist *errs)
 {
     struct config_parse p = {.cfg = cfg};
@@ -639,6 +737,7 @@ int config_load(const char *path, struct config *cfg, struct errlist *errs)
     if (cfg->listen_count == 0)
         cfg->listen[cfg->listen_count++] = strdup("127.0.0.1:6380");
     config_resolve_paths(cfg);
+    config_read_secrets(cfg, errs);
     if (p.section_line != 0)
         config_check_tls(cfg, errs);
     return errs->count == before ? 0 : -1;
@@ -781,8 +880,10 @@ void config_free(struct config *cfg)
     free(cfg->sentinel_master);
     free(cfg->sentinel_user);
     free(cfg->sentinel_password);
+    free(cfg->sentinel_password_file);
     free(cfg->backend_user);
     free(cfg->backend_password);
+    free(cfg->backend_password_file);
     free(cfg->rules);
     free(cfg->users);
     free(cfg->log_file);

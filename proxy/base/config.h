@@ -50,11 +50,13 @@ struct config {
     char *sentinel_master;
     char *sentinel_user;               /* the Sentinels' own AUTH */
     char *sentinel_password;
+    char *sentinel_password_file;      /* read into sentinel_password */
     int sentinel_tls;                  /* the Sentinels speak TLS */
     long long sentinel_refresh_interval_ms; /* the Sentinels asked again this often */
     long long failover_retry_window_ms; /* requests wait this long for a new primary */
     char *backend_user;
     char *backend_password;
+    char *backend_password_file;       /* read into backend_password */
     char *rules;                       /* resolved against the config's folder */
     char *users;                       /* the users file, resolved likewise; NULL: none */
     int users_in_redis;                /* keep restricted users' scripts' users in Redis */

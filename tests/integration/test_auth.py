@@ -6,13 +6,14 @@ could try (guessing, pipelining past the gate, a removed user's session).
 The replies are checked against a real redis-server given the same users
 with ACL SETUSER: what sluice answers must be what Redis answers."""
 
+import os
 import subprocess
 
 import pytest
 import redis
 
-from conftest import auth_servers, parse_info
-from helpers import Err, RawConn, encode_command, raw_replies, wait_until
+from conftest import auth_servers, parse_info, require_sluice_bin
+from helpers import Err, RawConn, encode_command, free_port, raw_replies, wait_until
 
 BACKEND_PW = "backend-pw"
 
@@ -652,3 +653,61 @@ def test_hello_3_authenticates(auth_env):
         assert fields[b"proto"] == 3 and fields[b"id"] == c.call("CLIENT", "ID")
         assert c.call_raw("GET", "app:none") == b"_\r\n"
         assert c.call("ACL", "WHOAMI") == b"app"
+
+
+def test_backend_password_from_a_file_only_sluice_reads(redis_factory, sluice_factory,
+                                                        tmp_path):
+    """backend_password_file: the password from a file of mode 0600 (a
+    final newline dropped) logs sluice in; a file other users may read is
+    refused at start and by -t with FILE:LINE; with backend_password both
+    are refused; a bare name is looked up in $CREDENTIALS_DIRECTORY
+    (systemd's LoadCredential=)."""
+    srv = redis_factory()
+    srv.client().config_set("requirepass", "s3cret")
+    secret = tmp_path / "backend.pw"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o600)
+    s = sluice_factory(srv.port, backend_password_file=str(secret))
+    r = s.client(password="s3cret")
+    assert r.set("k", "v") is True
+    r.close()
+    assert "s3cret" not in s.config_path.read_text()
+
+    def check(extra_env=None, **keys):
+        cfg = tmp_path / "check.ini"
+        cfg.write_text("[proxy]\nlisten = 127.0.0.1:%d\nbackend = 127.0.0.1:%d\n" %
+                       (free_port(), srv.port) +
+                       "".join(f"{k} = {v}\n" for k, v in keys.items()))
+        env = dict(os.environ, **(extra_env or {}))
+        p = subprocess.run([str(require_sluice_bin()), "-t", "-c", str(cfg)],
+                           capture_output=True, text=True, env=env, timeout=30)
+        return p.returncode, p.stderr, cfg
+
+    secret.chmod(0o644)
+    code, err, cfg = check(backend_password_file=str(secret))
+    assert code == 1 and f"{cfg}:4: backend_password_file: {secret} is readable or writable " \
+        "by other users (mode 0644)" in err, err
+    secret.chmod(0o600)
+    code, err, cfg = check(backend_password_file=str(secret), backend_password="x")
+    assert code == 1 and "'backend_password_file' and 'backend_password' (line 5) exclude " \
+        "each other" in err, err
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "backend_password").write_text("s3cret")
+    (creds / "backend_password").chmod(0o400)
+    code, err, cfg = check({"CREDENTIALS_DIRECTORY": str(creds)},
+                           backend_password_file="backend_password")
+    assert code == 0, err
+    code, err, cfg = check(backend_password_file="backend_password")
+    assert code == 1 and "backend_password_file: " in err and "cannot open" in err, err
+    # The password written in a sluice.ini everyone may read: a warning
+    # that names the key and where it belongs.
+    code, err, cfg = check(backend_password="s3cret")
+    cfg.chmod(0o644)
+    code, err, cfg = check(backend_password="s3cret")
+    assert code == 0 and f"{cfg}:4: warning: backend_password is in a file every user may " \
+        "read" in err and "backend_password_file" in err, err
+    (tmp_path / "two.pw").write_text("a\nb\n")
+    (tmp_path / "two.pw").chmod(0o600)
+    code, err, cfg = check(backend_password_file=str(tmp_path / "two.pw"))
+    assert code == 1 and "must hold the password alone, on one line" in err, err

@@ -231,6 +231,7 @@ def test_check_warns_about_cluster_seed_and_backend_password_user(tmp_path):
                           "backend_user = app\nbackend_password = pw\nrules = rules.ini\n")
     rules = write(tmp_path, "[limit a]\nmatch_user = app\nrate = 1/s\n\n"
                             "[limit b]\nmatch_user = other\nrate = 1/s\n", "rules.ini")
+    cfg.chmod(0o600)   # a password in a file others read is warned about (test_auth)
     p = run("-t", "-c", str(cfg))
     assert p.returncode == 0, p.stderr
     found = _lines(p.stderr, cfg)
