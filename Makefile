@@ -143,7 +143,8 @@ install: $(INSTALL_BIN)
 	    $(DESTDIR)$(UNITDIR)
 	install -m 755 $(INSTALL_BIN) $(DESTDIR)$(BINDIR)/sluice
 	install -m 644 conf/sluice.8 $(DESTDIR)$(MANDIR)/man8/sluice.8
-	install -m 644 conf/sluice.ini conf/rules.ini conf/users.ini $(DESTDIR)$(DATADIR)/
+	install -m 644 conf/sluice.ini conf/rules.ini conf/users.ini conf/prometheus-alerts.yml \
+	    conf/grafana-dashboard.json $(DESTDIR)$(DATADIR)/
 	sed 's|@BINDIR@|$(BINDIR)|g' conf/sluice.service.in >$(DESTDIR)$(UNITDIR)/sluice.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/sluice.service
 

@@ -508,6 +508,14 @@ static int main_readyz(char *why, size_t len)
     return 1;
 }
 
+/* sluice_ready: what /readyz would answer now, for alerts and graphs. */
+static double main_ready_gauge(void)
+{
+    char why[512];
+
+    return main_readyz(why, sizeof(why));
+}
+
 static const struct httpd_ops main_httpd_ops = {
     .metrics = metrics_write,
     .ready = main_readyz,
@@ -517,7 +525,10 @@ static const struct httpd_ops main_httpd_ops = {
 static void main_metrics_init(void)
 {
     metrics_init();
-    metrics_gauge(METRIC_build_info, SLUICE_VERSION, NULL, 1);
+    metrics_gauge(METRIC_build_info, SLUICE_VERSION, SLUICE_BUILD_COMMIT, 1);
+    metrics_gauge_fn(METRIC_ready, main_ready_gauge);
+    if (config_sentinel_mode(&server.cfg))
+        metrics_gauge(METRIC_sentinels_configured, NULL, NULL, server.cfg.sentinel_count);
     metrics_gauge(METRIC_start_time_seconds, NULL, NULL, (double)server.start_time);
     metrics_gauge_fn(METRIC_connected_clients, main_connected_clients);
     metrics_gauge_fn(METRIC_lock_keep_active, main_lock_keep_active);

@@ -17,7 +17,9 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
 /* name (after "sluice_"), type, label names (comma-separated, "" for
  * none), help. */
 #define METRICS_LIST(X)                                                                   \
-    X(build_info, GAUGE, "version", "Always 1; the label says sluice's version.")         \
+    X(build_info, GAUGE, "version,commit",                                                  \
+      "Always 1; the labels say sluice's version and the git commit it was built from.")   \
+    X(ready, GAUGE, "", "1 when /readyz answers 200 (sluice serves new clients), else 0.")  \
     X(start_time_seconds, GAUGE, "", "Start time of the process since the Unix epoch.")   \
     X(config_reloads_total, COUNTER, "result", "Reloads (SIGHUP, PROXY RELOAD) by result.") \
     X(connected_clients, GAUGE, "", "Client connections open now.")                       \
@@ -43,6 +45,7 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(replica_reads_total, COUNTER, "backend", "Reads sent to a replica (read_from).")    \
     X(sentinel_switches_total, COUNTER, "", "Primary switches learned from Sentinel.")     \
     X(sentinels_up, GAUGE, "", "Sentinels sluice is connected to now.")                   \
+    X(sentinels_configured, GAUGE, "", "Sentinels named in sluice.ini (sentinel =).")      \
     X(ratelimit_decisions_total, COUNTER, "rule,decision", "Rate-limit decisions by rule.") \
     X(ratelimit_delay_seconds, HISTOGRAM, "rule", "Delays rate-limit rules imposed.")     \
     X(lock_operations_total, COUNTER, "op,result", "LOCK, UNLOCK and RENEW by result.")   \
@@ -50,7 +53,8 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(lock_keep_active, GAUGE, "", "LOCK KEEP renewals running now.")                     \
     X(lock_lost_total, COUNTER, "", "Locks a KEEP renewal found lost (expired, or another owner's).") \
     X(lock_primary_changes_total, COUNTER, "", "Primary changes seen by the locks (failover grace).") \
-    X(slowlog_length, GAUGE, "", "Entries in the slow log.")
+    X(slowlog_length, GAUGE, "", "Entries in the slow log.")                               \
+    X(slowlog_entries_total, COUNTER, "", "Entries ever added to the slow log.")
 
 enum metrics_id {
 #define X(name, type, labels, help) METRIC_##name,

@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "commands.h"
+#include "metrics.h"
 #include "reply.h"
 #include "request.h"
 
@@ -44,6 +45,7 @@ TAILQ_HEAD(slowlog_list, slowlog_entry);
 static struct slowlog_list slowlog_entries = TAILQ_HEAD_INITIALIZER(slowlog_entries);
 static size_t slowlog_count;
 static long long slowlog_next_id;
+static uint64_t *slowlog_entries_total;   /* sluice_slowlog_entries_total */
 long long slowlog_slower_than_us = 10000;
 static size_t slowlog_max_len = 128;
 
@@ -272,6 +274,11 @@ void slowlog_note(const struct request *req, uint64_t now_us, const char *addr,
     e->redis_us = req->redis_us;
     TAILQ_INSERT_HEAD(&slowlog_entries, e, link);
     slowlog_count++;
+    /* A counter, not only the length (capped at slowlog_max_len): the
+     * rate of slow requests is what an alert wants. */
+    if (slowlog_entries_total == NULL)
+        slowlog_entries_total = metrics_counter(METRIC_slowlog_entries_total, NULL, NULL);
+    (*slowlog_entries_total)++;
 }
 
 /* The arguments of a small request's RESP bytes ARGS (LEN), framed by

@@ -32,7 +32,9 @@ def destdir(tmp_path_factory):
 def test_installed_files(destdir):
     files = sorted(str(p.relative_to(destdir)) for p in destdir.rglob("*") if p.is_file())
     assert files == sorted(["usr/bin/sluice", MAN, UNIT, "usr/share/sluice/sluice.ini",
-                            "usr/share/sluice/rules.ini", "usr/share/sluice/users.ini"]), files
+                            "usr/share/sluice/rules.ini", "usr/share/sluice/users.ini",
+                            "usr/share/sluice/prometheus-alerts.yml",
+                            "usr/share/sluice/grafana-dashboard.json"]), files
     assert not (destdir / "etc").exists()
     assert os.access(destdir / "usr/bin/sluice", os.X_OK)
     assert (destdir / "usr/share/sluice/sluice.ini").read_bytes() == \
