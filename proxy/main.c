@@ -23,6 +23,7 @@
 #include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
+#include "control.h"
 #include "handover.h"
 #include "sentinel.h"
 #include "glob.h"
@@ -492,6 +493,8 @@ static int main_readyz(char *why, size_t len)
         snprintf(why, len, "shutting down");
         return 0;
     }
+    if (!control_ready(why, len))
+        return 0;
     if (!cluster_enabled())
         return backend_node_ready(backend_default_node(), why, len);
     for (int slot = 0; slot < SLOT_COUNT; slot++) {
@@ -726,6 +729,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     client_cron(now);
     throttle_cron();
     top_cron(now);
+    control_cron(now);
     log_repeats_flush();
     if (!server.shutting_down)
         return;

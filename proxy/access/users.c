@@ -50,12 +50,17 @@ static const struct users_verb {
     {"proxy|reload", 1u << 5, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|slowlog", 1u << 6, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|top", 1u << 7, ACL_ADMIN | ACL_DANGEROUS},
+    {"proxy|pause", 1u << 8, ACL_ADMIN | ACL_DANGEROUS},
+    {"proxy|resume", 1u << 9, ACL_ADMIN | ACL_DANGEROUS},
+    {"proxy|drain", 1u << 10, ACL_ADMIN | ACL_DANGEROUS},
+    {"proxy|undrain", 1u << 11, ACL_ADMIN | ACL_DANGEROUS},
+    {"proxy|ready", 1u << 12, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|ping", 0, 0},
     {"proxy|help", 0, 0},
 };
 #define USERS_VERB_COUNT (int)(sizeof(users_verbs) / sizeof(users_verbs[0]))
-#define USERS_VERBS_ALL 0xffu
-#define USERS_VERBS_PROXY 0xf8u         /* what "+proxy" grants */
+#define USERS_VERBS_ALL 0x1fffu
+#define USERS_VERBS_PROXY 0x1ff8u       /* what "+proxy" grants */
 
 /* A list of globs; each item owns its bytes. */
 struct users_globs {

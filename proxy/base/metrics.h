@@ -20,6 +20,9 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(build_info, GAUGE, "version,commit",                                                  \
       "Always 1; the labels say sluice's version and the git commit it was built from.")   \
     X(ready, GAUGE, "", "1 when /readyz answers 200 (sluice serves new clients), else 0.")  \
+    X(paused, GAUGE, "", "1 while PROXY PAUSE holds clients' requests in sluice.")          \
+    X(pause_held_requests, GAUGE, "", "Requests a PROXY PAUSE holds now.")                   \
+    X(draining, GAUGE, "", "1 from PROXY DRAIN until PROXY UNDRAIN.")                        \
     X(start_time_seconds, GAUGE, "", "Start time of the process since the Unix epoch.")   \
     X(config_reloads_total, COUNTER, "result", "Reloads (SIGHUP, PROXY RELOAD) by result.") \
     X(connected_clients, GAUGE, "", "Client connections open now.")                       \

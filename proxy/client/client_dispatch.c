@@ -27,6 +27,7 @@
 #include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
+#include "control.h"
 #include "local.h"
 #include "router.h"
 #include "log.h"
@@ -268,6 +269,30 @@ static void client_local_in_multi(struct client *c, struct request *req, const s
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
  * the client is blocked or paused, or closing). */
+/* A PROXY PAUSE covers REQ: it waits in sluice (control.c) until the
+ * pause ends, and C reads no further command meanwhile. What sluice
+ * answers itself goes on (PROXY RESUME among it), except the lock verbs,
+ * which run on Redis. Returns 1 when REQ was taken (held, or refused for
+ * want of memory). */
+static int client_pause_holds(struct client *c, struct request *req, const struct sv *argv,
+                              struct evbuffer *src)
+{
+    int verb;
+
+    if (!control_would_hold(req, argv, 1))
+        return 0;   /* the common case: no pause, or a read under PAUSE WRITE */
+    verb = req->place == PLACE_LOCAL && client_verbs != NULL &&
+           client_verbs->wants(req, req->argc, argv);
+    if ((req->place == PLACE_LOCAL && !verb) || !control_would_hold(req, argv, verb))
+        return 0;
+    if (control_hold(c, req, src) != 0) {
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_refuse(c, req, "OOM sluice is out of memory");
+    }
+    return 1;
+}
+
 int client_dispatch(struct client *c, struct request *req, const struct sv *argv,
                            struct evbuffer *src)
 {
@@ -281,6 +306,8 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
     }
     if (req->place == PLACE_LEARN)
         return client_learn(c, req, argv, src);
+    if (client_pause_holds(c, req, argv, src))
+        return -1;
     if (req->place == PLACE_LOCAL && client_verbs != NULL && client_verbs->wants(req, req->argc, argv)) {
         size_t original_len = req->raw_len;   /* the rewrite replaces raw_len */
         client_enqueue(c, req);
@@ -725,6 +752,7 @@ void client_process_input_loop(struct client *c, struct evbuffer *in)
 /* C is closing: what the layer's upper files and the verbs hold for it. */
 static void client_dispatch_closing(struct client *c)
 {
+    control_client_closed(c);
     top_client_closed(c);
     multi_locals_free(&c->multi);
     client_multi_held_free(c);

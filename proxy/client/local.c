@@ -14,6 +14,7 @@
 #include "backend.h"
 #include "client.h"
 #include "clientid.h"
+#include "control.h"
 #include "cluster.h"
 #include "sentinel.h"
 #include "commands.h"
@@ -493,6 +494,7 @@ static const struct {
     {"tls", "TLS", tls_write_info, 1},
     {"rules", "Rules", local_info_rules, 1},
     {"auth", "Auth", local_info_auth, 1},
+    {"controls", "Controls", control_write_info, 1},
 };
 #define LOCAL_INFO_SECTIONS (int)(sizeof(local_info_sections) / sizeof(local_info_sections[0]))
 
@@ -610,26 +612,41 @@ static const struct {
     const char *help;
     int at_turn;
     int takes_args;
+    /* Instead of run: a control, which needs who asked (its audit line). */
+    void (*control)(struct client *caller, int argc, const struct sv *argv,
+                    struct evbuffer *out);
 } local_proxy_subcommands[] = {
-    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1, 0},
+    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1, 0, NULL},
     {"info", local_proxy_info,
      "    [<section> ...] Counters and states of sluice, its clients, backends and rules; "
-     "sections as INFO's (commandstats, latencystats, all...).", 1, 1},
-    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters.", 1, 0},
+     "sections as INFO's (commandstats, latencystats, all...).", 1, 1, NULL},
+    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters.", 1, 0, NULL},
     {"cluster", local_proxy_cluster,
      "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
-     1, 0},
+     1, 0, NULL},
     {"sentinel", local_proxy_sentinel,
      "    Sentinel mode: the primary, its replicas, each Sentinel's state, the last switch.", 1,
-     0},
-    {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0, 0},
+     0, NULL},
+    {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0, 0, NULL},
     {"slowlog", local_proxy_slowlog,
      "    GET [count] | LEN | RESET: requests slower than slowlog_log_slower_than, as Redis's "
-     "SLOWLOG, with the user and the time in Redis.", 1, 1},
+     "SLOWLOG, with the user and the time in Redis.", 1, 1, NULL},
     {"top", top_command,
      "    CLIENTS|USERS|NAMES|IPS|COMMANDS|KEYS [COUNT n]: the busiest, as [subject, "
-     "requests/s over 10 s, requests, rejected, delayed].", 1, 1},
-    {"help", local_proxy_help, "    Print this help.", 1, 0},
+     "requests/s over 10 s, requests, rejected, delayed].", 1, 1, NULL},
+    {"pause", NULL,
+     "    [WRITE] [TIMEOUT ms]: hold clients' requests (all, or writes) in sluice, not in "
+     "Redis, until PROXY RESUME or the timeout.", 1, 1, control_proxy_pause},
+    {"resume", NULL, "    End a PROXY PAUSE: the held requests go on, in order.", 1, 0,
+     control_proxy_resume},
+    {"drain", NULL,
+     "    [TIMEOUT ms]: /readyz fails (draining); after the grace (15000 ms) accept no "
+     "client and close each between replies.", 1, 1, control_proxy_drain},
+    {"undrain", NULL, "    Undo PROXY DRAIN: ready and accepting again.", 1, 0,
+     control_proxy_undrain},
+    {"ready", NULL, "    YES|NO: make /readyz fail (NO), or answer as its checks say (YES).", 1,
+     1, control_proxy_ready},
+    {"help", local_proxy_help, "    Print this help.", 1, 0, NULL},
 };
 #define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))
 
@@ -661,11 +678,13 @@ static int local_proxy_at_turn(struct sv sub)
 
 static void local_proxy(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
-    (void)c;
     for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
         if ((argc == 2 || local_proxy_subcommands[i].takes_args) &&
             sv_ieq(argv[1], local_proxy_subcommands[i].name)) {
-            local_proxy_subcommands[i].run(argc, argv, out);
+            if (local_proxy_subcommands[i].control != NULL)
+                local_proxy_subcommands[i].control(c, argc, argv, out);
+            else
+                local_proxy_subcommands[i].run(argc, argv, out);
             return;
         }
     }

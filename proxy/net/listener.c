@@ -71,12 +71,23 @@ static void listener_set_enabled(int enabled)
     }
 }
 
+/* Closed by the operator (PROXY DRAIN): the out-of-resources pause must
+ * not open the doors again. */
+static int listener_closed;
+
 static void listener_resume_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     (void)arg;
-    listener_set_enabled(1);
+    if (!listener_closed)
+        listener_set_enabled(1);
+}
+
+void listener_set_accepting(int on)
+{
+    listener_closed = !on;
+    listener_set_enabled(on);
 }
 
 static int listener_out_of_resources(int err)

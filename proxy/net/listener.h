@@ -28,6 +28,9 @@ int listener_fds(int *fds, int max);
  * would stay registered and wake the loop for every connection the new
  * sluice is offered. */
 void listener_disable_all(void);
+/* Stop (ON 0) or go on (ON 1) accepting, the sockets kept open and their
+ * backlog kept: PROXY DRAIN and UNDRAIN. */
+void listener_set_accepting(int on);
 /* Stop accepting and close the sockets; existing clients are not touched. */
 void listener_stop(void);
 
