@@ -55,12 +55,13 @@ static const struct users_verb {
     {"proxy|drain", 1u << 10, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|undrain", 1u << 11, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|ready", 1u << 12, ACL_ADMIN | ACL_DANGEROUS},
+    {"proxy|config", 1u << 13, ACL_ADMIN | ACL_DANGEROUS},
     {"proxy|ping", 0, 0},
     {"proxy|help", 0, 0},
 };
 #define USERS_VERB_COUNT (int)(sizeof(users_verbs) / sizeof(users_verbs[0]))
-#define USERS_VERBS_ALL 0x1fffu
-#define USERS_VERBS_PROXY 0x1ff8u       /* what "+proxy" grants */
+#define USERS_VERBS_ALL 0x3fffu
+#define USERS_VERBS_PROXY 0x3ff8u       /* what "+proxy" grants */
 
 /* A list of globs; each item owns its bytes. */
 struct users_globs {

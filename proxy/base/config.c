@@ -856,6 +856,68 @@ int config_key_live(const char *name)
     return key != NULL && key->apply != CONFIG_RESTART;
 }
 
+/* KEY's value in CFG as sluice.ini would spell it, into BUF: words for
+ * the keys that take words, lists space-separated, "" when unset, and
+ * "(redacted)" for a password that is set (as Redis's CONFIG GET does for
+ * none, but sluice shows its config to operators, never its secrets). */
+static void config_value_text(const struct config *cfg, const struct config_key *key,
+                              char *buf, size_t size)
+{
+    static const char *const tls_auth[] = {"no", "yes", "optional"};
+    static const char *const tls_versions[] = {"TLSv1", "TLSv1.1", "TLSv1.2", "TLSv1.3"};
+    const void *field = config_field(cfg, key);
+    size_t at = 0;
+
+    buf[0] = '\0';
+    switch (key->kind) {
+    case CONFIG_STR:
+        if (*(char *const *)field != NULL)
+            snprintf(buf, size, "%s", strstr(key->name, "password") != NULL &&
+                                          strstr(key->name, "_file") == NULL
+                                      ? "(redacted)" : *(char *const *)field);
+        return;
+    case CONFIG_NUM:
+        snprintf(buf, size, "%lld", *(const long long *)field);
+        return;
+    case CONFIG_LIST:
+        for (int i = 0; i < config_list_count(cfg, key) && at < size; i++)
+            at += (size_t)snprintf(buf + at, size - at, "%s%s", i > 0 ? " " : "",
+                                   ((char *const *)field)[i]);
+        return;
+    case CONFIG_INT:
+        break;
+    }
+    int v = *(const int *)field;
+    if (key->set == config_set_yesno)
+        snprintf(buf, size, "%s", v ? "yes" : "no");
+    else if (key->set == config_set_log_level)
+        snprintf(buf, size, "%s", log_level_name(v));
+    else if (key->set == config_set_log_format)
+        snprintf(buf, size, "%s", log_format_name(v));
+    else if (key->set == config_set_read_from)
+        snprintf(buf, size, "%s", config_read_from_names[v]);
+    else if (key->set == config_set_tls_auth)
+        snprintf(buf, size, "%s", tls_auth[v]);
+    else if (key->set == config_set_tls_protocols)
+        for (int i = 0; i < 4 && at < size; i++) {
+            if (v & (1 << i))
+                at += (size_t)snprintf(buf + at, size - at, "%s%s", at > 0 ? " " : "",
+                                       tls_versions[i]);
+        }
+    else
+        snprintf(buf, size, "%d", v);
+}
+
+void config_each(const struct config *cfg, config_each_fn *fn, void *ctx)
+{
+    char value[2048];
+
+    for (size_t i = 0; i < CONFIG_KEY_COUNT; i++) {
+        config_value_text(cfg, &config_keys[i], value, sizeof(value));
+        fn(ctx, config_keys[i].name, value);
+    }
+}
+
 void config_free(struct config *cfg)
 {
     char **strings[] = {&cfg->tls_cert_file, &cfg->tls_key_file, &cfg->tls_ca_cert_file,

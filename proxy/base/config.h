@@ -120,6 +120,11 @@ struct config {
 int config_load(const char *path, struct config *cfg, struct errlist *errs);
 void config_free(struct config *cfg);
 
+/* Every key of the table, in its order, with CFG's value as sluice.ini
+ * spells it ("" unset; a set password "(redacted)"): PROXY CONFIG. */
+typedef void config_each_fn(void *ctx, const char *name, const char *value);
+void config_each(const struct config *cfg, config_each_fn *fn, void *ctx);
+
 /* The line of CFG's file where key NAME was set, 0 when it was not. */
 int config_key_line(const struct config *cfg, const char *name);
 

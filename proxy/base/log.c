@@ -109,6 +109,16 @@ int log_level_parse(const char *name)
     return -1;
 }
 
+const char *log_level_name(int level)
+{
+    return level >= LOG_DEBUG && level <= LOG_ERROR ? log_level_names[level] : "?";
+}
+
+const char *log_format_name(int format)
+{
+    return format == LOG_FORMAT_JSON ? log_format_names[1] : log_format_names[0];
+}
+
 int log_format_parse(const char *name)
 {
     for (size_t i = 0; i < sizeof(log_format_names) / sizeof(log_format_names[0]); i++) {

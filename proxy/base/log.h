@@ -23,6 +23,10 @@ int log_reopen(const char *path);
  * LOG_ERROR is for start-up failures only: no log_level names it. */
 int log_level_parse(const char *name);
 
+/* The names log_level and log_format read, of LEVEL and FORMAT. */
+const char *log_level_name(int level);
+const char *log_format_name(int format);
+
 /* Format from its name ("text", "json"); -1 if none. */
 int log_format_parse(const char *name);
 void log_set_format(enum log_format format);

@@ -28,6 +28,7 @@
 #include "tls.h"
 #include "top.h"
 #include "users.h"
+#include "glob.h"
 #include "value.h"
 
 typedef void local_handler(struct client *c, int argc, const struct sv *argv,
@@ -603,6 +604,48 @@ static void local_proxy_sentinel(int argc, const struct sv *argv, struct evbuffe
     evbuffer_free(text);
 }
 
+/* PROXY CONFIG's gathering of the keys that match its patterns. */
+struct local_config_walk {
+    int argc;
+    const struct sv *argv;
+    struct evbuffer *pairs;
+    long long count;
+};
+
+static void local_config_pair(void *ctx, const char *name, const char *value)
+{
+    struct local_config_walk *w = ctx;
+    int wanted = w->argc <= 2;
+
+    for (int i = 2; i < w->argc && !wanted; i++)
+        wanted = glob_match(w->argv[i].ptr, w->argv[i].len, name, strlen(name));
+    if (!wanted)
+        return;
+    reply_bulk(w->pairs, name, strlen(name));
+    reply_bulk(w->pairs, value, strlen(value));
+    w->count++;
+}
+
+/* PROXY CONFIG [pattern ...]: the running configuration, every key of
+ * sluice.ini's [proxy] as it applies now (a key that waits for a restart
+ * shows its running value), name and value pairs as Redis's CONFIG GET
+ * (a map in RESP3); passwords "(redacted)". */
+static void local_proxy_config(struct client *caller, int argc, const struct sv *argv,
+                               struct evbuffer *out)
+{
+    struct local_config_walk w = {argc, argv, evbuffer_new(), 0};
+    char header[32];
+
+    config_each(&server.cfg, local_config_pair, &w);
+    if (caller->resp == 3) {
+        evbuffer_add(out, header, (size_t)reply_format_header(header, '%', w.count));
+    } else {
+        reply_array_header(out, 2 * w.count);
+    }
+    evbuffer_add_buffer(out, w.pairs);
+    evbuffer_free(w.pairs);
+}
+
 /* PROXY subcommands: name, handler, help line, whether its reply is read
  * from sluice's state and built at its turn (RELOAD acts as framed), and
  * whether it takes arguments after its name. */
@@ -634,6 +677,9 @@ static const struct {
     {"top", top_command,
      "    CLIENTS|USERS|NAMES|IPS|COMMANDS|KEYS [COUNT n]: the busiest, as [subject, "
      "requests/s over 10 s, requests, rejected, delayed].", 1, 1, NULL},
+    {"config", NULL,
+     "    [<pattern> ...]: the running configuration ([proxy] keys of sluice.ini, as they "
+     "apply now), as CONFIG GET; passwords (redacted).", 1, 1, local_proxy_config},
     {"pause", NULL,
      "    [WRITE] [TIMEOUT ms]: hold clients' requests (all, or writes) in sluice, not in "
      "Redis, until PROXY RESUME or the timeout.", 1, 1, control_proxy_pause},

@@ -6,6 +6,7 @@ PROXY UNDRAIN undoes it; PROXY READY NO|YES flips /readyz. Each is
 address, and shown in PROXY INFO (# Controls) and /metrics."""
 
 import re
+from pathlib import Path
 import socket
 import time
 
@@ -228,3 +229,37 @@ def test_undrain_before_the_close_keeps_every_client(env):
     assert "drain stopped before the close" in s.log_path.read_text()
     app.close()
     admin.close()
+
+
+def test_proxy_config_shows_the_running_configuration_without_secrets(redis_factory,
+                                                                     sluice_factory,
+                                                                     tmp_path):
+    """PROXY CONFIG: every key as it applies now, as CONFIG GET spells it
+    (pairs; a map in RESP3); a password shows as (redacted); a pattern
+    narrows it; @admin or +proxy|config only."""
+    srv = redis_factory()
+    srv.client().config_set("requirepass", "topsecret")
+    s = sluice_factory(srv.port, backend_password="topsecret", log_level="warning",
+                       read_from="prefer-replica")
+    with s.raw() as c:
+        assert c.call("AUTH", "topsecret") == "OK"
+        pairs = c.call("PROXY", "CONFIG")
+        conf = dict(zip(pairs[::2], pairs[1::2]))
+        assert conf[b"backend_password"] == b"(redacted)"
+        assert b"topsecret" not in b"".join(pairs)
+        assert conf[b"backend"] == f"127.0.0.1:{srv.port}".encode()
+        assert conf[b"log_level"] == b"warning" and conf[b"read_from"] == b"prefer-replica"
+        # maxclients as it runs (lowered to the open-file limit if need be)
+        assert int(conf[b"maxclients"]) > 0 and conf[b"users_in_redis"] == b"no"
+        assert conf[b"tls_protocols"] == b"TLSv1.2 TLSv1.3"
+        assert conf[b"sentinel_password"] == b""
+        keys = [k.decode() for k in pairs[::2]]
+        cfg_c = (Path(__file__).resolve().parents[2] / "proxy/base/config.c").read_text()
+        table = re.findall(r'^\s+\{"(\w+)", config_set_', cfg_c, re.M)
+        assert keys == table
+        assert c.call("PROXY", "CONFIG", "timeout") == [b"timeout", b"0"]
+        narrowed = c.call("PROXY", "CONFIG", "lock_*")
+        assert narrowed[::2] == [k.encode() for k in table if k.startswith("lock_")]
+        assert c.call("HELLO", "3")
+        m = c.call("PROXY", "CONFIG", "timeout")
+        assert m == ("map", [b"timeout", b"0"]), m
