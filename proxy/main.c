@@ -482,19 +482,13 @@ static void main_metrics_refresh(void)
     }
 }
 
-/* /readyz: the config is loaded (it is, once sluice runs), sluice is not
- * shutting down, and the backend (standalone) or the primary of every
- * slot (cluster) is connected and logged in. */
-static int main_readyz(char *why, size_t len)
+/* Whether the backends serve now: the backend (standalone, Sentinel's
+ * primary) or the primary of every slot (cluster) connected and logged
+ * in; WHY says which is not. */
+static int main_backends_ready(char *why, size_t len)
 {
     const struct backend_node *last = NULL;
 
-    if (server.shutting_down) {
-        snprintf(why, len, "shutting down");
-        return 0;
-    }
-    if (!control_ready(why, len))
-        return 0;
     if (!cluster_enabled())
         return backend_node_ready(backend_default_node(), why, len);
     for (int slot = 0; slot < SLOT_COUNT; slot++) {
@@ -508,6 +502,54 @@ static int main_readyz(char *why, size_t len)
             return 0;
         last = node;
     }
+    return 1;
+}
+
+/* Since when the backends have not served (0: they serve): a Sentinel or
+ * cluster failover holds requests for failover_retry_window or
+ * cluster_retry_window, and sluice is doing its job meanwhile. */
+static uint64_t main_unready_since_ms;
+
+static void main_note_readiness(uint64_t now)
+{
+    char why[512];
+
+    if (main_backends_ready(why, sizeof(why)))
+        main_unready_since_ms = 0;
+    else if (main_unready_since_ms == 0)
+        main_unready_since_ms = now;
+}
+
+/* /readyz: the config is loaded (it is, once sluice runs), sluice is not
+ * shutting down or drained by the operator, and the backends serve, or
+ * have stopped only for less than the window in which sluice holds
+ * requests for a new primary (Sentinel: failover_retry_window; cluster:
+ * cluster_retry_window): a probe that pulled every sluice out of its load
+ * balancer exactly then would turn a held request into a refused client.
+ * Standalone mode holds nothing: 503 at once. */
+static int main_readyz(char *why, size_t len)
+{
+    uint64_t now = server_now_ms(), window;
+    char down[400];
+
+    if (server.shutting_down) {
+        snprintf(why, len, "shutting down");
+        return 0;
+    }
+    if (!control_ready(why, len))
+        return 0;
+    if (main_backends_ready(why, len))
+        return 1;
+    window = (uint64_t)(config_sentinel_mode(&server.cfg) ? server.cfg.failover_retry_window_ms
+                        : cluster_enabled() ? server.cfg.cluster_retry_window_ms : 0);
+    main_note_readiness(now);
+    /* A refused login is no failover: the operator must act, now. */
+    if (window == 0 || now - main_unready_since_ms >= window ||
+        strstr(why, "refused sluice's login") != NULL)
+        return 0;
+    snprintf(down, sizeof(down), "%s", why);
+    snprintf(why, len, "holding requests for %llu of %llu ms (%s)",
+             (unsigned long long)(now - main_unready_since_ms), (unsigned long long)window, down);
     return 1;
 }
 
@@ -730,6 +772,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     throttle_cron();
     top_cron(now);
     control_cron(now);
+    main_note_readiness(now);
     log_repeats_flush();
     if (!server.shutting_down)
         return;

@@ -63,7 +63,8 @@ static void httpd_page_readyz(struct evhttp_request *r, struct evbuffer *body)
     char why[512] = "";
 
     if (httpd_ops.ready(why, sizeof(why))) {
-        evbuffer_add_printf(body, "ready\n");
+        /* Ready, perhaps with a note (requests held for a new primary). */
+        evbuffer_add_printf(body, why[0] != '\0' ? "ready: %s\n" : "ready\n", why);
         httpd_send(r, 200, "OK", "text/plain; charset=utf-8", body);
         return;
     }

@@ -9,6 +9,7 @@ and a sluice with `sentinel =` in front of it.
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -147,6 +148,32 @@ def assert_writes_on(s, topo, count=50):
         [str(i).encode() for i in range(count)]
 
 
+class ReadyzPoller(threading.Thread):
+    """GET /readyz every 50 ms until stopped; records (status, body)."""
+
+    def __init__(self, mport):
+        super().__init__(daemon=True)
+        self.mport = mport
+        self.stop_ev = threading.Event()
+        self.seen = []
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.mport}/readyz",
+                                            timeout=5) as r:
+                    self.seen.append((r.status, r.read().decode()))
+            except urllib.error.HTTPError as e:
+                self.seen.append((e.code, e.read().decode()))
+            except OSError as e:
+                self.seen.append((0, str(e)))
+            time.sleep(0.05)
+
+    def finish(self):
+        self.stop_ev.set()
+        self.join()
+
+
 def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     """kill -9 of the primary while clients pipeline, hold a subscription
     and wait in BLPOP: no shared-pool client is closed, errors come only
@@ -166,6 +193,8 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     watcher = SwitchWatcher(topo.sentinels[0])
     watcher.start()
     workers = start_pipeliners(s)
+    readyz = ReadyzPoller(mport)
+    readyz.start()
     old = topo.primary
     death_ms = monotonic_ms()
     old.proc.kill()
@@ -178,6 +207,13 @@ def test_kill_primary_clients_keep_connections(topo, sentinel_sluices):
     time.sleep(1.0 * SLOW)
     for w in workers:
         w.finish()
+    readyz.finish()
+    # /readyz stays 200 while sluice holds requests for the new primary
+    # (within failover_retry_window): a probe must not pull every sluice
+    # out of its load balancer exactly while it does its job.
+    assert readyz.seen and all(st == 200 for st, _ in readyz.seen), \
+        [x for x in readyz.seen if x[0] != 200][:5]
+    assert any("holding requests for" in body for _, body in readyz.seen), readyz.seen[:5]
     for w in workers:
         assert w.closed is None, f"client {w.idx} lost its connection: {w.closed}"
         # Between the death and the switch, or just after a switch (a
