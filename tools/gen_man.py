@@ -6,7 +6,8 @@ docs/rate-limits.md and docs/users.md, into conf/. tools/check_docs.py
 (so `make test`) fails when a committed page is not what this makes of
 the docs, and the docs' tables are checked against the code: the key
 lists cannot drift. sluice(8) and sluice-commands(7) are written by hand
-(conf/), and checked by the same test for what they must name."""
+(conf/), but for sluice(8)'s key list, which this fills in between its
+KEYS markers; the test checks what they must name."""
 
 import pathlib
 import re
@@ -95,7 +96,7 @@ def sluice_ini(root):
     rest = rest[rest.index("\n\n", rest.index("| --- |")) + 2:]
     out += [".SH NOTES"] + paragraphs(rest)
     out += [".SH SEE ALSO", "sluice(8), sluice-rules(5), sluice-users(5), sluice-commands(7);",
-            "/usr/share/doc/sluice/configuration.md"]
+            "/usr/share/doc/sluice/docs/configuration.md"]
     return "\n".join(out) + "\n"
 
 
@@ -112,13 +113,29 @@ def file_page(root, name, doc_name, heading, synopsis, description, see):
     for cells in md_rows(doc, heading):
         out += [".TP", f".B {cells[0].strip('`')}", roff_text(cells[1]) + ".", ".br",
                 roff_text(f"default: {cells[2]}") + "."]
-    out += [".SH SEE ALSO", see, f"/usr/share/doc/sluice/{doc_name}"]
+    out += [".SH SEE ALSO", see, f"/usr/share/doc/sluice/docs/{doc_name}"]
     return "\n".join(out) + "\n"
+
+
+def sluice_8(root):
+    """conf/sluice.8 with its key list (between the KEYS markers) made
+    afresh: each key, its default and whether a reload applies it."""
+    page = (root / "conf/sluice.8").read_text()
+    begin = page.index('.\\" KEYS BEGIN')
+    begin = page.index("\n", begin) + 1
+    end = page.index('.\\" KEYS END')
+    doc = (root / "docs/configuration.md").read_text()
+    keys = []
+    for key, _meaning, default, _rng, applies in md_rows(doc, "## `[proxy]` keys"):
+        keys += [".TP", f".B {key.strip('`')}",
+                 roff_text(f"default: {default or 'none'}; applies: {applies}") + "."]
+    return page[:begin] + "\n".join(keys) + "\n" + page[end:]
 
 
 def pages(root):
     root = pathlib.Path(root)
     return {
+        "sluice.8": sluice_8(root),
         "sluice.ini.5": sluice_ini(root),
         "sluice-rules.5": file_page(
             root, "sluice-rules", "rate-limits.md", "## The rule file",

@@ -92,7 +92,16 @@ def test_readme_tour(tmp_path, redis_factory):
     n = 0
     for _, commands in blocks:
         for cmd, _ in commands:
-            script += [f"echo '@@{n}@@'", to_test(cmd) + " 2>&1" if "&" not in cmd else to_test(cmd)]
+            line = to_test(cmd)
+            if line.rstrip().endswith("&"):
+                # A sluice started in the background: out of the captured
+                # output, and given the moment a person takes to type on.
+                line = line.rstrip()[:-1] + " >/dev/null &\n" + \
+                    f"for i in $(seq 100); do curl -sf 127.0.0.1:{ports['9121']}/readyz " \
+                    ">/dev/null && break; sleep 0.1; done"
+            else:
+                line = "{ " + line + "\n} 2>&1"
+            script += [f"echo '@@{n}@@'", line]
             n += 1
     script.append("echo '@@end@@'; jobs -p > " + str(tmp_path / "jobs"))
     try:
