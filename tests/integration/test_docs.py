@@ -134,3 +134,48 @@ def test_readme_tour(tmp_path, redis_factory):
         if first.poll() is None:
             first.terminate()
         first.wait(timeout=10 * SLOW)
+
+
+@pytest.mark.parametrize("file,old,new,problem", [
+    ("proxy/base/config.c", '    {"metrics_listen",',
+     '    {"new_key", config_set_int, F(maxclients), 0, 1, 0, LIVE(NUM)},\n    {"metrics_listen",',
+     "key `new_key` (config.c) has no row"),
+    ("proxy/base/config.c", '{"timeout", config_set_int, F(timeout_s), 0, 100000000, 0, LIVE(NUM)}',
+     '{"timeout", config_set_int, F(timeout_s), 0, 100000000, 0, RESTART(NUM)}',
+     "`timeout` applies 'reload', config.c says 'restart'"),
+    ("proxy/base/metrics.h", '    X(slowlog_length, GAUGE, "", "Entries in the slow log.")',
+     '    X(slowlog_length, GAUGE, "", "Entries in the slow log.")                 \\\n'
+     '    X(new_total, COUNTER, "why", "New.")', "metric new_total has no row"),
+    ("proxy/client/local.c", '    {"help", local_proxy_help,',
+     '    {"frobnicate", local_proxy_help, "", 1, 0},\n    {"help", local_proxy_help,',
+     "PROXY FROBNICATE (local.c) is not in docs"),
+    ("proxy/client/local.c", '    {"auth", "Auth", local_info_auth, 1},',
+     '    {"auth", "Auth", local_info_auth, 1},\n    {"extra", "Extra", local_info_auth, 1},',
+     "PROXY INFO section 'extra'"),
+    ("proxy/verbs/lock.c", 'return "OWNER token must not be empty";',
+     'return "OWNER token must not be blank";', "'OWNER token must not be blank'"),
+    ("proxy/client/top.c", '"COUNT must be a non-negative integer"',
+     '"COUNT must be a whole number"', "COUNT must be a whole number"),
+    ("rules/rules.c", '    [KEY_MODE] = {"mode",', '    [KEY_MODE] = {"moda",',
+     "key `moda` (rules/rules.c) has no row"),
+    ("docs/locks.md", "## Locks across a failover", "## Locks when the primary changes",
+     "no such heading"),
+    ("docs/tls.md", "<!-- not run: needs certificates", "<!-- needs certificates",
+     "a shell block neither run"),
+    ("docs/configuration.md", "| `maxclients` |", "| `maxclient` |", "`maxclient`"),
+])
+def test_docs_check_fails_when_something_is_undocumented(tmp_path, file, old, new, problem):
+    """The check on a copy of the tree with one thing added or changed
+    in the code (or the docs) without the docs (or the code) following."""
+    import shutil
+    for d in ("proxy", "rules", "docs", "conf", "tools"):
+        shutil.copytree(REPO / d, tmp_path / d)
+    for f in ("README.md", "CHANGELOG.md"):
+        shutil.copy(REPO / f, tmp_path / f)
+    assert not check_docs.check(tmp_path)
+    path = tmp_path / file
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+    problems = check_docs.check(tmp_path)
+    assert any(problem in p for p in problems), problems
