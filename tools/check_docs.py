@@ -76,9 +76,13 @@ def _table_rows(text):
 
 
 def config_keys(root):
+    """[(name, apply)] of config_keys[]; an entry this cannot read is
+    returned with apply None (a problem, not a key skipped)."""
     src = re.sub(r"\s+", " ", (root / "proxy/base/config.c").read_text())
     table = src[src.index("config_keys[] = {"):src.index("#undef LIVE")]
-    return re.findall(r'\{"(\w+)", config_set_\w+, F\(\w+\), [^,]+, [^,]+, \d, (\w+)\(', table)
+    read = dict(re.findall(r'\{"(\w+)", config_set_\w+, F\(\w+\), [^,]+, [^,]+, \d, (\w+)\(',
+                           table))
+    return [(name, read.get(name)) for name in re.findall(r'\{"(\w+)",', table)]
 
 
 APPLIES = {"LIVE": "reload", "LIVE_RENAME": "reload (on/off: restart)",
@@ -101,7 +105,9 @@ def check_config(root):
     if len(keys) < 30:
         problems.append(f"config.c: only {len(keys)} keys read: the parser needs updating")
     for name, apply in keys:
-        if name not in rows:
+        if apply is None:
+            problems.append(f"config.c: entry '{name}' not understood by tools/check_docs.py")
+        elif name not in rows:
             problems.append(f"docs/configuration.md: key `{name}` (config.c) has no row")
         elif rows[name][4] != APPLIES[apply]:
             problems.append(f"docs/configuration.md: `{name}` applies '{rows[name][4]}', "
@@ -139,8 +145,13 @@ def check_file_keys(root):
 
 
 def metrics_list(root):
+    """[(name, type, labels)] of METRICS_LIST; an entry this cannot read
+    comes back with type None."""
     src = (root / "proxy/base/metrics.h").read_text()
-    return re.findall(r'X\((\w+), (COUNTER|GAUGE|HISTOGRAM), "([^"]*)"', src)
+    src = src[src.index("#define METRICS_LIST(X)"):]
+    src = src[:src.index("\n\n")]
+    read = {m[0]: m for m in re.findall(r'X\((\w+), (COUNTER|GAUGE|HISTOGRAM), "([^"]*)"', src)}
+    return [read.get(n, (n, None, "")) for n in re.findall(r"\bX\((\w+),", src)]
 
 
 def check_metrics(root):
@@ -150,6 +161,9 @@ def check_metrics(root):
     if len(found) < 20:
         problems.append(f"metrics.h: only {len(found)} metrics read: the parser needs updating")
     for name, kind, labels in found:
+        if kind is None:
+            problems.append(f"metrics.h: entry '{name}' not understood by tools/check_docs.py")
+            continue
         row = next((r for r in rows if re.search(rf"`(sluice_)?{name}`", r[0])), None)
         if row is None or len(row) < 4:
             problems.append(f"docs/metrics.md: metric {name} has no row in the metrics table")
