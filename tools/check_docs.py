@@ -7,7 +7,7 @@ wants to find it:
 
 * config keys: proxy/base/config.c's config_keys[] (name and when a change
   applies) -> a row of docs/configuration.md's key table with the same
-  "applies"; conf/sluice.ini.5 must be what tools/gen_man.py makes of
+  "applies" and, for number keys, config_defaults()'s value as default; conf/sluice.ini.5 must be what tools/gen_man.py makes of
   that table (so every key is in the man page too).
 * rule and users file keys: rules/rules.c's rules_keys[] and
   proxy/access/users.c's users_keys[] -> a row of the key table of
@@ -85,6 +85,37 @@ def config_keys(root):
     return [(name, read.get(name)) for name in re.findall(r'\{"(\w+)",', table)]
 
 
+def config_num_defaults(root):
+    """{key: value} of the number keys (int and size setters): the value
+    config_defaults() sets, 0 where it sets none."""
+    src = (root / "proxy/base/config.c").read_text()
+    flat = re.sub(r"\s+", " ", src)
+    table = flat[flat.index("config_keys[] = {"):flat.index("#undef LIVE")]
+    fields = dict(re.findall(r'\{"(\w+)", config_set_(?:int|bytes), F\((\w+)\)', table))
+    body = src[src.index("static void config_defaults("):]
+    body = body[:body.index("\n}\n")]
+    sets = dict(re.findall(r"cfg->(\w+) = ([^;]+);", body))
+    out = {}
+    for key, field in fields.items():
+        expr = sets.get(field, "0").replace("LL", "").replace("GB", str(1 << 30))
+        try:
+            out[key] = int(eval(expr, {"__builtins__": {}}))
+        except (NameError, SyntaxError):
+            out[key] = None
+    return out
+
+
+def _size(cell):
+    """A default cell as a number: 16mb -> 16777216; another key's name
+    (lock_failover_grace_ms's) as config_defaults() writes it: -1."""
+    cell = cell.strip("`")
+    m = re.fullmatch(r"(-?\d+)(k|kb|m|mb|g|gb)?", cell)
+    if not m:
+        return -1 if re.fullmatch(r"\w+_ms", cell) else cell
+    unit = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get((m.group(2) or " ")[0], 1)
+    return int(m.group(1)) * unit
+
+
 APPLIES = {"LIVE": "reload", "LIVE_RENAME": "reload (on/off: restart)",
            "RESTART": "restart", "RESTART_LIST": "restart"}
 
@@ -112,6 +143,10 @@ def check_config(root):
         elif rows[name][4] != APPLIES[apply]:
             problems.append(f"docs/configuration.md: `{name}` applies '{rows[name][4]}', "
                             f"config.c says '{APPLIES[apply]}'")
+    for name, value in config_num_defaults(root).items():
+        if name in rows and _size(rows[name][2]) != value:
+            problems.append(f"docs/configuration.md: `{name}` defaults to {value} in "
+                            f"config_defaults(), not '{rows[name][2]}'")
     for name in set(rows) - {k for k, _ in keys}:
         problems.append(f"docs/configuration.md: key `{name}` is not in config.c's table")
     sys.path.insert(0, str(root / "tools"))
