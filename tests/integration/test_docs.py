@@ -97,14 +97,14 @@ def test_readme_tour(tmp_path, redis_factory):
             if line.rstrip().endswith("&"):
                 # A sluice started in the background: out of the captured
                 # output, and given the moment a person takes to type on.
-                line = line.rstrip()[:-1] + " >/dev/null &\n" + \
+                line = line.rstrip()[:-1] + f" >/dev/null &\necho $! >> {tmp_path / 'jobs'}\n" + \
                     f"for i in $(seq 100); do curl -sf 127.0.0.1:{ports['9121']}/readyz " \
                     ">/dev/null && break; sleep 0.1; done"
             else:
                 line = "{ " + line + "\n} 2>&1"
             script += [f"echo '@@{n}@@'", line]
             n += 1
-    script.append("echo '@@end@@'; jobs -p > " + str(tmp_path / "jobs"))
+    script.append("echo '@@end@@'")
     try:
         wait_until(lambda: subprocess.run(["redis-cli", "-p", ports["6380"], "PROXY", "PING"],
                                           capture_output=True).stdout == b"PONG\n",
