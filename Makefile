@@ -149,7 +149,8 @@ install: $(INSTALL_BIN)
 	install -m 644 conf/sluice-commands.7 $(DESTDIR)$(MANDIR)/man7/
 	install -m 644 README.md CHANGELOG.md $(DESTDIR)$(DOCDIR)/
 	install -m 644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
-	install -m 644 conf/sluice.ini conf/rules.ini conf/users.ini $(DESTDIR)$(DATADIR)/
+	install -m 644 conf/sluice.ini conf/rules.ini conf/users.ini conf/grafana-dashboard.json \
+	    $(DESTDIR)$(DATADIR)/
 	sed 's|@BINDIR@|$(BINDIR)|g' conf/sluice.service.in >$(DESTDIR)$(UNITDIR)/sluice.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/sluice.service
 

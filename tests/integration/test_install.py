@@ -47,7 +47,8 @@ def destdir(tmp_path_factory):
 def test_installed_files(destdir):
     files = sorted(str(p.relative_to(destdir)) for p in destdir.rglob("*") if p.is_file())
     assert files == sorted(["usr/bin/sluice", UNIT, "usr/share/sluice/sluice.ini",
-                            "usr/share/sluice/rules.ini", "usr/share/sluice/users.ini"] + MANS +
+                            "usr/share/sluice/rules.ini", "usr/share/sluice/users.ini",
+                            "usr/share/sluice/grafana-dashboard.json"] + MANS +
                            [f"{DOC}/{d}" for d in _docs()]), files
     for d in _docs():
         assert (destdir / DOC / d).read_bytes() == (REPO / d).read_bytes(), d
