@@ -2,7 +2,9 @@
 """gen_man.py [REPO] - write the man pages that are made from docs/:
 sluice.ini(5) from docs/configuration.md (its file syntax and key table),
 sluice-rules(5) and sluice-users(5) from the key tables of
-docs/rate-limits.md and docs/users.md, into conf/. tools/check_docs.py
+docs/rate-limits.md and docs/users.md, into conf/; and the lists in the
+hand-written sluice(8) (keys, metrics) and sluice-commands(7) (error
+replies, from docs/errors.md) between their BEGIN/END markers. tools/check_docs.py
 (so `make test`) fails when a committed page is not what this makes of
 the docs, and the docs' tables are checked against the code: the key
 lists cannot drift. sluice(8) and sluice-commands(7) are written by hand
@@ -12,6 +14,8 @@ KEYS markers; the test checks what they must name."""
 import pathlib
 import re
 import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 DATE = "2026-11-28"
 
@@ -117,25 +121,55 @@ def file_page(root, name, doc_name, heading, synopsis, description, see):
     return "\n".join(out) + "\n"
 
 
-def sluice_8(root):
-    """conf/sluice.8 with its key list (between the KEYS markers) made
-    afresh: each key, its default and whether a reload applies it."""
-    page = (root / "conf/sluice.8").read_text()
-    begin = page.index('.\\" KEYS BEGIN')
+def fill(page, marker, lines):
+    """PAGE with the lines between its `.\\" MARKER BEGIN` and
+    `.\\" MARKER END` comments replaced by LINES."""
+    begin = page.index(f'.\\" {marker} BEGIN')
     begin = page.index("\n", begin) + 1
-    end = page.index('.\\" KEYS END')
+    end = page.index(f'.\\" {marker} END')
+    return page[:begin] + "\n".join(lines) + "\n" + page[end:]
+
+
+def sluice_8(root):
+    """conf/sluice.8 with its key list (KEYS markers: each key, its default
+    and whether a reload applies it) and its metric list (METRICS markers:
+    each metric, its type and labels) made afresh."""
+    page = (root / "conf/sluice.8").read_text()
     doc = (root / "docs/configuration.md").read_text()
     keys = []
     for key, _meaning, default, _rng, applies in md_rows(doc, "## `[proxy]` keys"):
         keys += [".TP", f".B {key.strip('`')}",
                  roff_text(f"default: {default or 'none'}; applies: {applies}") + "."]
-    return page[:begin] + "\n".join(keys) + "\n" + page[end:]
+    page = fill(page, "KEYS", keys)
+    import check_docs   # the metrics table of the code: names, types, labels
+    rows = md_rows((root / "docs/metrics.md").read_text(), "## Metrics")
+    metrics = []
+    for name, kind, labels in check_docs.metrics_list(root):
+        what = next((r[3] for r in rows if f"`{name}`" in r[0]), "")
+        labels = "labels: " + ", ".join(labels.split(",")) if labels else "no labels"
+        metrics += [".TP", f".B sluice_{name}",
+                    roff_text(f"{(kind or '?').lower()}; {labels}. {what}")]
+    return fill(page, "METRICS", metrics)
+
+
+def sluice_commands_7(root):
+    """conf/sluice-commands.7 with its ERRORS list (ERRORS markers) made
+    from docs/errors.md: each error text and when it comes."""
+    page = (root / "conf/sluice-commands.7").read_text()
+    doc = (root / "docs/errors.md").read_text()
+    lines = []
+    for heading in re.findall(r"^## (.*)$", doc, re.M):
+        lines += [".SS " + roff_text(heading)]
+        for text, when, whose in md_rows(doc, "## " + heading):
+            lines += [".TP", roff_text(text), roff_text(f"{when} ({whose}).")]
+    return fill(page, "ERRORS", lines)
 
 
 def pages(root):
     root = pathlib.Path(root)
     return {
         "sluice.8": sluice_8(root),
+        "sluice-commands.7": sluice_commands_7(root),
         "sluice.ini.5": sluice_ini(root),
         "sluice-rules.5": file_page(
             root, "sluice-rules", "rate-limits.md", "## The rule file",
