@@ -97,6 +97,11 @@ def test_man_page_renders_and_names_every_key(destdir):
     assert "README of the source tree" not in text
     missing = [k for k in _config_keys() if not re.search(rf"\b{k}\b", text)]
     assert not missing, f"config keys the man page lacks: {missing}"
+    import check_docs
+    names = [n for n, _, _ in check_docs.metrics_list(REPO)]
+    assert len(names) > 20
+    missing = [n for n in names if f"sluice_{n}" not in text]
+    assert not missing, f"metrics the man page lacks: {missing}"
 
 
 def test_section_5_and_7_pages_render_and_name_what_they_document(destdir):
@@ -117,8 +122,9 @@ def test_section_5_and_7_pages_render_and_name_what_they_document(destdir):
         assert re.search(rf"^       {k}\b", users, re.M), k
     cmds = _render(destdir / "usr/share/man/man7/sluice-commands.7")
     for w in ("PROXY INFO", "PROXY RELOAD", "PROXY SENTINEL", "PROXY CLUSTER", "LOCK key ttl_ms",
-              "UNLOCK key", "RENEW key"):
-        assert w in cmds, w
+              "UNLOCK key", "RENEW key", "ERRORS", "THROTTLED rule NAME retry_after_ms=N",
+              "NOTOWNER the lock is not held by this owner"):
+        assert w in re.sub(r"\s+", " ", cmds), w
 
 
 def test_installed_docs_links_resolve(destdir):
