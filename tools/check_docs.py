@@ -7,7 +7,9 @@ wants to find it:
 
 * config keys: proxy/base/config.c's config_keys[] (name and when a change
   applies) -> a row of docs/configuration.md's key table with the same
-  "applies" and, for number keys, config_defaults()'s value as default; conf/sluice.ini.5 must be what tools/gen_man.py makes of
+  "applies" and, for number keys, config_defaults()'s value as default;
+  a line `key =` or `;key =` in conf/sluice.ini, the example that lists
+  every key; conf/sluice.ini.5 must be what tools/gen_man.py makes of
   that table (so every key is in the man page too).
 * rule and users file keys: rules/rules.c's rules_keys[] and
   proxy/access/users.c's users_keys[] -> a row of the key table of
@@ -147,6 +149,10 @@ def check_config(root):
         if name in rows and _size(rows[name][2]) != value:
             problems.append(f"docs/configuration.md: `{name}` defaults to {value} in "
                             f"config_defaults(), not '{rows[name][2]}'")
+    example = (root / "conf/sluice.ini").read_text()
+    for name, _ in keys:
+        if not re.search(rf"^;?\s*{name}\s*=", example, re.M):
+            problems.append(f"conf/sluice.ini: key {name} is not in the example (`;{name} = ...`)")
     for name in set(rows) - {k for k, _ in keys}:
         problems.append(f"docs/configuration.md: key `{name}` is not in config.c's table")
     sys.path.insert(0, str(root / "tools"))

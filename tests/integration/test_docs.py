@@ -144,6 +144,7 @@ def test_readme_tour(tmp_path, redis_factory):
     ("proxy/base/config.c", '{"timeout", config_set_int, F(timeout_s), 0, 100000000, 0, LIVE(NUM)}',
      '{"timeout", config_set_int, F(timeout_s), 0, 100000000, 0, RESTART(NUM)}',
      "`timeout` applies 'reload', config.c says 'restart'"),
+    ("conf/sluice.ini", ";maxclients = 10000", "; (maxclients)", "conf/sluice.ini: key maxclients"),
     ("proxy/base/config.c", "cfg->maxclients = 10000;", "cfg->maxclients = 20000;",
      "`maxclients` defaults to 20000"),
     ("proxy/base/metrics.h", '    X(slowlog_length, GAUGE, "", "Entries in the slow log.")',
