@@ -5,8 +5,8 @@
 #   make test       install what is missing, build, run unit + integration tests
 #   make test SANITIZE=1   the same on an AddressSanitizer + UBSan build
 #   make bench      benchmarks (numbers printed, never asserted)
-#   make install    binary, man page, example configs, systemd unit
-#                   (PREFIX=/usr/local, DESTDIR=; README "Installing")
+#   make install    binary, man pages, docs, example configs, systemd unit
+#                   (PREFIX=/usr/local, DESTDIR=; docs/operations.md)
 
 PKGS      = libevent libevent_openssl hiredis inih libcrypto libssl
 CC       ?= cc
@@ -130,25 +130,31 @@ clean:
 
 # make install [PREFIX=/usr/local] [DESTDIR=] [INSTALL_BIN=$(BUILD)/sluice]:
 # the example configs go to $(PREFIX)/share/sluice, never to /etc/sluice
-# (an operator's files); the unit names $(BINDIR)/sluice.
+# (an operator's files); the unit names $(BINDIR)/sluice. The docs keep
+# README's layout (README.md beside docs/) so their links work installed.
 PREFIX     ?= /usr/local
 BINDIR      = $(PREFIX)/bin
 MANDIR      = $(PREFIX)/share/man
 DATADIR     = $(PREFIX)/share/sluice
+DOCDIR      = $(PREFIX)/share/doc/sluice
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 INSTALL_BIN ?= $(BUILD)/sluice
 
 install: $(INSTALL_BIN)
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR) \
-	    $(DESTDIR)$(UNITDIR)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7 \
+	    $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)/docs
 	install -m 755 $(INSTALL_BIN) $(DESTDIR)$(BINDIR)/sluice
 	install -m 644 conf/sluice.8 $(DESTDIR)$(MANDIR)/man8/sluice.8
-	install -m 644 conf/sluice.ini conf/rules.ini conf/users.ini conf/prometheus-alerts.yml \
-	    conf/grafana-dashboard.json $(DESTDIR)$(DATADIR)/
+	install -m 644 conf/sluice.ini.5 conf/sluice-rules.5 conf/sluice-users.5 $(DESTDIR)$(MANDIR)/man5/
+	install -m 644 conf/sluice-commands.7 $(DESTDIR)$(MANDIR)/man7/
+	install -m 644 README.md CHANGELOG.md $(DESTDIR)$(DOCDIR)/
+	install -m 644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	install -m 644 conf/sluice.ini conf/rules.ini conf/users.ini conf/grafana-dashboard.json \
+	    conf/prometheus-alerts.yml $(DESTDIR)$(DATADIR)/
 	sed 's|@BINDIR@|$(BINDIR)|g' conf/sluice.service.in >$(DESTDIR)$(UNITDIR)/sluice.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/sluice.service
 
-# Fuzzing (tests/fuzz, README "Fuzzing"): libFuzzer targets built with
+# Fuzzing (tests/fuzz, docs/operations.md "Fuzzing"): libFuzzer targets built with
 # clang, ASan and UBSan into build/fuzz, apart from the builds above.
 #   make fuzz                   build, then run each target FUZZ_SECONDS
 #   make fuzz-bins              build only

@@ -1,19 +1,34 @@
-"""`make install` into a DESTDIR (issue 22): the binary, the man page
-sluice(8), the example configs under share/sluice (nothing under /etc),
-and a systemd unit that systemd-analyze accepts."""
+"""`make install` into a DESTDIR (issue 22): the binary, the man pages
+sluice(8), sluice.ini(5), sluice-rules(5), sluice-users(5) and
+sluice-commands(7) (issue 31), README, CHANGELOG and docs/ under
+share/doc/sluice, the example configs under share/sluice (nothing under
+/etc), and a systemd unit that systemd-analyze accepts."""
 
 import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from conftest import REPO, require_sluice_bin
 from helpers import SLOW
 
+sys.path.insert(0, str(REPO / "tools"))
+
 UNIT = "usr/lib/systemd/system/sluice.service"
 MAN = "usr/share/man/man8/sluice.8"
+MAN_INI = "usr/share/man/man5/sluice.ini.5"
+MANS = [MAN, MAN_INI, "usr/share/man/man5/sluice-rules.5", "usr/share/man/man5/sluice-users.5",
+        "usr/share/man/man7/sluice-commands.7"]
+DOC = "usr/share/doc/sluice"
+
+
+def _docs():
+    """The docs make install puts under share/doc/sluice, as in the tree."""
+    return ["README.md", "CHANGELOG.md"] + sorted(
+        "docs/" + p.name for p in (REPO / "docs").glob("*.md"))
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +46,13 @@ def destdir(tmp_path_factory):
 
 def test_installed_files(destdir):
     files = sorted(str(p.relative_to(destdir)) for p in destdir.rglob("*") if p.is_file())
-    assert files == sorted(["usr/bin/sluice", MAN, UNIT, "usr/share/sluice/sluice.ini",
+    assert files == sorted(["usr/bin/sluice", UNIT, "usr/share/sluice/sluice.ini",
                             "usr/share/sluice/rules.ini", "usr/share/sluice/users.ini",
-                            "usr/share/sluice/prometheus-alerts.yml",
-                            "usr/share/sluice/grafana-dashboard.json"]), files
+                            "usr/share/sluice/grafana-dashboard.json",
+                            "usr/share/sluice/prometheus-alerts.yml"] + MANS +
+                           [f"{DOC}/{d}" for d in _docs()]), files
+    for d in _docs():
+        assert (destdir / DOC / d).read_bytes() == (REPO / d).read_bytes(), d
     assert not (destdir / "etc").exists()
     assert os.access(destdir / "usr/bin/sluice", os.X_OK)
     assert (destdir / "usr/share/sluice/sluice.ini").read_bytes() == \
@@ -51,8 +69,9 @@ def _config_keys():
     return keys
 
 
-def test_man_page_renders_and_names_every_key(destdir):
-    page = destdir / MAN
+def _render(page):
+    """The man page as man shows it (no bold overstrikes); groff's
+    warnings (a line it cannot fit, a bad request): none."""
     if shutil.which("man"):
         cmd = ["man", "-l", str(page)]
     elif shutil.which("groff"):
@@ -62,18 +81,59 @@ def test_man_page_renders_and_names_every_key(destdir):
     env = dict(os.environ, MANWIDTH="100", MANPAGER="cat", PAGER="cat")
     p = subprocess.run(cmd, capture_output=True, env=env, timeout=30 * SLOW)
     assert p.returncode == 0, p.stderr
-    text = re.sub(r".\x08", "", p.stdout.decode(errors="replace"))
-    for section in ("SYNOPSIS", "OPTIONS", "SIGNALS", "CONFIGURATION", "FILES"):
-        assert re.search(rf"^{section}$", text, re.M), section
-    for word in ("--version", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGTERM", "/etc/sluice/sluice.ini"):
-        assert word in text, word
-    missing = [k for k in _config_keys() if not re.search(rf"\b{k}\b", text)]
-    assert not missing, f"config keys the man page lacks: {missing}"
-    # groff's warnings (a line it cannot fit, a bad request): none.
     if shutil.which("groff"):
         w = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(page)],
                            capture_output=True, timeout=30 * SLOW)
-        assert w.returncode == 0 and not w.stderr, w.stderr
+        assert w.returncode == 0 and not w.stderr, (page, w.stderr)
+    return re.sub(r".\x08", "", p.stdout.decode(errors="replace"))
+
+
+def test_man_page_renders_and_names_every_key(destdir):
+    text = _render(destdir / MAN)
+    for section in ("SYNOPSIS", "OPTIONS", "SIGNALS", "CONFIGURATION", "FILES"):
+        assert re.search(rf"^{section}$", text, re.M), section
+    for word in ("--version", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGTERM", "/etc/sluice/sluice.ini",
+                 "sluice.ini(5)", "sluice-commands(7)", "share/doc/sluice"):
+        assert word in text, word
+    assert "README of the source tree" not in text
+    missing = [k for k in _config_keys() if not re.search(rf"\b{k}\b", text)]
+    assert not missing, f"config keys the man page lacks: {missing}"
+    import check_docs
+    names = [n for n, _, _ in check_docs.metrics_list(REPO)]
+    assert len(names) > 20
+    missing = [n for n in names if f"sluice_{n}" not in text]
+    assert not missing, f"metrics the man page lacks: {missing}"
+
+
+def test_section_5_and_7_pages_render_and_name_what_they_document(destdir):
+    """sluice.ini(5) has every key of config.c's table with its default;
+    the file pages their keys; sluice-commands(7) every PROXY
+    subcommand and lock verb (the lists themselves are tools/check_docs.py's)."""
+    ini = _render(destdir / MAN_INI)
+    for section in ("NAME", "SYNTAX", "KEYS", "SEE ALSO"):
+        assert re.search(rf"^{section}$", ini, re.M), section
+    missing = [k for k in _config_keys() if not re.search(rf"^       {k}\b", ini, re.M)]
+    assert not missing, f"config keys sluice.ini(5) lacks: {missing}"
+    assert ini.count("default:") >= len(_config_keys())
+    rules = _render(destdir / "usr/share/man/man5/sluice-rules.5")
+    for k in ("match_ip", "match_user", "rate", "burst", "per", "action", "scope", "mode"):
+        assert re.search(rf"^       {k}\b", rules, re.M), k
+    users = _render(destdir / "usr/share/man/man5/sluice-users.5")
+    for k in ("password", "nopass", "commands", "keys", "channels", "enabled", "read_from"):
+        assert re.search(rf"^       {k}\b", users, re.M), k
+    cmds = _render(destdir / "usr/share/man/man7/sluice-commands.7")
+    for w in ("PROXY INFO", "PROXY RELOAD", "PROXY SENTINEL", "PROXY CLUSTER", "LOCK key ttl_ms",
+              "UNLOCK key", "RENEW key", "ERRORS", "THROTTLED rule NAME retry_after_ms=N",
+              "NOTOWNER the lock is not held by this owner"):
+        assert w in re.sub(r"\s+", " ", cmds), w
+
+
+def test_installed_docs_links_resolve(destdir):
+    """README's links to docs/ and the pages' links to each other work
+    where they are installed."""
+    import check_docs
+    problems = [p for p in check_docs.check_links(destdir / DOC)]
+    assert not problems, problems
 
 
 def test_unit_file(destdir):
