@@ -220,9 +220,8 @@ def check_metrics(root):
 def check_commands(root):
     problems = []
     local = _nocomments((root / "proxy/client/local.c").read_text())
-    subs = re.findall(r'^\s*\{"(\w+)", local_proxy_\w+|^\s*\{"(\w+)", top_command',
-                      local[local.index("local_proxy_subcommands[] = {"):], re.M)
-    subs = [a or b for a, b in subs]
+    table = local[local.index("local_proxy_subcommands[] = {"):]
+    subs = re.findall(r'^\s*\{"(\w+)", ', table[:table.index("\n};")], re.M)
     sections = re.findall(r'^\s*\{"(\w+)", "\w+", \w+, [01]\}',
                           local[local.index("local_info_sections[] = {"):], re.M)
     docs = _flat("\n".join(p.read_text() for p in sorted((root / "docs").glob("*.md"))))
