@@ -37,6 +37,8 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
       "Requests sluice refused before running them.")                                     \
     X(command_duration_seconds, HISTOGRAM, "cmd",                                          \
       "From framing a request to queueing its reply to the client.")                      \
+    X(blocking_command_duration_seconds, HISTOGRAM, "cmd",                                 \
+      "Time of commands that may block (BLPOP, XREAD, WAIT, LOCK...), framed to replied.")  \
     X(backend_up, GAUGE, "backend,role", "1 when the backend is connected and logged in.") \
     X(backend_connections, GAUGE, "backend,kind", "Connections to the backend by kind.")  \
     X(backend_requests_total, COUNTER, "backend", "Requests sent to the backend.")        \

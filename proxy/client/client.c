@@ -685,7 +685,7 @@ void client_note_done(struct client *c, struct request *req)
     took = now > req->framed_us ? now - req->framed_us : 0;
     stats_command_done(req->stat_row, took,
                        (req->flags & (REQ_FAILED | REQ_REJECTED)) == REQ_FAILED);
-    if (req->slow_args != NULL && slowlog_slow(took))
+    if (req->slow_args != NULL && slowlog_slow(took) && !stats_row_blocks(req->stat_row))
         slowlog_note(req, now, c->addr_text, c->name, c->user);
     req->framed_us = 0;   /* counted once, whichever way its reply went */
 }

@@ -30,8 +30,10 @@ struct stats_row {
     uint64_t *failed;                  /* sluice_commands_failed_total */
     uint64_t *rejected[STATS_REJECT_KINDS]; /* made on first refusal */
     uint64_t rejected_all;
-    struct metrics_hist *duration;     /* sluice_command_duration_seconds */
+    struct metrics_hist *duration;     /* sluice_command_duration_seconds, or
+                                          _blocking_command_duration_seconds */
     struct metrics_fine *latency;      /* for latencystats */
+    int blocking;                      /* its time may be spent waiting (stats_row_blocks) */
 };
 
 static struct stats_row *stats_rows;
@@ -60,14 +62,30 @@ int stats_command_row(const struct command *cmd, struct sv name)
     return STATS_ROW_OTHER;
 }
 
-/* Make ROW's series; a row whose memory ran out counts nowhere. */
+/* Whether ROW's commands may wait for data or a lock rather than work:
+ * Redis's "blocking" flag (BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD,
+ * XREADGROUP, WAIT...), and LOCK, which may WAIT. Their time says how
+ * long a client waited, not how fast Redis or sluice were. */
+static int stats_row_is_blocking(int row)
+{
+    if (row < stats_table_rows)
+        return (commands_by_id(row)->flags & CMD_BLOCKING) != 0;
+    return row == stats_table_rows;   /* "lock", the first extra row */
+}
+
+/* Make ROW's series; a row whose memory ran out counts nowhere. A
+ * blocking row's time goes to its own histogram, so that the request
+ * latency an operator graphs (command_duration_seconds) is not inflated
+ * by clients waiting on purpose. */
 static void stats_row_open(struct stats_row *r, int row)
 {
     const char *name = stats_row_name(row);
 
     r->total = metrics_counter(METRIC_commands_total, name, NULL);
     r->failed = metrics_counter(METRIC_commands_failed_total, name, NULL);
-    r->duration = metrics_hist(METRIC_command_duration_seconds, name, NULL);
+    r->blocking = stats_row_is_blocking(row);
+    r->duration = metrics_hist(r->blocking ? METRIC_blocking_command_duration_seconds
+                                           : METRIC_command_duration_seconds, name, NULL);
     r->latency = calloc(1, sizeof(*r->latency));
 }
 
@@ -78,6 +96,15 @@ void stats_count_command(int row)
     if (r->total == NULL)
         stats_row_open(r, row);
     (*r->total)++;
+}
+
+int stats_row_blocks(int row)
+{
+    struct stats_row *r = &stats_rows[row];
+
+    if (r->total == NULL)
+        stats_row_open(r, row);
+    return r->blocking;
 }
 
 uint64_t stats_command_total(int row)

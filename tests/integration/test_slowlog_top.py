@@ -71,6 +71,34 @@ def test_debug_sleep_in_slowlog_with_duration_and_time_in_redis(redis_factory, s
         assert all(x[3] != [b"PING"] for x in c.call("PROXY", "SLOWLOG", "GET", "-1"))
 
 
+def test_blocking_commands_stay_out_of_the_slow_log_and_request_latency(redis_factory,
+                                                                        sluice_factory):
+    """A BLPOP that waits 0.3 s and a LOCK ... WAIT that waits: time spent
+    waiting on purpose, as Redis leaves blocked time out of its SLOWLOG:
+    not in the slow log, and in blocking_command_duration_seconds, not in
+    command_duration_seconds (an operator's request-latency panel)."""
+    from test_metrics import scrape, value
+    from helpers import free_port
+    mport = free_port()
+    srv, s = start_pair(redis_factory, sluice_factory, metrics_listen=f"127.0.0.1:{mport}")
+    with s.raw() as c, s.raw() as holder:
+        assert c.call("BLPOP", "nothing", "0.3") is None
+        assert isinstance(holder.call("LOCK", "lk", "400"), bytes)
+        got = c.call("LOCK", "lk", "1000", "WAIT", "2000", timeout=10 * SLOW)
+        assert isinstance(got, bytes), got       # granted once the first one expired
+        assert c.call("DEBUG", "SLEEP", "0.05") == "OK"    # a slow command still is
+        entries = c.call("PROXY", "SLOWLOG", "GET", "-1")
+        names = [e[3][0].upper() for e in entries]
+        assert b"BLPOP" not in names and b"LOCK" not in names, entries
+        assert b"DEBUG" in names, entries
+    body = scrape(mport)
+    assert value(body, "sluice_blocking_command_duration_seconds_count", cmd="blpop") == 1
+    assert value(body, "sluice_blocking_command_duration_seconds_count", cmd="lock") == 2
+    assert value(body, "sluice_command_duration_seconds_count", cmd="blpop") is None
+    assert value(body, "sluice_command_duration_seconds_count", cmd="lock") is None
+    assert value(body, "sluice_command_duration_seconds_count", cmd="debug") == 1
+
+
 def test_delay_rule_wait_is_time_in_sluice(redis_factory, sluice_factory):
     _, s = start_pair(redis_factory, sluice_factory, rules="""
 [limit slow-gets]
