@@ -156,6 +156,14 @@ int auth_prepare(const struct config *cfg, struct user_set **out, struct errlist
     return *out != NULL ? 0 : -1;
 }
 
+/* metrics_family_retain's question: whether the user VALUES[0] is in
+ * the set CTX ("default", a client not logged in yet, always is). */
+static int auth_user_kept(void *ctx, const char *const *values)
+{
+    return strcmp(values[0], "default") == 0 ||
+           users_find(ctx, values[0], strlen(values[0])) != NULL;
+}
+
 void auth_commit(const struct config *cfg, struct user_set *set)
 {
     struct user_set *old = auth_users;
@@ -171,6 +179,10 @@ void auth_commit(const struct config *cfg, struct user_set *set)
     auth_users = set;
     redisusers_sync(set);   /* before any client's next script */
     auth_client->users_changed();   /* every client lets go of OLD's users */
+    /* A removed user's series goes: /metrics stays bounded by the users
+     * there are (a kept one's counts go on; the clients of a removed one
+     * were closed just now). */
+    metrics_family_retain(METRIC_user_commands_total, auth_user_kept, set);
     users_free(old);
     log_notice("users file %s reloaded: %d users", auth_users_path, users_count(set));
 }

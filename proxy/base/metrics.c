@@ -213,6 +213,20 @@ void metrics_family_clear(enum metrics_id id)
     metrics_sets[id].count = 0;
 }
 
+void metrics_family_retain(enum metrics_id id, metrics_keep_fn *keep, void *ctx)
+{
+    int kept = 0;
+
+    for (int i = 0; i < metrics_sets[id].count; i++) {
+        struct metrics_series *s = metrics_sets[id].series[i];
+        if (keep(ctx, (const char *const *)s->values))
+            metrics_sets[id].series[kept++] = s;
+        else
+            metrics_series_free(s);
+    }
+    metrics_sets[id].count = kept;
+}
+
 void metrics_gauge_fn(enum metrics_id id, double (*fn)(void))
 {
     metrics_gauge_fns[id] = fn;

@@ -29,6 +29,7 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(connections_received_total, COUNTER, "", "Client connections accepted.")            \
     X(rejected_connections_total, COUNTER, "reason", "Client connections refused.")       \
     X(auth_failures_total, COUNTER, "user", "Failed client logins by user.")              \
+    X(user_commands_total, COUNTER, "user", "Requests framed, by the user that sent them.") \
     X(input_bytes_total, COUNTER, "", "Bytes read from clients.")                         \
     X(output_bytes_total, COUNTER, "", "Bytes written to clients.")                       \
     X(commands_total, COUNTER, "cmd", "Requests framed, by command.")                     \
@@ -148,6 +149,12 @@ void metrics_gauge(enum metrics_id id, const char *v1, const char *v2, double va
 /* Drop every series of family ID (a gauge set afresh at each scrape, whose
  * label values may change: a backend's role). */
 void metrics_family_clear(enum metrics_id id);
+
+/* Drop the series of family ID for which KEEP(CTX, their label values)
+ * says 0 (a user or rule a reload removed): the others stay where they
+ * are, so pointers to them stay good. */
+typedef int metrics_keep_fn(void *ctx, const char *const *values);
+void metrics_family_retain(enum metrics_id id, metrics_keep_fn *keep, void *ctx);
 
 /* The unlabelled gauge ID reads FN at each metrics_write (a count kept by
  * another module: clients, KEEP renewals, the slow log's length). */

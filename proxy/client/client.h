@@ -139,6 +139,8 @@ struct client {
                                            and ips sketches (top.c), */
     unsigned top_refs_changes;          /* taken at this identity_changes */
     uint64_t top_pending;               /* requests not yet in those sketches (top.c) */
+    uint64_t *user_commands;            /* sluice_user_commands_total of its user */
+    unsigned user_commands_changes;     /* taken at identity_changes */
     TAILQ_ENTRY(client) link;           /* in the list of all clients */
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
     struct client_sub_names *sub_names; /* Sentinel: what it subscribed to (client_failover.c) */

@@ -31,6 +31,7 @@
 #include "local.h"
 #include "router.h"
 #include "log.h"
+#include "metrics.h"
 #include "learn.h"
 #include "multi.h"
 #include "netio.h"
@@ -582,6 +583,20 @@ static enum stats_reject client_reject_reason(const char *denied)
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
+/* sluice_user_commands_total{user}: a request of C's user. The series is
+ * found again only when C's user changed (a login, a reload), so a
+ * request costs an increment. Bounded by the users there are (the users
+ * file's, or Redis's own without one). */
+static inline void client_count_user(struct client *c)
+{
+    if (c->user_commands == NULL || c->user_commands_changes != c->identity_changes) {
+        c->user_commands = metrics_counter(METRIC_user_commands_total,
+                                           c->user != NULL ? c->user : "default", NULL);
+        c->user_commands_changes = c->identity_changes;
+    }
+    (*c->user_commands)++;
+}
+
 static int client_handle(struct client *c, struct request *req, struct evbuffer *in)
 {
     struct evbuffer *src = req->raw != NULL ? NULL : in;
@@ -608,6 +623,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     if (slowlog_enabled())
         slowlog_capture(req, argv, src != NULL ? src : req->raw);
     top_count(c, req, argv);
+    client_count_user(c);
     STAT_INC(total_requests);
     req->stat_row = stats_command_row(req->cmd, req->argc > 0 ? argv[0] : (struct sv){"", 0});
     stats_count_command(req->stat_row);

@@ -263,3 +263,29 @@ def test_proxy_config_shows_the_running_configuration_without_secrets(redis_fact
         assert c.call("HELLO", "3")
         m = c.call("PROXY", "CONFIG", "timeout")
         assert m == ("map", [b"timeout", b"0"]), m
+
+
+def test_per_user_request_counters_follow_the_users_file(env):
+    """sluice_user_commands_total{user}: each user's requests; a user a
+    reload removes loses its series (bounded by the users there are), the
+    others' counts go on."""
+    srv, s, mport = env
+    admin = login(s, "admin")
+    app = login(s, "app")
+    for _ in range(5):
+        assert app.call("PING") == "PONG"
+    assert admin.call("SET", "a", "1") == "OK"
+    body = scrape(mport)
+    assert value(body, "sluice_user_commands_total", user="app") == 5
+    assert value(body, "sluice_user_commands_total", user="admin") == 1
+    # Each AUTH counts for the user who sent it: not yet logged in.
+    assert value(body, "sluice_user_commands_total", user="default") >= 2
+    (s.dir / "users.ini").write_text(USERS.split("[user app]")[0])
+    assert admin.call("PROXY", "RELOAD") == "OK"
+    assert admin.call("GET", "a") == b"1"
+    body = scrape(mport)
+    assert value(body, "sluice_user_commands_total", user="app") is None
+    assert value(body, "sluice_user_commands_total", user="admin") == 3
+    assert value(body, "sluice_user_commands_total", user="default") >= 2   # kept
+    admin.close()
+    app.close()
