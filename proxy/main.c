@@ -1,6 +1,7 @@
 /* main.c - owns the process: command line, config check, start-up order,
  * signals, the periodic tick and an orderly shutdown. */
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/event.h>
 #include <getopt.h>
 #include <hiredis/hiredis.h>
@@ -69,6 +70,10 @@ static const struct client_verbs main_lock_verbs = {
 static uint64_t main_shutdown_deadline_ms;
 static int main_handed_over;        /* a new sluice took the listening sockets */
 static pid_t main_upgrade_pid;      /* the sluice SIGUSR2 started, until it took over */
+static int main_upgrade_report = -1; /* its report pipe's end we read (log_set_report) */
+/* The descriptor a sluice started by SIGUSR2 finds its report pipe on. */
+#define MAIN_REPORT_ENV "SLUICE_UPGRADE_REPORT_FD"
+#define MAIN_REPORT_FD 3
 static char **main_argv;            /* for SIGUSR2: the same command line... */
 static char main_exe[PATH_MAX];     /* ...of the binary now on disk at this path */
 
@@ -216,8 +221,10 @@ static int main_load_config(const char *path, int check_only)
     if (check_only && server.cfg.path != NULL)
         main_warn(&server.cfg, rules, users, &errs, &warns);
     rc = errs.count == 0 ? 0 : -1;
-    if (errs.text != NULL)
+    if (errs.text != NULL) {
         fputs(errs.text, stderr);
+        log_report_text(errs.text);   /* a hand-over's: the old sluice logs them */
+    }
     if (warns.text != NULL)
         fputs(warns.text, stderr);
     rules_free(rules);
@@ -635,6 +642,10 @@ static void main_begin_shutdown(void)
 /* A new sluice is listening on the sockets this one handed over. */
 static void main_takeover(pid_t new_pid)
 {
+    if (main_upgrade_report >= 0) {
+        close(main_upgrade_report);   /* it started: nothing to report */
+        main_upgrade_report = -1;
+    }
     (void)new_pid;
     main_handed_over = 1;
     httpd_pause();   /* the new sluice answers scrapes and probes on the same socket */
@@ -697,21 +708,39 @@ static void main_upgrade(void)
                                                                  : "a new sluice is starting");
         return;
     }
+    int report[2] = {-1, -1};
+
+    /* Why the new sluice could not start (a bad sluice.ini...) comes back
+     * through this pipe and goes to this sluice's log: its own stderr may
+     * be nobody's. */
+    if (pipe2(report, O_CLOEXEC) != 0)
+        report[0] = report[1] = -1;
     pid = fork();
     if (pid == 0) {
-        /* Nothing of this process's may stay open in the new one (a backend
-         * connection held there would never close for Redis). */
-        if (close_range(3, ~0U, 0) != 0) {
-            for (int fd = 3; fd < 65536; fd++)
+        int keep = report[1] >= 0 && (report[1] == MAIN_REPORT_FD
+                                          ? fcntl(MAIN_REPORT_FD, F_SETFD, 0) == 0
+                                          : dup2(report[1], MAIN_REPORT_FD) == MAIN_REPORT_FD);
+
+        /* Nothing else of this process's may stay open in the new one (a
+         * backend connection held there would never close for Redis). */
+        if (close_range(keep ? MAIN_REPORT_FD + 1 : 3, ~0U, 0) != 0) {
+            for (int fd = keep ? MAIN_REPORT_FD + 1 : 3; fd < 65536; fd++)
                 close(fd);
         }
+        if (keep)
+            setenv(MAIN_REPORT_ENV, "3", 1);
         execvp(main_exe, main_argv);
         _exit(127);
     }
+    if (report[1] >= 0)
+        close(report[1]);
     if (pid < 0) {
         log_warning("SIGUSR2: cannot start a new sluice: %s", strerror(errno));
+        if (report[0] >= 0)
+            close(report[0]);
         return;
     }
+    main_upgrade_report = report[0];
     main_upgrade_pid = pid;
     sdnotify_sendf("RELOADING=1\nMONOTONIC_USEC=%llu", (unsigned long long)server_now_us());
     log_notice("SIGUSR2: started %s as pid %d; it takes over once ready", main_exe, (int)pid);
@@ -719,6 +748,32 @@ static void main_upgrade(void)
 
 /* SIGCHLD: the sluice SIGUSR2 started exited. Before taking over, it
  * could not start (its own log says why): this one goes on. */
+/* The new sluice's report (MAIN_REPORT_ENV), which it wrote before it
+ * exited: each line into this sluice's log, then the pipe closed. */
+static void main_log_upgrade_report(pid_t pid)
+{
+    char buf[8192];
+    size_t have = 0;
+    ssize_t n;
+
+    if (main_upgrade_report < 0)
+        return;
+    /* The writer has exited: read until EOF, a bounded amount. */
+    while (have < sizeof(buf) - 1 &&
+           (n = read(main_upgrade_report, buf + have, sizeof(buf) - 1 - have)) > 0)
+        have += (size_t)n;
+    buf[have] = '\0';
+    for (char *line = buf, *nl; line != NULL && *line != '\0'; line = nl) {
+        nl = strchr(line, '\n');
+        if (nl != NULL)
+            *nl++ = '\0';
+        if (*line != '\0')
+            log_warning("the new sluice (pid %d): %s", (int)pid, line);
+    }
+    close(main_upgrade_report);
+    main_upgrade_report = -1;
+}
+
 static void main_reap(void)
 {
     int status;
@@ -730,6 +785,7 @@ static void main_reap(void)
         main_upgrade_pid = 0;
         if (main_handed_over)
             continue;
+        main_log_upgrade_report(pid);
         log_warning("the new sluice (pid %d) exited with status %d before taking over; "
                     "this one goes on serving", (int)pid,
                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
@@ -937,6 +993,19 @@ static void main_note_exe(char **argv)
         snprintf(main_exe, sizeof(main_exe), "%s", argv[0]);
 }
 
+/* Started by a sluice's SIGUSR2: its report pipe (log_set_report). The
+ * variable goes, so that a hand-over from this one starts afresh. */
+static void main_take_report(void)
+{
+    const char *env = getenv(MAIN_REPORT_ENV);
+
+    if (env != NULL && strcmp(env, "3") == 0 && fcntl(MAIN_REPORT_FD, F_GETFD) >= 0) {
+        fcntl(MAIN_REPORT_FD, F_SETFD, FD_CLOEXEC);
+        log_set_report(MAIN_REPORT_FD);
+    }
+    unsetenv(MAIN_REPORT_ENV);
+}
+
 int main(int argc, char **argv)
 {
     const char *config_path = MAIN_DEFAULT_CONFIG;
@@ -948,6 +1017,7 @@ int main(int argc, char **argv)
     int check_only = 0, opt, rc;
 
     main_note_exe(argv);
+    main_take_report();
     while ((opt = getopt_long(argc, argv, "c:tvh", long_options, NULL)) != -1) {
         switch (opt) {
         case 'c': config_path = optarg; break;
@@ -976,6 +1046,7 @@ int main(int argc, char **argv)
     log_set_startup(1);   /* until sluice runs, errors reach stderr too */
     if (log_open(server.cfg.log_file) != 0) {
         fprintf(stderr, "%s: cannot open log_file %s\n", config_path, server.cfg.log_file);
+        log_report_text("cannot open log_file\n");
         config_free(&server.cfg);
         return 1;
     }

@@ -27,6 +27,7 @@ enum log_level log_current_level = LOG_NOTICE;
 static FILE *log_stream;
 static enum log_format log_format_used = LOG_FORMAT_TEXT;
 static int log_startup_copy;   /* log_set_startup */
+static FILE *log_report;       /* log_set_report: the sluice that started this one */
 static int log_journal = -1;   /* stderr is journald's: -1 not checked yet */
 
 /* By level: the name log_level reads (and JSON writes), Redis's mark, and
@@ -136,6 +137,25 @@ void log_set_format(enum log_format format)
 void log_set_startup(int on)
 {
     log_startup_copy = on;
+    if (!on && log_report != NULL) {
+        fclose(log_report);   /* running: the old sluice hears nothing more */
+        log_report = NULL;
+    }
+}
+
+void log_set_report(int fd)
+{
+    log_report = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (log_report != NULL)
+        setvbuf(log_report, NULL, _IOLBF, 0);
+}
+
+void log_report_text(const char *text)
+{
+    if (log_report != NULL) {
+        fputs(text, log_report);
+        fflush(log_report);
+    }
 }
 
 /* Whether stderr is a journald stream: JOURNAL_STREAM holds its
@@ -299,11 +319,19 @@ static void log_out(enum log_level level, const char *msg, const struct timeval 
 {
     if (log_stream == NULL) {
         log_emit(stderr, level, msg, tv);
+        if (log_report != NULL && level >= LOG_WARNING) {
+            fprintf(log_report, "%s\n", msg);
+            fflush(log_report);
+        }
         return;
     }
     log_emit(log_stream, level, msg, tv);
     if (log_startup_copy && level >= LOG_WARNING)
         log_emit(stderr, level, msg, tv);
+    if (log_report != NULL && level >= LOG_WARNING) {
+        fprintf(log_report, "%s\n", msg);
+        fflush(log_report);
+    }
 }
 
 static uint64_t log_ms(const struct timeval *tv)

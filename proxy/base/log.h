@@ -36,6 +36,13 @@ void log_set_format(enum log_format format);
  * says why on the terminal (or in the journal). */
 void log_set_startup(int on);
 
+/* A sluice started by a hand-over (SIGUSR2) tells the one that started it
+ * why it could not start: FD (a pipe) gets every warning and error until
+ * log_set_startup(0), and log_report_text's TEXT (the config's errors,
+ * found before the log is open). The old sluice logs them in its own log. */
+void log_set_report(int fd);
+void log_report_text(const char *text);
+
 /* Write one line at LEVEL. A warning with the same text as one written
  * less than a second ago is counted instead, and the count written later
  * as "TEXT (repeated N times in T s)" (by the next line written, or by

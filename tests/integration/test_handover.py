@@ -12,6 +12,7 @@ answered, and the close after the last reply is an orderly FIN.
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -321,6 +322,28 @@ def test_sigusr2_upgrade_and_sd_notify(redis_factory, sluice_factory, tmp_path, 
         if new_pid is not None and _alive(new_pid):
             os.kill(new_pid, signal.SIGKILL)
     assert "sluice stopped" in s.log_path.read_text()
+
+
+def test_sigusr2_with_a_bad_config_logs_why_in_the_old_log(redis_factory, sluice_factory):
+    """SIGUSR2 after sluice.ini was broken: the new process cannot start,
+    and its reasons (every FILE:LINE: message) are in the running sluice's
+    log_file, not only on a stderr nobody reads; the old one serves on."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    text = s.config_path.read_text()
+    s.config_path.write_text(text + "no_such_key = 1\ntimeout = soon\n")
+    lines = len(text.splitlines())
+    s.proc.send_signal(signal.SIGUSR2)
+    wait_until(lambda: _log_has(s, "before taking over; this one goes on serving"), 20 * SLOW,
+               msg="the failed hand-over to be logged")
+    log = s.log_path.read_text(errors="replace")
+    assert re.search(rf"the new sluice \(pid \d+\): {re.escape(str(s.config_path))}:{lines + 1}: "
+                     r"unknown key 'no_such_key' in \[proxy\]", log), log
+    assert re.search(rf"the new sluice \(pid \d+\): {re.escape(str(s.config_path))}:{lines + 2}: "
+                     r"timeout", log), log
+    with RawConn(s.port) as c:
+        assert c.call("PING") == "PONG"
+    s.config_path.write_text(text)
 
 
 def _alive(pid):
