@@ -200,6 +200,7 @@ static const struct config_key config_keys[] = {
     {"log_level", config_set_log_level, F(log_level), 0, 0, 0, LIVE(INT)},
     {"log_file", config_set_string, F(log_file), 0, 0, 0, LIVE(STR)},
     {"log_format", config_set_log_format, F(log_format), 0, 0, 0, LIVE(INT)},
+    {"log_connections", config_set_yesno, F(log_connections), 0, 0, 0, LIVE(INT)},
     {"pidfile", config_set_string, F(pidfile), 0, 0, 0, RESTART(STR)},
     {"maxclients", config_set_int, F(maxclients), 1, 1000000, 0, LIVE(NUM)},
     {"timeout", config_set_int, F(timeout_s), 0, 100000000, 0, LIVE(NUM)},

@@ -61,7 +61,8 @@ struct config {
     char *users;                       /* the users file, resolved likewise; NULL: none */
     int users_in_redis;                /* keep restricted users' scripts' users in Redis */
     int log_level;                     /* enum log_level */
-    char *log_file;                    /* NULL: stderr */
+    char *log_file;
+    int log_connections;               /* a notice line per connect and per close */                    /* NULL: stderr */
     int log_format;                    /* enum log_format */
     char *pidfile;                     /* NULL: none; as given (like log_file) */
     long long maxclients;

@@ -248,7 +248,7 @@ void client_accept(int fd, const struct sockaddr *addr, socklen_t addrlen, int t
     c->read_ev = event_new(client_base, fd, EV_READ | EV_PERSIST, client_read_cb, c);
     c->write_ev = event_new(client_base, fd, EV_WRITE | EV_PERSIST, client_write_cb, c);
     client_read_on(c);
-    log_debug("client %llu connected from %s", (unsigned long long)c->id, c->addr_text);
+    client_log_connected(c);
 }
 
 /* Fences. In pub/sub and MONITOR a client's replies stream unpaired from
@@ -382,7 +382,7 @@ static void client_close(struct client *c)
         backend_release_private(c->private_conn);
     TAILQ_REMOVE(&client_all, c, link);
     client_total--;
-    log_debug("client %llu closed", (unsigned long long)c->id);
+    client_log_closed(c);
     reqparse_free(&c->parser);
     event_free(c->read_ev);
     event_free(c->write_ev);
@@ -399,6 +399,7 @@ static void client_close(struct client *c)
 
 void client_kill(struct client *c, struct client *current)
 {
+    client_close_reason(c, "CLIENT KILL");
     if (c != current) {
         client_close(c);
         return;
@@ -557,6 +558,7 @@ static void client_write(struct client *c)
         rc = -2;
     }
     (*client_metric_output) += before - evbuffer_get_length(c->output);
+    c->bytes_out += before - evbuffer_get_length(c->output);
     if (evbuffer_get_length(c->output) < before)
         c->last_active_ms = server_pass_now_us() / 1000;   /* Redis: a write is activity */
     client_write_event(c, rc == 0 || (rc == 1 && client_turn_waits(c)));
@@ -601,6 +603,7 @@ void client_output_overflow(struct client *c, size_t bytes)
     log_notice("client %llu (%s) closed: %zu bytes of replies over client_output_buffer_limit",
                (unsigned long long)c->id, c->addr_text, bytes);
     STAT_INC(output_limit_disconnects);
+    client_close_reason(c, "client_output_buffer_limit");
     client_close(c);
 }
 
@@ -667,27 +670,6 @@ void client_flush(struct client *c)
         client_close(c);
     else if (reply_mode_ran)
         client_unblock(c);   /* blocked by client_dispatch: framing goes on */
-}
-
-void client_note_rejected(struct request *req, int reason)
-{
-    req->flags |= REQ_REJECTED;
-    stats_command_rejected(req->stat_row, (enum stats_reject)reason);
-}
-
-void client_note_done(struct client *c, struct request *req)
-{
-    uint64_t now, took;
-
-    if (req->framed_us == 0)
-        return;
-    now = server_pass_now_us();
-    took = now > req->framed_us ? now - req->framed_us : 0;
-    stats_command_done(req->stat_row, took,
-                       (req->flags & (REQ_FAILED | REQ_REJECTED)) == REQ_FAILED);
-    if (req->slow_args != NULL && slowlog_slow(took) && !stats_row_blocks(req->stat_row))
-        slowlog_note(req, now, c->addr_text, c->name, c->user);
-    req->framed_us = 0;   /* counted once, whichever way its reply went */
 }
 
 /* REQ's reply is in its own buffer now: mark it and write what can go. */
@@ -889,6 +871,7 @@ void client_unblock(struct client *c)
 void client_protocol_error(struct client *c, const char *msg)
 {
     log_info("client %llu (%s): %s", (unsigned long long)c->id, c->addr_text, msg);
+    client_close_reason(c, "protocol error");
     STAT_INC(protocol_errors);
     STAT_INC(total_error_replies);
     c->flags |= CLIENT_CLOSE_AFTER_REPLY;
@@ -975,6 +958,7 @@ static void client_read_cb(evutil_socket_t fd, short what, void *arg)
     }
     c->last_active_ms = server_pass_now_us() / 1000;
     (*client_metric_input) += (uint64_t)n;
+    c->bytes_in += (uint64_t)n;
     client_enter(c);
     client_process_input(c);
     client_check_query_limit(c);
@@ -1058,6 +1042,7 @@ static int client_pause_held(const struct client *c)
 static void client_read_ended(struct client *c, int eof)
 {
     c->eof_seen = 1;
+    client_close_reason(c, eof ? "closed by the client" : "read error");
     if (eof && c->private_conn == NULL && (!TAILQ_EMPTY(&c->requests) || c->inflight > 0) &&
         !client_pause_held(c)) {
         /* Half-closed after sending (`printf 'PING\r\n' | nc`): answer what
@@ -1118,6 +1103,7 @@ void client_cron(uint64_t now_ms)
             log_info("client %llu (%s) closed: no TLS handshake within %lld ms",
                      (unsigned long long)c->id, c->addr_text, client_cfg->tls_handshake_timeout_ms);
             STAT_INC(tls_handshake_failures);
+            client_close_reason(c, "no TLS handshake in time");
             client_close(c);
             continue;
         }
@@ -1132,6 +1118,7 @@ void client_cron(uint64_t now_ms)
             log_info("client %llu (%s) closed after %llds idle", (unsigned long long)c->id,
                      c->addr_text, (long long)client_cfg->timeout_s);
             STAT_INC(idle_timeouts);
+            client_close_reason(c, "idle timeout");
             client_close(c);
         }
     }
@@ -1160,7 +1147,10 @@ void client_users_changed(void)
         next = TAILQ_NEXT(c, link);
         if (auth_rebind(c) == 0) {
             throttle_client_changed(c);
-        } else if (c->busy > 0) {
+            continue;
+        }
+        client_close_reason(c, "its user was removed or disabled by a reload");
+        if (c->busy > 0) {
             /* The client that sent PROXY RELOAD: it gets its reply first. */
             c->flags |= CLIENT_CLOSE_AFTER_REPLY;
             client_read_off(c);
@@ -1177,6 +1167,7 @@ void client_shutdown_all(void)
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
         c->flags |= CLIENT_DRAINING;
+        client_close_reason(c, "drained (shutdown, hand-over or PROXY DRAIN)");
         client_drain_check(c);
     }
 }

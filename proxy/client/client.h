@@ -141,6 +141,9 @@ struct client {
     uint64_t top_pending;               /* requests not yet in those sketches (top.c) */
     uint64_t *user_commands;            /* sluice_user_commands_total of its user */
     unsigned user_commands_changes;     /* taken at identity_changes */
+    uint64_t bytes_in, bytes_out;       /* read from it, written to it (log_connections) */
+    uint64_t commands;                  /* requests framed */
+    const char *close_reason;           /* the first cause of its close (a literal) */
     TAILQ_ENTRY(client) link;           /* in the list of all clients */
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
     struct client_sub_names *sub_names; /* Sentinel: what it subscribed to (client_failover.c) */

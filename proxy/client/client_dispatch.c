@@ -624,6 +624,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         slowlog_capture(req, argv, src != NULL ? src : req->raw);
     top_count(c, req, argv);
     client_count_user(c);
+    c->commands++;
     STAT_INC(total_requests);
     req->stat_row = stats_command_row(req->cmd, req->argc > 0 ? argv[0] : (struct sv){"", 0});
     stats_count_command(req->stat_row);

@@ -99,6 +99,19 @@ enum placement_role client_role(const struct request *req);
 void client_reply_mark(struct client *c, struct request *req);
 /* REQ is refused before it ran, for REASON: counted so, never as failed. */
 void client_note_rejected(struct request *req, int reason);
+
+/* What log_connections says (client_log.c): one line when C connects,
+ * one when it closes, with its user, the reason, how long, its commands
+ * and bytes. */
+void client_log_connected(const struct client *c);
+void client_log_closed(const struct client *c);
+
+/* The first cause of C's close (a string literal), for its close line. */
+static inline void client_close_reason(struct client *c, const char *why)
+{
+    if (c->close_reason == NULL)
+        c->close_reason = why;
+}
 /* REQ's reply is being queued to its client: its time and result go to
  * the per-command stats (a client's request only). */
 void client_note_done(struct client *c, struct request *req);

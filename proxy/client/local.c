@@ -13,6 +13,7 @@
 #include "auth.h"
 #include "backend.h"
 #include "client.h"
+#include "client_int.h"
 #include "clientid.h"
 #include "control.h"
 #include "cluster.h"
@@ -289,6 +290,7 @@ static void local_quit(struct client *c, int argc, const struct sv *argv, struct
     (void)argc;
     (void)argv;
     c->flags |= CLIENT_CLOSE_AFTER_REPLY;
+    client_close_reason(c, "QUIT");
     reply_status(out, "OK");
 }
 

@@ -289,3 +289,41 @@ def test_per_user_request_counters_follow_the_users_file(env):
     assert value(body, "sluice_user_commands_total", user="default") >= 2   # kept
     admin.close()
     app.close()
+
+
+def test_log_connections_says_who_why_how_long_how_much(redis_factory, sluice_factory):
+    """log_connections = yes: a notice line when a client connects and one
+    when it goes, with the reason, its address, user, name, duration,
+    commands and bytes; off by default (the lines are debug then)."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, log_connections="yes", users="users.ini", start=False)
+    (s.dir / "users.ini").write_text(USERS)
+    s.start()
+    c = login(s, "app")
+    assert c.call("CLIENT", "SETNAME", "worker-1") == "OK"
+    assert c.call("SET", "k", "v") == "OK"
+    assert c.call("QUIT") == "OK"
+    c.close()
+    idle = RawConn(s.port)
+    idle.close()
+
+    def lines():
+        return [l for l in s.log_path.read_text().splitlines() if "client " in l]
+    wait_until(lambda: sum("closed:" in l for l in lines()) >= 2, 5 * SLOW)
+    text = "\n".join(lines())
+    assert re.search(r"\* client (\d+) connected from 127\.0\.0\.1:\d+$", text, re.M), text
+    m = re.search(r"\* client \d+ closed: QUIT; from 127\.0\.0\.1:\d+, user app, name worker-1, "
+                  r"\d+\.\d{3} s, (\d+) commands, (\d+) bytes in, (\d+) bytes out", text)
+    assert m, text
+    assert int(m.group(1)) == 4 and int(m.group(2)) > 60 and int(m.group(3)) >= 20, m.groups()
+    assert re.search(r"client \d+ closed: closed by the client; from 127\.0\.0\.1:\d+, "
+                     r"user default, name -, ", text), text
+
+
+def test_log_connections_off_by_default(redis_factory, sluice_factory):
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    with s.raw() as c:
+        assert c.call("PING") == "PONG"
+    time.sleep(0.2)
+    assert "connected from" not in s.log_path.read_text()
