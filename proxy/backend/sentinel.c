@@ -1084,6 +1084,14 @@ void sentinel_check(const struct config *cfg, struct errlist *warns)
 
     if (!config_sentinel_mode(cfg))
         return;
+    if (cfg->sentinel_count % 2 == 0)
+        errlist_add(warns, cfg->path, line,
+                    "warning: %d Sentinels: sluice follows only a primary a majority (%d) of "
+                    "them name, so it tolerates %d down; %d would tolerate %d",
+                    cfg->sentinel_count, sentinel_vote_needed(cfg->sentinel_count),
+                    cfg->sentinel_count - sentinel_vote_needed(cfg->sentinel_count),
+                    cfg->sentinel_count + 1,
+                    cfg->sentinel_count + 1 - sentinel_vote_needed(cfg->sentinel_count + 1));
     if (cfg->sentinel_tls) {
         errlist_add(warns, cfg->path, line, "warning: Sentinels behind TLS are not asked by -t");
         return;

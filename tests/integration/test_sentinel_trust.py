@@ -419,3 +419,14 @@ def test_replicas_key_checked(tmp_path):
         rc, err = sluice_check(str(SLUICE_BIN), path)
         assert rc != 0, (body, err)
         assert f"{path}:{line}:" in err and want in err, (body, err)
+
+
+def test_even_number_of_sentinels_warned(tmp_path):
+    """sluice -t warns of an even number of Sentinels: a majority of 2 is
+    both, so one down stops sluice from following a failover."""
+    path = tmp_path / "even.ini"
+    path.write_text("[proxy]\nsentinel = 127.0.0.1:1 127.0.0.1:2\nsentinel_master = m\n")
+    rc, err = sluice_check(str(SLUICE_BIN), path)
+    assert rc == 0, err
+    assert f"{path}:2: warning: 2 Sentinels: sluice follows only a primary a majority (2) " \
+           "of them name, so it tolerates 0 down; 3 would tolerate 1" in err, err
