@@ -16,7 +16,7 @@
  *                                 an address the majority did not name)
  *   confirmed      --> backend_primary_set: the default node; the old one
  *                      retired (its shared connections close once answered);
- *                      the replicas the majority list -> replicas_listed
+ *                      the replicas the same majority list -> replicas_listed
  *
  * A primary connection that fails under a request: a request never
  * written, or one that only reads, waits and goes to the primary once one
@@ -567,7 +567,6 @@ static void sentinel_no_majority(int votes, const char *best, int answered, int 
 static void sentinel_round_end(void)
 {
     const struct sentinel_ballot *ballots[CONFIG_MAX_SEEDS];
-    const char *names[SENTINEL_VOTE_REPLICAS];
     char agreed[SENTINEL_NAME_MAX];
     int answered = 0, unknown = 0, votes;
 
@@ -586,9 +585,6 @@ static void sentinel_round_end(void)
     sentinel_note_dissent(agreed);
     sentinel_replica_count = sentinel_vote_replicas(ballots, sentinel_peer_count, agreed,
                                                     sentinel_replicas, SENTINEL_VOTE_REPLICAS);
-    for (int i = 0; i < sentinel_replica_count; i++)
-        names[i] = sentinel_replicas[i];
-    replicas_listed(agreed, names, sentinel_replica_count);
     sentinel_check_role(agreed);   /* the same one too: is it still a primary? */
 }
 
@@ -646,7 +642,12 @@ static void sentinel_confirm(const char *name)
     struct backend_node *old, *node;
     char was[SENTINEL_NAME_MAX];
     char epoch[32] = "unknown";
+    const char *names[SENTINEL_VOTE_REPLICAS];
 
+    /* The replicas the same majority listed with it (sentinel_round_end). */
+    for (int i = 0; i < sentinel_replica_count; i++)
+        names[i] = sentinel_replicas[i];
+    replicas_listed(name, names, sentinel_replica_count);
     sentinel_ask_wanted = 0;
     sentinel_next_ask_ms = server_now_ms() + (uint64_t)sentinel_cfg->sentinel_refresh_interval_ms;
     if (strcmp(name, sentinel_primary) == 0)
