@@ -188,6 +188,8 @@ def test_no_publish_on_sentinel_channels(redis_factory, sluice_factory):
         assert c.call(b"PUBLISH", b"__sentinel__:hello", b"x") == Err(SENTINEL_REFUSAL)
         assert c.call(b"EXEC") == Err("EXECABORT Transaction discarded because of previous "
                                       "errors.")
+        c.send(b"PUBLISH __sentinel__:hello inline\r\n")   # an inline command too
+        assert c.read_reply() == Err(SENTINEL_REFUSAL)
     time.sleep(0.3)
     assert listener.get_message(timeout=0.5) is None
     listener.close()
