@@ -796,6 +796,47 @@ static int users_add_globs(struct evbuffer *out, char prefix, const struct users
 
 #define USERS_BULK(out, word) users_add_bulk(out, 0, word, sizeof(word) - 1)
 
+/* Whether glob PAT (Redis's stringmatch syntax) may match a channel that
+ * starts with PREFIX: walked against PREFIX, a '*' before its end may,
+ * and so may a class (not looked into: this errs toward "may"). */
+static int users_glob_may_reach(const char *pat, size_t plen, const char *prefix)
+{
+    size_t i = 0;
+
+    for (const char *c = prefix; *c != '\0'; c++, i++) {
+        if (i >= plen)
+            return 0;
+        if (pat[i] == '*' || pat[i] == '[')
+            return 1;
+        if (pat[i] == '\\' && i + 1 < plen)
+            i++;
+        else if (pat[i] == '?')
+            continue;
+        if (pat[i] != *c)
+            return 0;
+    }
+    return 1;
+}
+
+/* "Every channel but Sentinel's" as Redis 7.0 channel globs (it has no
+ * "deny" for channels): each string that leaves USERS_SENTINEL_CHANNELS
+ * at its K-th byte ("__sentinel_[^_]*"), and each proper prefix of it
+ * ("__sent"). The empty channel is left out. Returns how many. */
+static int users_add_all_but_sentinel(struct evbuffer *out)
+{
+    static const char p[] = USERS_SENTINEL_CHANNELS;
+    char glob[sizeof(p) + 8];
+    int n = 0;
+
+    for (size_t k = 0; k + 1 < sizeof(p); k++) {
+        int len = snprintf(glob, sizeof(glob), "%.*s[^%c]*", (int)k, p, p[k]);
+        n += users_add_bulk(out, '&', glob, (size_t)len);
+        if (k > 0)
+            n += users_add_bulk(out, '&', p, k);
+    }
+    return n;
+}
+
 int users_redis_rules(const struct user *u, struct evbuffer *out)
 {
     int n = USERS_BULK(out, "nocommands");
@@ -805,10 +846,18 @@ int users_redis_rules(const struct user *u, struct evbuffer *out)
     if (u->flags & USERS_ALLKEYS)
         n += USERS_BULK(out, "allkeys");
     n += users_add_globs(out, '~', &u->keys);
+    /* Never Sentinel's channels, whatever the grant: a script could
+     * publish a forged hello there (users_publishes_reserved refuses it
+     * outside scripts). A glob that may reach them is left out. */
     n += USERS_BULK(out, "resetchannels");
     if (u->flags & USERS_ALLCHANNELS)
-        n += USERS_BULK(out, "allchannels");
-    return n + users_add_globs(out, '&', &u->channels);
+        return n + users_add_all_but_sentinel(out);
+    for (int i = 0; i < u->channels.count; i++) {
+        const struct sv *g = &u->channels.items[i];
+        if (!users_glob_may_reach(g->ptr, g->len, USERS_SENTINEL_CHANNELS))
+            n += users_add_bulk(out, '&', g->ptr, g->len);
+    }
+    return n;
 }
 
 const struct user *users_at(const struct user_set *set, int index)
@@ -962,25 +1011,48 @@ const char *users_sort_denied_option(const struct user *u, const struct command 
     return NULL;
 }
 
-/* Where a pub/sub command's channels are: argv[1] only (publishing), or
- * argv[1..] (subscribing); PATTERN when they are PSUBSCRIBE's patterns.
- * 0 for commands Redis does not check (the UNSUBSCRIBE family). */
+/* The pub/sub commands whose channels Redis checks: argv[1] only
+ * (publishing), or argv[1..] (subscribing); PATTERN for PSUBSCRIBE's. */
+static const struct {
+    const char *name;
+    int all_args, pattern, publishes;
+} users_channel_cmds[] = {
+    {"publish", 0, 0, 1}, {"spublish", 0, 0, 1}, {"subscribe", 1, 0, 0},
+    {"ssubscribe", 1, 0, 0}, {"psubscribe", 1, 1, 0},
+};
+
+/* Where a pub/sub command's channels are (users_channel_cmds). 0 for
+ * commands Redis does not check (the UNSUBSCRIBE family). */
 static int users_channel_args(const struct command *cmd, int *all_args, int *pattern)
 {
-    static const struct {
-        const char *name;
-        int all_args, pattern;
-    } users_channel_cmds[] = {
-        {"publish", 0, 0}, {"spublish", 0, 0}, {"subscribe", 1, 0},
-        {"ssubscribe", 1, 0}, {"psubscribe", 1, 1},
-    };
-
     for (size_t i = 0; i < sizeof(users_channel_cmds) / sizeof(users_channel_cmds[0]); i++) {
         if (strcmp(cmd->name, users_channel_cmds[i].name) == 0) {
             *all_args = users_channel_cmds[i].all_args;
             *pattern = users_channel_cmds[i].pattern;
             return 1;
         }
+    }
+    return 0;
+}
+
+/* Whether CHANNEL is one of Sentinel's: a message there is read by every
+ * Sentinel monitoring the node as one of their own (a forged hello moves
+ * the primary). An argument sluice did not read counts as one. */
+static int users_channel_reserved(struct sv channel)
+{
+    size_t n = sizeof(USERS_SENTINEL_CHANNELS) - 1;
+
+    if (channel.ptr == NULL)
+        return channel.len > 0;
+    return channel.len >= n && memcmp(channel.ptr, USERS_SENTINEL_CHANNELS, n) == 0;
+}
+
+int users_publishes_reserved(const struct command *cmd, int argc, const struct sv *argv)
+{
+    for (size_t i = 0; cmd != NULL && argc > 1 &&
+                       i < sizeof(users_channel_cmds) / sizeof(users_channel_cmds[0]); i++) {
+        if (users_channel_cmds[i].publishes && strcmp(cmd->name, users_channel_cmds[i].name) == 0)
+            return users_channel_reserved(argv[1]);
     }
     return 0;
 }

@@ -17,6 +17,13 @@
     "-NOPERM this user has no permissions to access one of the keys used as arguments"
 #define USERS_ERR_NOPERM_CHANNELS \
     "-NOPERM this user has no permissions to access one of the channels used as arguments"
+/* Sentinel's channels (every Sentinel reads "__sentinel__:hello" on each
+ * node it monitors): no client publishes there through sluice, and no
+ * Redis user sluice mirrors may (users_redis_rules). */
+#define USERS_SENTINEL_CHANNELS "__sentinel__:"
+#define USERS_ERR_NOPERM_SENTINEL                                                          \
+    "-NOPERM no client may publish on Sentinel's channels (__sentinel__:*) through sluice: " \
+    "a forged hello could move the primary"
 #define USERS_ERR_WRONGPASS "-WRONGPASS invalid username-password pair or user is disabled."
 #define USERS_ERR_NOAUTH "-NOAUTH Authentication required."
 
@@ -56,8 +63,10 @@ int users_scripts_in_redis(const struct user *u);
 /* U's command, key and channel grants as items of Redis's ACL SETUSER,
  * sluice's own (@lock, LOCK, UNLOCK, RENEW, PROXY) left out, each added to
  * OUT as a RESP bulk string: "nocommands", U's commands items in order,
- * "resetkeys", "allkeys" or "~glob"..., "resetchannels", "allchannels" or
- * "&glob".... Returns how many. */
+ * "resetkeys", "allkeys" or "~glob"..., "resetchannels", then "&glob"...
+ * never reaching Sentinel's channels (all channels: every one but those,
+ * as globs; a glob of U's that may reach one is left out). Returns how
+ * many. */
 int users_redis_rules(const struct user *u, struct evbuffer *out);
 
 /* The user named NAME (LEN bytes, case sensitive, as Redis), or NULL. */
@@ -109,6 +118,10 @@ int users_may_access_key(const struct user *u, const char *key, size_t len);
  * NULL when the request may go on (other commands always). */
 const char *users_sort_denied_option(const struct user *u, const struct command *cmd,
                                      int argc, const struct sv *argv);
+
+/* 1 when CMD (PUBLISH, SPUBLISH) publishes on one of Sentinel's channels
+ * (USERS_SENTINEL_CHANNELS): refused to everyone, whatever their grants. */
+int users_publishes_reserved(const struct command *cmd, int argc, const struct sv *argv);
 
 /* 1 when the channels of PUBLISH, SPUBLISH, SUBSCRIBE, SSUBSCRIBE and
  * PSUBSCRIBE are allowed: a channel must match one of U's channel globs; a

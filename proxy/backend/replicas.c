@@ -1,7 +1,9 @@
 /* replicas.c - owns the list of replicas of each primary and their lag.
- * Standalone: the current primary (backend_default_node, whichever node
- * that is now) names its replicas in INFO replication; cluster mode:
- * cluster_slots.c passes on CLUSTER SLOTS's. It must not route anything itself.
+ * Standalone: the current primary's (backend_default_node, whichever node
+ * that is now) are those replicas_listed names (`replicas =`, or the
+ * Sentinels' majority), never one the primary's INFO announces (any user
+ * with +replconf +psync can announce one); cluster mode: cluster_slots.c
+ * passes on CLUSTER SLOTS's. It must not route anything itself.
  *
  * Lag, as measured here (README "Reading from replicas"): every
  * REPLICAS_POLL_MS sluice asks the primary and each replica INFO
@@ -78,6 +80,11 @@ static struct event *replicas_tick_ev;
 static struct replica_set *replicas_sets;
 static int replicas_wanted;
 static int replicas_gone;      /* replicas_free ran: late ctx_free calls do nothing */
+
+/* replicas_listed's list. */
+static char replicas_list_primary[REPLICAS_NAME_MAX];   /* "": whichever is the primary */
+static char replicas_list[REPLICAS_MAX][REPLICAS_NAME_MAX];
+static int replicas_list_count;
 
 static const char replicas_info_cmd[] = "*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
 
@@ -303,25 +310,9 @@ static long long replicas_info_number(const char *text, const char *field)
     return p != NULL ? strtoll(p + strlen(field), NULL, 10) : -1;
 }
 
-/* Name every online "slaveN:ip=...,port=...,state=online,..." line of the
- * primary's INFO TEXT a replica of SET. */
-static void replicas_parse_primary(struct replica_set *set, const char *text)
-{
-    for (const char *p = strstr(text, "\nslave"); p != NULL; p = strstr(p + 1, "\nslave")) {
-        char ip[256] = "", state[32] = "", name[300];
-        int port = 0;
-        const char *line = strchr(p, ':');
-        if (line == NULL || sscanf(line, ":ip=%255[^,],port=%d,state=%31[^,\r]", ip, &port,
-                                   state) != 3 || strcmp(state, "online") != 0)
-            continue;
-        snprintf(name, sizeof(name), strchr(ip, ':') != NULL ? "[%s]:%d" : "%s:%d", ip, port);
-        replicas_name(set, name);
-    }
-}
-
 /* The primary of SET answered (TEXT: its INFO replication, sent at
- * SENT_MS): a new sample, the replicas it names (standalone), and every
- * replica's sync point again. */
+ * SENT_MS): a new sample, and every replica's sync point again. The
+ * replicas it names are not looked at (replicas_listed). */
 static void replicas_primary_answer(struct replica_set *set, const char *text, uint64_t sent_ms)
 {
     long long offset = replicas_info_number(text, "master_repl_offset:");
@@ -332,12 +323,6 @@ static void replicas_primary_answer(struct replica_set *set, const char *text, u
     set->sample_next = (set->sample_next + 1) % REPLICAS_SAMPLES;
     if (set->sample_count < REPLICAS_SAMPLES)
         set->sample_count++;
-    if (!config_cluster_mode(replicas_cfg) && set->primary == backend_default_node()) {
-        for (int i = 0; i < set->count; i++)
-            set->replicas[i].named = 0;
-        replicas_parse_primary(set, text);
-        replicas_drop_unnamed(set);
-    }
     for (int i = 0; i < set->count; i++)
         replicas_sync_point(set, &set->replicas[i]);
 }
@@ -426,9 +411,32 @@ static void replicas_note_unreachable(const struct replica_set *set, struct repl
                 backend_node_name(set->primary), why);
 }
 
+void replicas_listed(const char *primary, const char *const *names, int count)
+{
+    snprintf(replicas_list_primary, sizeof(replicas_list_primary), "%s",
+             primary != NULL ? primary : "");
+    replicas_list_count = count < REPLICAS_MAX ? count : REPLICAS_MAX;
+    for (int i = 0; i < replicas_list_count; i++)
+        snprintf(replicas_list[i], sizeof(replicas_list[i]), "%s", names[i]);
+}
+
+/* Standalone mode: SET (the current primary's) gets the listed replicas,
+ * when the list is of its primary; those no longer listed leave. */
+static void replicas_name_listed(struct replica_set *set)
+{
+    int ours = replicas_list_primary[0] == '\0' ||
+               strcmp(replicas_list_primary, backend_node_name(set->primary)) == 0;
+
+    for (int i = 0; i < set->count; i++)
+        set->replicas[i].named = 0;
+    for (int i = 0; ours && i < replicas_list_count; i++)
+        replicas_name(set, replicas_list[i]);
+    replicas_drop_unnamed(set);
+}
+
 /* Standalone mode: the set of the primary sluice uses now. When that
  * changed (a failover) the old one's replicas are forgotten: the new
- * primary names its own at its first answer. */
+ * primary's are those listed for it. */
 static void replicas_follow_primary(void)
 {
     struct backend_node *primary = backend_default_node();
@@ -445,7 +453,8 @@ static void replicas_follow_primary(void)
             replicas_drop_unnamed(set);
         }
     }
-    replicas_set_for(primary, 1);
+    if ((set = replicas_set_for(primary, 1)) != NULL)
+        replicas_name_listed(set);
 }
 
 static void replicas_tick_cb(evutil_socket_t fd, short what, void *arg)
@@ -482,6 +491,10 @@ void replicas_init(struct event_base *base, const struct config *cfg)
     struct timeval tv = {0, REPLICAS_POLL_MS * 1000};
 
     replicas_cfg = cfg;
+    /* Standalone: sluice.ini's list, whichever node is the primary;
+     * Sentinel mode: sentinel.c's, once a majority agrees. */
+    if (!config_sentinel_mode(cfg))
+        replicas_listed(NULL, (const char *const *)cfg->replicas, cfg->replica_count);
     replicas_tick_ev = event_new(base, -1, EV_PERSIST, replicas_tick_cb, NULL);
     if (replicas_tick_ev != NULL)
         evtimer_add(replicas_tick_ev, &tv);

@@ -1,6 +1,6 @@
 /* replicas.h - the replicas of each primary node: which they are (the
- * primary's INFO replication in standalone mode, CLUSTER SLOTS in cluster
- * mode), how far behind each is, and which one a client's read goes to
+ * `replicas =` list in standalone mode, the Sentinels' majority in
+ * Sentinel mode, CLUSTER SLOTS in cluster mode), how far behind each is, and which one a client's read goes to
  * (README "Reading from replicas"). It never decides whether a request may
  * read from a replica: the client layer does. */
 #ifndef SLUICE_REPLICAS_H
@@ -28,6 +28,17 @@ void replicas_free(void);
  * standalone mode) make no new replica nodes. Called at start and after
  * each reload. */
 void replicas_want(int on);
+
+/* The longest "host:port" of a replica. */
+#define REPLICAS_NAME_MAX 280
+
+/* Standalone and Sentinel mode: the replicas reads may use, as a source a
+ * client cannot forge names them (`replicas =` of sluice.ini; in Sentinel
+ * mode what a majority of the Sentinels list): NAMES (COUNT of them) are
+ * the replicas of PRIMARY ("host:port"; NULL: of whichever node is the
+ * primary). Replaces the list before. A primary's INFO replication only
+ * measures their lag: a replica it announces is never added. */
+void replicas_listed(const char *primary, const char *const *names, int count);
 
 /* Cluster mode: the slot map names REPLICA ("host:port") a replica of
  * PRIMARY. Called for each while a new map is read, between

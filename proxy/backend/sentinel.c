@@ -6,12 +6,17 @@
  * backend_deliver, as cluster.c does.
  *
  *   Sentinel 1..N  <-- cmd link: [AUTH] SENTINEL GET-MASTER-ADDR-BY-NAME,
- *                                SENTINEL REPLICAS (asked in turn)
+ *                                SENTINEL REPLICAS (a round: all at once)
  *                  <-- sub link: [AUTH] SUBSCRIBE +switch-master +new-epoch
+ *                                (only a reason to ask all again)
+ *   round's end    --> sentinel_vote: an address a majority of the
+ *                      configured Sentinels name, else nothing moves
  *   candidate      <-- role link: [AUTH] ROLE (nothing else goes there
- *                                 before it says "master")
+ *                                 before it says "master"; no AUTH goes to
+ *                                 an address the majority did not name)
  *   confirmed      --> backend_primary_set: the default node; the old one
- *                      retired (its shared connections close once answered)
+ *                      retired (its shared connections close once answered);
+ *                      the replicas the same majority list -> replicas_listed
  *
  * A primary connection that fails under a request: a request never
  * written, or one that only reads, waits and goes to the primary once one
@@ -21,6 +26,7 @@
  * client unless the command cannot have run (no script, a known command).
  */
 #include "sentinel.h"
+#include "sentinel_vote.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -46,6 +52,7 @@
 #include "metrics.h"
 #include "placement.h"
 #include "primary.h"
+#include "replicas.h"
 #include "reply.h"
 #include "request.h"
 #include "resolve.h"
@@ -62,8 +69,9 @@
 #define SENTINEL_RECONNECT_MS 500
 #define SENTINEL_RETRY_ASK_MS 1000        /* after a round without an answer, or an address
                                              ROLE refuted (+switch-master still acts at once) */
-#define SENTINEL_MAX_REPLICAS 16
-#define SENTINEL_NAME_MAX 280
+#define SENTINEL_SPLIT_RETRY_MS 200       /* after a round without a majority where some
+                                             named an address: a change going round */
+#define SENTINEL_NAME_MAX SENTINEL_VOTE_NAME_MAX
 #define SENTINEL_EXPECT_MAX 8
 #define SENTINEL_FAILOVER_ERROR \
     "-ERR backend unavailable during failover; the command may or may not have run"
@@ -94,6 +102,9 @@ struct sentinel_peer {
     int subscribed;
     uint64_t last_answer_ms;         /* server_now_ms, 0: never */
     char last_answer[400];           /* what it last said of the master */
+    int asked;                       /* its answers to this round are still out */
+    struct sentinel_ballot ballot;   /* its answers of this round */
+    char dissent[SENTINEL_NAME_MAX]; /* the other address it named, logged once */
 };
 
 /* A request waiting for a primary (sentinel_take_unsent). */
@@ -112,18 +123,18 @@ static char sentinel_primary[SENTINEL_NAME_MAX];   /* confirmed, "" until then *
 static char sentinel_candidate[SENTINEL_NAME_MAX]; /* under the ROLE check */
 static struct sentinel_link sentinel_role;
 static uint64_t sentinel_role_sent_ms;
-static int sentinel_asking = -1;     /* the peer asked now, -1: none */
+static int sentinel_round;           /* a round's answers are out */
+static int sentinel_again;           /* +switch-master heard: a new round once free */
 static uint64_t sentinel_asked_ms;
-static int sentinel_ask_next;        /* the peer asked next */
 static int sentinel_ask_wanted;
 static uint64_t sentinel_hint_ms;     /* the last -READONLY taken as a hint to ask */
-static int sentinel_round_tried, sentinel_round_unknown, sentinel_round_answered;
 static uint64_t sentinel_next_ask_ms;
+static char sentinel_split[400];     /* the last round without a majority, logged once */
 static int sentinel_failed;          /* start: every Sentinel that answered does not know it */
 static long long sentinel_epoch = -1;
 static uint64_t sentinel_switches;
 static time_t sentinel_last_switch;  /* wall clock, 0: never */
-static char sentinel_replicas[SENTINEL_MAX_REPLICAS][SENTINEL_NAME_MAX + 40];
+static char sentinel_replicas[SENTINEL_VOTE_REPLICAS][SENTINEL_NAME_MAX];   /* agreed */
 static int sentinel_replica_count;
 static int sentinel_all_down_logged;
 static uint64_t *sentinel_metric_switches;
@@ -141,7 +152,7 @@ static void sentinel_link_connect(struct sentinel_link *link);
 static void sentinel_on_reply(struct sentinel_link *link, enum sentinel_expect what,
                               const char *text, size_t len);
 static void sentinel_on_message(struct sentinel_peer *peer, const char *text, size_t len);
-static void sentinel_ask_done(void);
+static void sentinel_peer_done(struct sentinel_peer *peer);
 static void sentinel_want_ask(const char *why);
 static void sentinel_count_up(void);
 
@@ -172,13 +183,15 @@ static void sentinel_link_down(struct sentinel_link *link, const char *why)
     sentinel_link_close(link);
     if (link->peer != NULL)
         sentinel_count_up();   /* the last one down is said at once */
-    if (link->peer != NULL && link->kind == LINK_CMD && sentinel_asking >= 0 &&
-        &sentinel_peers[sentinel_asking] == link->peer)
-        sentinel_ask_done();
+    if (link->peer != NULL && link->kind == LINK_CMD)
+        sentinel_peer_done(link->peer);
     if (link->kind == LINK_ROLE && sentinel_candidate[0] != '\0') {
         log_warning("sentinel: cannot check the role of %s: %s", sentinel_candidate, why);
         sentinel_candidate[0] = '\0';
-        sentinel_want_ask("the ROLE check failed");
+        /* Soon, not at once: an address that refuses connections would
+         * loop at the speed of a refused connect. */
+        sentinel_ask_wanted = 1;
+        sentinel_next_ask_ms = server_now_ms() + SENTINEL_SPLIT_RETRY_MS;
     }
 }
 
@@ -353,75 +366,32 @@ static int sentinel_bulk(struct respwalk *w, char *out, size_t size)
     return 0;
 }
 
-/* "host:port" of HOST and PORT (IPv6 in brackets). */
-static void sentinel_hostport(char *out, size_t size, const char *host, const char *port)
-{
-    snprintf(out, size, strchr(host, ':') ? "[%s]:%s" : "%s:%s", host, port);
-}
+#define sentinel_hostport sentinel_vote_hostport
 
 static void sentinel_check_role(const char *name);
 
-/* A Sentinel's answer to GET-MASTER-ADDR-BY-NAME. */
+/* A Sentinel's answer to GET-MASTER-ADDR-BY-NAME: PEER's ballot. */
 static void sentinel_on_addr(struct sentinel_peer *peer, const char *text, size_t len)
 {
     struct respwalk w = {text, text + len};
-    char host[256], port[16], name[SENTINEL_NAME_MAX];
+    char host[256], port[16];
     long long n;
 
-    sentinel_round_tried++;
     if (text[0] == '-') {
         snprintf(peer->last_answer, sizeof(peer->last_answer), "%.*s", (int)strcspn(text, "\r\n"),
                  text);
         log_warning("sentinel %s: %s", peer->name, peer->last_answer);
     } else if (respwalk_array(&w, &n) != 0 || n != 2 || sentinel_bulk(&w, host, sizeof(host)) ||
                sentinel_bulk(&w, port, sizeof(port))) {
-        sentinel_round_answered++;
-        sentinel_round_unknown++;
+        peer->ballot.answer = SENTINEL_ANSWER_UNKNOWN;
         snprintf(peer->last_answer, sizeof(peer->last_answer), "does not know master %s",
                  sentinel_cfg->sentinel_master);
         log_warning("sentinel %s does not know master '%s'", peer->name,
                     sentinel_cfg->sentinel_master);
     } else {
-        sentinel_round_answered++;
-        sentinel_hostport(name, sizeof(name), host, port);
-        snprintf(peer->last_answer, sizeof(peer->last_answer), "master at %s", name);
-        sentinel_asking = -1;
-        sentinel_check_role(name);
-        return;
-    }
-    sentinel_ask_done();
-}
-
-/* SENTINEL REPLICAS: each replica's ip, port and flags. */
-static void sentinel_on_replicas(const char *text, size_t len)
-{
-    struct respwalk w = {text, text + len};
-    long long count, fields;
-    char key[64], val[256], ip[256], port[16], flags[40];
-
-    if (respwalk_array(&w, &count) != 0)
-        return;
-    sentinel_replica_count = 0;
-    for (long long i = 0; i < count; i++) {
-        if (respwalk_array(&w, &fields) != 0)
-            return;
-        ip[0] = port[0] = flags[0] = '\0';
-        for (long long f = 0; f + 1 < fields; f += 2) {
-            if (sentinel_bulk(&w, key, sizeof(key)) != 0 || sentinel_bulk(&w, val, sizeof(val)))
-                return;
-            if (strcmp(key, "ip") == 0)
-                snprintf(ip, sizeof(ip), "%s", val);
-            else if (strcmp(key, "port") == 0)
-                snprintf(port, sizeof(port), "%.15s", val);
-            else if (strcmp(key, "flags") == 0)
-                snprintf(flags, sizeof(flags), "%.39s", val);
-        }
-        if (sentinel_replica_count < SENTINEL_MAX_REPLICAS) {
-            char name[SENTINEL_NAME_MAX];
-            sentinel_hostport(name, sizeof(name), ip, port);
-            snprintf(sentinel_replicas[sentinel_replica_count++], sizeof(sentinel_replicas[0]),
-                     "%.279s %.39s", name, flags);
-        }
+        peer->ballot.answer = SENTINEL_ANSWER_ADDR;
+        sentinel_hostport(peer->ballot.addr, sizeof(peer->ballot.addr), host, port);
+        snprintf(peer->last_answer, sizeof(peer->last_answer), "master at %s", peer->ballot.addr);
     }
 }
 
@@ -468,11 +438,15 @@ static void sentinel_on_reply(struct sentinel_link *link, enum sentinel_expect w
         }
         break;
     case EXPECT_ADDR:
-        if (sentinel_asking >= 0 && &sentinel_peers[sentinel_asking] == link->peer)
+        if (link->peer->asked)
             sentinel_on_addr(link->peer, text, len);
         break;
     case EXPECT_REPLICAS:
-        sentinel_on_replicas(text, len);
+        /* The round's last question to it. */
+        if (link->peer->asked) {
+            sentinel_vote_parse_replicas(&link->peer->ballot, text, len);
+            sentinel_peer_done(link->peer);
+        }
         break;
     case EXPECT_ROLE:
         sentinel_on_role(text, len);
@@ -503,8 +477,12 @@ static void sentinel_on_message(struct sentinel_peer *peer, const char *text, si
         return;
     sentinel_hostport(addr, sizeof(addr), newip, newport);
     log_notice("sentinel %s: +switch-master %s", peer->name, body);
-    if (strcmp(addr, sentinel_primary) != 0 && strcmp(addr, sentinel_candidate) != 0)
-        sentinel_check_role(addr);
+    /* One Sentinel's word: a reason to ask them all, no more (it may have
+     * believed a forged hello). */
+    if (strcmp(addr, sentinel_primary) != 0) {
+        sentinel_again = 1;
+        sentinel_next_ask_ms = 0;
+    }
 }
 
 /* ---------------------------------------------------------------------
@@ -512,7 +490,7 @@ static void sentinel_on_message(struct sentinel_peer *peer, const char *text, si
 
 static void sentinel_want_ask(const char *why)
 {
-    if (sentinel_ask_wanted || sentinel_asking >= 0)
+    if (sentinel_ask_wanted || sentinel_round)
         return;
     log_notice("sentinel: asking the Sentinels for master '%s' again: %s",
              sentinel_cfg->sentinel_master, why);
@@ -539,45 +517,120 @@ static void sentinel_check_role(const char *name)
     sentinel_link_connect(&sentinel_role);
 }
 
-/* The Sentinel asked gave its answer (or none): the next one is asked in
- * turn; a round where every Sentinel answered "unknown" is said. */
-static void sentinel_ask_done(void)
+/* Log, once per address, each Sentinel that names another primary than
+ * the majority's AGREED (a forged hello may have convinced it). */
+static void sentinel_note_dissent(const char *agreed)
 {
-    sentinel_asking = -1;
-    if (sentinel_round_tried < sentinel_peer_count)
-        return;   /* the tick asks the next one */
-    if (sentinel_round_answered > 0 && sentinel_round_unknown == sentinel_round_answered) {
+    for (int i = 0; i < sentinel_peer_count; i++) {
+        struct sentinel_peer *p = &sentinel_peers[i];
+        if (p->ballot.answer != SENTINEL_ANSWER_ADDR || strcmp(p->ballot.addr, agreed) == 0) {
+            p->dissent[0] = '\0';
+            continue;
+        }
+        if (strcmp(p->dissent, p->ballot.addr) == 0)
+            continue;
+        snprintf(p->dissent, sizeof(p->dissent), "%s", p->ballot.addr);
+        log_warning("sentinel %s names %s the primary of '%s', but a majority name %s: "
+                    "not followed", p->name, p->ballot.addr, sentinel_cfg->sentinel_master,
+                    agreed);
+    }
+}
+
+/* A round without a majority: said once while it stays the same; asked
+ * again soon when some named an address (a change going round). */
+static void sentinel_no_majority(int votes, const char *best, int answered, int unknown)
+{
+    char what[sizeof(sentinel_split)];
+
+    snprintf(what, sizeof(what), "%d of %d Sentinels name %s, %d answered, %d do not know it",
+             votes, sentinel_peer_count, best[0] != '\0' ? best : "no address", answered, unknown);
+    if (strcmp(what, sentinel_split) != 0 && answered > 0)
+        log_warning("sentinel: no majority (%d of %d) names one primary for master '%s' (%s); "
+                    "keeping %s", sentinel_vote_needed(sentinel_peer_count), sentinel_peer_count,
+                    sentinel_cfg->sentinel_master, what,
+                    sentinel_primary[0] != '\0' ? sentinel_primary : "none");
+    snprintf(sentinel_split, sizeof(sentinel_split), "%s", what);
+    if (answered > 0 && unknown == answered) {
         log_error("sentinel: every Sentinel that answered (%d of %d) does not know master '%s'",
-                  sentinel_round_answered, sentinel_peer_count, sentinel_cfg->sentinel_master);
+                  answered, sentinel_peer_count, sentinel_cfg->sentinel_master);
         if (!sentinel_running)
             sentinel_failed = 1;
     }
-    sentinel_ask_wanted = 0;
-    sentinel_next_ask_ms = server_now_ms() + SENTINEL_RETRY_ASK_MS;
+    sentinel_next_ask_ms = server_now_ms() + (votes > 0 ? SENTINEL_SPLIT_RETRY_MS
+                                                        : SENTINEL_RETRY_ASK_MS);
     sentinel_ask_wanted = 1;
 }
 
-/* Ask the next Sentinel whose link is up; a round ends when each was
- * tried once. */
+/* Every Sentinel asked answered, or gave up: count the ballots. Only an
+ * address a majority of the configured Sentinels name is checked (ROLE)
+ * and followed; their agreed replicas go to replicas.c. */
+static void sentinel_round_end(void)
+{
+    const struct sentinel_ballot *ballots[CONFIG_MAX_SEEDS];
+    char agreed[SENTINEL_NAME_MAX];
+    int answered = 0, unknown = 0, votes;
+
+    sentinel_round = 0;
+    for (int i = 0; i < sentinel_peer_count; i++) {
+        ballots[i] = &sentinel_peers[i].ballot;
+        answered += ballots[i]->answer != SENTINEL_ANSWER_NONE;
+        unknown += ballots[i]->answer == SENTINEL_ANSWER_UNKNOWN;
+    }
+    votes = sentinel_vote_primary(ballots, sentinel_peer_count, agreed, sizeof(agreed));
+    if (votes < sentinel_vote_needed(sentinel_peer_count)) {
+        sentinel_no_majority(votes, agreed, answered, unknown);
+        return;
+    }
+    sentinel_split[0] = '\0';
+    sentinel_note_dissent(agreed);
+    sentinel_replica_count = sentinel_vote_replicas(ballots, sentinel_peer_count, agreed,
+                                                    sentinel_replicas, SENTINEL_VOTE_REPLICAS);
+    sentinel_check_role(agreed);   /* the same one too: is it still a primary? */
+}
+
+/* PEER's answers to this round are in, or will not come. */
+static void sentinel_peer_done(struct sentinel_peer *peer)
+{
+    if (!peer->asked)
+        return;
+    peer->asked = 0;
+    for (int i = 0; i < sentinel_peer_count; i++) {
+        if (sentinel_peers[i].asked)
+            return;
+    }
+    if (sentinel_round)
+        sentinel_round_end();
+}
+
+/* A round: every Sentinel whose link is up is asked at once; none while
+ * fewer than a majority are up (no answer could be followed: the tick
+ * tries again). */
 static void sentinel_ask(uint64_t now)
 {
     const char *argv[3] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", sentinel_cfg->sentinel_master};
     const char *replicas[3] = {"SENTINEL", "REPLICAS", sentinel_cfg->sentinel_master};
+    int asked = 0, up = 0;
 
-    if (sentinel_round_tried >= sentinel_peer_count)
-        sentinel_round_tried = sentinel_round_unknown = sentinel_round_answered = 0;
-    for (int i = 0; i < sentinel_peer_count; i++) {
-        int k = (sentinel_ask_next + i) % sentinel_peer_count;
-        if (!sentinel_peers[k].cmd.up)
-            continue;
-        sentinel_ask_next = (k + 1) % sentinel_peer_count;
-        sentinel_asking = k;
-        sentinel_asked_ms = now;
-        sentinel_ask_wanted = 0;
-        sentinel_send(&sentinel_peers[k].cmd, EXPECT_ADDR, 3, argv);
-        sentinel_send(&sentinel_peers[k].cmd, EXPECT_REPLICAS, 3, replicas);
+    for (int i = 0; i < sentinel_peer_count; i++)
+        up += sentinel_peers[i].cmd.up;
+    if (up < sentinel_vote_needed(sentinel_peer_count))
         return;
+    sentinel_round = 1;
+    sentinel_again = 0;
+    sentinel_ask_wanted = 0;
+    sentinel_asked_ms = now;
+    for (int i = 0; i < sentinel_peer_count; i++) {
+        struct sentinel_peer *p = &sentinel_peers[i];
+        memset(&p->ballot, 0, sizeof(p->ballot));
+        p->asked = p->cmd.up && p->cmd.expect_count + 2 <= SENTINEL_EXPECT_MAX;
+        if (!p->asked)
+            continue;
+        sentinel_send(&p->cmd, EXPECT_ADDR, 3, argv);
+        sentinel_send(&p->cmd, EXPECT_REPLICAS, 3, replicas);
+        asked++;
     }
+    if (asked == 0)
+        sentinel_round_end();
 }
 
 /* ---------------------------------------------------------------------
@@ -589,7 +642,12 @@ static void sentinel_confirm(const char *name)
     struct backend_node *old, *node;
     char was[SENTINEL_NAME_MAX];
     char epoch[32] = "unknown";
+    const char *names[SENTINEL_VOTE_REPLICAS];
 
+    /* The replicas the same majority listed with it (sentinel_round_end). */
+    for (int i = 0; i < sentinel_replica_count; i++)
+        names[i] = sentinel_replicas[i];
+    replicas_listed(name, names, sentinel_replica_count);
     sentinel_ask_wanted = 0;
     sentinel_next_ask_ms = server_now_ms() + (uint64_t)sentinel_cfg->sentinel_refresh_interval_ms;
     if (strcmp(name, sentinel_primary) == 0)
@@ -705,7 +763,7 @@ static void sentinel_run_held(uint64_t now)
 {
     struct sentinel_held *h, *list = sentinel_held_first;
     int ready = backend_node_up(backend_default_node()) && sentinel_candidate[0] == '\0' &&
-                !sentinel_ask_wanted && sentinel_asking < 0;
+                !sentinel_ask_wanted && !sentinel_round && !sentinel_again;
 
     sentinel_held_first = NULL;
     sentinel_held_tail = &sentinel_held_first;
@@ -803,19 +861,23 @@ static void sentinel_tick_cb(evutil_socket_t fd, short what, void *arg)
                 sentinel_link_connect(links[k]);
         }
     }
-    if (sentinel_asking >= 0 && now - sentinel_asked_ms > SENTINEL_ANSWER_TIMEOUT_MS) {
-        sentinel_round_tried++;
-        sentinel_link_down(&sentinel_peers[sentinel_asking].cmd, "no answer in time");
+    /* A Sentinel that does not answer in time: its link is dropped (it
+     * reconnects), its ballot blank. */
+    for (int i = 0; sentinel_round && now - sentinel_asked_ms > SENTINEL_ANSWER_TIMEOUT_MS &&
+                    i < sentinel_peer_count; i++) {
+        if (sentinel_peers[i].asked)
+            sentinel_link_down(&sentinel_peers[i].cmd, "no answer in time");
     }
     if (sentinel_candidate[0] != '\0' && now - sentinel_role_sent_ms > SENTINEL_ANSWER_TIMEOUT_MS)
         sentinel_link_down(&sentinel_role, "no answer in time");
-    if (sentinel_running && sentinel_asking < 0 && !sentinel_ask_wanted &&
+    if (sentinel_running && !sentinel_round && !sentinel_ask_wanted &&
         !backend_node_up(backend_default_node()))
         sentinel_want_ask("the primary is down");
-    if (now >= sentinel_next_ask_ms && sentinel_asking < 0 && sentinel_candidate[0] == '\0')
-        sentinel_ask_wanted = 1;
-    if (sentinel_ask_wanted && sentinel_asking < 0 && sentinel_candidate[0] == '\0' &&
-        now >= sentinel_next_ask_ms)
+    /* +switch-master asks at once, though at most every
+     * SENTINEL_SPLIT_RETRY_MS / 2 (a Sentinel repeating it is no storm). */
+    if (((sentinel_again && now - sentinel_asked_ms >= SENTINEL_SPLIT_RETRY_MS / 2) ||
+         now >= sentinel_next_ask_ms) && !sentinel_round &&
+        sentinel_candidate[0] == '\0')
         sentinel_ask(now);
     if (sentinel_running)
         sentinel_run_held(now);
@@ -924,10 +986,12 @@ void sentinel_write_info(struct evbuffer *out)
         return;
     evbuffer_add_printf(out, "sentinel_master:%s\r\nsentinel_primary:%s\r\n"
                              "sentinel_sentinels:%d\r\nsentinel_sentinels_up:%d\r\n"
+                             "sentinel_majority:%d\r\n"
                              "sentinel_state:%s\r\nsentinel_switches:%llu\r\n"
                              "sentinel_last_switch:%lld\r\nsentinel_epoch:%lld\r\n"
                              "sentinel_held_requests:%d\r\n",
                         sentinel_cfg->sentinel_master, sentinel_primary, sentinel_peer_count, up,
+                        sentinel_vote_needed(sentinel_peer_count),
                         up == 0 ? "all_sentinels_down_serving_last_known_primary" : "ok",
                         (unsigned long long)sentinel_switches, (long long)sentinel_last_switch,
                         sentinel_epoch, sentinel_held_first != NULL);
@@ -1021,6 +1085,14 @@ void sentinel_check(const struct config *cfg, struct errlist *errs, struct errli
 
     if (!config_sentinel_mode(cfg))
         return;
+    if (cfg->sentinel_count % 2 == 0)
+        errlist_add(warns, cfg->path, line,
+                    "warning: %d Sentinels: sluice follows only a primary a majority (%d) of "
+                    "them name, so it tolerates %d down; %d would tolerate %d",
+                    cfg->sentinel_count, sentinel_vote_needed(cfg->sentinel_count),
+                    cfg->sentinel_count - sentinel_vote_needed(cfg->sentinel_count),
+                    cfg->sentinel_count + 1,
+                    cfg->sentinel_count + 1 - sentinel_vote_needed(cfg->sentinel_count + 1));
     if (cfg->sentinel_tls) {
         errlist_add(warns, cfg->path, line, "warning: Sentinels behind TLS are not asked by -t");
         return;

@@ -1,6 +1,7 @@
 /* sentinel.h - Sentinel mode: which node is the standalone primary, as
- * the Sentinels of `sentinel =` say for `sentinel_master`, checked with
- * ROLE, followed on +switch-master; and what happens to requests while
+ * a majority of the Sentinels of `sentinel =` say for `sentinel_master`
+ * (sentinel_vote.h), checked with ROLE, asked again on +switch-master;
+ * and what happens to requests while
  * the primary changes (README "Sentinel"). Inactive unless the config
  * names Sentinels. */
 #ifndef SLUICE_SENTINEL_H
@@ -15,7 +16,8 @@ struct errlist;
 struct request;
 
 /* Sentinel mode: find the primary before sluice serves (runs BASE's loop
- * until a Sentinel named an address that ROLE confirms is a primary), and
+ * until a majority of the Sentinels name an address that ROLE confirms is
+ * a primary), and
  * hand it to backend_init. Returns 0 (also outside Sentinel mode), or -1
  * with ERR: every Sentinel that answered does not know the master, or
  * none answered within failover_retry_window. */
@@ -36,9 +38,11 @@ int sentinel_enabled(void);
  * answers the error. */
 int sentinel_take_unsent(struct request *req);
 
-/* sluice -t, on a config without errors: an error into ERRS for each
- * Sentinel that answered and does not know the master, a warning into
- * WARNS for one that cannot be reached (asked now, blocking: no loop runs). */
+/* sluice -t, on a config without errors: a warning into WARNS for an
+ * even number of Sentinels (a majority tolerates no more down than one
+ * fewer would) and for a Sentinel that cannot be reached; an error into
+ * ERRS for each Sentinel that answered and does not know the master
+ * (asked now, blocking: no loop runs). */
 void sentinel_check(const struct config *cfg, struct errlist *errs, struct errlist *warns);
 
 /* "# Sentinel" lines of PROXY INFO; PROXY SENTINEL's text. */

@@ -99,9 +99,9 @@ static int config_set_cluster(struct config *cfg, const struct config_key *key,
     return 0;
 }
 
-/* `sentinel = host:port [host:port ...]`: the Sentinels, each checked,
- * none named twice, into the list at KEY's offset (its count at
- * count_offset). */
+/* `sentinel = host:port [host:port ...]` (the Sentinels), `replicas =`
+ * likewise: each checked, none named twice, into the list at KEY's offset
+ * (its count at count_offset), at most KEY's max (0: CONFIG_MAX_SEEDS). */
 static int config_set_hostlist(struct config *cfg, const struct config_key *key,
                                const char *value, char *err, size_t errlen)
 {
@@ -132,8 +132,9 @@ static int config_set_hostlist(struct config *cfg, const struct config_key *key,
                 return -1;
             }
         }
-        if (*count == CONFIG_MAX_SEEDS) {
-            snprintf(err, errlen, "at most %d addresses", CONFIG_MAX_SEEDS);
+        if (*count == (key->max > 0 ? (int)key->max : CONFIG_MAX_SEEDS)) {
+            snprintf(err, errlen, "at most %d addresses",
+                     key->max > 0 ? (int)key->max : CONFIG_MAX_SEEDS);
             return -1;
         }
         list[(*count)++] = strdup(addr);
@@ -190,6 +191,8 @@ static const struct config_key config_keys[] = {
      0, LIVE(NUM)},
     {"failover_retry_window", config_set_int, F(failover_retry_window_ms), 0, 600000, 0,
      LIVE(NUM)},
+    {"replicas", config_set_hostlist, F(replicas), 0, CONFIG_MAX_REPLICAS, 0,
+     RESTART_LIST(replica_count)},
     {"backend_user", config_set_string, F(backend_user), 0, 0, 0, RESTART(STR)},
     {"backend_password", config_set_string, F(backend_password), 0, 0, 0, RESTART(STR)},
     {"backend_password_file", config_set_string, F(backend_password_file), 0, 0, 0,
@@ -595,6 +598,30 @@ static void config_check_tls(const struct config *cfg, struct errlist *errs)
                     "backend_tls_cert_file and backend_tls_key_file go together");
 }
 
+/* `replicas =` is for standalone mode (MODE 0: `backend =`): cluster and
+ * Sentinel mode learn them from the cluster's map or the Sentinels. The
+ * primary is no replica of itself. */
+static void config_check_replicas(const struct config *cfg, const char *path, int mode,
+                                  struct errlist *errs)
+{
+    int line = config_key_line(cfg, "replicas");
+
+    if (cfg->replica_count == 0)
+        return;
+    if (mode > 0) {
+        errlist_add(errs, path, line, "'replicas' is for standalone mode ('backend ='): %s",
+                    mode == 1 ? "in cluster mode the replicas are those of the cluster's map"
+                              : "in Sentinel mode the replicas are those a majority of the "
+                                "Sentinels list");
+        return;
+    }
+    for (int i = 0; i < cfg->replica_count; i++) {
+        if (cfg->backend != NULL && strcmp(cfg->replicas[i], cfg->backend) == 0)
+            errlist_add(errs, path, line, "'replicas' names the primary '%s' (backend)",
+                        cfg->replicas[i]);
+    }
+}
+
 /* Exactly one of `backend` (standalone), `cluster` (seed nodes) and
  * `sentinel` (a standalone primary found through Sentinel, which then
  * needs `sentinel_master`). */
@@ -627,6 +654,7 @@ static void config_check_backend(const struct config_parse *p, const char *path,
     if (lines[2] == 0 && p->cfg->sentinel_master != NULL)
         errlist_add(errs, path, config_key_line(p->cfg, "sentinel_master"),
                     "'sentinel_master' without 'sentinel = host:port ...'");
+    config_check_replicas(p->cfg, path, first, errs);
 }
 
 /* Where a secret's file name is looked up: a bare name (no '/') in
@@ -940,6 +968,8 @@ void config_free(struct config *cfg)
         free(cfg->cluster_seeds[i]);
     for (int i = 0; i < cfg->sentinel_count; i++)
         free(cfg->sentinels[i]);
+    for (int i = 0; i < cfg->replica_count; i++)
+        free(cfg->replicas[i]);
     free(cfg->sentinel_master);
     free(cfg->sentinel_user);
     free(cfg->sentinel_password);

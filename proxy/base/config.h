@@ -7,6 +7,8 @@
 
 #define CONFIG_MAX_LISTEN 16
 #define CONFIG_MAX_SEEDS 64
+/* At most this many `replicas =` (replicas.h REPLICAS_MAX). */
+#define CONFIG_MAX_REPLICAS 16
 
 /* tls_auth_clients, as Redis's tls-auth-clients. */
 enum config_tls_auth { CONFIG_TLS_AUTH_NO, CONFIG_TLS_AUTH_YES, CONFIG_TLS_AUTH_OPTIONAL };
@@ -54,6 +56,10 @@ struct config {
     int sentinel_tls;                  /* the Sentinels speak TLS */
     long long sentinel_refresh_interval_ms; /* the Sentinels asked again this often */
     long long failover_retry_window_ms; /* requests wait this long for a new primary */
+    /* `replicas =` (standalone mode): the replicas reads may use; the
+     * primary's INFO never adds one (README "Reading from replicas"). */
+    char *replicas[CONFIG_MAX_REPLICAS];
+    int replica_count;
     char *backend_user;
     char *backend_password;
     char *backend_password_file;       /* read into backend_password */

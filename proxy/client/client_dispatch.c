@@ -46,6 +46,7 @@
 #include "throttle.h"
 #include "tls.h"
 #include "top.h"
+#include "users.h"
 
 /* The verbs above the client layer (LOCK, UNLOCK, RENEW: main.c
  * registers them): asked first about every command sluice answers. */
@@ -645,6 +646,14 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
             evbuffer_drain(src, req->raw_len);
         client_note_rejected(req, client_reject_reason(denied));
         client_refuse(c, req, denied);
+        rc = c->closing ? -1 : 0;
+    } else if (users_publishes_reserved(req->cmd, req->argc, argv)) {
+        /* Whoever asks, unrestricted users too: a hello there moves the
+         * primary for every client (users.h). */
+        if (src != NULL)
+            evbuffer_drain(src, req->raw_len);
+        client_note_rejected(req, STATS_REJECT_NOPERM);
+        client_refuse(c, req, USERS_ERR_NOPERM_SENTINEL);
         rc = c->closing ? -1 : 0;
     } else if (client_cluster_check(c, req, argv, src, place)) {
         rc = c->closing ? -1 : 0;

@@ -1,8 +1,10 @@
 """read_from: read-only commands go to replicas (README "Reading from replicas").
 
 A real primary with two replicas (redis-server --replicaof) on free
-loopback ports, sluice in front with `backend =` the primary: sluice finds
-the replicas itself (the primary's INFO replication). Where a command ran is
+loopback ports, sluice in front with `backend =` the primary and
+`replicas =` the replicas: in standalone mode sluice reads only from the
+replicas listed there (issue 30: a replica the primary's INFO announces
+may be forged by any user with +replconf +psync). Where a command ran is
 read from each server's INFO commandstats, reset (CONFIG RESETSTAT) right
 before the requests a test looks at. Cluster mode uses the redis_cluster
 fixture (3 primaries, each with a replica).
@@ -52,6 +54,11 @@ def start_replicated(redis_factory, replicas=2):
     return primary, reps
 
 
+def listed(*reps, ports=()):
+    """The `replicas =` value naming REPS (and PORTS)."""
+    return " ".join([f"127.0.0.1:{r.port}" for r in reps] + [f"127.0.0.1:{p}" for p in ports])
+
+
 def replica_states(s, auth=()):
     """PROXY INFO's replicas: {port: state}."""
     info = s.info(auth)
@@ -93,7 +100,7 @@ def get_from_clients(s, key, n):
 
 def test_replica_reads_go_to_replicas_writes_to_primary(redis_factory, sluice_factory):
     primary, reps = start_replicated(redis_factory)
-    s = sluice_factory(primary.port, read_from="replica")
+    s = sluice_factory(primary.port, read_from="replica", replicas=listed(*reps))
     wait_states(s, {reps[0].port: "ok", reps[1].port: "ok"})
     replicate(primary, reps, k="v")
     reset_stats(primary, *reps)
@@ -125,7 +132,8 @@ def test_replicas_in_metrics_and_unreachable_one_logged_once(redis_factory, slui
         r.client().info("replication")["master_link_status"] == "up" for r in (good, bad)),
         20 * SLOW, msg="replicas linked")
     mport = free_port()
-    s = sluice_factory(primary.port, read_from="replica", metrics_listen=f"127.0.0.1:{mport}")
+    s = sluice_factory(primary.port, read_from="replica", metrics_listen=f"127.0.0.1:{mport}",
+                       replicas=listed(good, ports=[bad_port]))
     wait_states(s, {good.port: "ok", bad_port: "down"})
     replicate(primary, [good, bad], k="v")
     reset_stats(primary, good, bad)
@@ -144,7 +152,8 @@ def test_replicas_in_metrics_and_unreachable_one_logged_once(redis_factory, slui
 
 def test_read_your_writes(redis_factory, sluice_factory):
     primary, reps = start_replicated(redis_factory)
-    s = sluice_factory(primary.port, read_from="replica", replica_read_after_write_ms=1000)
+    s = sluice_factory(primary.port, read_from="replica", replica_read_after_write_ms=1000,
+                       replicas=listed(*reps))
     wait_states(s, {reps[0].port: "ok", reps[1].port: "ok"})
     reset_stats(primary, *reps)
     with s.raw() as c:
@@ -164,7 +173,8 @@ def test_read_your_writes(redis_factory, sluice_factory):
 
 def test_lagging_replica_is_skipped(redis_factory, sluice_factory):
     primary, reps = start_replicated(redis_factory)
-    s = sluice_factory(primary.port, read_from="replica", replica_max_lag_ms=1000)
+    s = sluice_factory(primary.port, read_from="replica", replica_max_lag_ms=1000,
+                       replicas=listed(*reps))
     wait_states(s, {reps[0].port: "ok", reps[1].port: "ok"})
     replicate(primary, reps, k="v")
     reset_stats(primary, *reps)
@@ -187,7 +197,7 @@ def test_lagging_replica_is_skipped(redis_factory, sluice_factory):
 
 def test_killed_replica_is_skipped(redis_factory, sluice_factory):
     primary, reps = start_replicated(redis_factory)
-    s = sluice_factory(primary.port, read_from="replica")
+    s = sluice_factory(primary.port, read_from="replica", replicas=listed(*reps))
     wait_states(s, {reps[0].port: "ok", reps[1].port: "ok"})
     replicate(primary, reps, k="v")
     reps[0].stop()
@@ -202,7 +212,7 @@ def test_killed_replica_is_skipped(redis_factory, sluice_factory):
 
 def test_prefer_replica_falls_back_to_primary(redis_factory, sluice_factory):
     primary, reps = start_replicated(redis_factory, replicas=1)
-    s = sluice_factory(primary.port, read_from="prefer-replica")
+    s = sluice_factory(primary.port, read_from="prefer-replica", replicas=listed(*reps))
     wait_states(s, {reps[0].port: "ok"})
     replicate(primary, reps, k="v")
     reset_stats(primary, *reps)
@@ -235,7 +245,8 @@ def test_user_read_from_overrides_proxy(redis_factory, sluice_factory):
         "[user alice]\npassword = alicepw\ncommands = +@all\nkeys = *\nread_from = primary\n\n"
         "[user bob]\npassword = bobpw\ncommands = +@all\nkeys = *\n"
     )
-    s = sluice_factory(primary.port, start=False, read_from="replica", users="users.ini")
+    s = sluice_factory(primary.port, start=False, read_from="replica", users="users.ini",
+                       replicas=listed(*reps))
     (s.dir / "users.ini").write_text(users)
     s.start()
     wait_states(s, {reps[0].port: "ok"})
@@ -251,7 +262,7 @@ def test_user_read_from_overrides_proxy(redis_factory, sluice_factory):
 
 def test_transactions_scripts_and_keyless_reads_use_the_primary(redis_factory, sluice_factory):
     primary, reps = start_replicated(redis_factory, replicas=1)
-    s = sluice_factory(primary.port, read_from="replica")
+    s = sluice_factory(primary.port, read_from="replica", replicas=listed(*reps))
     wait_states(s, {reps[0].port: "ok"})
     replicate(primary, reps, k="v")
     reset_stats(primary, *reps)
@@ -279,7 +290,7 @@ def test_transactions_scripts_and_keyless_reads_use_the_primary(redis_factory, s
 
 def test_read_from_is_live(redis_factory, sluice_factory):
     primary, reps = start_replicated(redis_factory, replicas=1)
-    s = sluice_factory(primary.port)
+    s = sluice_factory(primary.port, replicas=listed(*reps))   # a restart key; read_from is live
     replicate(primary, reps, k="v")
     reset_stats(primary, *reps)
     assert get_from_clients(s, b"k", 2) == [b"v"] * 2
