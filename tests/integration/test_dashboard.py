@@ -213,6 +213,15 @@ def test_every_dashboard_expression_returns_data(tmp_path, redis_factory, redis_
             wait_until(all_have_data, 60 * SLOW, interval=1, msg="data for every expression")
         except AssertionError:
             pytest.fail(f"expressions without data: {all_have_data.missing}", pytrace=False)
+        # The annotations (primary changes, reloads) run too; the reload
+        # above marks one.
+        notes = json.loads(DASHBOARD.read_text())["annotations"]["list"]
+        assert {n["name"] for n in notes} >= {"Primary changes", "Config reloads"}
+        for n in notes:
+            r = prom_query(prom.port, n["expr"].replace("$instance", ".*"))
+            assert r["status"] == "success", (n["name"], r)
+            if n["name"] == "Config reloads":
+                assert r["data"]["result"], "the reload is not marked"
     finally:
         stop.set()
         for t in threads:
