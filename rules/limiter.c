@@ -21,6 +21,7 @@
 
 #include "bucket.h"
 #include "commands.h"
+#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "rules.h"
@@ -66,6 +67,15 @@ struct rule_state {
      * count on over reloads (never taken back, unlike the counters above). */
     uint64_t *metric[4];
     struct metrics_hist *metric_delay;
+    /* scope = shared: tokens leased from Redis and given back (PROXY
+     * RULES), the lease of per = rule, the leases of other pers by key,
+     * and the metrics of both (by kind: leased, returned; and the calls
+     * by enum limiter_ask_kind). */
+    uint64_t leased, returned;
+    struct lease lease;
+    struct lease_table leases;
+    uint64_t *metric_lease[2];
+    uint64_t *metric_calls[LIMITER_ASK_KINDS];
     /* Since its last report (limiter_report): what it did or, dry-run,
      * would have done, and to whom. */
     uint64_t report_rejected, report_delayed;
@@ -87,9 +97,17 @@ static void limiter_metric_open(struct rule_state *st)
 {
     static const char *const names[] = {"admitted", "rejected", "delayed", "dryrun"};
 
+    static const char *const calls[LIMITER_ASK_KINDS] = {"ask", "refill", "return", "refund"};
+
     for (int k = 0; k < 4; k++)
         st->metric[k] = metrics_counter(METRIC_ratelimit_decisions_total, st->rule->name, names[k]);
     st->metric_delay = metrics_hist(METRIC_ratelimit_delay_seconds, st->rule->name, NULL);
+    if (st->rule->scope != RULE_SCOPE_SHARED)
+        return;
+    st->metric_lease[0] = metrics_counter(METRIC_ratelimit_lease_tokens_total, st->rule->name, "leased");
+    st->metric_lease[1] = metrics_counter(METRIC_ratelimit_lease_tokens_total, st->rule->name, "returned");
+    for (int k = 0; k < LIMITER_ASK_KINDS; k++)
+        st->metric_calls[k] = metrics_counter(METRIC_ratelimit_shared_calls_total, st->rule->name, calls[k]);
 }
 
 struct limiter_entry {
@@ -139,8 +157,9 @@ static uint64_t limiter_next_state_id = 1;
 /* A local enforce rule a request matches, and what its bucket says. */
 struct limiter_match {
     struct rule_state *st;
-    struct bucket *bucket;
+    struct bucket *bucket;            /* NULL for a shared rule's lease */
     uint64_t wait_us;
+    struct lease *lease;              /* a shared rule's: a token of it, or its refusal */
 };
 
 /* Room for one request's local enforce rules: one per rule of the set,
@@ -183,6 +202,7 @@ static void limiter_state_free(struct rule_state *st)
             st->keyed[i] = next;
         }
     }
+    lease_table_clear(&st->leases);
     if (st->report_subjects != NULL)
         topk_free(st->report_subjects);
     free(st->report_subjects);
@@ -193,6 +213,8 @@ int limiter_active(void)
 {
     return limiter_words > 0;   /* limiter_index_commands: 0 when no rule */
 }
+
+static double limiter_lease_return_all(struct rule_state *st);
 
 /* The state for NEW: the old one of an unchanged rule, else a fresh one. */
 static struct rule_state *limiter_carry_over(const struct rule *new_rule, struct rule_state **old,
@@ -278,8 +300,10 @@ void limiter_commit(struct rule_set *rs)
     for (int i = 0; i < count; i++)
         states[i] = limiter_carry_over(rules_get(rs, i), limiter_states, old_count);
     for (int i = 0; i < old_count; i++) {
-        if (limiter_states[i] != NULL)
-            limiter_state_free(limiter_states[i]);
+        if (limiter_states[i] == NULL)
+            continue;
+        limiter_lease_return_all(limiter_states[i]);   /* a rule gone or changed */
+        limiter_state_free(limiter_states[i]);
     }
     free(limiter_states);
     rules_free(limiter_set);
@@ -500,8 +524,10 @@ static void limiter_reject(struct limiter_decision *out, const struct rule_state
 }
 
 /* Decide over the local enforce rules in M (N of them) for WHO. */
+static void limiter_lease_refill(struct rule_state *st, struct lease *l, uint64_t now_us);
+
 static void limiter_decide(struct limiter_match *m, int n, const struct limiter_identity *who,
-                           struct limiter_decision *out)
+                           uint64_t now_us, struct limiter_decision *out)
 {
     uint64_t delay = 0;
 
@@ -523,14 +549,20 @@ static void limiter_decide(struct limiter_match *m, int n, const struct limiter_
      * so the next request waits one interval longer), noted in OUT in case
      * the request does not go after all. */
     for (int i = 0; i < n; i++) {
-        bucket_take(m[i].bucket);
+        if (m[i].lease != NULL) {
+            lease_take(m[i].lease);   /* it held one: limiter_lease_apply */
+            limiter_lease_refill(m[i].st, m[i].lease, now_us);
+        } else {
+            bucket_take(m[i].bucket);
+        }
         if (m[i].wait_us > 0) {
             m[i].st->delayed++;
             limiter_hit_who(m[i].st, who, 1);
         } else
             m[i].st->admitted++;
         limiter_metric(m[i].st, m[i].wait_us > 0 ? LIMITER_DELAYED : LIMITER_ADMITTED, m[i].wait_us);
-        out->taken[out->taken_count++] = (struct limiter_taken){m[i].st->id, m[i].wait_us > 0};
+        out->taken[out->taken_count++] =
+            (struct limiter_taken){m[i].st->id, m[i].wait_us > 0, m[i].lease != NULL};
     }
     out->verdict = delay > 0 ? LIMITER_DELAY : LIMITER_PASS;
     out->wait_us = delay;
@@ -548,23 +580,214 @@ struct limiter_pass {
     struct limiter_decision *out;
 };
 
+/* ---- leases of shared buckets (rules/lease.h) ------------------------ */
+
+static limiter_send_fn *limiter_send;
+
+/* What a walk over a rule's leases (lease_table_sweep) needs. */
+struct limiter_tick {
+    struct rule_state *st;
+    uint64_t now_us;
+    double returned;
+};
+/* After a refill could not be sent (no backend), the next waits this long. */
+#define LIMITER_LEASE_RETRY_US 100000ULL
+
+void limiter_set_send(limiter_send_fn *send)
+{
+    limiter_send = send;
+}
+
+/* Fill A, a message about the shared bucket KEY of rule ST, of KIND. */
+static void limiter_ask_fill(struct limiter_shared_ask *a, const struct rule_state *st,
+                             const char *key, enum limiter_ask_kind kind, uint64_t now_us)
+{
+    const struct rule *r = st->rule;
+
+    a->kind = kind;
+    a->want = 0;
+    a->sent_us = now_us;
+    a->rule_id = st->id;
+    snprintf(a->key, sizeof(a->key), "%s", key);
+    snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
+    a->rate_per_s = r->rate_per_s;
+    a->burst = r->burst;
+    a->max_wait_us = kind == LIMITER_ASK_REQUEST && r->action == RULE_ACTION_DELAY ?
+                         r->max_delay_us : 0;
+    a->dryrun = r->mode == RULE_MODE_DRYRUN;
+    a->subject[0] = '\0';
+}
+
+/* Ask Redis for WANT tokens for lease L of ST (REFILL), or give WANT back
+ * (RETURN). A refill counts as asked before it is sent: a send that fails
+ * answers at once (limiter_shared_done). */
+static void limiter_lease_send(struct rule_state *st, struct lease *l, enum limiter_ask_kind kind,
+                               double want, uint64_t now_us)
+{
+    struct limiter_shared_ask a;
+    char key[sizeof(a.key)];
+
+    if (limiter_send == NULL || want < 1)
+        return;
+    if (l->key != NULL)
+        snprintf(key, sizeof(key), "%s", l->key);
+    else
+        snprintf(key, sizeof(key), "sluice:bucket:{%s}", st->rule->name);
+    limiter_ask_fill(&a, st, key, kind, now_us);
+    if (kind == LIMITER_ASK_RETURN) {
+        /* More than burst is no use: the bucket never holds more. */
+        a.want = want < st->rule->burst ? want : st->rule->burst;
+        st->returned += (uint64_t)want;
+        *st->metric_lease[1] += (uint64_t)want;
+    } else {
+        a.want = want;
+        l->refilling = 1;
+        l->asked += want;
+    }
+    limiter_send(&a);
+}
+
+/* Give back what of lease L of ST is past its deadline. */
+static void limiter_lease_expire(struct rule_state *st, struct lease *l, uint64_t now_us)
+{
+    double dropped = lease_expire(l, now_us);
+
+    if (dropped > 0)
+        limiter_lease_send(st, l, LIMITER_ASK_RETURN, dropped, now_us);
+}
+
+static void limiter_lease_refill(struct rule_state *st, struct lease *l, uint64_t now_us)
+{
+    double want = lease_refill_want(l, now_us, st->rule->lease_us, st->rule->lease_max);
+
+    if (want >= 1)
+        limiter_lease_send(st, l, LIMITER_ASK_REFILL, want, now_us);
+}
+
+static int limiter_lease_return_one(const char *key, struct lease *l, void *ctx)
+{
+    struct limiter_tick *t = ctx;
+    double n = lease_drain(l);
+
+    (void)key;
+    t->returned += n;
+    limiter_lease_send(t->st, l, LIMITER_ASK_RETURN, n, t->now_us);
+    return 0;
+}
+
+/* Give back every token ST's leases hold; returns how many. */
+static double limiter_lease_return_all(struct rule_state *st)
+{
+    struct limiter_tick t = {st, server_pass_now_us(), 0};
+
+    if (st->rule->scope != RULE_SCOPE_SHARED)
+        return 0;
+    limiter_lease_return_one(NULL, &st->lease, &t);
+    lease_table_sweep(&st->leases, limiter_lease_return_one, &t);
+    return t.returned;
+}
+
+double limiter_return_leases(void)
+{
+    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+    double returned = 0;
+
+    for (int i = 0; i < count; i++)
+        returned += limiter_lease_return_all(limiter_states[i]);
+    return returned;
+}
+
+/* The lease of the shared rule ST for WHO: the rule's own (per = rule),
+ * else the one of its bucket key, written to KEY. NULL when memory ran
+ * out (the request is then asked about as without leases). */
+static struct lease *limiter_lease_for(struct rule_state *st, const struct limiter_identity *who,
+                                       char *key, size_t size)
+{
+    if (st->rule->per == RULE_PER_RULE)
+        return &st->lease;
+    limiter_shared_key(st, who, key, size);
+    return lease_table_get(&st->leases, key);
+}
+
+/* The lease a message ASK of ST was about, or NULL (dropped, or none). */
+static struct lease *limiter_lease_of_ask(struct rule_state *st,
+                                          const struct limiter_shared_ask *ask)
+{
+    if (ask->want <= 0 || st->rule->lease_us == 0)
+        return NULL;
+    if (st->rule->per == RULE_PER_RULE)
+        return &st->lease;
+    return lease_table_find(&st->leases, ask->key);
+}
+
+/* A request meets shared rule ST whose lease L holds a token, or was
+ * lately refused by Redis (reject rules): decided here, without Redis.
+ * Returns 0 when Redis must be asked. */
+static int limiter_lease_apply(struct limiter_pass *p, struct rule_state *st, struct lease *l)
+{
+    const struct rule *r = st->rule;
+    char subject[LIMITER_SUBJECT_MAX];
+
+    lease_note(l, p->now_us);
+    limiter_lease_expire(st, l, p->now_us);
+    if (lease_held(l) >= 1 && r->mode == RULE_MODE_DRYRUN) {
+        lease_take(l);   /* it models the limit as if enforced */
+        st->admitted++;
+        limiter_metric(st, LIMITER_ADMITTED, 0);
+        limiter_lease_refill(st, l, p->now_us);
+        return 1;
+    }
+    if (lease_held(l) >= 1) {
+        p->m[p->n++] = (struct limiter_match){st, NULL, 0, l};
+        return 1;
+    }
+    /* A delay rule may still reserve a token Redis does not have yet. */
+    if (r->action != RULE_ACTION_REJECT || p->now_us >= l->refused_until_us)
+        return 0;
+    if (r->mode == RULE_MODE_DRYRUN) {
+        limiter_subject(p->who, subject, sizeof(subject));
+        limiter_dryrun_hit(st, subject, UINT64_MAX);
+        limiter_metric(st, LIMITER_DRYRUN, 0);
+        return 1;
+    }
+    p->m[p->n++] = (struct limiter_match){st, NULL, l->refused_until_us - p->now_us, l};
+    return 1;
+}
+
+/* A request meets the shared rule ST: its lease decides when it can,
+ * else a question for Redis, which also asks for the lease's tokens. */
+static void limiter_apply_shared(struct limiter_pass *p, struct rule_state *st)
+{
+    const struct rule *r = st->rule;
+    struct limiter_shared_ask *a;
+    char key[sizeof(a->key)];
+    struct lease *l = NULL;
+
+    key[0] = '\0';
+    if (p->now_us == 0)
+        p->now_us = server_pass_now_us();
+    if (r->lease_us > 0) {
+        l = limiter_lease_for(st, p->who, key, sizeof(key));
+        if (l != NULL && limiter_lease_apply(p, st, l))
+            return;
+    }
+    if (key[0] == '\0')
+        limiter_shared_key(st, p->who, key, sizeof(key));
+    a = &p->out->ask[p->out->ask_count++];
+    limiter_ask_fill(a, st, key, LIMITER_ASK_REQUEST, p->now_us);
+    if (l != NULL)
+        a->want = lease_ask_want(l, p->now_us, r->lease_us, r->lease_max);
+    limiter_subject(p->who, a->subject, sizeof(a->subject));
+}
+
 static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
 {
     struct rule_state *st = e->state;
     const struct rule *r = st->rule;
-    struct limiter_decision *out = p->out;
 
     st->matched++;
     if (r->scope == RULE_SCOPE_SHARED) {
-        struct limiter_shared_ask *a = &out->ask[out->ask_count++];
-        a->rule_id = st->id;
-        limiter_shared_key(st, p->who, a->key, sizeof(a->key));
-        snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
-        a->rate_per_s = r->rate_per_s;
-        a->burst = r->burst;
-        a->max_wait_us = r->action == RULE_ACTION_DELAY ? r->max_delay_us : 0;
-        a->dryrun = r->mode == RULE_MODE_DRYRUN;
-        limiter_subject(p->who, a->subject, sizeof(a->subject));
+        limiter_apply_shared(p, st);
         return;
     }
     if (p->now_us == 0)
@@ -583,7 +806,7 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
             bucket_take(b);   /* it models the limit as if enforced */
         return;
     }
-    p->m[p->n++] = (struct limiter_match){st, b, wait};
+    p->m[p->n++] = (struct limiter_match){st, b, wait, NULL};
 }
 
 /* Of the keyed rules in word W, those one of the request's keys (POS, N)
@@ -783,7 +1006,7 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
                 limiter_apply(&p, &lc->entries[i]);
         }
     }
-    limiter_decide(p.m, p.n, who, out);
+    limiter_decide(p.m, p.n, who, p.now_us, out);
     if (out->verdict != LIMITER_REJECT && out->ask_count > 0)
         out->verdict = LIMITER_ASK;
     else
@@ -811,12 +1034,10 @@ static void limiter_count_shared(struct rule_state *st, const char *subject, int
     limiter_hit(st, subject, delayed);
 }
 
-void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us)
+/* Counters of a request's ask about the shared rule ST, answered. */
+static void limiter_count_answer(struct rule_state *st, const struct limiter_shared_ask *ask,
+                                 int allowed, uint64_t wait_us)
 {
-    struct rule_state *st = limiter_state_by_id(ask->rule_id);
-
-    if (st == NULL)
-        return;   /* reloaded away meanwhile */
     if (allowed < 0) {
         st->fail_open++;
         limiter_metric(st, LIMITER_ADMITTED, 0);   /* it passes */
@@ -833,6 +1054,71 @@ void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint
         st->admitted++;
         limiter_metric(st, LIMITER_ADMITTED, 0);
     }
+}
+
+/* EXTRA tokens Redis granted for the lease L of ST (NULL: reloaded away,
+ * or dropped) in answer to ASK: held, or given back at once when there
+ * is no lease to hold them. */
+static void limiter_lease_granted(struct rule_state *st, struct lease *l,
+                                  const struct limiter_shared_ask *ask, double extra)
+{
+    struct limiter_shared_ask back = *ask;
+
+    if (extra < 1)
+        return;
+    if (st != NULL && l != NULL) {
+        lease_add(l, extra, ask->sent_us);
+        st->leased += (uint64_t)extra;
+        *st->metric_lease[0] += (uint64_t)extra;
+        return;
+    }
+    back.kind = LIMITER_ASK_RETURN;
+    back.want = extra < ask->burst ? extra : ask->burst;
+    if (limiter_send != NULL)
+        limiter_send(&back);
+}
+
+void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us,
+                         double granted)
+{
+    struct rule_state *st = limiter_state_by_id(ask->rule_id);
+    struct lease *l = st != NULL ? limiter_lease_of_ask(st, ask) : NULL;
+    double extra;
+
+    if (ask->kind != LIMITER_ASK_REQUEST && ask->kind != LIMITER_ASK_REFILL)
+        return;
+    if (l != NULL) {
+        l->asked = l->asked > ask->want ? l->asked - ask->want : 0;
+        if (ask->kind == LIMITER_ASK_REFILL)
+            l->refilling = 0;
+    }
+    if (ask->kind == LIMITER_ASK_REFILL)
+        extra = allowed > 0 ? granted : 0;
+    else   /* the request takes one; a reserved token (wait) is its alone */
+        extra = allowed > 0 && wait_us == 0 && granted > 1 ? granted - 1 : 0;
+    if (ask->kind == LIMITER_ASK_REQUEST && st != NULL)
+        limiter_count_answer(st, ask, allowed, wait_us);
+    limiter_lease_granted(st, l, ask, extra);
+    if (l == NULL)
+        return;
+    if (allowed == 0)
+        l->refused_until_us = ask->sent_us + wait_us;
+    else if (allowed < 0)   /* fail open: the requests pass, refills wait a little */
+        l->refill_after_us = server_pass_now_us() + LIMITER_LEASE_RETRY_US;
+    limiter_lease_refill(st, l, server_pass_now_us());
+}
+
+void limiter_shared_sent(const struct limiter_shared_ask *ask)
+{
+    struct rule_state *st = limiter_state_by_id(ask->rule_id);
+    struct lease *l;
+
+    if (st == NULL || st->rule->scope != RULE_SCOPE_SHARED)
+        return;
+    (*st->metric_calls[ask->kind])++;
+    /* A refill counted itself (limiter_lease_send). */
+    if (ask->kind == LIMITER_ASK_REQUEST && (l = limiter_lease_of_ask(st, ask)) != NULL)
+        l->asked += ask->want;
 }
 
 /* Take back the count a given-back token had made. */
@@ -870,6 +1156,13 @@ void limiter_give_back(struct limiter_client *lc, const struct limiter_identity 
         if (st == NULL)
             continue;   /* reloaded away meanwhile */
         limiter_uncount(st, taken[i].delayed);
+        if (taken[i].leased) {
+            char key[sizeof(((struct limiter_shared_ask *)0)->key)];
+            struct lease *l = limiter_lease_for(st, who, key, sizeof(key));
+            if (l != NULL)
+                lease_put_back(l);
+            continue;
+        }
         b = limiter_bucket_of(st, lc, who);
         if (b != NULL)
             bucket_refund(b, st->rule->burst);
@@ -884,12 +1177,33 @@ void limiter_shared_given_back(const struct limiter_shared_ask *ask, uint64_t wa
         limiter_uncount(st, wait_us > 0);
 }
 
+static int limiter_lease_tick(const char *key, struct lease *l, void *ctx)
+{
+    struct limiter_tick *t = ctx;
+
+    (void)key;
+    limiter_lease_expire(t->st, l, t->now_us);
+    return lease_idle(l, t->now_us);
+}
+
+/* Leases of ST: give back what expired, drop the idle ones. */
+static void limiter_lease_cron(struct rule_state *st, uint64_t now_us)
+{
+    struct limiter_tick t = {st, now_us, 0};
+
+    if (st->rule->scope != RULE_SCOPE_SHARED)
+        return;
+    limiter_lease_expire(st, &st->lease, now_us);
+    lease_table_sweep(&st->leases, limiter_lease_tick, &t);
+}
+
 void limiter_cron(uint64_t now_us)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
 
     for (int i = 0; i < count; i++) {
         struct rule_state *st = limiter_states[i];
+        limiter_lease_cron(st, now_us);
         /* What a rule did since its last report is told once that report
          * is LIMITER_REPORT_EVERY_US old, even when no request comes. */
         if (st->report_rejected + st->report_delayed > 0 &&
@@ -914,8 +1228,9 @@ void limiter_cron(uint64_t now_us)
 }
 
 static const char *const limiter_counter_names[] = {
-    "matched", "admitted", "rejected", "delayed", "dryrun_hits", "fail_open",
+    "matched", "admitted", "rejected", "delayed", "dryrun_hits", "fail_open", "leased", "returned",
 };
+#define LIMITER_COUNTERS (int)(sizeof(limiter_counter_names) / sizeof(limiter_counter_names[0]))
 
 static void limiter_counters(const struct rule_state *st, uint64_t *v)
 {
@@ -925,20 +1240,22 @@ static void limiter_counters(const struct rule_state *st, uint64_t *v)
     v[3] = st->delayed;
     v[4] = st->dryrun_hits;
     v[5] = st->fail_open;
+    v[6] = st->leased;
+    v[7] = st->returned;
 }
 
 void limiter_write_rules(struct evbuffer *out)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
-    uint64_t v[6];
+    uint64_t v[LIMITER_COUNTERS];
 
     evbuffer_add_printf(out, "*%d\r\n", count);
     for (int i = 0; i < count; i++) {
         const struct rule_state *st = limiter_states[i];
         limiter_counters(st, v);
-        evbuffer_add_printf(out, "*%d\r\n$4\r\nname\r\n$%zu\r\n%s\r\n", 2 + 2 * 6,
+        evbuffer_add_printf(out, "*%d\r\n$4\r\nname\r\n$%zu\r\n%s\r\n", 2 + 2 * LIMITER_COUNTERS,
                             strlen(st->rule->name), st->rule->name);
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < LIMITER_COUNTERS; k++)
             evbuffer_add_printf(out, "$%zu\r\n%s\r\n:%llu\r\n", strlen(limiter_counter_names[k]),
                                 limiter_counter_names[k], (unsigned long long)v[k]);
     }
@@ -947,15 +1264,15 @@ void limiter_write_rules(struct evbuffer *out)
 void limiter_write_info(struct evbuffer *out)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
-    uint64_t total[6] = {0}, v[6];
+    uint64_t total[LIMITER_COUNTERS] = {0}, v[LIMITER_COUNTERS];
 
     for (int i = 0; i < count; i++) {
         limiter_counters(limiter_states[i], v);
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < LIMITER_COUNTERS; k++)
             total[k] += v[k];
     }
     evbuffer_add_printf(out, "rules_loaded:%d\r\n", count);
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < LIMITER_COUNTERS; k++)
         evbuffer_add_printf(out, "rules_%s:%llu\r\n", limiter_counter_names[k],
                             (unsigned long long)total[k]);
 }
