@@ -6,18 +6,17 @@
  *           -> none left once a fixed key's first byte is checked? pass
  *              (limiter_quick_pass: the common case, a few word operations)
  *           -> keyed rules: first byte of each key, then the globs
- *           -> bucket per client/ip/user/name/rule (shared: ask Redis)
+ *           -> bucket per client/ip/user/name/rule (shared: its lease, or
+ *              ask Redis; see limiter_lease.c)
  *           -> every enforce rule has a token? take one from each : refuse
  */
-#include "limiter.h"
+#include "limiter_int.h"
 
 #include <event2/buffer.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bucket.h"
 #include "commands.h"
@@ -28,23 +27,9 @@
 #include "server.h"
 #include "topk.h"
 
-#define LIMITER_KEYED_CHAINS 256
-/* A rule reports who it hits at most this often (limiter_report). */
-#define LIMITER_REPORT_EVERY_US 10000000
-/* Subjects a rule tells apart between two reports: the three it names
- * are among the busiest of them (topk.h). */
-#define LIMITER_REPORT_SUBJECTS 16
-/* A user or client name longer than this goes into a shared bucket's key
- * as its SHA-256 (limiter_shared_key), so the key always fits. */
-#define LIMITER_KEY_IDENTITY_MAX 64
 
 _Static_assert(RULES_NAME_MAX < sizeof(((struct limiter_decision *)0)->rule_name),
                "a rule name fits a decision");
-_Static_assert(sizeof("sluice:bucket:{}:client:4294967295:18446744073709551615") + RULES_NAME_MAX <=
-                   sizeof(((struct limiter_shared_ask *)0)->key) &&
-               sizeof("sluice:bucket:{}:name-sha256:") + RULES_NAME_MAX + 64 <=
-                   sizeof(((struct limiter_shared_ask *)0)->key),
-               "every shared bucket key fits");
 
 /* A bucket of one ip, user or name, for a rule with per = ip/user/name. */
 struct keyed_bucket {
@@ -53,62 +38,6 @@ struct keyed_bucket {
     char key[];
 };
 
-/* What a rule keeps while it lives, carried over a reload when the rule
- * is unchanged. */
-struct rule_state {
-    uint64_t id;
-    const struct rule *rule;          /* in the live set */
-    uint64_t matched, admitted, rejected, delayed, dryrun_hits, fail_open;
-    struct bucket bucket;             /* per = rule */
-    struct keyed_bucket *keyed[LIMITER_KEYED_CHAINS];
-    size_t keyed_count;               /* buckets in keyed[] */
-    /* sluice_ratelimit_decisions_total by enum limiter_metric, and
-     * sluice_ratelimit_delay_seconds: series of the rule's name, which
-     * count on over reloads (never taken back, unlike the counters above). */
-    uint64_t *metric[4];
-    struct metrics_hist *metric_delay;
-    /* scope = shared: tokens leased from Redis and given back (PROXY
-     * RULES), the lease of per = rule, the leases of other pers by key,
-     * and the metrics of both (by kind: leased, returned; and the calls
-     * by enum limiter_ask_kind). */
-    uint64_t leased, returned;
-    struct lease lease;
-    struct lease_table leases;
-    uint64_t *metric_lease[2];
-    uint64_t *metric_calls[LIMITER_ASK_KINDS];
-    /* Since its last report (limiter_report): what it did or, dry-run,
-     * would have done, and to whom. */
-    uint64_t report_rejected, report_delayed;
-    uint64_t report_start_us, last_report_us;
-    struct topk *report_subjects;     /* made at its first hit */
-};
-
-enum limiter_metric { LIMITER_ADMITTED, LIMITER_REJECTED, LIMITER_DELAYED, LIMITER_DRYRUN };
-
-/* Count one decision of KIND of the rule ST; a delay of WAIT_US. */
-static void limiter_metric(struct rule_state *st, enum limiter_metric kind, uint64_t wait_us)
-{
-    (*st->metric[kind])++;
-    if (kind == LIMITER_DELAYED)
-        metrics_hist_observe(st->metric_delay, wait_us);
-}
-
-static void limiter_metric_open(struct rule_state *st)
-{
-    static const char *const names[] = {"admitted", "rejected", "delayed", "dryrun"};
-
-    static const char *const calls[LIMITER_ASK_KINDS] = {"ask", "refill", "return", "refund"};
-
-    for (int k = 0; k < 4; k++)
-        st->metric[k] = metrics_counter(METRIC_ratelimit_decisions_total, st->rule->name, names[k]);
-    st->metric_delay = metrics_hist(METRIC_ratelimit_delay_seconds, st->rule->name, NULL);
-    if (st->rule->scope != RULE_SCOPE_SHARED)
-        return;
-    st->metric_lease[0] = metrics_counter(METRIC_ratelimit_lease_tokens_total, st->rule->name, "leased");
-    st->metric_lease[1] = metrics_counter(METRIC_ratelimit_lease_tokens_total, st->rule->name, "returned");
-    for (int k = 0; k < LIMITER_ASK_KINDS; k++)
-        st->metric_calls[k] = metrics_counter(METRIC_ratelimit_shared_calls_total, st->rule->name, calls[k]);
-}
 
 struct limiter_entry {
     uint64_t state_id;
@@ -154,13 +83,6 @@ static int *limiter_key_pos;
 static uint64_t limiter_generation = 1;
 static uint64_t limiter_next_state_id = 1;
 
-/* A local enforce rule a request matches, and what its bucket says. */
-struct limiter_match {
-    struct rule_state *st;
-    struct bucket *bucket;            /* NULL for a shared rule's lease */
-    uint64_t wait_us;
-    struct lease *lease;              /* a shared rule's: a token of it, or its refusal */
-};
 
 /* Room for one request's local enforce rules: one per rule of the set,
  * so every matching rule has its place (limiter_apply). */
@@ -213,8 +135,6 @@ int limiter_active(void)
 {
     return limiter_words > 0;   /* limiter_index_commands: 0 when no rule */
 }
-
-static double limiter_lease_return_all(struct rule_state *st);
 
 /* The state for NEW: the old one of an unchanged rule, else a fresh one. */
 static struct rule_state *limiter_carry_over(const struct rule *new_rule, struct rule_state **old,
@@ -387,135 +307,6 @@ static struct bucket *limiter_bucket(struct limiter_entry *e, const struct limit
     return &st->bucket;
 }
 
-/* Log at notice what rule ST did since its last report: how many
- * requests it rejected and delayed (dry-run: would have) and the three
- * subjects it hit most; then start counting again. */
-static void limiter_report(struct rule_state *st, uint64_t now_us)
-{
-    const struct topk_entry *top[3];
-    char most[3 * (TOPK_SUBJECT_MAX + 32)], subject[TOPK_SUBJECT_MAX + 1];
-    size_t used = 0;
-    int n = topk_list(st->report_subjects, 0, 1, top, 3);
-    uint64_t secs = (now_us - st->report_start_us + 999999) / 1000000;
-
-    most[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        size_t len = topk_subject(top[i], subject);
-        subject[len] = '\0';
-        used += (size_t)snprintf(most + used, sizeof(most) - used, "%s%s (%llu)",
-                                 i > 0 ? ", " : "", subject,
-                                 (unsigned long long)top[i]->requests);
-    }
-    if (st->rule->mode == RULE_MODE_DRYRUN)
-        log_notice("rule %s (dryrun) would have rejected %llu and delayed %llu requests in "
-                   "%llu s (%llu so far); most hit: %s", st->rule->name,
-                   (unsigned long long)st->report_rejected,
-                   (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
-                   (unsigned long long)st->dryrun_hits, most);
-    else
-        log_notice("rule %s rejected %llu and delayed %llu requests in %llu s; most hit: %s",
-                   st->rule->name, (unsigned long long)st->report_rejected,
-                   (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
-                   most);
-    st->report_rejected = st->report_delayed = 0;
-    st->last_report_us = now_us;
-    topk_clear(st->report_subjects);
-}
-
-/* Rule ST rejected (DELAYED 0) or delayed a request of SUBJECT ("user=..
- * name=.. addr=.."), or would have in dry-run: count it for the next
- * report, made now when the last one is LIMITER_REPORT_EVERY_US old. */
-static void limiter_hit(struct rule_state *st, const char *subject, int delayed)
-{
-    uint64_t now_us = server_pass_now_us();
-
-    if (st->report_subjects == NULL) {
-        st->report_subjects = calloc(1, sizeof(*st->report_subjects));
-        if (st->report_subjects != NULL &&
-            topk_init(st->report_subjects, LIMITER_REPORT_SUBJECTS) != 0) {
-            free(st->report_subjects);
-            st->report_subjects = NULL;
-        }
-        if (st->report_subjects == NULL)
-            return;   /* out of memory: the rule's counters still count */
-    }
-    if (st->report_rejected + st->report_delayed == 0)
-        st->report_start_us = now_us;
-    st->report_rejected += !delayed;
-    st->report_delayed += delayed != 0;
-    topk_hit(st->report_subjects, subject, strlen(subject), 0, TOPK_PASSED);
-    if (st->last_report_us == 0 || now_us - st->last_report_us >= LIMITER_REPORT_EVERY_US)
-        limiter_report(st, now_us);
-}
-
-/* WHO as a rule's report names it. */
-static void limiter_subject(const struct limiter_identity *who, char *out, size_t size)
-{
-    snprintf(out, size, "user=%.64s name=%.64s addr=%s", who->user ? who->user : "default",
-             who->name ? who->name : "", who->addr_text ? who->addr_text : "");
-}
-
-static void limiter_hit_who(struct rule_state *st, const struct limiter_identity *who,
-                            int delayed)
-{
-    char subject[LIMITER_SUBJECT_MAX];
-
-    limiter_subject(who, subject, sizeof(subject));
-    limiter_hit(st, subject, delayed);
-}
-
-static void limiter_dryrun_hit(struct rule_state *st, const char *subject, uint64_t wait_us)
-{
-    st->dryrun_hits++;
-    limiter_hit(st, subject, st->rule->action == RULE_ACTION_DELAY &&
-                                 wait_us <= st->rule->max_delay_us);
-}
-
-/* The key of rule R's shared bucket for the user or client name ID, of
- * kind KIND ("user", "name"): ID itself, or when it is long, "KIND-sha256:"
- * and its digest in hex. Never cut short: two names that share a prefix
- * must not share a bucket, and a short name cannot be taken for a digest
- * (its kind is another). */
-static void limiter_identity_key(const struct rule *r, const char *kind, const char *id,
-                                 char *out, size_t size)
-{
-    size_t len = strlen(id);
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    char hex[2 * EVP_MAX_MD_SIZE + 1];
-
-    if (len <= LIMITER_KEY_IDENTITY_MAX) {
-        snprintf(out, size, "sluice:bucket:{%s}:%s:%s", r->name, kind, id);
-        return;
-    }
-    if (EVP_Digest(id, len, digest, &n, EVP_sha256(), NULL) != 1)
-        n = 0;   /* no digest: long names share one bucket, never a short name's */
-    for (unsigned int i = 0; i < n; i++)
-        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-    hex[2 * n] = '\0';
-    snprintf(out, size, "sluice:bucket:{%s}:%s-sha256:%s", r->name, kind, hex);
-}
-
-/* The shared bucket key of rule ST for WHO, in one hash slot per rule. */
-static void limiter_shared_key(const struct rule_state *st, const struct limiter_identity *who,
-                               char *out, size_t size)
-{
-    const struct rule *r = st->rule;
-
-    switch (r->per) {
-    case RULE_PER_CLIENT:
-        snprintf(out, size, "sluice:bucket:{%s}:client:%d:%llu", r->name, (int)getpid(),
-                 (unsigned long long)who->client_id);
-        break;
-    case RULE_PER_IP: snprintf(out, size, "sluice:bucket:{%s}:ip:%s", r->name, who->ip); break;
-    case RULE_PER_USER:
-        limiter_identity_key(r, "user", who->user ? who->user : "default", out, size);
-        break;
-    case RULE_PER_NAME: limiter_identity_key(r, "name", who->name ? who->name : "", out, size); break;
-    case RULE_PER_RULE: snprintf(out, size, "sluice:bucket:{%s}", r->name); break;
-    }
-}
-
 static void limiter_reject(struct limiter_decision *out, const struct rule_state *st, uint64_t wait_us)
 {
     out->verdict = LIMITER_REJECT;
@@ -524,8 +315,6 @@ static void limiter_reject(struct limiter_decision *out, const struct rule_state
 }
 
 /* Decide over the local enforce rules in M (N of them) for WHO. */
-static void limiter_lease_refill(struct rule_state *st, struct lease *l, uint64_t now_us);
-
 static void limiter_decide(struct limiter_match *m, int n, const struct limiter_identity *who,
                            uint64_t now_us, struct limiter_decision *out)
 {
@@ -568,217 +357,6 @@ static void limiter_decide(struct limiter_match *m, int n, const struct limiter_
     out->wait_us = delay;
 }
 
-/* What one request does to the rule of entry E, which it matches: a
- * question for Redis (shared), a dry-run count, or a candidate in M. M
- * (limiter_matches) and OUT's arrays have room for every rule of the
- * client (limiter_decision_reserve). */
-struct limiter_pass {
-    const struct limiter_identity *who;
-    uint64_t now_us;                  /* 0 until first needed */
-    struct limiter_match *m;
-    int n;
-    struct limiter_decision *out;
-};
-
-/* ---- leases of shared buckets (rules/lease.h) ------------------------ */
-
-static limiter_send_fn *limiter_send;
-
-/* What a walk over a rule's leases (lease_table_sweep) needs. */
-struct limiter_tick {
-    struct rule_state *st;
-    uint64_t now_us;
-    double returned;
-};
-/* After a refill could not be sent (no backend), the next waits this long. */
-#define LIMITER_LEASE_RETRY_US 100000ULL
-
-void limiter_set_send(limiter_send_fn *send)
-{
-    limiter_send = send;
-}
-
-/* Fill A, a message about the shared bucket KEY of rule ST, of KIND. */
-static void limiter_ask_fill(struct limiter_shared_ask *a, const struct rule_state *st,
-                             const char *key, enum limiter_ask_kind kind, uint64_t now_us)
-{
-    const struct rule *r = st->rule;
-
-    a->kind = kind;
-    a->want = 0;
-    a->sent_us = now_us;
-    a->rule_id = st->id;
-    snprintf(a->key, sizeof(a->key), "%s", key);
-    snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
-    a->rate_per_s = r->rate_per_s;
-    a->burst = r->burst;
-    a->max_wait_us = kind == LIMITER_ASK_REQUEST && r->action == RULE_ACTION_DELAY ?
-                         r->max_delay_us : 0;
-    a->dryrun = r->mode == RULE_MODE_DRYRUN;
-    a->subject[0] = '\0';
-}
-
-/* Ask Redis for WANT tokens for lease L of ST (REFILL), or give WANT back
- * (RETURN). A refill counts as asked before it is sent: a send that fails
- * answers at once (limiter_shared_done). */
-static void limiter_lease_send(struct rule_state *st, struct lease *l, enum limiter_ask_kind kind,
-                               double want, uint64_t now_us)
-{
-    struct limiter_shared_ask a;
-    char key[sizeof(a.key)];
-
-    if (limiter_send == NULL || want < 1)
-        return;
-    if (l->key != NULL)
-        snprintf(key, sizeof(key), "%s", l->key);
-    else
-        snprintf(key, sizeof(key), "sluice:bucket:{%s}", st->rule->name);
-    limiter_ask_fill(&a, st, key, kind, now_us);
-    if (kind == LIMITER_ASK_RETURN) {
-        /* More than burst is no use: the bucket never holds more. */
-        a.want = want < st->rule->burst ? want : st->rule->burst;
-        st->returned += (uint64_t)want;
-        *st->metric_lease[1] += (uint64_t)want;
-    } else {
-        a.want = want;
-        l->refilling = 1;
-        l->asked += want;
-    }
-    limiter_send(&a);
-}
-
-/* Give back what of lease L of ST is past its deadline. */
-static void limiter_lease_expire(struct rule_state *st, struct lease *l, uint64_t now_us)
-{
-    double dropped = lease_expire(l, now_us);
-
-    if (dropped > 0)
-        limiter_lease_send(st, l, LIMITER_ASK_RETURN, dropped, now_us);
-}
-
-static void limiter_lease_refill(struct rule_state *st, struct lease *l, uint64_t now_us)
-{
-    double want = lease_refill_want(l, now_us, st->rule->lease_us, st->rule->lease_max);
-
-    if (want >= 1)
-        limiter_lease_send(st, l, LIMITER_ASK_REFILL, want, now_us);
-}
-
-static int limiter_lease_return_one(const char *key, struct lease *l, void *ctx)
-{
-    struct limiter_tick *t = ctx;
-    double n = lease_drain(l);
-
-    (void)key;
-    t->returned += n;
-    limiter_lease_send(t->st, l, LIMITER_ASK_RETURN, n, t->now_us);
-    return 0;
-}
-
-/* Give back every token ST's leases hold; returns how many. */
-static double limiter_lease_return_all(struct rule_state *st)
-{
-    struct limiter_tick t = {st, server_pass_now_us(), 0};
-
-    if (st->rule->scope != RULE_SCOPE_SHARED)
-        return 0;
-    limiter_lease_return_one(NULL, &st->lease, &t);
-    lease_table_sweep(&st->leases, limiter_lease_return_one, &t);
-    return t.returned;
-}
-
-double limiter_return_leases(void)
-{
-    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
-    double returned = 0;
-
-    for (int i = 0; i < count; i++)
-        returned += limiter_lease_return_all(limiter_states[i]);
-    return returned;
-}
-
-/* The lease of the shared rule ST for WHO: the rule's own (per = rule),
- * else the one of its bucket key, written to KEY. NULL when memory ran
- * out (the request is then asked about as without leases). */
-static struct lease *limiter_lease_for(struct rule_state *st, const struct limiter_identity *who,
-                                       char *key, size_t size)
-{
-    if (st->rule->per == RULE_PER_RULE)
-        return &st->lease;
-    limiter_shared_key(st, who, key, size);
-    return lease_table_get(&st->leases, key);
-}
-
-/* The lease a message ASK of ST was about, or NULL (dropped, or none). */
-static struct lease *limiter_lease_of_ask(struct rule_state *st,
-                                          const struct limiter_shared_ask *ask)
-{
-    if (ask->want <= 0 || st->rule->lease_us == 0)
-        return NULL;
-    if (st->rule->per == RULE_PER_RULE)
-        return &st->lease;
-    return lease_table_find(&st->leases, ask->key);
-}
-
-/* A request meets shared rule ST whose lease L holds a token, or was
- * lately refused by Redis (reject rules): decided here, without Redis.
- * Returns 0 when Redis must be asked. */
-static int limiter_lease_apply(struct limiter_pass *p, struct rule_state *st, struct lease *l)
-{
-    const struct rule *r = st->rule;
-    char subject[LIMITER_SUBJECT_MAX];
-
-    lease_note(l, p->now_us);
-    limiter_lease_expire(st, l, p->now_us);
-    if (lease_held(l) >= 1 && r->mode == RULE_MODE_DRYRUN) {
-        lease_take(l);   /* it models the limit as if enforced */
-        st->admitted++;
-        limiter_metric(st, LIMITER_ADMITTED, 0);
-        limiter_lease_refill(st, l, p->now_us);
-        return 1;
-    }
-    if (lease_held(l) >= 1) {
-        p->m[p->n++] = (struct limiter_match){st, NULL, 0, l};
-        return 1;
-    }
-    /* A delay rule may still reserve a token Redis does not have yet. */
-    if (r->action != RULE_ACTION_REJECT || p->now_us >= l->refused_until_us)
-        return 0;
-    if (r->mode == RULE_MODE_DRYRUN) {
-        limiter_subject(p->who, subject, sizeof(subject));
-        limiter_dryrun_hit(st, subject, UINT64_MAX);
-        limiter_metric(st, LIMITER_DRYRUN, 0);
-        return 1;
-    }
-    p->m[p->n++] = (struct limiter_match){st, NULL, l->refused_until_us - p->now_us, l};
-    return 1;
-}
-
-/* A request meets the shared rule ST: its lease decides when it can,
- * else a question for Redis, which also asks for the lease's tokens. */
-static void limiter_apply_shared(struct limiter_pass *p, struct rule_state *st)
-{
-    const struct rule *r = st->rule;
-    struct limiter_shared_ask *a;
-    char key[sizeof(a->key)];
-    struct lease *l = NULL;
-
-    key[0] = '\0';
-    if (p->now_us == 0)
-        p->now_us = server_pass_now_us();
-    if (r->lease_us > 0) {
-        l = limiter_lease_for(st, p->who, key, sizeof(key));
-        if (l != NULL && limiter_lease_apply(p, st, l))
-            return;
-    }
-    if (key[0] == '\0')
-        limiter_shared_key(st, p->who, key, sizeof(key));
-    a = &p->out->ask[p->out->ask_count++];
-    limiter_ask_fill(a, st, key, LIMITER_ASK_REQUEST, p->now_us);
-    if (l != NULL)
-        a->want = lease_ask_want(l, p->now_us, r->lease_us, r->lease_max);
-    limiter_subject(p->who, a->subject, sizeof(a->subject));
-}
 
 static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
 {
@@ -1013,7 +591,7 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
         out->ask_count = 0;
 }
 
-static struct rule_state *limiter_state_by_id(uint64_t id)
+struct rule_state *limiter_state_by_id(uint64_t id)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
 
@@ -1024,101 +602,22 @@ static struct rule_state *limiter_state_by_id(uint64_t id)
     return NULL;
 }
 
-/* A shared rule ST rejected (DELAYED 0) or delayed a request of SUBJECT. */
-static void limiter_count_shared(struct rule_state *st, const char *subject, int delayed)
-{
-    if (delayed)
-        st->delayed++;
-    else
-        st->rejected++;
-    limiter_hit(st, subject, delayed);
-}
-
-/* Counters of a request's ask about the shared rule ST, answered. */
-static void limiter_count_answer(struct rule_state *st, const struct limiter_shared_ask *ask,
-                                 int allowed, uint64_t wait_us)
-{
-    if (allowed < 0) {
-        st->fail_open++;
-        limiter_metric(st, LIMITER_ADMITTED, 0);   /* it passes */
-    } else if (ask->dryrun && (!allowed || wait_us > 0)) {
-        limiter_dryrun_hit(st, ask->subject, !allowed ? UINT64_MAX : wait_us);
-        limiter_metric(st, LIMITER_DRYRUN, 0);
-    } else if (!allowed) {
-        limiter_count_shared(st, ask->subject, 0);
-        limiter_metric(st, LIMITER_REJECTED, 0);
-    } else if (wait_us > 0) {
-        limiter_count_shared(st, ask->subject, 1);
-        limiter_metric(st, LIMITER_DELAYED, wait_us);
-    } else {
-        st->admitted++;
-        limiter_metric(st, LIMITER_ADMITTED, 0);
-    }
-}
-
-/* EXTRA tokens Redis granted for the lease L of ST (NULL: reloaded away,
- * or dropped) in answer to ASK: held, or given back at once when there
- * is no lease to hold them. */
-static void limiter_lease_granted(struct rule_state *st, struct lease *l,
-                                  const struct limiter_shared_ask *ask, double extra)
-{
-    struct limiter_shared_ask back = *ask;
-
-    if (extra < 1)
-        return;
-    if (st != NULL && l != NULL) {
-        lease_add(l, extra, ask->sent_us);
-        st->leased += (uint64_t)extra;
-        *st->metric_lease[0] += (uint64_t)extra;
-        return;
-    }
-    back.kind = LIMITER_ASK_RETURN;
-    back.want = extra < ask->burst ? extra : ask->burst;
-    if (limiter_send != NULL)
-        limiter_send(&back);
-}
-
 void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us,
                          double granted)
 {
-    struct rule_state *st = limiter_state_by_id(ask->rule_id);
-    struct lease *l = st != NULL ? limiter_lease_of_ask(st, ask) : NULL;
-    double extra;
+    struct rule_state *st = limiter_state_by_id(ask->rule_id);   /* NULL: reloaded away */
 
-    if (ask->kind != LIMITER_ASK_REQUEST && ask->kind != LIMITER_ASK_REFILL)
-        return;
-    if (l != NULL) {
-        l->asked = l->asked > ask->want ? l->asked - ask->want : 0;
-        if (ask->kind == LIMITER_ASK_REFILL)
-            l->refilling = 0;
-    }
-    if (ask->kind == LIMITER_ASK_REFILL)
-        extra = allowed > 0 ? granted : 0;
-    else   /* the request takes one; a reserved token (wait) is its alone */
-        extra = allowed > 0 && wait_us == 0 && granted > 1 ? granted - 1 : 0;
     if (ask->kind == LIMITER_ASK_REQUEST && st != NULL)
         limiter_count_answer(st, ask, allowed, wait_us);
-    limiter_lease_granted(st, l, ask, extra);
-    if (l == NULL)
-        return;
-    if (allowed == 0)
-        l->refused_until_us = ask->sent_us + wait_us;
-    else if (allowed < 0)   /* fail open: the requests pass, refills wait a little */
-        l->refill_after_us = server_pass_now_us() + LIMITER_LEASE_RETRY_US;
-    limiter_lease_refill(st, l, server_pass_now_us());
+    limiter_lease_answer(st, ask, allowed, wait_us, granted);
 }
 
 void limiter_shared_sent(const struct limiter_shared_ask *ask)
 {
     struct rule_state *st = limiter_state_by_id(ask->rule_id);
-    struct lease *l;
 
-    if (st == NULL || st->rule->scope != RULE_SCOPE_SHARED)
-        return;
-    (*st->metric_calls[ask->kind])++;
-    /* A refill counted itself (limiter_lease_send). */
-    if (ask->kind == LIMITER_ASK_REQUEST && (l = limiter_lease_of_ask(st, ask)) != NULL)
-        l->asked += ask->want;
+    if (st != NULL)
+        limiter_lease_sent(st, ask);
 }
 
 /* Take back the count a given-back token had made. */
@@ -1177,24 +676,14 @@ void limiter_shared_given_back(const struct limiter_shared_ask *ask, uint64_t wa
         limiter_uncount(st, wait_us > 0);
 }
 
-static int limiter_lease_tick(const char *key, struct lease *l, void *ctx)
+double limiter_return_leases(void)
 {
-    struct limiter_tick *t = ctx;
+    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+    double returned = 0;
 
-    (void)key;
-    limiter_lease_expire(t->st, l, t->now_us);
-    return lease_idle(l, t->now_us);
-}
-
-/* Leases of ST: give back what expired, drop the idle ones. */
-static void limiter_lease_cron(struct rule_state *st, uint64_t now_us)
-{
-    struct limiter_tick t = {st, now_us, 0};
-
-    if (st->rule->scope != RULE_SCOPE_SHARED)
-        return;
-    limiter_lease_expire(st, &st->lease, now_us);
-    lease_table_sweep(&st->leases, limiter_lease_tick, &t);
+    for (int i = 0; i < count; i++)
+        returned += limiter_lease_return_all(limiter_states[i]);
+    return returned;
 }
 
 void limiter_cron(uint64_t now_us)
