@@ -305,7 +305,9 @@ void limiter_lease_answer(struct rule_state *st, const struct limiter_shared_ask
     limiter_lease_granted(st, l, ask, extra);
     if (l == NULL)
         return;
-    if (allowed == 0)
+    /* Refused, or a token reserved (a delay rule's bucket in debt): no
+     * token for a lease before then. */
+    if (allowed == 0 || (allowed > 0 && wait_us > 0))
         l->refused_until_us = ask->sent_us + wait_us;
     else if (allowed < 0)   /* fail open: the requests pass, refills wait a little */
         l->refill_after_us = server_pass_now_us() + LIMITER_LEASE_RETRY_US;
