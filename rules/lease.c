@@ -16,7 +16,7 @@
 
 #define LEASE_WINDOW_US 100000ULL
 /* A window this short says little; the current one counts as this long. */
-#define LEASE_MIN_SPAN_US 10000ULL
+#define LEASE_MIN_SPAN_US 1000ULL
 
 void lease_note(struct lease *l, uint64_t now_us)
 {
@@ -47,8 +47,11 @@ double lease_rate(const struct lease *l, uint64_t now_us)
     if (l->window_start_us == 0 || now_us < l->window_start_us)
         return l->rate_per_s;
     span = now_us - l->window_start_us;
-    now_rate = (double)l->window_count * 1e6 /
-               (double)(span > LEASE_MIN_SPAN_US ? span : LEASE_MIN_SPAN_US);
+    /* The current window's rate from the gaps between its requests: one
+     * request alone says nothing of a rate. */
+    now_rate = l->window_count < 2 ? 0 :
+               (double)(l->window_count - 1) * 1e6 /
+                   (double)(span > LEASE_MIN_SPAN_US ? span : LEASE_MIN_SPAN_US);
     if (span > 10 * LEASE_WINDOW_US)
         return now_rate;
     /* A rising rate shows in the current window first. */
