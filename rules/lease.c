@@ -33,6 +33,7 @@ void lease_note(struct lease *l, uint64_t now_us)
         return;
     }
     double r = (double)l->window_count * 1e6 / (double)span;
+    l->low_water_known = 0;
     /* After a pause the old rate says nothing of the new one. */
     l->rate_per_s = span > 10 * LEASE_WINDOW_US ? r : (l->rate_per_s + r) / 2;
     l->window_start_us = now_us;
@@ -147,7 +148,7 @@ double lease_ask_want(const struct lease *l, uint64_t now_us, uint64_t lease_us,
     return want < 1 ? 1 : floor(want);
 }
 
-double lease_refill_want(const struct lease *l, uint64_t now_us, uint64_t lease_us,
+double lease_refill_want(struct lease *l, uint64_t now_us, uint64_t lease_us,
                          double lease_max)
 {
     double target, held = lease_held(l), want;
@@ -155,7 +156,13 @@ double lease_refill_want(const struct lease *l, uint64_t now_us, uint64_t lease_
     if (l->refilling || now_us < l->refused_until_us || now_us < l->refill_after_us ||
         lease_us == 0)
         return 0;
+    /* Most requests stop here: the mark is computed again only once the
+     * rate estimate moved (a window ended) or the lease fell to it. */
+    if (l->low_water_known && held + l->asked > l->low_water)
+        return 0;
     target = lease_target(l, now_us, lease_us, lease_max);
+    l->low_water = target / 2;
+    l->low_water_known = 1;
     if (held + l->asked > target / 2)
         return 0;   /* above the low-water mark */
     /* Tokens not spent before they expire would only be given back. */

@@ -36,6 +36,8 @@ struct lease {
     uint64_t window_start_us;     /* the rate estimate: requests counted... */
     uint32_t window_count;        /* ...since window_start_us */
     double rate_per_s;            /* their rate over the windows before */
+    double low_water;             /* target / 2 as last computed... */
+    int low_water_known;          /* ...until the rate estimate moves */
     uint64_t last_use_us;
     const char *key;              /* its bucket key, in its table entry; NULL for per = rule */
 };
@@ -77,8 +79,8 @@ double lease_ask_want(const struct lease *l, uint64_t now_us, uint64_t lease_us,
  * flight, Redis has not just refused, the tokens held fell to half of
  * what LEASE_US of the recent rate needs (the low-water mark), and they
  * are likely spent before they expire. Requests then never wait for Redis
- * while the rate is steady. */
-double lease_refill_want(const struct lease *l, uint64_t now_us, uint64_t lease_us,
+ * while the rate is steady. Caches the mark in L (lease.low_water). */
+double lease_refill_want(struct lease *l, uint64_t now_us, uint64_t lease_us,
                          double lease_max);
 
 /* 1 when L holds and asks nothing and was not used for LEASE_IDLE_US. */

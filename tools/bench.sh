@@ -971,15 +971,18 @@ fi
 
 # Section 12: shared rules with leases vs no rule, a local rule, and the
 # shared rule asking Redis per command (lease = off).
-lease_one() {   # lease_one LABEL PORT PIPELINE N ROUND REDIS_PORT: rps, p50, calls/100
+lease_one() {   # lease_one LABEL PORT PIPELINE N ROUND REDIS_PORT PID: rps, p50, calls/100, cpu
     redis-cli -p "$6" CONFIG RESETSTAT >/dev/null
+    ns0=$(cpu_ns "$7")
     line=$(redis-benchmark -p "$2" -t get -c 50 -P "$3" -n "$4" -r 100000 --csv 2>/dev/null |
            awk -F'"' 'header { print $4, $10; exit } /^"test"/ { header = 1 }')
     calls=$(redis-cli -p "$6" INFO commandstats |
             awk -F'[:=,]' '/^cmdstat_evalsha:|^cmdstat_eval:/ { n += $3 } END { print n + 0 }')
-    set -- "$1" "$2" "$3" "$4" "$5" "$6" ${line:-0 0}
-    echo "$1 get 50 $3 $7 $5" >>"$results"
-    echo "p50_$1 get 50 $3 $8 $5" >>"$results"
+    ns1=$(cpu_ns "$7")
+    set -- "$1" "$2" "$3" "$4" "$5" "$6" "$7" ${line:-0 0}
+    echo "$1 get 50 $3 $8 $5" >>"$results"
+    echo "p50_$1 get 50 $3 $9 $5" >>"$results"
+    echo "cpu_$1 get 50 $3 $(( (ns1 - ns0) / $4 )) $5" >>"$results"
     echo "calls_$1 get 50 $3 $(awk -v c="$calls" -v n="$4" 'BEGIN { printf "%.3f", 100 * c / n }') $5" \
         >>"$results"
 }
@@ -995,10 +998,10 @@ if section 12 && [ "$lease_rounds" -gt 0 ]; then
     printf "[limit roomy]\n${roomy}scope = shared\n" >"$tmp/lease_shared.ini"
     printf "[limit roomy]\n${roomy}scope = shared\nlease = off\n" >"$tmp/lease_off.ini"
     saved_rport=$rport; rport=$lport
-    set -- $(start_sluice lease_none); sln=$1; pids="$pids $2"
-    set -- $(start_sluice lease_local "$tmp/lease_local.ini"); sll=$1; pids="$pids $2"
-    set -- $(start_sluice lease_shared "$tmp/lease_shared.ini"); sls=$1; pids="$pids $2"
-    set -- $(start_sluice lease_off "$tmp/lease_off.ini"); slo=$1; pids="$pids $2"
+    set -- $(start_sluice lease_none); sln=$1; pln=$2; pids="$pids $2"
+    set -- $(start_sluice lease_local "$tmp/lease_local.ini"); sll=$1; pll=$2; pids="$pids $2"
+    set -- $(start_sluice lease_shared "$tmp/lease_shared.ini"); sls=$1; pls=$2; pids="$pids $2"
+    set -- $(start_sluice lease_off "$tmp/lease_off.ini"); slo=$1; plo=$2; pids="$pids $2"
     rport=$saved_rport
     for p in $sln $sll $sls $slo; do wait_port "$p"; done
     r=1
@@ -1008,10 +1011,11 @@ if section 12 && [ "$lease_rounds" -gt 0 ]; then
             n=$(n_of $((p == 1 ? 100000 : 500000)))
             for target in $(rotate $(( r + p )) none local shared off); do
                 case $target in
-                    none) port=$sln ;; local) port=$sll ;; shared) port=$sls ;;
-                    off) port=$slo; n=$(n_of $((p == 1 ? 50000 : 100000))) ;;
+                    none) port=$sln; pid=$pln ;; local) port=$sll; pid=$pll ;;
+                    shared) port=$sls; pid=$pls ;;
+                    off) port=$slo; pid=$plo; n=$(n_of $((p == 1 ? 50000 : 100000))) ;;
                 esac
-                lease_one "lease_$target" "$port" "$p" "$n" "$r" "$lport"
+                lease_one "lease_$target" "$port" "$p" "$n" "$r" "$lport" "$pid"
                 n=$(n_of $((p == 1 ? 100000 : 500000)))
             done
         done
@@ -1033,7 +1037,16 @@ if section 12 && [ "$lease_rounds" -gt 0 ]; then
         printf '%3s %10s %10s %10s\n' "$p" "$(median p50_lease_none get 50 $p)" \
             "$(median p50_lease_local get 50 $p)" "$(median p50_lease_shared get 50 $p)"
     done
-    echo "   ratio: shared (or off) / no rule; calls: Redis script calls per 100 GETs, shared"
+    printf '%3s %10s %10s %10s %6s %10s   (sluice CPU ns per GET)\n' -P "no rule" local shared \
+        ratio off
+    for p in 1 16; do
+        printf '%3s %10.0f %10.0f %10.0f %6s %10.0f\n' "$p" "$(median cpu_lease_none get 50 $p)" \
+            "$(median cpu_lease_local get 50 $p)" "$(median cpu_lease_shared get 50 $p)" \
+            "$(median_ratio cpu_lease_none cpu_lease_shared get 50 $p)" \
+            "$(median cpu_lease_off get 50 $p)"
+    done
+    echo "   ratio: shared (or off) / no rule (CPU: no rule / shared); calls: Redis script"
+    echo "   calls per 100 GETs, shared. CPU per request is the figure a busy machine moves least."
     echo "   target: shared ratio >= 0.95 at -P 1 and 16, calls <= 1, p50 as no rule's within noise"
 fi
 
