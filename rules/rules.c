@@ -19,13 +19,17 @@
 #include "commands.h"
 #include "glob.h"
 #include "inifile.h"
+#include "lease.h"
 #include "sv.h"
 #include "value.h"
 
 #define RULES_MAX_COUNT 1000000000LL             /* largest N in rate and burst */
 #define RULES_DEFAULT_MAX_DELAY_US 1000000ULL
 #define RULES_MAX_DELAY_LIMIT_US (3600LL * 1000000)
-#define RULES_LEASE_LIMIT_US (10LL * 1000000)   /* longest lease = DURATION */
+/* Longest lease = DURATION: half a lease's lifetime (LEASE_TTL_US, 2 s),
+ * so that what a lease is sized for can be spent before it expires. */
+#define RULES_LEASE_LIMIT_US 1000000LL
+_Static_assert(2 * RULES_LEASE_LIMIT_US <= LEASE_TTL_US, "a lease can be spent before it expires");
 #define RULES_KEYS_ON_STACK 64
 
 /* sluice's own verbs: not in the command table, yet rules may name them. */
@@ -405,7 +409,7 @@ static int rules_set_lease(struct rule_full *r, const struct rules_key *key, con
     if (value_duration_us(value, &us, err, errlen) != 0)
         return -1;
     if (us < 1000 || us > RULES_LEASE_LIMIT_US) {
-        snprintf(err, errlen, "'%s' is out of range (off, or 1ms to 10s)", value);
+        snprintf(err, errlen, "'%s' is out of range (off, or 1ms to 1s)", value);
         return -1;
     }
     r->pub.lease_us = (uint64_t)us;
