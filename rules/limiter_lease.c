@@ -293,6 +293,11 @@ void limiter_lease_answer(struct rule_state *st, const struct limiter_shared_ask
 
     if (ask->kind != LIMITER_ASK_REQUEST && ask->kind != LIMITER_ASK_REFILL)
         return;
+    /* What Redis says is range-checked as anything from the wire. */
+    if (granted > ask->want && ask->want > 0)
+        granted = ask->want;
+    if (!(granted >= 0))
+        granted = 0;
     if (l != NULL) {
         l->asked = l->asked > ask->want ? l->asked - ask->want : 0;
         if (ask->kind == LIMITER_ASK_REFILL)
