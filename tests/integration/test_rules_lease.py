@@ -5,8 +5,9 @@ sluices of unequal load (within 2% of the token-bucket formula), a sluice
 killed holding a lease never makes the fleet exceed it, Redis is asked
 about once per lease rather than per command, delay and dry-run rules work
 with leases, reload gives back the tokens of a changed rule and keeps an
-unchanged one's, shutdown gives them back, `sluice -t` checks the new
-keys, and a shared rule's refusal counts as a refusal, not a failure."""
+unchanged one's, shutdown gives them back, per-name buckets are leased
+apart, `sluice -t` checks the new keys, and a shared rule's refusal counts
+as a refusal, not a failure."""
 
 import re
 import signal
@@ -163,6 +164,63 @@ lease_max = {lease_max}
     survived = sum(per_sluice[1:]) - sum(after_kill)
     assert survived >= 0.9 * rate * (elapsed - t_kill) - lease_max, \
         f"survivors admitted {survived} in {elapsed - t_kill:.2f} s after the kill"
+
+
+def name_hammer(port, name, stop_at, counts, idx, go):
+    """As hammer, from a client named NAME, INCR of a key of its own."""
+    c = redis.Redis(host="127.0.0.1", port=port, socket_timeout=10 * SLOW)
+    c.execute_command("CLIENT", "SETNAME", name)
+    go.wait()
+    ok = 0
+    while time.monotonic() < stop_at:
+        p = c.pipeline(transaction=False)
+        for _ in range(8):
+            p.execute_command("INCR", f"n:{name}:{idx}")
+        for r in p.execute(raise_on_error=False):
+            if isinstance(r, Exception):
+                assert is_throttled(r), r
+            else:
+                ok += 1
+    counts[idx] = ok
+    c.close()
+
+
+def test_per_name_leases_across_two_sluices(redis_factory, sluice_factory):
+    """per = name: each name's bucket is leased apart (a lease per bucket
+    key), and each holds across the two sluices its clients use."""
+    rate, burst, seconds = 200, 50, 4.0
+    srv, sluices = fleet(redis_factory, sluice_factory, f"""
+[limit per-name]
+commands = INCR
+rate = {rate}/s
+burst = {burst}
+per = name
+scope = shared
+""", 2)
+    # alpha on both sluices, beta on one.
+    who = [(0, "alpha"), (1, "alpha"), (1, "beta")]
+    counts = [None] * len(who)
+    go = threading.Event()
+    t0 = time.monotonic() + 0.5
+    stop_at = t0 + seconds
+    threads = [threading.Thread(target=name_hammer,
+                                args=(sluices[i].port, name, stop_at, counts, k, go))
+               for k, (i, name) in enumerate(who)]
+    for t in threads:
+        t.start()
+    while time.monotonic() < t0:
+        time.sleep(0.001)
+    go.set()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - t0
+    expected = rate * elapsed + burst
+    alpha, beta = counts[0] + counts[1], counts[2]
+    for name, got in (("alpha", alpha), ("beta", beta)):
+        assert abs(got - expected) <= 0.03 * expected, \
+            f"{name}: admitted {got}, expected {expected:.0f} over {elapsed:.2f} s"
+    assert counts[0] > 0 and counts[1] > 0
+    assert all(rule_counters(s)["per-name"]["leased"] > 0 for s in sluices)
 
 
 # ------------------------------------------------------ Redis calls, counters
