@@ -12,7 +12,12 @@
 --   ARGV[5]  "1": peek - change nothing, only answer what would happen;
 --            "refund": give back cost tokens a request took but did not use
 --            (it was refused by another rule, or its client left while it
---            waited); the bucket never holds more than burst
+--            waited, or tokens a sluice leased and did not spend); the
+--            bucket never holds more than burst;
+--            "lease": take up to cost tokens at once, as many as there are
+--            (at least 1); with fewer than 1 there, as a request's ask for
+--            1 token with max_wait_us (so a delay rule may reserve it)
+--   ARGV[6]  lease: its lifetime in microseconds (default 2000000)
 -- The clock is Redis's TIME, so every sluice refills the bucket alike.
 -- Returns {allowed, wait_us, tokens_left}:
 --   {1, 0, n}   taken now
@@ -21,6 +26,12 @@
 --               (w > 0; may exceed max_wait_us; use it for a retry hint)
 --   n is floor(tokens) after this call (negative while in debt).
 --   A refund always answers {1, 0, n}.
+--   A lease answers {allowed, wait_us, n, granted, lease_ttl_us}: granted
+--   tokens (0 when refused), to be spent within lease_ttl_us of Redis's
+--   TIME now; a sluice counts that from when it sent the ask, so its own
+--   deadline is never later. Tokens granted are gone from the bucket: a
+--   sluice that dies holding them never spends them, and they are never
+--   given back (the fleet admits that many fewer; the bucket refills).
 -- Errors: "ERR bucket: ..." for bad arguments; WRONGTYPE (raised by HMGET)
 -- when KEYS[1] holds something other than a hash.
 local rate = tonumber(ARGV[1])
@@ -29,6 +40,8 @@ local cost = tonumber(ARGV[3] or '1')
 local max_wait = tonumber(ARGV[4] or '0')
 local peek = ARGV[5] == '1'
 local refund = ARGV[5] == 'refund'
+local lease = ARGV[5] == 'lease'
+local lease_ttl = tonumber(ARGV[6] or '2000000')
 if rate == nil or rate <= 0 then
     return redis.error_reply('ERR bucket: rate must be a number > 0')
 end
@@ -40,6 +53,9 @@ if cost == nil or cost <= 0 or cost > burst then
 end
 if max_wait == nil or max_wait < 0 then
     return redis.error_reply('ERR bucket: max_wait_us must be a number >= 0')
+end
+if lease_ttl == nil or lease_ttl <= 0 then
+    return redis.error_reply('ERR bucket: lease ttl must be a number > 0')
 end
 
 local time = redis.call('TIME')
@@ -83,6 +99,19 @@ if refund then
     return {1, 0, math.floor(tokens)}
 end
 
+-- A lease takes what is there, up to cost; with less than one token it
+-- is one request's ask (below), and the answer says what was granted.
+if lease then
+    local have = math.floor(tokens + 1e-9)
+    if have >= 1 then
+        local granted = math.min(cost, have)
+        tokens = tokens - granted
+        store()
+        return {1, 0, math.floor(tokens), granted, lease_ttl}
+    end
+    cost = 1
+end
+
 -- 1e-9: slack for rounding, as in rules/bucket.c
 local wait = 0
 if tokens < cost - 1e-9 then
@@ -100,5 +129,8 @@ if allowed == 1 and not peek then
     store()
 elseif repaired and not peek then
     store()   -- the bucket as it should be: a refusal then refills from now
+end
+if lease then
+    return {allowed, wait, math.floor(tokens), allowed, lease_ttl}
 end
 return {allowed, wait, math.floor(tokens)}

@@ -68,6 +68,7 @@ static const struct client_verbs main_lock_verbs = {
 #define MAIN_TICK_MS 100
 
 static uint64_t main_shutdown_deadline_ms;
+static int main_leases_returned;   /* at shutdown, once no client is left */
 static int main_handed_over;        /* a new sluice took the listening sockets */
 static pid_t main_upgrade_pid;      /* the sluice SIGUSR2 started, until it took over */
 static int main_upgrade_report = -1; /* its report pipe's end we read (log_set_report) */
@@ -836,6 +837,12 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     if (client_count() == 0 || now >= main_shutdown_deadline_ms) {
         if (client_count() > 0)
             log_warning("shutdown_timeout passed with %d clients still waiting", client_count());
+        /* Leased tokens go back to Redis; one more tick sends them. */
+        if (!main_leases_returned) {
+            main_leases_returned = 1;
+            if (throttle_return_leases() > 0)
+                return;
+        }
         event_base_loopbreak(server.base);
     }
 }

@@ -6,44 +6,30 @@
  *           -> none left once a fixed key's first byte is checked? pass
  *              (limiter_quick_pass: the common case, a few word operations)
  *           -> keyed rules: first byte of each key, then the globs
- *           -> bucket per client/ip/user/name/rule (shared: ask Redis)
+ *           -> bucket per client/ip/user/name/rule (shared: its lease, or
+ *              ask Redis; see limiter_lease.c)
  *           -> every enforce rule has a token? take one from each : refuse
  */
-#include "limiter.h"
+#include "limiter_int.h"
 
 #include <event2/buffer.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "bucket.h"
 #include "commands.h"
+#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "rules.h"
 #include "server.h"
 #include "topk.h"
 
-#define LIMITER_KEYED_CHAINS 256
-/* A rule reports who it hits at most this often (limiter_report). */
-#define LIMITER_REPORT_EVERY_US 10000000
-/* Subjects a rule tells apart between two reports: the three it names
- * are among the busiest of them (topk.h). */
-#define LIMITER_REPORT_SUBJECTS 16
-/* A user or client name longer than this goes into a shared bucket's key
- * as its SHA-256 (limiter_shared_key), so the key always fits. */
-#define LIMITER_KEY_IDENTITY_MAX 64
 
 _Static_assert(RULES_NAME_MAX < sizeof(((struct limiter_decision *)0)->rule_name),
                "a rule name fits a decision");
-_Static_assert(sizeof("sluice:bucket:{}:client:4294967295:18446744073709551615") + RULES_NAME_MAX <=
-                   sizeof(((struct limiter_shared_ask *)0)->key) &&
-               sizeof("sluice:bucket:{}:name-sha256:") + RULES_NAME_MAX + 64 <=
-                   sizeof(((struct limiter_shared_ask *)0)->key),
-               "every shared bucket key fits");
 
 /* A bucket of one ip, user or name, for a rule with per = ip/user/name. */
 struct keyed_bucket {
@@ -52,45 +38,6 @@ struct keyed_bucket {
     char key[];
 };
 
-/* What a rule keeps while it lives, carried over a reload when the rule
- * is unchanged. */
-struct rule_state {
-    uint64_t id;
-    const struct rule *rule;          /* in the live set */
-    uint64_t matched, admitted, rejected, delayed, dryrun_hits, fail_open;
-    struct bucket bucket;             /* per = rule */
-    struct keyed_bucket *keyed[LIMITER_KEYED_CHAINS];
-    size_t keyed_count;               /* buckets in keyed[] */
-    /* sluice_ratelimit_decisions_total by enum limiter_metric, and
-     * sluice_ratelimit_delay_seconds: series of the rule's name, which
-     * count on over reloads (never taken back, unlike the counters above). */
-    uint64_t *metric[4];
-    struct metrics_hist *metric_delay;
-    /* Since its last report (limiter_report): what it did or, dry-run,
-     * would have done, and to whom. */
-    uint64_t report_rejected, report_delayed;
-    uint64_t report_start_us, last_report_us;
-    struct topk *report_subjects;     /* made at its first hit */
-};
-
-enum limiter_metric { LIMITER_ADMITTED, LIMITER_REJECTED, LIMITER_DELAYED, LIMITER_DRYRUN };
-
-/* Count one decision of KIND of the rule ST; a delay of WAIT_US. */
-static void limiter_metric(struct rule_state *st, enum limiter_metric kind, uint64_t wait_us)
-{
-    (*st->metric[kind])++;
-    if (kind == LIMITER_DELAYED)
-        metrics_hist_observe(st->metric_delay, wait_us);
-}
-
-static void limiter_metric_open(struct rule_state *st)
-{
-    static const char *const names[] = {"admitted", "rejected", "delayed", "dryrun"};
-
-    for (int k = 0; k < 4; k++)
-        st->metric[k] = metrics_counter(METRIC_ratelimit_decisions_total, st->rule->name, names[k]);
-    st->metric_delay = metrics_hist(METRIC_ratelimit_delay_seconds, st->rule->name, NULL);
-}
 
 struct limiter_entry {
     uint64_t state_id;
@@ -136,12 +83,6 @@ static int *limiter_key_pos;
 static uint64_t limiter_generation = 1;
 static uint64_t limiter_next_state_id = 1;
 
-/* A local enforce rule a request matches, and what its bucket says. */
-struct limiter_match {
-    struct rule_state *st;
-    struct bucket *bucket;
-    uint64_t wait_us;
-};
 
 /* Room for one request's local enforce rules: one per rule of the set,
  * so every matching rule has its place (limiter_apply). */
@@ -183,6 +124,7 @@ static void limiter_state_free(struct rule_state *st)
             st->keyed[i] = next;
         }
     }
+    lease_table_clear(&st->leases);
     if (st->report_subjects != NULL)
         topk_free(st->report_subjects);
     free(st->report_subjects);
@@ -278,8 +220,10 @@ void limiter_commit(struct rule_set *rs)
     for (int i = 0; i < count; i++)
         states[i] = limiter_carry_over(rules_get(rs, i), limiter_states, old_count);
     for (int i = 0; i < old_count; i++) {
-        if (limiter_states[i] != NULL)
-            limiter_state_free(limiter_states[i]);
+        if (limiter_states[i] == NULL)
+            continue;
+        limiter_lease_return_all(limiter_states[i]);   /* a rule gone or changed */
+        limiter_state_free(limiter_states[i]);
     }
     free(limiter_states);
     rules_free(limiter_set);
@@ -363,135 +307,6 @@ static struct bucket *limiter_bucket(struct limiter_entry *e, const struct limit
     return &st->bucket;
 }
 
-/* Log at notice what rule ST did since its last report: how many
- * requests it rejected and delayed (dry-run: would have) and the three
- * subjects it hit most; then start counting again. */
-static void limiter_report(struct rule_state *st, uint64_t now_us)
-{
-    const struct topk_entry *top[3];
-    char most[3 * (TOPK_SUBJECT_MAX + 32)], subject[TOPK_SUBJECT_MAX + 1];
-    size_t used = 0;
-    int n = topk_list(st->report_subjects, 0, 1, top, 3);
-    uint64_t secs = (now_us - st->report_start_us + 999999) / 1000000;
-
-    most[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        size_t len = topk_subject(top[i], subject);
-        subject[len] = '\0';
-        used += (size_t)snprintf(most + used, sizeof(most) - used, "%s%s (%llu)",
-                                 i > 0 ? ", " : "", subject,
-                                 (unsigned long long)top[i]->requests);
-    }
-    if (st->rule->mode == RULE_MODE_DRYRUN)
-        log_notice("rule %s (dryrun) would have rejected %llu and delayed %llu requests in "
-                   "%llu s (%llu so far); most hit: %s", st->rule->name,
-                   (unsigned long long)st->report_rejected,
-                   (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
-                   (unsigned long long)st->dryrun_hits, most);
-    else
-        log_notice("rule %s rejected %llu and delayed %llu requests in %llu s; most hit: %s",
-                   st->rule->name, (unsigned long long)st->report_rejected,
-                   (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
-                   most);
-    st->report_rejected = st->report_delayed = 0;
-    st->last_report_us = now_us;
-    topk_clear(st->report_subjects);
-}
-
-/* Rule ST rejected (DELAYED 0) or delayed a request of SUBJECT ("user=..
- * name=.. addr=.."), or would have in dry-run: count it for the next
- * report, made now when the last one is LIMITER_REPORT_EVERY_US old. */
-static void limiter_hit(struct rule_state *st, const char *subject, int delayed)
-{
-    uint64_t now_us = server_pass_now_us();
-
-    if (st->report_subjects == NULL) {
-        st->report_subjects = calloc(1, sizeof(*st->report_subjects));
-        if (st->report_subjects != NULL &&
-            topk_init(st->report_subjects, LIMITER_REPORT_SUBJECTS) != 0) {
-            free(st->report_subjects);
-            st->report_subjects = NULL;
-        }
-        if (st->report_subjects == NULL)
-            return;   /* out of memory: the rule's counters still count */
-    }
-    if (st->report_rejected + st->report_delayed == 0)
-        st->report_start_us = now_us;
-    st->report_rejected += !delayed;
-    st->report_delayed += delayed != 0;
-    topk_hit(st->report_subjects, subject, strlen(subject), 0, TOPK_PASSED);
-    if (st->last_report_us == 0 || now_us - st->last_report_us >= LIMITER_REPORT_EVERY_US)
-        limiter_report(st, now_us);
-}
-
-/* WHO as a rule's report names it. */
-static void limiter_subject(const struct limiter_identity *who, char *out, size_t size)
-{
-    snprintf(out, size, "user=%.64s name=%.64s addr=%s", who->user ? who->user : "default",
-             who->name ? who->name : "", who->addr_text ? who->addr_text : "");
-}
-
-static void limiter_hit_who(struct rule_state *st, const struct limiter_identity *who,
-                            int delayed)
-{
-    char subject[LIMITER_SUBJECT_MAX];
-
-    limiter_subject(who, subject, sizeof(subject));
-    limiter_hit(st, subject, delayed);
-}
-
-static void limiter_dryrun_hit(struct rule_state *st, const char *subject, uint64_t wait_us)
-{
-    st->dryrun_hits++;
-    limiter_hit(st, subject, st->rule->action == RULE_ACTION_DELAY &&
-                                 wait_us <= st->rule->max_delay_us);
-}
-
-/* The key of rule R's shared bucket for the user or client name ID, of
- * kind KIND ("user", "name"): ID itself, or when it is long, "KIND-sha256:"
- * and its digest in hex. Never cut short: two names that share a prefix
- * must not share a bucket, and a short name cannot be taken for a digest
- * (its kind is another). */
-static void limiter_identity_key(const struct rule *r, const char *kind, const char *id,
-                                 char *out, size_t size)
-{
-    size_t len = strlen(id);
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    char hex[2 * EVP_MAX_MD_SIZE + 1];
-
-    if (len <= LIMITER_KEY_IDENTITY_MAX) {
-        snprintf(out, size, "sluice:bucket:{%s}:%s:%s", r->name, kind, id);
-        return;
-    }
-    if (EVP_Digest(id, len, digest, &n, EVP_sha256(), NULL) != 1)
-        n = 0;   /* no digest: long names share one bucket, never a short name's */
-    for (unsigned int i = 0; i < n; i++)
-        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-    hex[2 * n] = '\0';
-    snprintf(out, size, "sluice:bucket:{%s}:%s-sha256:%s", r->name, kind, hex);
-}
-
-/* The shared bucket key of rule ST for WHO, in one hash slot per rule. */
-static void limiter_shared_key(const struct rule_state *st, const struct limiter_identity *who,
-                               char *out, size_t size)
-{
-    const struct rule *r = st->rule;
-
-    switch (r->per) {
-    case RULE_PER_CLIENT:
-        snprintf(out, size, "sluice:bucket:{%s}:client:%d:%llu", r->name, (int)getpid(),
-                 (unsigned long long)who->client_id);
-        break;
-    case RULE_PER_IP: snprintf(out, size, "sluice:bucket:{%s}:ip:%s", r->name, who->ip); break;
-    case RULE_PER_USER:
-        limiter_identity_key(r, "user", who->user ? who->user : "default", out, size);
-        break;
-    case RULE_PER_NAME: limiter_identity_key(r, "name", who->name ? who->name : "", out, size); break;
-    case RULE_PER_RULE: snprintf(out, size, "sluice:bucket:{%s}", r->name); break;
-    }
-}
-
 static void limiter_reject(struct limiter_decision *out, const struct rule_state *st, uint64_t wait_us)
 {
     out->verdict = LIMITER_REJECT;
@@ -501,7 +316,7 @@ static void limiter_reject(struct limiter_decision *out, const struct rule_state
 
 /* Decide over the local enforce rules in M (N of them) for WHO. */
 static void limiter_decide(struct limiter_match *m, int n, const struct limiter_identity *who,
-                           struct limiter_decision *out)
+                           uint64_t now_us, struct limiter_decision *out)
 {
     uint64_t delay = 0;
 
@@ -523,48 +338,34 @@ static void limiter_decide(struct limiter_match *m, int n, const struct limiter_
      * so the next request waits one interval longer), noted in OUT in case
      * the request does not go after all. */
     for (int i = 0; i < n; i++) {
-        bucket_take(m[i].bucket);
+        if (m[i].lease != NULL) {
+            lease_take(m[i].lease);   /* it held one: limiter_lease_apply */
+            limiter_lease_refill(m[i].st, m[i].lease, now_us);
+        } else {
+            bucket_take(m[i].bucket);
+        }
         if (m[i].wait_us > 0) {
             m[i].st->delayed++;
             limiter_hit_who(m[i].st, who, 1);
         } else
             m[i].st->admitted++;
         limiter_metric(m[i].st, m[i].wait_us > 0 ? LIMITER_DELAYED : LIMITER_ADMITTED, m[i].wait_us);
-        out->taken[out->taken_count++] = (struct limiter_taken){m[i].st->id, m[i].wait_us > 0};
+        out->taken[out->taken_count++] =
+            (struct limiter_taken){m[i].st->id, m[i].wait_us > 0, m[i].lease != NULL};
     }
     out->verdict = delay > 0 ? LIMITER_DELAY : LIMITER_PASS;
     out->wait_us = delay;
 }
 
-/* What one request does to the rule of entry E, which it matches: a
- * question for Redis (shared), a dry-run count, or a candidate in M. M
- * (limiter_matches) and OUT's arrays have room for every rule of the
- * client (limiter_decision_reserve). */
-struct limiter_pass {
-    const struct limiter_identity *who;
-    uint64_t now_us;                  /* 0 until first needed */
-    struct limiter_match *m;
-    int n;
-    struct limiter_decision *out;
-};
 
 static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
 {
     struct rule_state *st = e->state;
     const struct rule *r = st->rule;
-    struct limiter_decision *out = p->out;
 
     st->matched++;
     if (r->scope == RULE_SCOPE_SHARED) {
-        struct limiter_shared_ask *a = &out->ask[out->ask_count++];
-        a->rule_id = st->id;
-        limiter_shared_key(st, p->who, a->key, sizeof(a->key));
-        snprintf(a->rule_name, sizeof(a->rule_name), "%s", r->name);
-        a->rate_per_s = r->rate_per_s;
-        a->burst = r->burst;
-        a->max_wait_us = r->action == RULE_ACTION_DELAY ? r->max_delay_us : 0;
-        a->dryrun = r->mode == RULE_MODE_DRYRUN;
-        limiter_subject(p->who, a->subject, sizeof(a->subject));
+        limiter_apply_shared(p, st);
         return;
     }
     if (p->now_us == 0)
@@ -583,7 +384,7 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
             bucket_take(b);   /* it models the limit as if enforced */
         return;
     }
-    p->m[p->n++] = (struct limiter_match){st, b, wait};
+    p->m[p->n++] = (struct limiter_match){st, b, wait, NULL};
 }
 
 /* Of the keyed rules in word W, those one of the request's keys (POS, N)
@@ -783,14 +584,14 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
                 limiter_apply(&p, &lc->entries[i]);
         }
     }
-    limiter_decide(p.m, p.n, who, out);
+    limiter_decide(p.m, p.n, who, p.now_us, out);
     if (out->verdict != LIMITER_REJECT && out->ask_count > 0)
         out->verdict = LIMITER_ASK;
     else
         out->ask_count = 0;
 }
 
-static struct rule_state *limiter_state_by_id(uint64_t id)
+struct rule_state *limiter_state_by_id(uint64_t id)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
 
@@ -801,38 +602,22 @@ static struct rule_state *limiter_state_by_id(uint64_t id)
     return NULL;
 }
 
-/* A shared rule ST rejected (DELAYED 0) or delayed a request of SUBJECT. */
-static void limiter_count_shared(struct rule_state *st, const char *subject, int delayed)
+void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us,
+                         double granted)
 {
-    if (delayed)
-        st->delayed++;
-    else
-        st->rejected++;
-    limiter_hit(st, subject, delayed);
+    struct rule_state *st = limiter_state_by_id(ask->rule_id);   /* NULL: reloaded away */
+
+    if (ask->kind == LIMITER_ASK_REQUEST && st != NULL)
+        limiter_count_answer(st, ask, allowed, wait_us);
+    limiter_lease_answer(st, ask, allowed, wait_us, granted);
 }
 
-void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us)
+void limiter_shared_sent(const struct limiter_shared_ask *ask)
 {
     struct rule_state *st = limiter_state_by_id(ask->rule_id);
 
-    if (st == NULL)
-        return;   /* reloaded away meanwhile */
-    if (allowed < 0) {
-        st->fail_open++;
-        limiter_metric(st, LIMITER_ADMITTED, 0);   /* it passes */
-    } else if (ask->dryrun && (!allowed || wait_us > 0)) {
-        limiter_dryrun_hit(st, ask->subject, !allowed ? UINT64_MAX : wait_us);
-        limiter_metric(st, LIMITER_DRYRUN, 0);
-    } else if (!allowed) {
-        limiter_count_shared(st, ask->subject, 0);
-        limiter_metric(st, LIMITER_REJECTED, 0);
-    } else if (wait_us > 0) {
-        limiter_count_shared(st, ask->subject, 1);
-        limiter_metric(st, LIMITER_DELAYED, wait_us);
-    } else {
-        st->admitted++;
-        limiter_metric(st, LIMITER_ADMITTED, 0);
-    }
+    if (st != NULL)
+        limiter_lease_sent(st, ask);
 }
 
 /* Take back the count a given-back token had made. */
@@ -870,6 +655,13 @@ void limiter_give_back(struct limiter_client *lc, const struct limiter_identity 
         if (st == NULL)
             continue;   /* reloaded away meanwhile */
         limiter_uncount(st, taken[i].delayed);
+        if (taken[i].leased) {
+            char key[sizeof(((struct limiter_shared_ask *)0)->key)];
+            struct lease *l = limiter_lease_for(st, who, key, sizeof(key));
+            if (l != NULL)
+                lease_put_back(l);
+            continue;
+        }
         b = limiter_bucket_of(st, lc, who);
         if (b != NULL)
             bucket_refund(b, st->rule->burst);
@@ -884,12 +676,23 @@ void limiter_shared_given_back(const struct limiter_shared_ask *ask, uint64_t wa
         limiter_uncount(st, wait_us > 0);
 }
 
+double limiter_return_leases(void)
+{
+    int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
+    double returned = 0;
+
+    for (int i = 0; i < count; i++)
+        returned += limiter_lease_return_all(limiter_states[i]);
+    return returned;
+}
+
 void limiter_cron(uint64_t now_us)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
 
     for (int i = 0; i < count; i++) {
         struct rule_state *st = limiter_states[i];
+        limiter_lease_cron(st, now_us);
         /* What a rule did since its last report is told once that report
          * is LIMITER_REPORT_EVERY_US old, even when no request comes. */
         if (st->report_rejected + st->report_delayed > 0 &&
@@ -914,8 +717,9 @@ void limiter_cron(uint64_t now_us)
 }
 
 static const char *const limiter_counter_names[] = {
-    "matched", "admitted", "rejected", "delayed", "dryrun_hits", "fail_open",
+    "matched", "admitted", "rejected", "delayed", "dryrun_hits", "fail_open", "leased", "returned",
 };
+#define LIMITER_COUNTERS (int)(sizeof(limiter_counter_names) / sizeof(limiter_counter_names[0]))
 
 static void limiter_counters(const struct rule_state *st, uint64_t *v)
 {
@@ -925,20 +729,22 @@ static void limiter_counters(const struct rule_state *st, uint64_t *v)
     v[3] = st->delayed;
     v[4] = st->dryrun_hits;
     v[5] = st->fail_open;
+    v[6] = st->leased;
+    v[7] = st->returned;
 }
 
 void limiter_write_rules(struct evbuffer *out)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
-    uint64_t v[6];
+    uint64_t v[LIMITER_COUNTERS];
 
     evbuffer_add_printf(out, "*%d\r\n", count);
     for (int i = 0; i < count; i++) {
         const struct rule_state *st = limiter_states[i];
         limiter_counters(st, v);
-        evbuffer_add_printf(out, "*%d\r\n$4\r\nname\r\n$%zu\r\n%s\r\n", 2 + 2 * 6,
+        evbuffer_add_printf(out, "*%d\r\n$4\r\nname\r\n$%zu\r\n%s\r\n", 2 + 2 * LIMITER_COUNTERS,
                             strlen(st->rule->name), st->rule->name);
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < LIMITER_COUNTERS; k++)
             evbuffer_add_printf(out, "$%zu\r\n%s\r\n:%llu\r\n", strlen(limiter_counter_names[k]),
                                 limiter_counter_names[k], (unsigned long long)v[k]);
     }
@@ -947,15 +753,15 @@ void limiter_write_rules(struct evbuffer *out)
 void limiter_write_info(struct evbuffer *out)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
-    uint64_t total[6] = {0}, v[6];
+    uint64_t total[LIMITER_COUNTERS] = {0}, v[LIMITER_COUNTERS];
 
     for (int i = 0; i < count; i++) {
         limiter_counters(limiter_states[i], v);
-        for (int k = 0; k < 6; k++)
+        for (int k = 0; k < LIMITER_COUNTERS; k++)
             total[k] += v[k];
     }
     evbuffer_add_printf(out, "rules_loaded:%d\r\n", count);
-    for (int k = 0; k < 6; k++)
+    for (int k = 0; k < LIMITER_COUNTERS; k++)
         evbuffer_add_printf(out, "rules_%s:%llu\r\n", limiter_counter_names[k],
                             (unsigned long long)total[k]);
 }

@@ -37,8 +37,20 @@ enum limiter_verdict {
     LIMITER_ASK,        /* local rules admit; shared buckets must be asked */
 };
 
+/* What a message about a shared bucket is for. */
+enum limiter_ask_kind {
+    LIMITER_ASK_REQUEST,    /* a request's token (it waits, unless dry-run) */
+    LIMITER_ASK_REFILL,     /* WANT tokens for the lease, ahead of need */
+    LIMITER_ASK_RETURN,     /* WANT leased tokens given back ("refund") */
+    LIMITER_ASK_REFUND,     /* a request's token given back: it did not go */
+    LIMITER_ASK_KINDS
+};
+
 /* One shared bucket to ask Redis about with lua/bucket.lua. */
 struct limiter_shared_ask {
+    enum limiter_ask_kind kind;
+    double want;            /* tokens; 0: a request's ask without a lease */
+    uint64_t sent_us;       /* when asked (local clock): a lease's deadline counts from it */
     uint64_t rule_id;       /* for limiter_shared_done */
     char key[256];          /* the bucket key (limiter_shared_key: it always fits) */
     char rule_name[128];    /* rule names are shorter (RULES_NAME_MAX) */
@@ -54,6 +66,7 @@ struct limiter_shared_ask {
 struct limiter_taken {
     uint64_t rule_id;
     int delayed;            /* counted as delayed, else as admitted */
+    int leased;             /* a shared rule's token from this sluice's lease */
 };
 
 /* What limiter_admit decided. Every matching rule is in it, however many:
@@ -107,9 +120,26 @@ void limiter_admit(struct limiter_client **lc, const struct limiter_identity *wh
                    const struct command *cmd, const struct sv *argv, int argc,
                    uint64_t now_us, struct limiter_decision *out);
 
-/* What Redis said for ASK (allowed, wait_us), or -1 for allowed when it
- * could not be asked (the request then passes: fail open). */
-void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us);
+/* How the limiter sends what it asks of Redis on its own (refills and
+ * returns of leases): set once by the proxy (throttle_init); the answer
+ * comes back through limiter_shared_done. Without it, no lease is
+ * refilled or given back (unit tests). */
+typedef void limiter_send_fn(const struct limiter_shared_ask *ask);
+void limiter_set_send(limiter_send_fn *send);
+
+/* What Redis said for ASK (allowed, wait_us, and GRANTED tokens: 1 for
+ * a request's ask without a lease, more for a lease), or -1 for allowed
+ * when it could not be asked (a request then passes: fail open). */
+void limiter_shared_done(const struct limiter_shared_ask *ask, int allowed, uint64_t wait_us,
+                         double granted);
+
+/* A message about ASK is being sent to Redis: counted by rule and kind. */
+void limiter_shared_sent(const struct limiter_shared_ask *ask);
+
+/* Give every leased token back to Redis (shutdown: before the backends
+ * go; what is not back in time is lost to the bucket, as a killed
+ * sluice's). Returns how many. */
+double limiter_return_leases(void);
 
 /* A request that took tokens did not go: a shared rule refused it, or its
  * client left while it waited. Give the N tokens in TAKEN back to the
@@ -126,7 +156,8 @@ void limiter_shared_given_back(const struct limiter_shared_ask *ask, uint64_t wa
 void limiter_client_changed(struct limiter_client *lc);
 void limiter_client_free(struct limiter_client *lc);
 
-/* Drop per-ip/user/name buckets that are full again. */
+/* Drop per-ip/user/name buckets that are full again; give back leased
+ * tokens whose deadline passed, and drop idle leases. */
 void limiter_cron(uint64_t now_us);
 
 /* PROXY RULES: an array, one entry per rule, of "name", counters... */

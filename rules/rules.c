@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <ini.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -18,12 +19,17 @@
 #include "commands.h"
 #include "glob.h"
 #include "inifile.h"
+#include "lease.h"
 #include "sv.h"
 #include "value.h"
 
 #define RULES_MAX_COUNT 1000000000LL             /* largest N in rate and burst */
 #define RULES_DEFAULT_MAX_DELAY_US 1000000ULL
 #define RULES_MAX_DELAY_LIMIT_US (3600LL * 1000000)
+/* Longest lease = DURATION: half a lease's lifetime (LEASE_TTL_US, 2 s),
+ * so that what a lease is sized for can be spent before it expires. */
+#define RULES_LEASE_LIMIT_US 1000000LL
+_Static_assert(2 * RULES_LEASE_LIMIT_US <= LEASE_TTL_US, "a lease can be spent before it expires");
 #define RULES_KEYS_ON_STACK 64
 
 /* sluice's own verbs: not in the command table, yet rules may name them. */
@@ -77,7 +83,7 @@ struct rules_key {
 };
 
 static rules_setter rules_set_ip, rules_set_globs, rules_set_commands, rules_set_rate,
-    rules_set_burst, rules_set_choice, rules_set_max_delay;
+    rules_set_burst, rules_set_choice, rules_set_max_delay, rules_set_lease, rules_set_lease_max;
 
 static const char *const rules_per_words[] = {"client", "ip", "user", "name", "rule", NULL};
 static const char *const rules_action_words[] = {"reject", "delay", NULL};
@@ -87,7 +93,7 @@ static const char *const rules_mode_words[] = {"enforce", "dryrun", NULL};
 #define F(field) offsetof(struct rule, field)
 enum rules_key_id {
     KEY_MATCH_IP, KEY_MATCH_USER, KEY_MATCH_NAME, KEY_COMMANDS, KEY_KEYS, KEY_RATE, KEY_BURST,
-    KEY_PER, KEY_ACTION, KEY_MAX_DELAY, KEY_SCOPE, KEY_MODE, KEY_COUNT
+    KEY_PER, KEY_ACTION, KEY_MAX_DELAY, KEY_SCOPE, KEY_MODE, KEY_LEASE, KEY_LEASE_MAX, KEY_COUNT
 };
 static const struct rules_key rules_keys[KEY_COUNT] = {
     [KEY_MATCH_IP] = {"match_ip", rules_set_ip, LIST_IP, NULL, 0},
@@ -102,6 +108,8 @@ static const struct rules_key rules_keys[KEY_COUNT] = {
     [KEY_MAX_DELAY] = {"max_delay", rules_set_max_delay, -1, NULL, 0},
     [KEY_SCOPE] = {"scope", rules_set_choice, -1, rules_scope_words, F(scope)},
     [KEY_MODE] = {"mode", rules_set_choice, -1, rules_mode_words, F(mode)},
+    [KEY_LEASE] = {"lease", rules_set_lease, -1, NULL, 0},
+    [KEY_LEASE_MAX] = {"lease_max", rules_set_lease_max, -1, NULL, 0},
 };
 #undef F
 
@@ -387,6 +395,39 @@ static int rules_set_max_delay(struct rule_full *r, const struct rules_key *key,
     return 0;
 }
 
+/* "off", or how long of its own rate a sluice leases tokens for. */
+static int rules_set_lease(struct rule_full *r, const struct rules_key *key, const char *value,
+                           char *err, size_t errlen)
+{
+    long long us;
+
+    (void)key;
+    if (strcasecmp(value, "off") == 0) {
+        r->pub.lease_us = 0;
+        return 0;
+    }
+    if (value_duration_us(value, &us, err, errlen) != 0)
+        return -1;
+    if (us < 1000 || us > RULES_LEASE_LIMIT_US) {
+        snprintf(err, errlen, "'%s' is out of range (off, or 1ms to 1s)", value);
+        return -1;
+    }
+    r->pub.lease_us = (uint64_t)us;
+    return 0;
+}
+
+static int rules_set_lease_max(struct rule_full *r, const struct rules_key *key,
+                               const char *value, char *err, size_t errlen)
+{
+    long long n;
+
+    (void)key;
+    if (value_int(value, 1, RULES_MAX_COUNT, &n, err, errlen) != 0)
+        return -1;
+    r->pub.lease_max = (double)n;
+    return 0;
+}
+
 /* One word of KEY->choices; the enum field gets its position. */
 static int rules_set_choice(struct rule_full *r, const struct rules_key *key, const char *value,
                             char *err, size_t errlen)
@@ -458,8 +499,32 @@ static struct rule_full *rules_add(struct rule_set *rs, const char *name, int li
     r->pub.action = RULE_ACTION_REJECT;
     r->pub.scope = RULE_SCOPE_LOCAL;
     r->pub.mode = RULE_MODE_ENFORCE;
+    r->pub.lease_us = RULES_DEFAULT_LEASE_US;
     rs->rules[rs->count++] = r;
     return r;
+}
+
+/* The lease keys of R: for shared rules only, lease_max within burst;
+ * lease_max's default is burst / 8 (at least 1), so that N sluices hold
+ * at most N / 8 of a burst between them (rate-limits.md). */
+static void rules_finish_lease(struct rules_parse *p, struct rule_full *r)
+{
+    for (int k = KEY_LEASE; k <= KEY_LEASE_MAX; k++) {
+        if (p->seen_line[k] != 0 && r->pub.scope != RULE_SCOPE_SHARED)
+            errlist_add(p->errs, p->path, p->seen_line[k], "%s needs scope = shared",
+                        rules_keys[k].name);
+    }
+    if (p->seen_line[KEY_LEASE_MAX] == 0) {
+        r->pub.lease_max = floor(r->pub.burst / 8);
+        if (r->pub.lease_max < 1)
+            r->pub.lease_max = 1;
+    } else if (r->pub.lease_max > r->pub.burst) {
+        errlist_add(p->errs, p->path, p->seen_line[KEY_LEASE_MAX],
+                    "lease_max (%.0f) must not exceed burst (%.0f)", r->pub.lease_max,
+                    r->pub.burst);
+    }
+    if (r->pub.scope != RULE_SCOPE_SHARED)
+        r->pub.lease_us = 0;
 }
 
 /* Checks that need the whole section, and defaults that depend on others. */
@@ -479,6 +544,7 @@ static void rules_finish(struct rules_parse *p)
         r->pub.max_delay_us = RULES_DEFAULT_MAX_DELAY_US;
     if (p->seen_line[KEY_BURST] == 0)
         r->pub.burst = r->pub.rate_per_s > 1 ? r->pub.rate_per_s : 1;
+    rules_finish_lease(p, r);
 }
 
 static void rules_start(struct rules_parse *p, const struct inifile_header *h)
@@ -862,7 +928,8 @@ int rules_same_params(const struct rule *a, const struct rule *b)
 
     if (strcmp(a->name, b->name) != 0 || a->rate_per_s != b->rate_per_s ||
         a->burst != b->burst || a->per != b->per || a->action != b->action ||
-        a->max_delay_us != b->max_delay_us || a->scope != b->scope || a->mode != b->mode)
+        a->max_delay_us != b->max_delay_us || a->scope != b->scope || a->mode != b->mode ||
+        a->lease_us != b->lease_us || a->lease_max != b->lease_max)
         return 0;
     for (int i = 0; i < LIST_COUNT; i++) {
         if (!rules_same_text(fa->lists[i].text, fb->lists[i].text))

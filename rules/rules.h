@@ -51,7 +51,14 @@ struct rule {
     uint64_t max_delay_us;  /* RULE_ACTION_DELAY: longest wait (default 1s); else 0 */
     enum rule_scope scope;
     enum rule_mode mode;
+    /* scope = shared: each sluice leases tokens for this long of its own
+     * recent rate (rules/lease.h); 0: lease = off, Redis is asked per
+     * request. Default RULES_DEFAULT_LEASE_US. */
+    uint64_t lease_us;
+    double lease_max;       /* most tokens one sluice holds; default burst / 8, >= 1 */
 };
+
+#define RULES_DEFAULT_LEASE_US 200000ULL
 
 /* The longest rule name, in bytes: it goes into shared bucket keys and
  * -THROTTLED replies. A longer one is an error FILE:LINE at load. */

@@ -58,6 +58,13 @@
 #      monitoring the benchmark's Redis) vs a sluice with the same Redis as a
 #      plain backend, started alike: GET/SET -c 50, -P 1/16, back to back in
 #      rotated order each round; ratio and sluice's CPU time per request.
+#  12. Shared rules at local speed (issue 33): on a Redis of its own, four
+#      sluices started alike: no rule, a local rule, a shared rule (leases,
+#      the default) and the same shared rule with lease = off (a script
+#      call per command, as before leases), each rule matching every GET
+#      and never reached; redis-benchmark GET -c 50 -r 100000 at -P 1 and
+#      16, rotated order each round: throughput, p50 latency, and Redis's
+#      script calls (INFO commandstats: EVALSHA + EVAL) per 100 GETs.
 #   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
 #   per request (/proc/stat: client, servers, proxy and kernel) for both
 #   targets, how busy the cores were, and the ceiling, the ratio sluice
@@ -66,9 +73,9 @@
 #
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N,
-# BENCH_MIXED_ROUNDS=N, BENCH_SENTINEL_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
-# BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10 11" (which sections to run, e.g. "3" for
-# the rules).
+# BENCH_MIXED_ROUNDS=N, BENCH_SENTINEL_ROUNDS=N, BENCH_LEASE_ROUNDS=N,
+# BENCH_SCALE=F (multiplies request counts), BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10
+# 11 12" (which sections to run, e.g. "3" for the rules).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -81,7 +88,8 @@ scale=${BENCH_SCALE:-1}
 cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
 mixed_rounds=${BENCH_MIXED_ROUNDS:-5}
 sentinel_rounds=${BENCH_SENTINEL_ROUNDS:-3}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11}
+lease_rounds=${BENCH_LEASE_ROUNDS:-5}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11 12}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -89,6 +97,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
     cluster_rounds=1
     mixed_rounds=1
     sentinel_rounds=1
+    lease_rounds=1
     scale=0.1
 fi
 
@@ -960,7 +969,88 @@ if section 11 && [ "$sentinel_rounds" -gt 0 ]; then
     echo "   target: ratio >= 0.98 on every row (cpu: CPU backend / sentinel)"
 fi
 
-for f in sluice rules0 rules100 rules1 users metrics_off metrics_on sluice-tls resp3 sluice-cluster sen_plain sen_sentinel; do
+# Section 12: shared rules with leases vs no rule, a local rule, and the
+# shared rule asking Redis per command (lease = off).
+lease_one() {   # lease_one LABEL PORT PIPELINE N ROUND REDIS_PORT PID: rps, p50, calls/100, cpu
+    redis-cli -p "$6" CONFIG RESETSTAT >/dev/null
+    ns0=$(cpu_ns "$7")
+    line=$(redis-benchmark -p "$2" -t get -c 50 -P "$3" -n "$4" -r 100000 --csv 2>/dev/null |
+           awk -F'"' 'header { print $4, $10; exit } /^"test"/ { header = 1 }')
+    calls=$(redis-cli -p "$6" INFO commandstats |
+            awk -F'[:=,]' '/^cmdstat_evalsha:|^cmdstat_eval:/ { n += $3 } END { print n + 0 }')
+    ns1=$(cpu_ns "$7")
+    set -- "$1" "$2" "$3" "$4" "$5" "$6" "$7" ${line:-0 0}
+    echo "$1 get 50 $3 $8 $5" >>"$results"
+    echo "p50_$1 get 50 $3 $9 $5" >>"$results"
+    echo "cpu_$1 get 50 $3 $(( (ns1 - ns0) / $4 )) $5" >>"$results"
+    echo "calls_$1 get 50 $3 $(awk -v c="$calls" -v n="$4" 'BEGIN { printf "%.3f", 100 * c / n }') $5" \
+        >>"$results"
+}
+
+if section 12 && [ "$lease_rounds" -gt 0 ]; then
+    lport=$(free_port)
+    redis-server --port "$lport" --bind 127.0.0.1 --save '' --appendonly no --dir "$tmp" \
+        --logfile "$tmp/redis-lease.log" &
+    pids="$pids $!"
+    wait_port "$lport"
+    roomy='commands = GET\nrate = 100000000/s\nburst = 100000000\nper = rule\n'
+    printf "[limit roomy]\n$roomy" >"$tmp/lease_local.ini"
+    printf "[limit roomy]\n${roomy}scope = shared\n" >"$tmp/lease_shared.ini"
+    printf "[limit roomy]\n${roomy}scope = shared\nlease = off\n" >"$tmp/lease_off.ini"
+    saved_rport=$rport; rport=$lport
+    set -- $(start_sluice lease_none); sln=$1; pln=$2; pids="$pids $2"
+    set -- $(start_sluice lease_local "$tmp/lease_local.ini"); sll=$1; pll=$2; pids="$pids $2"
+    set -- $(start_sluice lease_shared "$tmp/lease_shared.ini"); sls=$1; pls=$2; pids="$pids $2"
+    set -- $(start_sluice lease_off "$tmp/lease_off.ini"); slo=$1; plo=$2; pids="$pids $2"
+    rport=$saved_rport
+    for p in $sln $sll $sls $slo; do wait_port "$p"; done
+    r=1
+    while [ $r -le "$lease_rounds" ]; do
+        echo "  lease round $r/$lease_rounds ..." >&2
+        for p in 1 16; do
+            n=$(n_of $((p == 1 ? 100000 : 500000)))
+            for target in $(rotate $(( r + p )) none local shared off); do
+                case $target in
+                    none) port=$sln; pid=$pln ;; local) port=$sll; pid=$pll ;;
+                    shared) port=$sls; pid=$pls ;;
+                    off) port=$slo; pid=$plo; n=$(n_of $((p == 1 ? 50000 : 100000))) ;;
+                esac
+                lease_one "lease_$target" "$port" "$p" "$n" "$r" "$lport" "$pid"
+                n=$(n_of $((p == 1 ? 100000 : 500000)))
+            done
+        done
+        r=$((r + 1))
+    done
+    echo
+    echo "12. Shared rules at -c 50, GET -r 100000 (median of $lease_rounds): a rule matching every"
+    echo "   GET, never reached; shared = leases (the default), off = lease = off (before leases)"
+    printf '%3s %10s %10s %10s %6s %10s %6s %7s\n' -P "no rule" local shared ratio off ratio calls
+    for p in 1 16; do
+        printf '%3s %10.0f %10.0f %10.0f %6s %10.0f %6s %7.2f\n' "$p" \
+            "$(median lease_none get 50 $p)" "$(median lease_local get 50 $p)" \
+            "$(median lease_shared get 50 $p)" "$(median_ratio lease_shared lease_none get 50 $p)" \
+            "$(median lease_off get 50 $p)" "$(median_ratio lease_off lease_none get 50 $p)" \
+            "$(median calls_lease_shared get 50 $p)"
+    done
+    printf '%3s %10s %10s %10s   (p50 latency, ms)\n' -P "no rule" local shared
+    for p in 1 16; do
+        printf '%3s %10s %10s %10s\n' "$p" "$(median p50_lease_none get 50 $p)" \
+            "$(median p50_lease_local get 50 $p)" "$(median p50_lease_shared get 50 $p)"
+    done
+    printf '%3s %10s %10s %10s %6s %10s   (sluice CPU ns per GET)\n' -P "no rule" local shared \
+        ratio off
+    for p in 1 16; do
+        printf '%3s %10.0f %10.0f %10.0f %6s %10.0f\n' "$p" "$(median cpu_lease_none get 50 $p)" \
+            "$(median cpu_lease_local get 50 $p)" "$(median cpu_lease_shared get 50 $p)" \
+            "$(median_ratio cpu_lease_none cpu_lease_shared get 50 $p)" \
+            "$(median cpu_lease_off get 50 $p)"
+    done
+    echo "   ratio: shared (or off) / no rule (CPU: no rule / shared); calls: Redis script"
+    echo "   calls per 100 GETs, shared. CPU per request is the figure a busy machine moves least."
+    echo "   target: shared ratio >= 0.95 at -P 1 and 16, calls <= 1, p50 as no rule's within noise"
+fi
+
+for f in sluice rules0 rules100 rules1 users metrics_off metrics_on sluice-tls resp3 sluice-cluster sen_plain sen_sentinel lease_none lease_local lease_shared lease_off; do
     if [ -s "$tmp/$f.log" ]; then
         echo "--- $f log:"; cat "$tmp/$f.log"
     fi

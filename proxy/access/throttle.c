@@ -10,6 +10,11 @@
  *                     shared rules: EVALSHA bucket per rule -> settle
  *                     delay: timer -> release (client_release_held) -> dispatch
  *
+ * Shared rules mostly decide without Redis: the limiter spends tokens it
+ * leased (rules/lease.h) and asks, through throttle_send_lease, for more
+ * before they run out, or gives them back; those messages have no
+ * request waiting on them. A request is held only when no token is held.
+ *
  * A held request that does not go after all (a shared rule refuses it, or
  * its client leaves first) gives back every token it took: to the local
  * buckets (limiter_give_back), and to shared ones in Redis (bucket.lua
@@ -27,6 +32,7 @@
 #include "client.h"
 #include "commands.h"
 #include "errlist.h"
+#include "lease.h"
 #include "log.h"
 #include "reply.h"
 #include "pause.h"
@@ -63,12 +69,11 @@ struct throttle_hold {
 };
 
 /* One message about a shared bucket, the ctx of its internal request: a
- * question, or a token given back. */
+ * question, a lease's refill, or tokens given back (ask.kind). */
 struct throttle_ask {
-    struct throttle_hold *hold; /* NULL: a dry-run rule or a refund */
+    struct throttle_hold *hold; /* NULL: a dry-run rule, a lease's message or a refund */
     struct limiter_shared_ask ask;
-    int refund;                 /* give back the token a grant of WAIT_US took */
-    uint64_t wait_us;
+    uint64_t wait_us;           /* REFUND: the grant's wait, to uncount it */
     int sent_as_eval;           /* NOSCRIPT was answered once already */
     int answered;               /* else it counts as let through (fail open) */
 };
@@ -80,6 +85,7 @@ static struct limiter_decision throttle_limits;
 static void throttle_index_exempt(void);
 static uint64_t throttle_last_cron_us;
 static request_release_fn *throttle_hand_back;   /* from throttle_set_release */
+static void throttle_send_lease(const struct limiter_shared_ask *ask);
 
 void throttle_set_release(request_release_fn *release)
 {
@@ -90,6 +96,7 @@ int throttle_init(const char *path, struct errlist *errs)
 {
     throttle_bucket_script = scripts_find("bucket");
     throttle_index_exempt();
+    limiter_set_send(throttle_send_lease);
     if (limiter_load(path, errs) != 0)
         return -1;
     if (path != NULL)
@@ -156,6 +163,20 @@ static int throttle_exempt(const struct request *req, const struct sv *argv)
 }
 
 static void throttle_send_ask(struct throttle_ask *a);
+
+/* The limiter's own message ASK (a lease's refill or return): sent with
+ * no request waiting; the answer goes back to limiter_shared_done. */
+static void throttle_send_lease(const struct limiter_shared_ask *ask)
+{
+    struct throttle_ask *a = calloc(1, sizeof(*a));
+
+    if (a == NULL) {
+        limiter_shared_done(ask, -1, 0, 0);   /* a refill counts as not asked */
+        return;
+    }
+    a->ask = *ask;
+    throttle_send_ask(a);
+}
 
 /* What the rules know of C. Points into C. */
 static void throttle_identity(const struct client *c, struct limiter_identity *who)
@@ -251,7 +272,8 @@ static void throttle_send_refund(const struct throttle_granted *g)
     struct throttle_ask *a = calloc(1, sizeof(*a));
 
     a->ask = g->ask;
-    a->refund = 1;
+    a->ask.kind = LIMITER_ASK_REFUND;
+    a->ask.want = 0;
     a->wait_us = g->wait_us;
     throttle_send_ask(a);
 }
@@ -295,19 +317,26 @@ static void throttle_settle(struct throttle_hold *h)
     evtimer_add(h->timer, &tv);
 }
 
+/* 1 when A gives tokens back (a request's, or a lease's). */
+static int throttle_giving_back(const struct throttle_ask *a)
+{
+    return a->ask.kind == LIMITER_ASK_REFUND || a->ask.kind == LIMITER_ASK_RETURN;
+}
+
 /* The ask's request is freed: one answer fewer to wait for. */
 static void throttle_ask_free(struct request *req)
 {
     struct throttle_ask *a = req->ctx;
     struct throttle_hold *h = a->hold;
 
-    if (!a->answered && a->refund) {
+    if (!a->answered && throttle_giving_back(a)) {
         log_info("rule %s: token not given back to the shared bucket (backend down)",
                  a->ask.rule_name);
     } else if (!a->answered) {
-        log_info("rule %s: shared bucket not asked (backend down); let through",
-                 a->ask.rule_name);
-        limiter_shared_done(&a->ask, -1, 0);
+        if (a->ask.kind == LIMITER_ASK_REQUEST)
+            log_info("rule %s: shared bucket not asked (backend down); let through",
+                     a->ask.rule_name);
+        limiter_shared_done(&a->ask, -1, 0, 0);
     }
     free(a);
     req->ctx = NULL;
@@ -344,8 +373,8 @@ static void throttle_ask_reply(struct request *req, struct evbuffer *src, size_t
 {
     struct throttle_ask *a = req->ctx;
     struct throttle_hold *h = a->hold;
-    long long v[3] = {0, 0, 0};
-    char buf[128];
+    long long v[5] = {0, 0, 0, 0, 0};
+    char buf[160];
     size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
 
     evbuffer_copyout(src, buf, n);
@@ -360,18 +389,20 @@ static void throttle_ask_reply(struct request *req, struct evbuffer *src, size_t
         if (h != NULL)
             h->asks_pending++;
         throttle_send_ask(again);
-    } else if (a->refund) {
-        if (type == REPLY_ARRAY)
+    } else if (throttle_giving_back(a)) {
+        if (type == REPLY_ARRAY && a->ask.kind == LIMITER_ASK_REFUND)
             limiter_shared_given_back(&a->ask, a->wait_us);
-        else
-            log_info("rule %s: token not given back to the shared bucket (%.*s)",
+        else if (type != REPLY_ARRAY)
+            log_info("rule %s: tokens not given back to the shared bucket (%.*s)",
                      a->ask.rule_name, (int)strcspn(buf, "\r\n"), buf);
-    } else if (type != REPLY_ARRAY || reply_parse_ints(buf, n, v, 3) < 2) {
+    } else if (type != REPLY_ARRAY || reply_parse_ints(buf, n, v, 5) < (a->ask.want > 0 ? 4 : 2)) {
         log_info("rule %s: shared bucket not asked (%.*s); let through", a->ask.rule_name,
                  (int)strcspn(buf, "\r\n"), buf);
-        limiter_shared_done(&a->ask, -1, 0);
+        limiter_shared_done(&a->ask, -1, 0, 0);
     } else {
-        limiter_shared_done(&a->ask, (int)v[0], (uint64_t)v[1]);
+        /* A lease's answer says how many it granted; else one, if allowed. */
+        limiter_shared_done(&a->ask, (int)v[0], (uint64_t)v[1],
+                            a->ask.want > 0 ? (double)v[3] : (double)v[0]);
         if (h != NULL)
             throttle_answer(h, &a->ask, (int)v[0], (uint64_t)v[1]);
     }
@@ -383,14 +414,30 @@ static void throttle_fmt_double(char *out, size_t size, double v)
     snprintf(out, size, "%.17g", v);
 }
 
+/* The script's mode (ARGV[5]) for A: a refund gives tokens back, a
+ * lease takes up to its want; a request's ask without a lease has none. */
+static int throttle_ask_mode(const struct throttle_ask *a, struct sv *mode)
+{
+    if (throttle_giving_back(a))
+        *mode = (struct sv){"refund", 6};
+    else if (a->ask.want > 0)
+        *mode = (struct sv){"lease", 5};
+    else
+        return 0;
+    return 1;
+}
+
 /* Send A's question: EVALSHA bucket (EVAL after NOSCRIPT), routed by the
- * bucket key's slot. A takes part in its hold's count already. */
+ * bucket key's slot. A takes part in its hold's count already.
+ *   ask:     rate burst 1 max_wait
+ *   lease:   rate burst want max_wait lease ttl_us   (a request's, or a refill's)
+ *   refund:  rate burst n 0 refund                   (a request's token, or a lease's) */
 static void throttle_send_ask(struct throttle_ask *a)
 {
-    char rate[32], burst[32], wait[24];
+    char rate[32], burst[32], wait[24], cost[32], ttl[24];
     struct sv keys[1] = {{a->ask.key, strlen(a->ask.key)}};
-    struct sv args[5] = {[4] = {"refund", 6}};
-    int nargs = a->refund ? 5 : 4;
+    struct sv args[6];
+    int nargs = 4 + throttle_ask_mode(a, &args[4]);
     struct evbuffer *buf = evbuffer_new();
     /* During a CLIENT PAUSE Redis holds the script: on a one-shot connection. */
     struct backend_conn *conn =
@@ -398,11 +445,19 @@ static void throttle_send_ask(struct throttle_ask *a)
 
     throttle_fmt_double(rate, sizeof(rate), a->ask.rate_per_s);
     throttle_fmt_double(burst, sizeof(burst), a->ask.burst);
-    snprintf(wait, sizeof(wait), "%llu", (unsigned long long)(a->refund ? 0 : a->ask.max_wait_us));
+    throttle_fmt_double(cost, sizeof(cost), a->ask.want > 0 ? a->ask.want : 1);
+    snprintf(wait, sizeof(wait), "%llu",
+             (unsigned long long)(throttle_giving_back(a) ? 0 : a->ask.max_wait_us));
+    snprintf(ttl, sizeof(ttl), "%llu", (unsigned long long)LEASE_TTL_US);
     args[0] = (struct sv){rate, strlen(rate)};
     args[1] = (struct sv){burst, strlen(burst)};
-    args[2] = (struct sv){"1", 1};
+    args[2] = (struct sv){cost, strlen(cost)};
     args[3] = (struct sv){wait, strlen(wait)};
+    args[5] = (struct sv){ttl, strlen(ttl)};
+    if (nargs == 5 && args[4].len == 5)
+        nargs = 6;   /* a lease says its lifetime */
+    if (!a->sent_as_eval)
+        limiter_shared_sent(&a->ask);
     if (a->sent_as_eval)
         scripts_write_eval(buf, throttle_bucket_script, 1, keys, nargs, args);
     else
@@ -494,6 +549,11 @@ void throttle_cron(void)
         return;
     throttle_last_cron_us = now;
     limiter_cron(now);
+}
+
+double throttle_return_leases(void)
+{
+    return limiter_return_leases();
 }
 
 void throttle_shutdown(void)

@@ -61,6 +61,10 @@ void throttle_client_changed(struct client *c);
 /* Periodic work: forget idle per-ip/user/name buckets. */
 void throttle_cron(void);
 
+/* Shutting down: give every leased token of the shared rules back to
+ * Redis while the backends are still there. Returns how many. */
+double throttle_return_leases(void);
+
 /* Free the rule set at exit. */
 void throttle_shutdown(void);
 

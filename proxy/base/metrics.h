@@ -54,6 +54,10 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(sentinels_configured, GAUGE, "", "Sentinels named in sluice.ini (sentinel =).")      \
     X(ratelimit_decisions_total, COUNTER, "rule,decision", "Rate-limit decisions by rule.") \
     X(ratelimit_delay_seconds, HISTOGRAM, "rule", "Delays rate-limit rules imposed.")     \
+    X(ratelimit_lease_tokens_total, COUNTER, "rule,kind",                                  \
+      "Tokens of shared rules leased from Redis (leased) and given back (returned).")    \
+    X(ratelimit_shared_calls_total, COUNTER, "rule,kind",                                  \
+      "Scripts run in Redis for shared rules: ask, refill, return, refund.")              \
     X(lock_operations_total, COUNTER, "op,result", "LOCK, UNLOCK and RENEW by result.")   \
     X(lock_wait_seconds, HISTOGRAM, "", "Time LOCK ... WAIT waited.")                     \
     X(lock_keep_active, GAUGE, "", "LOCK KEEP renewals running now.")                     \

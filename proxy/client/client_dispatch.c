@@ -702,20 +702,25 @@ static int client_refused_after_hold(struct client *c, struct request *req, cons
 
     if (!c->auth_checks || auth_admit(c, req->cmd, req->argc, argv, denied, sizeof(denied)) == 0)
         return 0;
+    client_note_rejected(req, client_reject_reason(denied));   /* as when framed */
     client_refuse(c, req, denied);
     return 1;
 }
 
-/* Refuse REQ, held until now, with ERROR; a shared rule's refusal counts
+/* Refuse REQ, held until now, with ERROR. A shared rule's refusal is a
+ * refusal like a local rule's: counted in sluice_commands_rejected_total
+ * {reason="throttled"} and rejected_calls, never as a failed command, and
  * in PROXY TOP as one (the request was counted as it was framed). */
 static void client_refuse_held(struct client *c, struct request *req, const char *error)
 {
     struct req_argv views;
 
-    if (strncmp(error, "-THROTTLED", 10) == 0 && req->raw != NULL) {
-        if (request_argv_open(&views, req, req->raw) == 0)
+    if (strncmp(error, "-THROTTLED", 10) == 0) {
+        client_note_rejected(req, STATS_REJECT_THROTTLED);
+        if (req->raw != NULL && request_argv_open(&views, req, req->raw) == 0)
             top_note(c, req, views.argv, TOPK_REJECTED);
-        request_argv_close(&views);
+        if (req->raw != NULL)
+            request_argv_close(&views);
     }
     client_refuse(c, req, error);
 }

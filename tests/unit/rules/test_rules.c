@@ -835,8 +835,47 @@ static void test_same_params(void)
     rules_free(no_keys);
 }
 
+/* lease and lease_max: defaults (shared rules lease 200 ms of their rate,
+ * at most burst / 8; local rules never), bounds, and that they make a
+ * changed rule at reload. */
+static void test_lease_keys(void)
+{
+    struct rule_set *rs = load("[limit s]\nrate = 100/s\nburst = 80\nscope = shared\n"
+                               "[limit tiny]\nrate = 1/s\nburst = 3\nscope = shared\n"
+                               "[limit l]\nrate = 100/s\n"
+                               "[limit t]\nrate = 100/s\nburst = 80\nscope = shared\n"
+                               "lease = 50ms\nlease_max = 80\n"
+                               "[limit o]\nrate = 100/s\nscope = shared\nlease = OFF\n");
+    struct rule_set *other = load("[limit s]\nrate = 100/s\nburst = 80\nscope = shared\n"
+                                  "lease_max = 9\n");
+
+    CHECK(rs != NULL && other != NULL);
+    if (rs == NULL || other == NULL)
+        return;
+    CHECK(rules_get(rs, 0)->lease_us == RULES_DEFAULT_LEASE_US && rules_get(rs, 0)->lease_max == 10);
+    CHECK(rules_get(rs, 1)->lease_max == 1);
+    CHECK(rules_get(rs, 2)->lease_us == 0);
+    CHECK(rules_get(rs, 3)->lease_us == 50000 && rules_get(rs, 3)->lease_max == 80);
+    CHECK(rules_get(rs, 4)->lease_us == 0);
+    CHECK(!rules_same_params(rules_get(rs, 0), rules_get(other, 0)));
+    rules_free(rs);
+    rules_free(other);
+    expect_error_at(__LINE__, "[limit a]\nrate = 5/s\nlease = 10ms\n", 3, "lease needs scope = shared");
+    expect_error_at(__LINE__, "[limit a]\nrate = 5/s\nlease_max = 1\n", 3,
+                    "lease_max needs scope = shared");
+    expect_error_at(__LINE__, "[limit a]\nrate = 5/s\nscope = shared\nlease = 2s\n", 4,
+                    "out of range");
+    expect_error_at(__LINE__, "[limit a]\nrate = 5/s\nscope = shared\nlease = 500us\n", 4,
+                    "out of range");
+    expect_error_at(__LINE__, "[limit a]\nrate = 5/s\nburst = 4\nscope = shared\nlease_max = 5\n",
+                    5, "lease_max (5) must not exceed burst (4)");
+    expect_error_at(__LINE__, "[limit a]\nrate = 5/s\nscope = shared\nlease_max = -1\n", 4,
+                    "lease_max");
+}
+
 UNIT_MAIN("rules",
           {"every key parsed", test_every_key},
+          {"lease keys", test_lease_keys},
           {"defaults and fractional burst", test_per_client_default_and_fractional_burst},
           {"empty files", test_empty_files},
           {"BOM, CRLF, blanks in brackets", test_file_quirks},
