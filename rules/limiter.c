@@ -733,6 +733,40 @@ static void limiter_counters(const struct rule_state *st, uint64_t *v)
     v[7] = st->returned;
 }
 
+/* "name" and VALUE as two bulk strings of PROXY RULES. */
+static void limiter_write_pair(struct evbuffer *out, const char *name, const char *value)
+{
+    evbuffer_add_printf(out, "$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(name), name, strlen(value),
+                        value);
+}
+
+/* R's settings, as the rule file spells them: what an operator reads
+ * beside the counters to know what the rule does now. */
+#define LIMITER_SETTINGS 8
+static void limiter_write_settings(struct evbuffer *out, const struct rule *r)
+{
+    struct rule_words w;
+    char num[64];
+
+    rules_words(r, &w);
+    snprintf(num, sizeof(num), "%.6g/s", r->rate_per_s);
+    limiter_write_pair(out, "rate", num);
+    snprintf(num, sizeof(num), "%.6g", r->burst);
+    limiter_write_pair(out, "burst", num);
+    limiter_write_pair(out, "per", w.per);
+    limiter_write_pair(out, "scope", w.scope);
+    limiter_write_pair(out, "action", w.action);
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)(r->max_delay_us / 1000));
+    limiter_write_pair(out, "max_delay_ms", num);
+    limiter_write_pair(out, "mode", w.mode);
+    if (r->scope == RULE_SCOPE_SHARED && r->lease_us > 0)
+        snprintf(num, sizeof(num), "%llums max %.6g", (unsigned long long)(r->lease_us / 1000),
+                 r->lease_max);
+    else
+        snprintf(num, sizeof(num), "off");
+    limiter_write_pair(out, "lease", num);
+}
+
 void limiter_write_rules(struct evbuffer *out)
 {
     int count = limiter_set != NULL ? rules_count(limiter_set) : 0;
@@ -742,8 +776,10 @@ void limiter_write_rules(struct evbuffer *out)
     for (int i = 0; i < count; i++) {
         const struct rule_state *st = limiter_states[i];
         limiter_counters(st, v);
-        evbuffer_add_printf(out, "*%d\r\n$4\r\nname\r\n$%zu\r\n%s\r\n", 2 + 2 * LIMITER_COUNTERS,
+        evbuffer_add_printf(out, "*%d\r\n$4\r\nname\r\n$%zu\r\n%s\r\n",
+                            2 + 2 * LIMITER_SETTINGS + 2 * LIMITER_COUNTERS,
                             strlen(st->rule->name), st->rule->name);
+        limiter_write_settings(out, st->rule);
         for (int k = 0; k < LIMITER_COUNTERS; k++)
             evbuffer_add_printf(out, "$%zu\r\n%s\r\n:%llu\r\n", strlen(limiter_counter_names[k]),
                                 limiter_counter_names[k], (unsigned long long)v[k]);

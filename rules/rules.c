@@ -90,6 +90,14 @@ static const char *const rules_action_words[] = {"reject", "delay", NULL};
 static const char *const rules_scope_words[] = {"local", "shared", NULL};
 static const char *const rules_mode_words[] = {"enforce", "dryrun", NULL};
 
+void rules_words(const struct rule *r, struct rule_words *out)
+{
+    out->per = rules_per_words[r->per];
+    out->action = rules_action_words[r->action];
+    out->scope = rules_scope_words[r->scope];
+    out->mode = rules_mode_words[r->mode];
+}
+
 #define F(field) offsetof(struct rule, field)
 enum rules_key_id {
     KEY_MATCH_IP, KEY_MATCH_USER, KEY_MATCH_NAME, KEY_COMMANDS, KEY_KEYS, KEY_RATE, KEY_BURST,

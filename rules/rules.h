@@ -66,6 +66,12 @@ struct rule {
 
 struct rule_set;
 
+/* R's settings as the rule file spells them (PROXY RULES). */
+struct rule_words {
+    const char *per, *action, *scope, *mode;
+};
+void rules_words(const struct rule *r, struct rule_words *out);
+
 /* Load the rule file at PATH. commands_init() must have run. Returns the
  * set (empty for a file without sections), or NULL when the file cannot be
  * read or has any error; then every error is in ERRS as "FILE:LINE: msg". */

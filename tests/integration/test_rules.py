@@ -730,3 +730,33 @@ def test_refuses_to_start_with_bad_rules(tmp_path):
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 1
     assert "rules.ini:1:" in p.stderr, p.stderr
+
+
+def test_proxy_rules_shows_each_rules_settings(redis_factory, sluice_factory):
+    """PROXY RULES: each rule's settings as the rule file spells them
+    (rate, burst, per, scope, action, max_delay_ms, mode, lease) beside
+    its counters: what an operator needs to know what a rule does now."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit sets]
+commands = SET
+rate = 30/m
+burst = 4
+per = ip
+action = delay
+max_delay = 2s
+
+[limit fleet]
+rate = 1000/s
+scope = shared
+mode = dryrun
+""")
+    rules = rule_counters(s)
+    assert {k: rules["sets"][k] for k in ("rate", "burst", "per", "scope", "action",
+                                          "max_delay_ms", "mode", "lease")} == {
+        "rate": "0.5/s", "burst": "4", "per": "ip", "scope": "local", "action": "delay",
+        "max_delay_ms": "2000", "mode": "enforce", "lease": "off"}
+    f = rules["fleet"]
+    assert (f["rate"], f["scope"], f["mode"], f["action"], f["per"]) == (
+        "1000/s", "shared", "dryrun", "reject", "client"), f
+    assert f["lease"].startswith("200ms max "), f
+    assert "admitted" in f and "rejected" in f
