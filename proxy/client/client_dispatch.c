@@ -341,6 +341,7 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
         }
         return (c->flags & (CLIENT_CLOSE_AFTER_REPLY | CLIENT_OVER_LIMIT)) || c->closing ? -1 : 0;
     }
+    client_note_script_login(c, req);   /* before any path may pick its connection */
     client_note_tracking(c, req, req->argc, argv);   /* ARGV: not after clientid_translate */
     if (client_role(req) == ROLE_CLIENT_IDS &&
         clientid_translate(c, req, argv, &src) == CLIENTID_HELD)

@@ -116,6 +116,11 @@ int client_leaves_session(const struct request *req);
 void client_note_watch(struct client *c, const struct request *req);
 
 /* client_route.c */
+/* users_in_redis: REQ's login (req->login), set once before anything
+ * picks its connection: its user's Redis user for a script, function or
+ * SCRIPT LOAD of a restricted user, else NULL. Every connection REQ may
+ * then go on is logged in as it (backend_send refuses any other). */
+void client_note_script_login(const struct client *c, struct request *req);
 struct backend_conn *client_route(struct client *c, struct request *req);
 int client_must_wait(const struct client *c, const struct request *req, struct backend_conn *conn);
 int client_split_must_wait(const struct client *c);

@@ -65,7 +65,9 @@ static struct backend_conn *client_conn_class(struct backend_conn *conn);
  * connection (NULL, PLACE_CONTROL) to the same node (client_send; its
  * redirections are followed, cluster.c), where Redis answers it as it answers
  * any other connection meanwhile: -BUSY during a script, or at once
- * after it; queued behind the script it would wait for it to end. */
+ * after it; queued behind the script it would wait for it to end. A
+ * script of a user's Redis user (req->login) goes there logged in as that
+ * user too (backend_control_conn), never as sluice's backend user. */
 static struct backend_conn *client_detour(struct client *c, struct request *req,
                                           struct backend_conn *conn)
 {
@@ -184,11 +186,7 @@ static struct backend_conn *client_shared_conn(const struct client *c, struct re
 {
     struct backend_node *node = router_node_for_request(req, NULL);
 
-    /* users_in_redis: as the user's Redis user, which checks each call;
-     * SCRIPT LOAD too, so loading needs the same rights as running. */
-    req->login = client_role(req) == ROLE_SCRIPT || client_role(req) == ROLE_SCRIPT_LOAD
-                     ? auth_script_login(c)
-                     : NULL;
+    /* users_in_redis: as the user's Redis user (client_note_script_login). */
     if (client_role(req) == ROLE_SCRIPT || req->login != NULL)
         return backend_login_script_conn(node, req->login, c->id, c->resp);
     if (client_follows_script(c, req)) {
@@ -200,6 +198,13 @@ static struct backend_conn *client_shared_conn(const struct client *c, struct re
         return backend_login_script_conn(node, auth_script_login(c), c->id, c->resp);
     }
     return backend_pool_conn(node, c->id, c->resp);
+}
+
+void client_note_script_login(const struct client *c, struct request *req)
+{
+    req->login = client_role(req) == ROLE_SCRIPT || client_role(req) == ROLE_SCRIPT_LOAD
+                     ? auth_script_login(c)
+                     : NULL;
 }
 
 /* The backend connection REQ goes to: a shared one, or the client's
@@ -391,7 +396,7 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
     if (conn == NULL && req->place == PLACE_CONTROL) {
         /* In cluster mode, a detour goes to its key's node (the stalled
          * connection's): router_node_for_request, as for the shared one. */
-        conn = backend_control_conn(router_node_for_request(req, NULL));
+        conn = backend_control_conn(router_node_for_request(req, NULL), req->login);
         if (conn != NULL)
             backend_use_resp(conn, c->resp);   /* its reply in the client's protocol */
     }
