@@ -312,17 +312,10 @@ static void backend_auth_reply(struct request *req, struct evbuffer *src, size_t
     conn->node->auth_refusal_logged = 1;
 }
 
-static void backend_login_first(struct backend_conn *conn);
-
 void backend_reauth(struct backend_conn *conn)
 {
     const struct config *cfg = backend_cfg;
     struct evbuffer *buf;
-
-    if (conn->login != NULL) {   /* its own user again, never sluice's */
-        backend_login_first(conn);
-        return;
-    }
 
     if (cfg->backend_password == NULL)
         return;
@@ -973,9 +966,8 @@ static void backend_stage(struct evbuffer *out, struct request *req, struct evbu
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen)
 {
-    /* users_in_redis: the last word on every path that picks a connection
-     * (routes, detours, resends, redirections): a request of a user's
-     * Redis user never runs as anybody else. */
+    /* users_in_redis: the last word on every path that picks a connection:
+     * a request of a user's Redis user never runs as anybody else. */
     if (req->login != NULL && conn->login != req->login) {
         snprintf(err, errlen, BACKEND_ERR_WRONG_LOGIN, req->login->user);
         return -1;

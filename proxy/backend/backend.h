@@ -172,6 +172,16 @@ struct backend_conn *backend_control_conn(struct backend_node *node,
  * req->own_client_id and own_resp). NULL on OOM. */
 struct backend_conn *backend_resend_conn(struct backend_node *node, const struct request *req);
 
+/* Ask NODE, whose first shared connection just connected, for the limits
+ * Redis holds every connection to (proto-max-bulk-len): backend_limits.c.
+ * main.c's node-up hook calls it. */
+void backend_limits_node_up(struct backend_node *node);
+
+/* The largest bulk a client may send: OWN (sluice's proto_max_bulk_len),
+ * or less when a node's Redis takes less (it would close the shared
+ * connection the bulk goes on). */
+long long backend_max_bulk_len(long long own);
+
 /* FN(NODE) runs whenever NODE's first shared connection has connected: a
  * node that joins, or comes back after a restart. main.c registers it. */
 void backend_set_node_up_hook(void (*fn)(struct backend_node *node));

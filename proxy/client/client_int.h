@@ -84,6 +84,10 @@ int client_is_monitor(const struct client *c);
 void client_tunnel_start(struct client *c, struct backend_conn *conn);
 void client_tunnel_input(struct client *c, struct evbuffer *in);
 void client_protocol_error(struct client *c, const char *msg);
+/* Close C at once, as Redis's freeClientAsync: what it sent and sluice
+ * has not framed is never run, and replies not yet written are dropped
+ * (those still on their way are swallowed). */
+void client_abort(struct client *c);
 void client_process_input(struct client *c);
 
 /* client_session.c */
