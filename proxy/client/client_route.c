@@ -202,9 +202,16 @@ static struct backend_conn *client_shared_conn(const struct client *c, struct re
 
 void client_note_script_login(const struct client *c, struct request *req)
 {
-    req->login = client_role(req) == ROLE_SCRIPT || client_role(req) == ROLE_SCRIPT_LOAD
-                     ? auth_script_login(c)
-                     : NULL;
+    enum placement_role role = client_role(req);
+
+    req->login = role == ROLE_SCRIPT || role == ROLE_SCRIPT_LOAD ? auth_script_login(c) : NULL;
+    /* A SCRIPT LOAD on C's own connection (MULTI, session state) loads
+     * there as before: loading grants nothing. Scripts never get there
+     * (auth_admit refuses them). */
+    if (role == ROLE_SCRIPT_LOAD &&
+        (c->private_conn != NULL ||
+         (c->flags & (CLIENT_IN_MULTI | CLIENT_MULTI_DEFERRED | CLIENT_PASSTHROUGH))))
+        req->login = NULL;
 }
 
 /* The backend connection REQ goes to: a shared one, or the client's
@@ -401,12 +408,17 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
             backend_use_resp(conn, c->resp);   /* its reply in the client's protocol */
     }
     if (conn == NULL) {
+        char why[512];
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         if (!(req->flags & REQ_QUEUED))
             client_enqueue(c, req);   /* SYNC, SUBSCRIBE (client_dispatch): the error pairs */
-        client_fail_send(c, req, "max number of backend connections reached "
-                                 "(backend_max_connections)");
+        if (req->login != NULL && req->login->gone)   /* its user went in a reload */
+            snprintf(why, sizeof(why), BACKEND_ERR_WRONG_LOGIN, req->login->user);
+        else
+            snprintf(why, sizeof(why), "max number of backend connections reached "
+                                       "(backend_max_connections)");
+        client_fail_send(c, req, why);
         return;
     }
     if ((req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH)) {
