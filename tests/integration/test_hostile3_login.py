@@ -236,3 +236,24 @@ def test_cluster_detour_and_script_load_stay_the_users(tmp_path):
             assert n.execute_command("SCRIPT", "EXISTS", sha.decode()) == [1]
             n.close()
             assert p == port or app_conns(p), f"SCRIPT LOAD reached {p} not as sluice:app"
+
+
+def test_reconnected_login_connections_log_in_as_the_user_again(env):
+    """Redis drops every sluice:app connection (an operator's CLIENT KILL
+    USER): the next scripts of app go on connections that log in as
+    sluice:app again before anything else, never on sluice's own. (Passed
+    before the fix too: it guards the reconnect path of the class.)"""
+    s, backend = env
+    app = _login(s, "app", "apppw")
+    try:
+        assert app.call("EVAL", READ, "0", "app:k") == b"app-value"
+        with backend.raw() as b:
+            assert b.call("CLIENT", "KILL", "USER", "sluice:app") >= 1
+        for _ in range(20):
+            got = app.call("EVAL", READ, "0", "secret:k", timeout=10 * SLOW)
+            assert got != b"the-secret"
+            assert isinstance(got, Err), got
+        wait_until(lambda: app.call("EVAL", READ, "0", "app:k") == b"app-value", 10 * SLOW,
+                   msg="app's scripts run again")
+    finally:
+        app.close()
