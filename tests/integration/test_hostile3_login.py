@@ -257,3 +257,26 @@ def test_reconnected_login_connections_log_in_as_the_user_again(env):
                    msg="app's scripts run again")
     finally:
         app.close()
+
+
+def test_script_load_on_the_clients_own_connection_still_loads(env):
+    """SCRIPT LOAD inside MULTI, or after SELECT, goes on the client's own
+    connection, as before: loading grants nothing, and the EVALSHA that
+    follows (on another connection) runs as sluice:app. (A guard: it
+    passed before the fix.)"""
+    s, backend = env
+    app = _login(s, "app", "apppw")
+    other = _login(s, "app", "apppw")
+    try:
+        assert app.call("MULTI") == "OK"
+        assert app.call("SCRIPT", "LOAD", READ + " -- multi") == "QUEUED"
+        sha = app.call("EXEC")[0].decode()
+        assert app.call("SELECT", "0") == "OK"
+        sha2 = app.call("SCRIPT", "LOAD", READ + " -- select").decode()
+        for h in (sha, sha2):
+            assert other.call("EVALSHA", h, "0", "app:k") == b"app-value"
+            got = other.call("EVALSHA", h, "0", "secret:k")
+            assert _refused(got), got
+    finally:
+        app.close()
+        other.close()
