@@ -190,7 +190,6 @@ void backend_set_node_up_hook(void (*fn)(struct backend_node *node));
  * backend_max_connections private connections already (or on OOM). */
 struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner);
 
-
 /* Authenticate CONN again with sluice's backend credentials, when there
  * are any: after a client's RESET, which logs a Redis connection out. */
 void backend_reauth(struct backend_conn *conn);
@@ -236,7 +235,6 @@ int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer
 #define BACKEND_ERR_WRONG_LOGIN                                                          \
     "-NOPERM this script runs only on a backend connection logged in as %s, and none " \
     "could be had for it; try again"
-
 
 /* Send a request of sluice's own: the bytes of BYTES (moved out). ON_REPLY
  * (with CTX) gets the reply, or NULL: errors are logged. CTX_FREE, when

@@ -71,7 +71,8 @@ int cluster_take_unsent(struct request *req);
 /* Send a request of sluice's own for SLOT (its bytes: BYTES, moved out)
  * to NODE, on the shared connection of CLIENT_ID (0: sluice's) speaking
  * RESP (2 or 3), or with LOGIN set on LOGIN's script connection (a part
- * of a users_in_redis user's SCRIPT LOAD: never as another user), as backend_send_internal does (ON_REPLY, CTX, CTX_FREE);
+ * of a users_in_redis user's SCRIPT LOAD: never as another user), as
+ * backend_send_internal does (ON_REPLY, CTX, CTX_FREE);
  * but when NODE is down, or the connection later fails, it waits to be
  * sent again to SLOT's owner (cluster_retry_window) like a client's
  * request, and redirections send it on the same kind of connection. A

@@ -570,7 +570,8 @@ static int client_cross_protocol(struct client *c, int argc, const struct sv *ar
     static uint64_t logged_ms;
     uint64_t now_ms;
 
-    if (argc < 1 || argv[0].ptr == NULL || (!sv_ieq(argv[0], "post") && !sv_ieq(argv[0], "host:")))
+    if (argc < 1 || argv[0].ptr == NULL ||
+        (!sv_ieq(argv[0], "post") && !sv_ieq(argv[0], "host:")))
         return 0;
     STAT_INC(security_attacks);
     now_ms = server_now_ms();
