@@ -600,6 +600,7 @@ static void main_metrics_init(void)
  * own log in there, and the standalone primary's replid is checked. */
 static void main_node_up(struct backend_node *node)
 {
+    backend_limits_node_up(node);   /* first: a client's bulk is judged by it */
     redisusers_node_up(node);
     primary_node_up(node);
 }

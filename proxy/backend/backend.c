@@ -966,6 +966,12 @@ static void backend_stage(struct evbuffer *out, struct request *req, struct evbu
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen)
 {
+    /* users_in_redis: the last word on every path that picks a connection:
+     * a request of a user's Redis user never runs as anybody else. */
+    if (req->login != NULL && conn->login != req->login) {
+        snprintf(err, errlen, BACKEND_ERR_WRONG_LOGIN, req->login->user);
+        return -1;
+    }
     if (conn->state == BACKEND_DOWN || conn->bev == NULL) {
         snprintf(err, errlen, "%s", conn->error[0] ? conn->error : "backend unavailable");
         return -1;

@@ -155,6 +155,33 @@ struct backend_conn *backend_login_script_conn(struct backend_node *node,
                                                const struct backend_login *login,
                                                unsigned long long client_id, int resp);
 
+/* A one-shot connection to NODE for a request that must not wait behind
+ * others (SCRIPT KILL past a busy script, a request going around a
+ * stalled or paused shared connection): it only authenticates, as LOGIN
+ * when set (users_in_redis: nothing else goes out before Redis accepted
+ * that AUTH, as on LOGIN's script connections), else as sluice's backend
+ * user, and is freed once its requests are answered. NULL as for
+ * backend_private_conn, and when LOGIN's user is deleted. */
+struct backend_conn *backend_control_conn(struct backend_node *node,
+                                          const struct backend_login *login);
+
+/* The shared connection of NODE a request REQ, sent before, goes on
+ * again (a redirection, a retry, the next primary): LOGIN's script
+ * connection when req->login is set, a script connection for a client's
+ * script, else the shared one of its client (or of sluice's own kind,
+ * req->own_client_id and own_resp). NULL on OOM. */
+struct backend_conn *backend_resend_conn(struct backend_node *node, const struct request *req);
+
+/* Ask NODE, whose first shared connection just connected, for the limits
+ * Redis holds every connection to (proto-max-bulk-len): backend_limits.c.
+ * main.c's node-up hook calls it. */
+void backend_limits_node_up(struct backend_node *node);
+
+/* The largest bulk a client may send: OWN (sluice's proto_max_bulk_len),
+ * or less when a node's Redis takes less (it would close the shared
+ * connection the bulk goes on). */
+long long backend_max_bulk_len(long long own);
+
 /* FN(NODE) runs whenever NODE's first shared connection has connected: a
  * node that joins, or comes back after a restart. main.c registers it. */
 void backend_set_node_up_hook(void (*fn)(struct backend_node *node));
@@ -162,11 +189,6 @@ void backend_set_node_up_hook(void (*fn)(struct backend_node *node));
 /* A new private connection to NODE for OWNER. NULL when NODE has
  * backend_max_connections private connections already (or on OOM). */
 struct backend_conn *backend_private_conn(struct backend_node *node, struct client *owner);
-
-/* A one-shot connection to NODE for a request that must not wait behind
- * others (SCRIPT KILL past a busy script): it only authenticates, and is
- * freed once its requests are answered. NULL as for backend_private_conn. */
-struct backend_conn *backend_control_conn(struct backend_node *node);
 
 /* Authenticate CONN again with sluice's backend credentials, when there
  * are any: after a client's RESET, which logs a Redis connection out. */
@@ -203,10 +225,16 @@ void backend_release_private(struct backend_conn *conn);
  * NULL, req->raw) to the connection and queues REQ for its reply (unless
  * REQ_UNPAIRED: then REQ is freed). In cluster mode a paired request keeps
  * its bytes in req->raw (copied out), so that it can be sent again.
- * Returns 0, or -1 when CONN is down: then nothing moved and
- * ERR holds the error reply text. */
+ * Returns 0, or -1 when CONN is down, or REQ has a login (req->login)
+ * CONN is not logged in as: then nothing moved and ERR holds the error
+ * reply text. */
 int backend_send(struct backend_conn *conn, struct request *req, struct evbuffer *src,
                  char *err, size_t errlen);
+/* backend_send's refusal of a request whose req->login (users_in_redis)
+ * is not CONN's: it would run as another Redis user. %s: the user. */
+#define BACKEND_ERR_WRONG_LOGIN                                                          \
+    "-NOPERM this script runs only on a backend connection logged in as %s, and none " \
+    "could be had for it; try again"
 
 /* Send a request of sluice's own: the bytes of BYTES (moved out). ON_REPLY
  * (with CTX) gets the reply, or NULL: errors are logged. CTX_FREE, when

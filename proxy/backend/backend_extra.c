@@ -25,6 +25,7 @@
 #include "config.h"
 #include "log.h"
 #include "netio.h"
+#include "placement.h"
 #include "reply.h"
 #include "request.h"
 #include "resolve.h"
@@ -97,9 +98,11 @@ void backend_server_hello(const struct backend_node *node, const char **version,
 
 
 /* A new connection to NODE that is not in its pool: private (OWNER set)
- * or one-shot. NULL when NODE has backend_max_connections already. */
+ * or one-shot, logged in as LOGIN (NULL: sluice's backend user) before
+ * anything else goes out on it. NULL when NODE has
+ * backend_max_connections already. */
 static struct backend_conn *backend_extra_conn(struct backend_node *node, struct client *owner,
-                                               int oneshot)
+                                               int oneshot, const struct backend_login *login)
 {
     struct backend_conn *conn;
 
@@ -112,6 +115,7 @@ static struct backend_conn *backend_extra_conn(struct backend_node *node, struct
     if (conn == NULL)
         return NULL;
     conn->oneshot = oneshot;
+    conn->login = login;   /* before it connects: its prelude is that login's AUTH */
     node->private_count++;
     backend_connect(conn);
     return conn;
@@ -147,15 +151,18 @@ struct backend_conn *backend_private_conn(struct backend_node *node, struct clie
     struct backend_conn *conn = backend_take_spare(node, owner);
 
     if (conn == NULL)
-        conn = backend_extra_conn(node, owner, 0);
+        conn = backend_extra_conn(node, owner, 0, NULL);
     backend_spares_refill(node);
     return conn;
 }
 
 
-struct backend_conn *backend_control_conn(struct backend_node *node)
+struct backend_conn *backend_control_conn(struct backend_node *node,
+                                          const struct backend_login *login)
 {
-    return backend_extra_conn(node, NULL, 1);
+    if (login != NULL && login->gone)
+        return NULL;   /* its Redis user is deleted: it could not log in */
+    return backend_extra_conn(node, NULL, 1, login);
 }
 
 
@@ -498,4 +505,15 @@ void backend_node_set_readonly(struct backend_node *node)
         if (conn->state != BACKEND_DOWN && conn->owner == NULL && !conn->spare)
             backend_send_readonly(conn);
     }
+}
+
+
+struct backend_conn *backend_resend_conn(struct backend_node *node, const struct request *req)
+{
+    unsigned long long id = req->client != NULL ? req->client->id : req->own_client_id;
+    int resp = req->client != NULL ? req->client->resp : req->own_resp == 3 ? 3 : 2;
+
+    if (req->login != NULL || (req->client != NULL && placement_role(req->cmd) == ROLE_SCRIPT))
+        return backend_login_script_conn(node, req->login, id, resp);
+    return backend_pool_conn(node, id, resp);
 }

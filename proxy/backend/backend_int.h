@@ -137,6 +137,8 @@ struct backend_node {
     struct metrics_hist *metric_duration;
     uint64_t *metric_errors[BACKEND_ERROR_KINDS];
     struct backend_login_pool *login_pools;
+    long long proto_max_bulk_len;    /* Redis's, learned at connect (backend_limits.c); 0:
+                                        not known */
 };
 
 TAILQ_HEAD(backend_node_list, backend_node);

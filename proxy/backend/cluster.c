@@ -384,16 +384,20 @@ int cluster_take_unsent(struct request *req)
     return cluster_enabled() && request_has_bytes(req) && cluster_retry_unreachable(req);
 }
 
-int cluster_send_own(struct backend_node *node, unsigned long long client_id, int resp, int slot,
-                     unsigned flags, struct evbuffer *bytes, request_reply_fn *on_reply, void *ctx,
+int cluster_send_own(struct backend_node *node, const struct backend_login *login,
+                     unsigned long long client_id, int resp, int slot, unsigned flags,
+                     struct evbuffer *bytes, request_reply_fn *on_reply, void *ctx,
                      void (*ctx_free)(struct request *req))
 {
-    struct backend_conn *conn = backend_pool_conn(node, client_id, resp);
-    struct request *req = request_new();
+    struct backend_conn *conn = login != NULL
+                                    ? backend_login_script_conn(node, login, client_id, resp)
+                                    : backend_pool_conn(node, client_id, resp);
+    struct request *req = conn != NULL ? request_new() : NULL;
     char err[64];
 
     if (req == NULL)
         return -1;
+    req->login = login;   /* sent again (a redirection), it goes as LOGIN too */
     req->raw_len = evbuffer_get_length(bytes);
     if (req->raw_len <= REQ_KEPT_MAX) {   /* in place: a part of an MGET allocates nothing */
         evbuffer_remove(bytes, req->kept, req->raw_len);
@@ -427,14 +431,13 @@ static void cluster_resend(struct request *req, struct backend_node *node, int a
      * protocol (a script on a script connection, as client.c sends it);
      * sluice's own (locks, parts, buckets) on the kind it was first sent
      * on (cluster_send_own; else RESP2). */
-    struct backend_conn *conn =
-        req->client == NULL
-            ? backend_pool_conn(node, req->own_client_id, req->own_resp == 3 ? 3 : 2)
-        : placement_role(req->cmd) == ROLE_SCRIPT
-            ? backend_login_script_conn(node, req->login, req->client->id, req->client->resp)
-            : backend_pool_conn(node, req->client->id, req->client->resp);
+    struct backend_conn *conn = backend_resend_conn(node, req);
     char err[512];
 
+    if (conn == NULL) {
+        cluster_fail(req, "OOM sluice is out of memory");
+        return;
+    }
     if (asking) {
         struct evbuffer *buf = evbuffer_new();
         evbuffer_add(buf, asking_cmd, sizeof(asking_cmd) - 1);

@@ -15,6 +15,7 @@ struct evbuffer;
 struct config;
 struct command;
 struct backend_node;
+struct backend_login;
 struct request;
 struct backend_conn;
 
@@ -69,15 +70,18 @@ int cluster_take_unsent(struct request *req);
 
 /* Send a request of sluice's own for SLOT (its bytes: BYTES, moved out)
  * to NODE, on the shared connection of CLIENT_ID (0: sluice's) speaking
- * RESP (2 or 3), as backend_send_internal does (ON_REPLY, CTX, CTX_FREE);
+ * RESP (2 or 3), or with LOGIN set on LOGIN's script connection (a part
+ * of a users_in_redis user's SCRIPT LOAD: never as another user), as
+ * backend_send_internal does (ON_REPLY, CTX, CTX_FREE);
  * but when NODE is down, or the connection later fails, it waits to be
  * sent again to SLOT's owner (cluster_retry_window) like a client's
  * request, and redirections send it on the same kind of connection. A
  * connection that fails after the bytes were written sends it again only
  * with FLAGS REQ_RERUNNABLE (it only reads); else the error is its reply.
  * Returns 0, or -1 when it could not be sent nor kept (CTX_FREE has run). */
-int cluster_send_own(struct backend_node *node, unsigned long long client_id, int resp, int slot,
-                     unsigned flags, struct evbuffer *bytes,
+int cluster_send_own(struct backend_node *node, const struct backend_login *login,
+                     unsigned long long client_id, int resp, int slot, unsigned flags,
+                     struct evbuffer *bytes,
                      void (*on_reply)(struct request *req, struct evbuffer *src, size_t len,
                                       int type),
                      void *ctx, void (*ctx_free)(struct request *req));

@@ -120,6 +120,6 @@ struct backend_conn *pause_internal_conn(struct backend_node *node, unsigned lon
     struct backend_conn *conn = NULL;
 
     if (pause_active() && (writes || pause_now.mode == PAUSE_ALL))
-        conn = backend_control_conn(node);
+        conn = backend_control_conn(node, NULL);   /* sluice's own */
     return conn != NULL ? conn : backend_pool_conn(node, client_id, 2);
 }

@@ -741,12 +741,7 @@ static int sentinel_may_forge(const struct request *req)
 static void sentinel_resend(struct request *req)
 {
     struct backend_node *node = backend_default_node();
-    struct backend_conn *conn =
-        req->client == NULL
-            ? backend_pool_conn(node, req->own_client_id, req->own_resp == 3 ? 3 : 2)
-        : placement_role(req->cmd) == ROLE_SCRIPT
-            ? backend_login_script_conn(node, req->login, req->client->id, req->client->resp)
-            : backend_pool_conn(node, req->client->id, req->client->resp);
+    struct backend_conn *conn = backend_resend_conn(node, req);
     char err[512];
 
     if (conn == NULL) {

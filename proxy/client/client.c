@@ -408,6 +408,13 @@ void client_kill(struct client *c, struct client *current)
     client_read_off(c);
 }
 
+void client_abort(struct client *c)
+{
+    c->flags |= CLIENT_CLOSE_AFTER_REPLY;   /* nothing more is framed meanwhile */
+    client_read_off(c);
+    client_close(c);   /* at the end of its callbacks when inside them */
+}
+
 void client_enter(struct client *c)
 {
     c->busy++;
@@ -916,6 +923,9 @@ void client_process_input(struct client *c)
     if (c->in_input)
         return;
     c->in_input = 1;
+    /* No larger bulk than a node's Redis takes: it would close the shared
+     * connection the bulk goes on (backend_limits.c). */
+    client_limits.max_bulk_len = backend_max_bulk_len(client_cfg->proto_max_bulk_len);
     client_hooks.input(c, in);
     c->in_input = 0;
     client_drain_check(c);

@@ -370,6 +370,7 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
         }
         return (c->flags & (CLIENT_CLOSE_AFTER_REPLY | CLIENT_OVER_LIMIT)) || c->closing ? -1 : 0;
     }
+    client_note_script_login(c, req);   /* before any path may pick its connection */
     client_note_tracking(c, req, req->argc, argv);   /* ARGV: not after clientid_translate */
     if (client_role(req) == ROLE_CLIENT_IDS &&
         clientid_translate(c, req, argv, &src) == CLIENTID_HELD)
@@ -581,6 +582,36 @@ static enum stats_reject client_reject_reason(const char *denied)
     return STATS_REJECT_REFUSED;   /* wrong arity and the like, which Redis refuses too */
 }
 
+/* Redis's words for a client that sends POST or Host: (src/server.c,
+ * securityWarningCommand), with the client's address. */
+#define CLIENT_SECURITY_ATTACK_FMT                                                       \
+    "Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: " \
+    "commands to Redis. This is likely due to an attacker attempting to use Cross "       \
+    "Protocol Scripting to compromise your Redis instance. Connection from %s aborted."
+
+/* Whether ARGV[0] is "POST" or "Host:" (any case), which Redis takes for
+ * HTTP sent by a web page (cross protocol scripting): it closes such a
+ * client at once and runs nothing more it sent. So does sluice, before
+ * any check: forwarded, they would make Redis close a shared connection,
+ * failing every other client's requests on it. */
+static int client_cross_protocol(struct client *c, int argc, const struct sv *argv)
+{
+    static uint64_t logged_ms;
+    uint64_t now_ms;
+
+    if (argc < 1 || argv[0].ptr == NULL ||
+        (!sv_ieq(argv[0], "post") && !sv_ieq(argv[0], "host:")))
+        return 0;
+    STAT_INC(security_attacks);
+    now_ms = server_now_ms();
+    if (logged_ms == 0 || now_ms - logged_ms >= 1000) {   /* a flood logs once a second */
+        log_warning(CLIENT_SECURITY_ATTACK_FMT, c->addr_text);
+        logged_ms = now_ms;
+    }
+    client_abort(c);
+    return 1;
+}
+
 /* Handle one framed request. Its bytes are in REQ->raw (inline commands)
  * or the first raw_len bytes of IN. Returns -1 when input processing must
  * stop (the request waits, or the client is closing). */
@@ -618,6 +649,11 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
         return c->closing ? -1 : 0;
     }
     argv = views.argv;
+    if (client_cross_protocol(c, req->argc, argv)) {
+        request_argv_close(&views);
+        request_free(req);   /* framed, queued nowhere */
+        return -1;
+    }
     req->cmd = commands_resolve(req->argc, argv);
     c->last_cmd = req->cmd;
     req->framed_us = server_pass_now_us();

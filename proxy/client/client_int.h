@@ -84,6 +84,10 @@ int client_is_monitor(const struct client *c);
 void client_tunnel_start(struct client *c, struct backend_conn *conn);
 void client_tunnel_input(struct client *c, struct evbuffer *in);
 void client_protocol_error(struct client *c, const char *msg);
+/* Close C at once, as Redis's freeClientAsync: what it sent and sluice
+ * has not framed is never run, and replies not yet written are dropped
+ * (those still on their way are swallowed). */
+void client_abort(struct client *c);
 void client_process_input(struct client *c);
 
 /* client_session.c */
@@ -129,6 +133,11 @@ int client_leaves_session(const struct request *req);
 void client_note_watch(struct client *c, const struct request *req);
 
 /* client_route.c */
+/* users_in_redis: REQ's login (req->login), set once before anything
+ * picks its connection: its user's Redis user for a script, function or
+ * SCRIPT LOAD of a restricted user, else NULL. Every connection REQ may
+ * then go on is logged in as it (backend_send refuses any other). */
+void client_note_script_login(const struct client *c, struct request *req);
 struct backend_conn *client_route(struct client *c, struct request *req);
 int client_must_wait(const struct client *c, const struct request *req, struct backend_conn *conn);
 int client_split_must_wait(const struct client *c);

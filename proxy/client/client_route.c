@@ -65,7 +65,9 @@ static struct backend_conn *client_conn_class(struct backend_conn *conn);
  * connection (NULL, PLACE_CONTROL) to the same node (client_send; its
  * redirections are followed, cluster.c), where Redis answers it as it answers
  * any other connection meanwhile: -BUSY during a script, or at once
- * after it; queued behind the script it would wait for it to end. */
+ * after it; queued behind the script it would wait for it to end. A
+ * script of a user's Redis user (req->login) goes there logged in as that
+ * user too (backend_control_conn), never as sluice's backend user. */
 static struct backend_conn *client_detour(struct client *c, struct request *req,
                                           struct backend_conn *conn)
 {
@@ -184,11 +186,7 @@ static struct backend_conn *client_shared_conn(const struct client *c, struct re
 {
     struct backend_node *node = router_node_for_request(req, NULL);
 
-    /* users_in_redis: as the user's Redis user, which checks each call;
-     * SCRIPT LOAD too, so loading needs the same rights as running. */
-    req->login = client_role(req) == ROLE_SCRIPT || client_role(req) == ROLE_SCRIPT_LOAD
-                     ? auth_script_login(c)
-                     : NULL;
+    /* users_in_redis: as the user's Redis user (client_note_script_login). */
     if (client_role(req) == ROLE_SCRIPT || req->login != NULL)
         return backend_login_script_conn(node, req->login, c->id, c->resp);
     if (client_follows_script(c, req)) {
@@ -200,6 +198,20 @@ static struct backend_conn *client_shared_conn(const struct client *c, struct re
         return backend_login_script_conn(node, auth_script_login(c), c->id, c->resp);
     }
     return backend_pool_conn(node, c->id, c->resp);
+}
+
+void client_note_script_login(const struct client *c, struct request *req)
+{
+    enum placement_role role = client_role(req);
+
+    req->login = role == ROLE_SCRIPT || role == ROLE_SCRIPT_LOAD ? auth_script_login(c) : NULL;
+    /* A SCRIPT LOAD on C's own connection (MULTI, session state) loads
+     * there as before: loading grants nothing. Scripts never get there
+     * (auth_admit refuses them). */
+    if (role == ROLE_SCRIPT_LOAD &&
+        (c->private_conn != NULL ||
+         (c->flags & (CLIENT_IN_MULTI | CLIENT_MULTI_DEFERRED | CLIENT_PASSTHROUGH))))
+        req->login = NULL;
 }
 
 /* The backend connection REQ goes to: a shared one, or the client's
@@ -391,17 +403,22 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
     if (conn == NULL && req->place == PLACE_CONTROL) {
         /* In cluster mode, a detour goes to its key's node (the stalled
          * connection's): router_node_for_request, as for the shared one. */
-        conn = backend_control_conn(router_node_for_request(req, NULL));
+        conn = backend_control_conn(router_node_for_request(req, NULL), req->login);
         if (conn != NULL)
             backend_use_resp(conn, c->resp);   /* its reply in the client's protocol */
     }
     if (conn == NULL) {
+        char why[512];
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         if (!(req->flags & REQ_QUEUED))
             client_enqueue(c, req);   /* SYNC, SUBSCRIBE (client_dispatch): the error pairs */
-        client_fail_send(c, req, "max number of backend connections reached "
-                                 "(backend_max_connections)");
+        if (req->login != NULL && req->login->gone)   /* its user went in a reload */
+            snprintf(why, sizeof(why), BACKEND_ERR_WRONG_LOGIN, req->login->user);
+        else
+            snprintf(why, sizeof(why), "max number of backend connections reached "
+                                       "(backend_max_connections)");
+        client_fail_send(c, req, why);
         return;
     }
     if ((req->flags & REQ_PASSTHROUGH) && !(c->flags & CLIENT_PASSTHROUGH)) {

@@ -401,8 +401,11 @@ static void split_send(struct split_part *part, struct backend_node *node, int s
         part->counted = 1;
         client_note_parts(s->parent->client, 1);
     }
-    if (cluster_send_own(node, client_id, s->resp, slot, split_rerunnable(s), buf,
-                         split_part_reply, part, split_part_free) != 0) {
+    /* A users_in_redis user's SCRIPT LOAD loads as its Redis user on
+     * every node, as it does standalone. */
+    if (cluster_send_own(node, s->parent != NULL ? s->parent->login : NULL, client_id, s->resp,
+                         slot, split_rerunnable(s), buf, split_part_reply, part,
+                         split_part_free) != 0) {
         static const char down[] = "-ERR backend unavailable: a cluster node is down\r\n";
         /* ctx_free ran: PART is gone; S lives on (the maker holds it). */
         s->pending--;

@@ -21,6 +21,7 @@ struct command;
     X(total_local, "requests answered by sluice")                            \
     X(total_error_replies, "error replies sent to clients")                  \
     X(protocol_errors, "clients closed for a protocol error")                \
+    X(security_attacks, "clients closed for POST or Host: (cross protocol scripting)") \
     X(backend_unavailable_replies, "requests failed: backend down")          \
     X(backend_connects, "backend connections established")                   \
     X(backend_connect_failures, "backend connection failures")               \

@@ -125,7 +125,7 @@ int lockack_send(struct lock_op *op, long long need, struct evbuffer *script,
 {
     struct backend_node *node = cluster_enabled() ? cluster_node_for_slot(op->req->slot)
                                                   : backend_default_node();
-    struct backend_conn *conn = node != NULL ? backend_control_conn(node) : NULL;
+    struct backend_conn *conn = node != NULL ? backend_control_conn(node, NULL) : NULL;
     struct lock_ack *ack;
     char n[24], t[24];
     int nlen, tlen;

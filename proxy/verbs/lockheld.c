@@ -147,7 +147,8 @@ static void lockheld_send_internal(const struct script *s, const char *key, size
     /* During a CLIENT PAUSE Redis holds the script: on a one-shot
      * connection. Cluster mode has no CLIENT PAUSE: sluice's shared one. */
     if (cluster_enabled())
-        rc = cluster_send_own(node, 0, 2, slot_for_key(key, keylen), 0, buf, on_reply, ctx, ctx_free);
+        rc = cluster_send_own(node, NULL, 0, 2, slot_for_key(key, keylen), 0, buf, on_reply, ctx,
+                              ctx_free);
     else
         rc = backend_send_internal(pause_internal_conn(node, 0, 1), buf, on_reply, ctx, ctx_free);
     if (rc != 0)
