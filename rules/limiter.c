@@ -210,6 +210,32 @@ int limiter_prepare(const char *path, struct rule_set **out, struct errlist *err
     return *out != NULL ? 0 : -1;
 }
 
+/* metrics_family_retain's question: whether VALUES[0] names a rule of
+ * the set CTX. */
+static int limiter_rule_kept(void *ctx, const char *const *values)
+{
+    const struct rule_set *rs = ctx;
+
+    for (int i = 0; rs != NULL && i < rules_count(rs); i++) {
+        if (strcmp(rules_get(rs, i)->name, values[0]) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The series of rules a reload removed go: /metrics stays bounded by the
+ * rules there are (a rule kept keeps its counts, and its state's pointers
+ * to them stay good). */
+static void limiter_drop_removed_series(const struct rule_set *rs)
+{
+    static const enum metrics_id families[] = {
+        METRIC_ratelimit_decisions_total, METRIC_ratelimit_delay_seconds,
+        METRIC_ratelimit_lease_tokens_total, METRIC_ratelimit_shared_calls_total};
+
+    for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
+        metrics_family_retain(families[i], limiter_rule_kept, (void *)rs);
+}
+
 void limiter_commit(struct rule_set *rs)
 {
     struct rule_state **states = NULL;
@@ -231,6 +257,7 @@ void limiter_commit(struct rule_set *rs)
     limiter_states = states;
     limiter_generation++;
     limiter_index_commands(count);
+    limiter_drop_removed_series(rs);
 }
 
 int limiter_load(const char *path, struct errlist *errs)

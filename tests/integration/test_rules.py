@@ -760,3 +760,34 @@ mode = dryrun
         "1000/s", "shared", "dryrun", "reject", "client"), f
     assert f["lease"].startswith("200ms max "), f
     assert "admitted" in f and "rejected" in f
+
+
+def test_a_removed_rules_series_go_at_reload(redis_factory, sluice_factory):
+    """/metrics stays bounded by the rules there are: a rule a reload
+    removes loses its series; a rule kept keeps counting."""
+    from test_metrics import scrape, value
+    from helpers import free_port
+    mport = free_port()
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit keep]
+commands = GET
+rate = 1000/s
+
+[limit gone]
+commands = SET
+rate = 1000/s
+""", metrics_listen=f"127.0.0.1:{mport}")
+    r = s.client()
+    r.set("k", "v")
+    r.get("k")
+    body = scrape(mport)
+    assert value(body, "sluice_ratelimit_decisions_total", rule="gone", decision="admitted") == 1
+    assert value(body, "sluice_ratelimit_decisions_total", rule="keep", decision="admitted") == 1
+    (s.dir / "rules.ini").write_text("[limit keep]\ncommands = GET\nrate = 1000/s\n")
+    with s.raw() as c:
+        assert c.call("PROXY", "RELOAD") == "OK"
+    r.get("k")
+    body = scrape(mport)
+    assert 'rule="gone"' not in body
+    assert value(body, "sluice_ratelimit_decisions_total", rule="keep", decision="admitted") == 2
+    r.close()
