@@ -63,3 +63,57 @@ def test_slowlog_redacts_secrets_as_redis_does(redis_factory, sluice_factory):
     assert len(locks) == 3, entries
     for args in locks:
         assert args[args.index(b"OWNER") + 1] == b"(redacted)", args
+
+
+# --------------------------------------------------------------------------
+# 5. label values from outside are valid UTF-8 and escaped
+
+
+def hget(port, path, method="GET", timeout=5 * SLOW):
+    """(status, headers lower-cased, body bytes) of one HTTP request."""
+    from http.client import HTTPConnection
+    conn = HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def metrics_sluice(redis_factory, sluice_factory, files=None, **extra):
+    """(srv, sluice, metrics port); FILES: name -> bytes written before start."""
+    srv = redis_factory()
+    mport = free_port()
+    s = sluice_factory(srv.port, start=False, metrics_listen=f"127.0.0.1:{mport}", **extra)
+    for name, data in (files or {}).items():
+        (s.dir / name).write_bytes(data)
+    s.start()
+    return srv, s, mport
+
+
+HOSTILE = b'x"y\\z\xff\xc0\xaf\xed\xa0\x80end\xe2\x82'
+
+
+def test_promtool_accepts_hostile_label_values(redis_factory, sluice_factory):
+    """A rule and a user whose names hold a quote, a backslash and bytes
+    that are no UTF-8: /metrics still passes promtool, each name once."""
+    rules = b"[limit " + HOSTILE + b"]\ncommands = GET\nrate = 1000/s\n"
+    users = (b"[user default]\nnopass = yes\ncommands = +@all\nkeys = *\nchannels = *\n\n"
+             b"[user " + HOSTILE + b"]\npassword = pw\ncommands = +@all\nkeys = *\n")
+    srv, s, mport = metrics_sluice(redis_factory, sluice_factory,
+                                   files={"rules.ini": rules, "users.ini": users},
+                                   rules="rules.ini", users="users.ini")
+    with s.raw() as c:
+        assert c.call("GET", "a") is None
+        assert isinstance(c.call("AUTH", HOSTILE, "wrong"), Err)
+    status, headers, body = hget(mport, "/metrics")
+    assert status == 200
+    body.decode("utf-8")   # strict: no invalid byte
+    check = subprocess.run(["promtool", "check", "metrics"], input=body,
+                           capture_output=True, timeout=30)
+    assert check.returncode == 0, (check.stdout + check.stderr).decode() + body.decode()
+    want = 'x\\"y\\\\z\ufffd\ufffd\ufffd\ufffd\ufffd\ufffdend\ufffd\ufffd'
+    text = body.decode()
+    assert f'sluice_ratelimit_decisions_total{{rule="{want}",decision="admitted"}} 1' in text
+    assert f'sluice_auth_failures_total{{user="{want}"}} 1' in text
