@@ -117,3 +117,60 @@ def test_promtool_accepts_hostile_label_values(redis_factory, sluice_factory):
     text = body.decode()
     assert f'sluice_ratelimit_decisions_total{{rule="{want}",decision="admitted"}} 1' in text
     assert f'sluice_auth_failures_total{{user="{want}"}} 1' in text
+
+
+# --------------------------------------------------------------------------
+# 9. every PROXY subcommand has its permission; unknown ones are errors
+
+
+PROXY_USERS = b"""\
+[user default]
+nopass = yes
+commands = +@all -@dangerous
+keys = *
+channels = *
+
+[user admin]
+password = adminpw
+commands = +@all
+keys = *
+
+[user watcher]
+password = watchpw
+commands = +get +proxy|sentinel +proxy|cluster
+keys = *
+"""
+
+
+def test_proxy_subcommands_need_their_permission(redis_factory, sluice_factory):
+    """PROXY SENTINEL and PROXY CLUSTER need @admin or +proxy|NAME, as
+    PROXY INFO does; PROXY PING and HELP are for everybody; an unknown
+    subcommand is an error for every user."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port, start=False, users="users.ini")
+    (s.dir / "users.ini").write_bytes(PROXY_USERS)
+    s.start()
+    with s.raw() as c:
+        for sub in ("SENTINEL", "CLUSTER", "INFO", "RULES", "RELOAD", "TOP", "SLOWLOG"):
+            args = ("PROXY", sub) + (("CLIENTS",) if sub == "TOP" else ("LEN",) if sub == "SLOWLOG" else ())
+            got = c.call(*args)
+            assert isinstance(got, Err) and str(got) == (
+                f"NOPERM this user has no permissions to run the 'proxy|{sub.lower()}' command"), (sub, got)
+        assert c.call("PROXY", "PING") == "PONG"
+        assert isinstance(c.call("PROXY", "HELP"), list)
+        got = c.call("PROXY", "NOSUCH")
+        assert isinstance(got, Err) and "unknown subcommand" in str(got), got
+        assert c.call("AUTH", "watcher", "watchpw") == "OK"
+        for sub in ("SENTINEL", "CLUSTER"):
+            got = c.call("PROXY", sub)
+            assert not (isinstance(got, Err) and str(got).startswith("NOPERM")), (sub, got)
+        got = c.call("PROXY", "INFO")
+        assert isinstance(got, Err) and str(got).startswith("NOPERM"), got
+        got = c.call("PROXY", "NOSUCH")
+        assert isinstance(got, Err) and "unknown subcommand" in str(got), got
+        assert c.call("AUTH", "admin", "adminpw") == "OK"
+        for sub in ("SENTINEL", "CLUSTER", "INFO"):
+            got = c.call("PROXY", sub)
+            assert not (isinstance(got, Err) and str(got).startswith("NOPERM")), (sub, got)
+        got = c.call("PROXY", "NOSUCH")
+        assert isinstance(got, Err) and "unknown subcommand" in str(got), got
