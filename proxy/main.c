@@ -373,6 +373,7 @@ static int main_reload(struct errlist *errs, char *note, size_t size)
     log_current_level = (enum log_level)server.cfg.log_level;
     log_set_format((enum log_format)server.cfg.log_format);
     slowlog_configure(server.cfg.slowlog_log_slower_than, server.cfg.slowlog_max_len);
+    httpd_set_max_connections(server.cfg.metrics_max_connections);
     client_config_changed();
     main_want_replicas();
     if (server.cfg.maxclients > old_maxclients)
@@ -706,6 +707,7 @@ static int main_start_serving(struct handover_take *take)
     if (handover_connect(paths, path_count, take, err, sizeof(err)) != 0)
         log_warning("%s; starting without it", err);
     main_inherit(take);
+    httpd_set_max_connections(server.cfg.metrics_max_connections);
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
         sentinel_start(server.base, &server.cfg, err, sizeof(err)) != 0 ||

@@ -174,3 +174,85 @@ def test_proxy_subcommands_need_their_permission(redis_factory, sluice_factory):
             assert not (isinstance(got, Err) and str(got).startswith("NOPERM")), (sub, got)
         got = c.call("PROXY", "NOSUCH")
         assert isinstance(got, Err) and "unknown subcommand" in str(got), got
+
+
+# --------------------------------------------------------------------------
+# 11. HEAD answers carry no body; every answer carries Content-Length
+
+
+def read_http_answers(sock, count, timeout=5 * SLOW):
+    """COUNT answers read from SOCK, framed by their Content-Length only:
+    [(status line, headers lower-cased, body bytes)]; raises if one has no
+    Content-Length. What follows the last is left in sock (returned too)."""
+    sock.settimeout(timeout)
+    buf = b""
+    answers = []
+    while len(answers) < count:
+        while b"\r\n\r\n" not in buf:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed after {len(answers)} answers: {buf!r}"
+            buf += chunk
+        head, buf = buf.split(b"\r\n\r\n", 1)
+        lines = head.decode().split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+        assert "content-length" in headers, (lines, answers)
+        n = int(headers["content-length"])
+        body_len = 0 if answers_is_head(sock, len(answers)) else n
+        while len(buf) < body_len:
+            chunk = sock.recv(65536)
+            assert chunk
+            buf += chunk
+        answers.append((lines[0], headers, buf[:body_len]))
+        buf = buf[body_len:]
+    return answers, buf
+
+
+def answers_is_head(sock, i):
+    return i in getattr(sock, "_head_answers", ())
+
+
+class HeadSock:
+    """A socket that knows which of its answers are to HEAD requests."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port))
+        self._head_answers = set()
+
+    def __getattr__(self, name):
+        return getattr(self.s, name)
+
+
+def test_head_answers_have_no_body_and_keep_alive_stays_framed(redis_factory, sluice_factory):
+    """HEAD of each page, then GETs, pipelined on one kept-alive
+    connection: each HEAD answer has the GET's Content-Length and no body,
+    and the answer after it starts where it should."""
+    srv, s, mport = metrics_sluice(redis_factory, sluice_factory)
+    reqs = [("HEAD", "/readyz"), ("GET", "/healthz"), ("HEAD", "/metrics"), ("GET", "/readyz"),
+            ("HEAD", "/healthz"), ("HEAD", "/nope"), ("POST", "/metrics"), ("GET", "/healthz")]
+    c = HeadSock(mport)
+    try:
+        c._head_answers = {i for i, (m, _) in enumerate(reqs) if m == "HEAD"}
+        c.sendall(b"".join(f"{m} {p} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for m, p in reqs))
+        answers, rest = read_http_answers(c, len(reqs))
+        assert rest == b""
+        c.settimeout(0.3)
+        with pytest.raises(socket.timeout):
+            extra = c.recv(100)   # nothing more: no body was left over
+            assert extra == b"", extra
+    finally:
+        c.close()
+    statuses = [a[0].split(" ", 1)[1] for a in answers]
+    assert statuses == ["200 OK", "200 OK", "200 OK", "200 OK", "200 OK", "404 Not Found",
+                        "405 Method Not Allowed", "200 OK"], statuses
+    assert answers[0][1]["content-length"] == "6"        # "ready\n", not sent
+    assert answers[1][2] == b"ok\n" and answers[3][2] == b"ready\n" and answers[7][2] == b"ok\n"
+    assert int(answers[2][1]["content-length"]) > 1000
+    # HTTP/1.0 without keep-alive: Content-Length too, then closed.
+    c = socket.create_connection(("127.0.0.1", mport))
+    try:
+        c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        [(line, headers, body)], _ = read_http_answers(c, 1)
+        assert line.endswith("200 OK") and len(body) == int(headers["content-length"])
+        assert c.recv(100) == b""
+    finally:
+        c.close()
