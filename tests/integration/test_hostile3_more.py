@@ -256,3 +256,69 @@ def test_head_answers_have_no_body_and_keep_alive_stays_framed(redis_factory, sl
         assert c.recv(100) == b""
     finally:
         c.close()
+
+
+# --------------------------------------------------------------------------
+# 12. /metrics cannot be turned against the proxy
+
+
+def _rss_kb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def test_scrapers_that_never_read_are_bounded(redis_factory, sluice_factory):
+    """300 connections each send GET /metrics (many series: a large body)
+    and never read: beyond metrics_max_connections (default 16) they are
+    answered 503 or closed, sluice's memory grows by little, and another
+    client's PINGs are answered all along."""
+    srv, s, mport = metrics_sluice(redis_factory, sluice_factory)
+    with s.raw() as c:   # a larger body: a series per command name
+        for i in range(150):
+            c.call("SET", f"k{i}", "v")
+        for cmd in ("GET", "INCR", "DEL", "EXISTS", "TYPE", "TTL", "STRLEN", "APPEND", "LPUSH",
+                    "RPUSH", "SADD", "HSET", "ZADD", "PING", "ECHO", "DBSIZE", "TIME"):
+            c.call(cmd, *(("x",) if cmd not in ("PING", "DBSIZE", "TIME") else ()),
+                   *(("1",) if cmd in ("APPEND", "LPUSH", "RPUSH", "SADD") else ()),
+                   *(("f", "1") if cmd == "HSET" else ("1", "m") if cmd == "ZADD" else ()))
+    rss_before = _rss_kb(s.proc.pid)
+    scrapers = []
+    try:
+        for _ in range(300):
+            sk = socket.socket()
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sk.connect(("127.0.0.1", mport))
+            sk.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 20)
+            scrapers.append(sk)
+        with s.raw() as c:
+            for _ in range(50):
+                assert c.call("PING") == "PONG"
+        # Those over the cap were told 503 and closed.
+        refused = 0
+        for sk in scrapers:
+            sk.settimeout(0.05)
+            try:
+                data = sk.recv(200, socket.MSG_PEEK)
+            except (socket.timeout, BlockingIOError):
+                continue
+            except ConnectionResetError:
+                refused += 1
+                continue
+            if data == b"" or data.startswith(b"HTTP/1.1 503"):
+                refused += 1
+        assert refused >= 300 - 16 - 4, refused
+        rss_after = _rss_kb(s.proc.pid)
+        assert rss_after - rss_before < 40 * 1024, (rss_before, rss_after)
+        with s.raw() as c:
+            assert c.call("PING") == "PONG"
+    finally:
+        for sk in scrapers:
+            sk.close()
+    # The listener serves again once they are gone.
+    wait_until(lambda: hget(mport, "/healthz")[0] == 200, 10 * SLOW)
+    log = s.log_path.read_text(errors="replace")
+    assert "over metrics_max_connections (16)" in log
+    assert log.count("over metrics_max_connections") <= 10   # at most once a second
