@@ -144,6 +144,16 @@ static void main_warn_lock_grace(const struct config *cfg, struct errlist *warns
                     cfg->lock_failover_grace_ms, cfg->lock_max_ttl_ms);
 }
 
+/* sluice -t: a hand-over socket path another user could take is an
+ * error (handover_check, as at start: sluice refuses to start). */
+static void main_check_handover(const struct config *cfg, struct errlist *errs)
+{
+    char err[512];
+
+    if (handover_check(cfg, 0, err, sizeof(err)) != 0)
+        errlist_add(errs, cfg->path, config_key_line(cfg, "handover_socket"), "%s", err);
+}
+
 /* sluice -t: what is valid but cannot work as written (rules_warn,
  * main_warn_unresolved, main_warn_lock_grace), into WARNS. RULES, USERS: the files as loaded
  * (NULL: none, or they have errors). */
@@ -184,6 +194,8 @@ static int main_load_config(const char *path, int check_only)
         users = users_load(server.cfg.users, &errs);
     if (check_only && server.cfg.path != NULL)
         main_warn(&server.cfg, rules, users, &warns);
+    if (check_only && errs.count == 0)
+        main_check_handover(&server.cfg, &errs);
     rc = errs.count == 0 ? 0 : -1;
     if (errs.text != NULL)
         fputs(errs.text, stderr);
@@ -704,6 +716,12 @@ static int main_start_serving(struct handover_take *take)
     int path_count = handover_paths(&server.cfg, paths, HANDOVER_MAX_FDS);
     char err[1024];
 
+    if (handover_check(&server.cfg, 1, err, sizeof(err)) != 0) {
+        log_error("%s", err);
+        memset(take, 0, sizeof(*take));
+        take->ctrl_fd = -1;
+        return -1;
+    }
     if (handover_connect(paths, path_count, take, err, sizeof(err)) != 0)
         log_warning("%s; starting without it", err);
     main_inherit(take);

@@ -322,3 +322,83 @@ def test_scrapers_that_never_read_are_bounded(redis_factory, sluice_factory):
     log = s.log_path.read_text(errors="replace")
     assert "over metrics_max_connections (16)" in log
     assert log.count("over metrics_max_connections") <= 10   # at most once a second
+
+
+# --------------------------------------------------------------------------
+# 10. the hand-over socket never lives where another user can take it
+
+
+NOBODY = 65534
+
+
+def _run_sluice(s, *args):
+    from conftest import SLUICE_BIN
+    return subprocess.run([str(SLUICE_BIN), *args, "-c", str(s.config_path)],
+                          capture_output=True, timeout=30 * SLOW)
+
+
+def test_default_handover_socket_is_in_a_private_directory(redis_factory, sluice_factory):
+    """Without handover_socket or a runtime directory in the environment,
+    the socket is in /tmp/sluice-<uid>, a directory of this user's with
+    mode 0700, not right in /tmp."""
+    srv = redis_factory()
+    s = sluice_factory(srv.port)
+    if os.environ.get("RUNTIME_DIRECTORY") or os.environ.get("XDG_RUNTIME_DIR"):
+        pytest.skip("a runtime directory is set")
+    d = f"/tmp/sluice-{os.geteuid()}"
+    path = f"{d}/sluice-127.0.0.1:{s.port}.sock"
+    wait_until(lambda: os.path.exists(path), 5 * SLOW, msg=path)
+    st = os.stat(d)
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700, oct(st.st_mode)
+    assert not os.path.exists(f"/tmp/sluice-127.0.0.1:{s.port}.sock")
+
+
+@pytest.mark.parametrize("case", ["dir_of_another_user", "dir_writable_not_sticky",
+                                  "path_of_another_user"])
+def test_handover_socket_another_user_could_take_is_refused(redis_factory, sluice_factory,
+                                                            tmp_path, case):
+    """A handover_socket whose directory belongs to another user, whose
+    directory others may write without the sticky bit, or which another
+    user's file holds already: sluice -t says so (FILE:LINE) and sluice
+    refuses to start, with a clear message."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user")
+    d = tmp_path / "hdir"
+    d.mkdir()
+    sock = d / "h.sock"
+    if case == "dir_of_another_user":
+        os.chown(d, NOBODY, NOBODY)
+        want = b"belongs to another user"
+    elif case == "dir_writable_not_sticky":
+        os.chmod(d, 0o777)
+        want = b"writable by other users and not sticky"
+    else:
+        os.chmod(d, 0o1777)
+        sock.write_text("")
+        os.chown(sock, NOBODY, NOBODY)
+        want = b"belongs to another user"
+    srv = redis_factory()
+    s = sluice_factory(srv.port, start=False, handover_socket=str(sock))
+    check = _run_sluice(s, "-t")
+    assert check.returncode != 0, check.stdout + check.stderr
+    line = [n for n, l in enumerate(s.config_path.read_text().splitlines(), 1)
+            if l.startswith("handover_socket")][0]
+    assert f"{s.config_path}:{line}: ".encode() in check.stderr and want in check.stderr, \
+        check.stderr
+    run = _run_sluice(s)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert want in run.stdout + run.stderr + s.log_path.read_bytes() if s.log_path.exists() \
+        else want in run.stdout + run.stderr
+
+
+def test_handover_socket_in_a_sticky_directory_of_ours_is_fine(redis_factory, sluice_factory,
+                                                               tmp_path):
+    """A sticky, world-writable directory (as /tmp) with no file of another
+    user at the path is fine: sluice starts and serves the socket there."""
+    d = tmp_path / "sticky"
+    d.mkdir()
+    os.chmod(d, 0o1777)
+    srv = redis_factory()
+    s = sluice_factory(srv.port, handover_socket=str(d / "h.sock"))
+    wait_until(lambda: (d / "h.sock").exists(), 5 * SLOW)
+    assert _run_sluice(s, "-t").returncode == 0
