@@ -156,6 +156,8 @@ int auth_prepare(const struct config *cfg, struct user_set **out, struct errlist
     return *out != NULL ? 0 : -1;
 }
 
+uint32_t auth_users_generation = 1;
+
 void auth_commit(const struct config *cfg, struct user_set *set)
 {
     struct user_set *old = auth_users;
@@ -169,6 +171,8 @@ void auth_commit(const struct config *cfg, struct user_set *set)
     auth_failures_free(auth_failed, users_count(old));
     auth_failed = failed;
     auth_users = set;
+    if (++auth_users_generation == 0)
+        auth_users_generation = 1;
     redisusers_sync(set);   /* before any client's next script */
     auth_client->users_changed();   /* every client lets go of OLD's users */
     users_free(old);

@@ -402,3 +402,56 @@ def test_handover_socket_in_a_sticky_directory_of_ours_is_fine(redis_factory, sl
     s = sluice_factory(srv.port, handover_socket=str(d / "h.sock"))
     wait_until(lambda: (d / "h.sock").exists(), 5 * SLOW)
     assert _run_sluice(s, "-t").returncode == 0
+
+
+# --------------------------------------------------------------------------
+# 7. a reload that removes a permission applies to requests already read
+
+
+RELOAD_USERS = """\
+[user default]
+nopass = yes
+commands = +@all
+keys = *
+channels = *
+
+[user app]
+password = apppw
+commands = +@all -@dangerous
+keys = app:*
+channels = {channels}
+"""
+
+
+@pytest.mark.parametrize("how", ["sighup", "proxy_reload"])
+def test_reload_applies_to_requests_already_read(redis_factory, sluice_factory, how):
+    """SUBSCRIBE payroll.updates pipelined behind BLPOP app:q 0; a reload
+    removes payroll.* from app meanwhile: when its turn comes, SUBSCRIBE
+    gets -NOPERM, and so does a GET of a key no longer granted waiting
+    with it."""
+    import signal
+    srv = redis_factory()
+    s = sluice_factory(srv.port, start=False, users="users.ini")
+    users = s.dir / "users.ini"
+    users.write_text(RELOAD_USERS.format(channels="payroll.* news.*").replace(
+        "keys = app:*", "keys = app:* payroll:*"))
+    s.start()
+    with s.raw() as c, s.raw() as admin:
+        assert c.call("AUTH", "app", "apppw") == "OK"
+        c.send(encode_command("BLPOP", "app:q", "0") + encode_command("GET", "payroll:k") +
+               encode_command("SUBSCRIBE", "payroll.updates"))
+        time.sleep(0.3 * SLOW)
+        users.write_text(RELOAD_USERS.format(channels="news.*"))
+        if how == "sighup":
+            s.proc.send_signal(signal.SIGHUP)
+            wait_until(lambda: "config reloaded" in s.log_path.read_text(errors="replace"),
+                       5 * SLOW)
+        else:
+            assert admin.call("PROXY", "RELOAD") == "OK"
+        assert admin.call("LPUSH", "app:q", "x") == 1
+        assert c.read_reply() == [b"app:q", b"x"]
+        got = c.read_reply()
+        assert isinstance(got, Err) and str(got).startswith("NOPERM") and "key" in str(got), got
+        got = c.read_reply()
+        assert isinstance(got, Err) and str(got).startswith("NOPERM") and "channel" in str(got), got
+        assert c.call("PING") == "PONG"
