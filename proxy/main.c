@@ -691,6 +691,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     (void)arg;
     client_cron(now);
+    backend_forget_departed(now);
     throttle_cron();
     top_cron(now);
     if (!server.shutting_down)

@@ -213,6 +213,22 @@ void metrics_family_clear(enum metrics_id id)
     metrics_sets[id].count = 0;
 }
 
+void metrics_forget(enum metrics_id id, const char *value)
+{
+    int kept = 0;
+
+    if (metrics_label_count(id) == 0)
+        return;
+    for (int i = 0; i < metrics_sets[id].count; i++) {
+        struct metrics_series *s = metrics_sets[id].series[i];
+        if (strcmp(s->values[0], value) == 0)
+            metrics_series_free(s);
+        else
+            metrics_sets[id].series[kept++] = s;   /* in the order first seen */
+    }
+    metrics_sets[id].count = kept;
+}
+
 void metrics_gauge_fn(enum metrics_id id, double (*fn)(void))
 {
     metrics_gauge_fns[id] = fn;

@@ -455,3 +455,68 @@ def test_reload_applies_to_requests_already_read(redis_factory, sluice_factory, 
         got = c.read_reply()
         assert isinstance(got, Err) and str(got).startswith("NOPERM") and "channel" in str(got), got
         assert c.call("PING") == "PONG"
+
+
+# --------------------------------------------------------------------------
+# 8. departed nodes are forgotten with their series; a down node is not
+
+
+def _series_of(body, addr):
+    return [l for l in body.splitlines() if not l.startswith("#") and f'"{addr}"' in l]
+
+
+def test_node_removed_from_cluster_is_forgotten(tmp_path):
+    """A replica removed from the cluster (CLUSTER FORGET on every other
+    node, then stopped) leaves the topology: within a bounded time its
+    metric series are gone from /metrics, and the other nodes' stay."""
+    from cluster_helpers import ClusterRedis
+    from conftest import Sluice
+    cl = ClusterRedis(tmp_path / "cluster", primaries=3, replicas=1).start()
+    mport = free_port()
+    s = Sluice(tmp_path / "s", None, cluster_seeds=cl.seeds,
+               extra={"metrics_listen": f"127.0.0.1:{mport}", "cluster_refresh_interval": 500})
+    try:
+        s.start()
+        primaries = cl.primaries()
+        replica = next(p for p in cl.ports if p not in primaries)
+        addr = f"127.0.0.1:{replica}"
+        wait_until(lambda: _series_of(hget(mport, "/metrics")[2].decode(), addr), 15 * SLOW,
+                   msg="the replica's series")
+        with s.raw() as c:
+            for i in range(20):
+                c.call("SET", f"k{i}", "v")
+        gone_id = cl.node_id(replica)
+        cl.node_by_port(replica).stop()
+        for p in cl.ports:
+            if p != replica:
+                with cl.node_by_port(p).client() as n:
+                    n.execute_command("CLUSTER", "FORGET", gone_id)
+        wait_until(lambda: not _series_of(hget(mport, "/metrics")[2].decode(), addr), 40 * SLOW,
+                   msg="the removed replica's series to be forgotten")
+        body = hget(mport, "/metrics")[2].decode()
+        for p in primaries:
+            assert _series_of(body, f"127.0.0.1:{p}"), p
+        check = subprocess.run(["promtool", "check", "metrics"], input=body.encode(),
+                               capture_output=True, timeout=30)
+        assert check.returncode == 0, check.stderr
+        with s.raw() as c:
+            assert c.call("GET", "k1") == b"v"
+    finally:
+        s.stop()
+        cl.stop()
+
+
+def test_down_backend_keeps_its_series_at_zero(redis_factory, sluice_factory):
+    """The backend, still in the topology but down, keeps
+    sluice_backend_up 0 longer than departed nodes are kept: an alert on
+    it does not clear itself."""
+    import re
+    srv, s, mport = metrics_sluice(redis_factory, sluice_factory)
+    addr = f"127.0.0.1:{srv.port}"
+    wait_until(lambda: hget(mport, "/readyz")[0] == 200, 10 * SLOW)
+    srv.stop()
+    time.sleep(12 * SLOW)
+    body = hget(mport, "/metrics")[2].decode()
+    assert re.search(r'^sluice_backend_up\{backend="%s",role="[a-z]+"\} 0$' % re.escape(addr),
+                     body, re.M), _series_of(body, addr)
+    assert any(l.startswith("sluice_backend_requests_total") for l in _series_of(body, addr))
