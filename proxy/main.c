@@ -742,6 +742,7 @@ static int main_start_serving(struct handover_take *take)
         return -1;
     }
     replicas_init(server.base, &server.cfg);
+    backend_forget_set_in_use(replicas_is_replica);
     main_want_replicas();
     cluster_init(server.base, &server.cfg);
     sentinel_run();

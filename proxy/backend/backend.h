@@ -71,6 +71,9 @@ int backend_node_retired(const struct backend_node *node);
 /* Forget the metric series of nodes out of the topology for
  * BACKEND_FORGET_MS (checked once a second; called from the tick). */
 void backend_forget_departed(uint64_t now_ms);
+/* IN_USE says whether a node out of the topology is still used by a
+ * module that keeps its series (replicas.c): it is not forgotten then. */
+void backend_forget_set_in_use(int (*in_use)(const struct backend_node *node));
 
 /* The node after NODE (the first for NULL) in the order nodes were added;
  * NULL after the last. */

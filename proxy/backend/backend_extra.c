@@ -26,7 +26,6 @@
 #include "log.h"
 #include "metrics.h"
 #include "netio.h"
-#include "replicas.h"
 #include "reply.h"
 #include "request.h"
 #include "resolve.h"
@@ -432,6 +431,15 @@ static void backend_node_forget(struct backend_node *node)
              node->name, BACKEND_FORGET_MS / 1000);
 }
 
+/* Whether a node out of the topology is still in use elsewhere (a
+ * replica reads may use: replicas.c keeps its series); set by main.c. */
+static int (*backend_forget_in_use)(const struct backend_node *node);
+
+void backend_forget_set_in_use(int (*in_use)(const struct backend_node *node))
+{
+    backend_forget_in_use = in_use;
+}
+
 void backend_forget_departed(uint64_t now_ms)
 {
     static uint64_t last_ms;
@@ -444,7 +452,8 @@ void backend_forget_departed(uint64_t now_ms)
         /* Still serving a client's own connection, or a replica reads may
          * use (its series is held by replicas.c): not gone yet. */
         if (!node->retired || node->forgotten || now_ms - node->retired_ms < BACKEND_FORGET_MS ||
-            node->private_count > 0 || replicas_is_replica(node))
+            node->private_count > 0 ||
+            (backend_forget_in_use != NULL && backend_forget_in_use(node)))
             continue;
         backend_node_forget(node);
     }
