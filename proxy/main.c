@@ -461,12 +461,14 @@ static void main_metrics_refresh(void)
 
 /* /readyz: the config is loaded (it is, once sluice runs), sluice is not
  * shutting down, and the backend (standalone) or the primary of every
- * slot (cluster) is connected and logged in. */
+ * slot (cluster) is connected and logged in. After a hand-over the new
+ * sluice serves the same sockets: a probe this one accepted just before
+ * is answered as the service stands, not "shutting down". */
 static int main_readyz(char *why, size_t len)
 {
     const struct backend_node *last = NULL;
 
-    if (server.shutting_down) {
+    if (server.shutting_down && !main_handed_over) {
         snprintf(why, len, "shutting down");
         return 0;
     }

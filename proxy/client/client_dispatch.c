@@ -578,7 +578,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     req->cmd = commands_resolve(req->argc, argv);
     c->last_cmd = req->cmd;
     req->framed_us = server_pass_now_us();
-    req->auth_gen = c->auth_checks ? auth_users_generation : 0;   /* the gate below */
+    req->auth_gen = auth_users_generation;   /* the gate below judges it under these users */
     if (slowlog_enabled())
         slowlog_capture(req, argv, src != NULL ? src : req->raw);
     top_count(c, req, argv);

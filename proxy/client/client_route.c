@@ -494,10 +494,10 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
      * client_on_passthrough). */
     if ((req->flags & REQ_RESET) && unpaired && !client_is_monitor(c))
         c->resets_unanswered++;   /* its +RESET ends the streaming (client_on_passthrough) */
-    /* A blocking command (BLPOP...) of a client with users: what follows
+    /* A blocking command (BLPOP...) when users are sluice's: what follows
      * is framed, and judged by the gate, once it has returned, as Redis
      * runs it then (a reload meanwhile may have taken a grant away). */
-    if (!unpaired && c->auth_checks && req->cmd != NULL && (req->cmd->flags & CMD_BLOCKING) &&
+    if (!unpaired && auth_local() && req->cmd != NULL && (req->cmd->flags & CMD_BLOCKING) &&
         req->on_reply == NULL && !(c->flags & CLIENT_IN_MULTI))
         req->flags |= REQ_HOLDS_INPUT;
     if (((req->flags & REQ_RESET) && !client_is_monitor(c)) ||
