@@ -268,11 +268,31 @@ static void client_local_in_multi(struct client *c, struct request *req, const s
  * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
  * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
  * the client is blocked or paused, or closing). */
+/* Whether REQ (ARGV) may block in Redis: a command Redis flags blocking,
+ * XREAD and XREADGROUP only with BLOCK. */
+static int client_may_block(const struct request *req, const struct sv *argv)
+{
+    if (req->cmd == NULL || !(req->cmd->flags & CMD_BLOCKING))
+        return 0;
+    if (strcmp(req->cmd->name, "xread") != 0 && strcmp(req->cmd->name, "xreadgroup") != 0)
+        return 1;
+    for (int i = 1; i < req->argc && !sv_ieq(argv[i], "streams"); i++) {
+        if (sv_ieq(argv[i], "block"))
+            return 1;
+    }
+    return 0;
+}
+
 int client_dispatch(struct client *c, struct request *req, const struct sv *argv,
                            struct evbuffer *src)
 {
     struct backend_conn *conn;
     int was_in_multi;
+
+    /* When users are sluice's, what follows a command that may block is
+     * framed once it returns (client_send): see REQ_HOLDS_INPUT. */
+    if (auth_local() && client_may_block(req, argv))
+        req->flags |= REQ_HOLDS_INPUT;
 
     if (req->place == PLACE_LEARN) {
         struct placement place = client_place(req, argv);   /* released after learning */

@@ -494,12 +494,12 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
      * client_on_passthrough). */
     if ((req->flags & REQ_RESET) && unpaired && !client_is_monitor(c))
         c->resets_unanswered++;   /* its +RESET ends the streaming (client_on_passthrough) */
-    /* A blocking command (BLPOP...) when users are sluice's: what follows
-     * is framed, and judged by the gate, once it has returned, as Redis
-     * runs it then (a reload meanwhile may have taken a grant away). */
-    if (!unpaired && auth_local() && req->cmd != NULL && (req->cmd->flags & CMD_BLOCKING) &&
-        req->on_reply == NULL && !(c->flags & CLIENT_IN_MULTI))
-        req->flags |= REQ_HOLDS_INPUT;
+    /* A command that may block (BLPOP..., client_dispatch) when users are
+     * sluice's: what follows is framed, and judged by the gate, once it has
+     * returned, as Redis runs it then (a reload meanwhile may have taken a
+     * grant away). */
+    if (unpaired || req->on_reply != NULL || (c->flags & CLIENT_IN_MULTI))
+        req->flags &= ~(unsigned)REQ_HOLDS_INPUT;   /* nothing of its own to wait for */
     if (((req->flags & REQ_RESET) && !client_is_monitor(c)) ||
         ((req->flags & (REQ_LOGIN_WAIT | REQ_HOLDS_INPUT)) && !unpaired))
         client_block(c);
