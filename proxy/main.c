@@ -176,6 +176,16 @@ static void main_warn_secrets(const struct config *cfg, struct errlist *warns)
     }
 }
 
+/* sluice -t: a hand-over socket path another user could take is an
+ * error (handover_check, as at start: sluice refuses to start). */
+static void main_check_handover(const struct config *cfg, struct errlist *errs)
+{
+    char err[512];
+
+    if (handover_check(cfg, 0, err, sizeof(err)) != 0)
+        errlist_add(errs, cfg->path, config_key_line(cfg, "handover_socket"), "%s", err);
+}
+
 /* sluice -t: what is valid but cannot work as written (rules_warn,
  * main_warn_unresolved, main_warn_lock_grace), into WARNS; what the
  * Sentinels say cannot work, into ERRS. RULES, USERS: the files as loaded
@@ -221,6 +231,8 @@ static int main_load_config(const char *path, int check_only)
         users = users_load(server.cfg.users, &errs);
     if (check_only && server.cfg.path != NULL)
         main_warn(&server.cfg, rules, users, &errs, &warns);
+    if (check_only && errs.count == 0)
+        main_check_handover(&server.cfg, &errs);
     rc = errs.count == 0 ? 0 : -1;
     if (errs.text != NULL) {
         fputs(errs.text, stderr);
@@ -417,6 +429,7 @@ static int main_reload(struct errlist *errs, char *note, size_t size)
     log_current_level = (enum log_level)server.cfg.log_level;
     log_set_format((enum log_format)server.cfg.log_format);
     slowlog_configure(server.cfg.slowlog_log_slower_than, server.cfg.slowlog_max_len);
+    httpd_set_max_connections(server.cfg.metrics_max_connections);
     client_config_changed();
     main_want_replicas();
     if (server.cfg.maxclients > old_maxclients)
@@ -540,7 +553,9 @@ static int main_readyz(char *why, size_t len)
     uint64_t now = server_now_ms(), window;
     char down[400];
 
-    if (server.shutting_down) {
+    /* After a hand-over the new sluice serves the same sockets: a probe
+     * this one accepted just before is answered as the service stands. */
+    if (server.shutting_down && !main_handed_over) {
         snprintf(why, len, "shutting down");
         return 0;
     }
@@ -827,6 +842,7 @@ static void main_tick_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     (void)arg;
     client_cron(now);
+    backend_forget_departed(now);
     throttle_cron();
     top_cron(now);
     control_cron(now);
@@ -861,9 +877,16 @@ static int main_start_serving(struct handover_take *take)
     int path_count = handover_paths(&server.cfg, paths, HANDOVER_MAX_FDS);
     char err[1024];
 
+    if (handover_check(&server.cfg, 1, err, sizeof(err)) != 0) {
+        log_error("%s", err);
+        memset(take, 0, sizeof(*take));
+        take->ctrl_fd = -1;
+        return -1;
+    }
     if (handover_connect(paths, path_count, take, err, sizeof(err)) != 0)
         log_warning("%s; starting without it", err);
     main_inherit(take);
+    httpd_set_max_connections(server.cfg.metrics_max_connections);
     if (tls_init(&server.cfg, err, sizeof(err)) != 0 ||
         resolve_init(server.base, err, sizeof(err)) != 0 ||
         sentinel_start(server.base, &server.cfg, err, sizeof(err)) != 0 ||
@@ -879,6 +902,7 @@ static int main_start_serving(struct handover_take *take)
         return -1;
     }
     replicas_init(server.base, &server.cfg);
+    backend_forget_set_in_use(replicas_is_replica);
     main_want_replicas();
     cluster_init(server.base, &server.cfg);
     sentinel_run();

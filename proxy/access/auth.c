@@ -164,6 +164,8 @@ static int auth_user_kept(void *ctx, const char *const *values)
            users_find(ctx, values[0], strlen(values[0])) != NULL;
 }
 
+uint32_t auth_users_generation = 1;
+
 void auth_commit(const struct config *cfg, struct user_set *set)
 {
     struct user_set *old = auth_users;
@@ -177,6 +179,8 @@ void auth_commit(const struct config *cfg, struct user_set *set)
     auth_failures_free(auth_failed, users_count(old));
     auth_failed = failed;
     auth_users = set;
+    if (++auth_users_generation == 0)
+        auth_users_generation = 1;
     redisusers_sync(set);   /* before any client's next script */
     auth_client->users_changed();   /* every client lets go of OLD's users */
     /* A removed user's series goes: /metrics stays bounded by the users

@@ -5,6 +5,7 @@
 #define SLUICE_AUTH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "sv.h"
 
@@ -100,6 +101,12 @@ int auth_required(const struct client *c);
  * text ('-' included) in ERR. */
 int auth_admit(struct client *c, const struct command *cmd, int argc, const struct sv *argv,
                char *err, size_t errlen);
+
+/* Bumped (never 0) each time a reloaded users file replaces the users: a
+ * request the gate passed under another generation, and not yet sent, is
+ * judged again before it is (permissions apply as a command runs, as in
+ * Redis). Read inline on every request. */
+extern uint32_t auth_users_generation;
 
 /* The users file was reloaded: point C at its user's new entry; a
  * transaction C has open fails at EXEC when the user lost a grant. Returns

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "glob.h"
 #include "inifile.h"
+#include "proxysub.h"
 #include "value.h"
 
 #define USERS_DIGEST_LEN 32             /* SHA-256 */
@@ -35,8 +36,9 @@ enum users_flag { USERS_ALLCOMMANDS = 1, USERS_ALLKEYS = 2, USERS_ALLCHANNELS = 
 
 /* Verbs sluice answers itself, which the command table does not hold. Each
  * has a grant bit (0: always allowed) and the categories that grant it.
- * PROXY subcommands are @admin and @dangerous, as Redis's CONFIG is, so
- * "+@all -@dangerous" does not reach PROXY RELOAD. */
+ * PROXY subcommands come from proxysub.h's one list: an admin one is
+ * @admin and @dangerous, as Redis's CONFIG is, so "+@all -@dangerous"
+ * does not reach PROXY RELOAD. */
 static const struct users_verb {
     const char *name;
     unsigned bit;
@@ -45,23 +47,20 @@ static const struct users_verb {
     {"lock", 1u << 0, USERS_CAT_LOCK},
     {"unlock", 1u << 1, USERS_CAT_LOCK},
     {"renew", 1u << 2, USERS_CAT_LOCK},
-    {"proxy|info", 1u << 3, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|rules", 1u << 4, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|reload", 1u << 5, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|slowlog", 1u << 6, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|top", 1u << 7, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|pause", 1u << 8, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|resume", 1u << 9, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|drain", 1u << 10, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|undrain", 1u << 11, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|ready", 1u << 12, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|config", 1u << 13, ACL_ADMIN | ACL_DANGEROUS},
-    {"proxy|ping", 0, 0},
-    {"proxy|help", 0, 0},
+#define X(sub, perm)                                                                 \
+    {"proxy|" #sub, (perm) == PROXYSUB_ADMIN ? 1u << (3 + PROXYSUB_##sub) : 0,      \
+     (perm) == PROXYSUB_ADMIN ? ACL_ADMIN | ACL_DANGEROUS : 0},
+    PROXYSUB_LIST(X)
+#undef X
 };
 #define USERS_VERB_COUNT (int)(sizeof(users_verbs) / sizeof(users_verbs[0]))
-#define USERS_VERBS_ALL 0x3fffu
-#define USERS_VERBS_PROXY 0x3ff8u       /* what "+proxy" grants */
+#define USERS_VERBS_LOCK 0x7u
+/* Every grant bit: the lock verbs', the admin PROXY subcommands'. */
+#define X(sub, perm) | ((perm) == PROXYSUB_ADMIN ? 1u << (3 + PROXYSUB_##sub) : 0)
+static const unsigned users_verbs_all = USERS_VERBS_LOCK PROXYSUB_LIST(X);
+#undef X
+#define USERS_VERBS_ALL users_verbs_all
+#define USERS_VERBS_PROXY (users_verbs_all & ~USERS_VERBS_LOCK)   /* what "+proxy" grants */
 
 /* A list of globs; each item owns its bytes. */
 struct users_globs {

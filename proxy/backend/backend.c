@@ -128,9 +128,10 @@ struct backend_conn *backend_conn_new(struct backend_node *node, struct client *
 /* A new node for HOSTPORT with its pool connecting (a host name's after
  * its lookup), at the end of the node list. NULL with ERR set when
  * HOSTPORT is not "host:port" (or OOM). */
-/* NODE's metric series (kept by the registry for the life of the process:
- * a node that leaves and comes back counts on). */
-static void backend_node_metrics(struct backend_node *node)
+/* NODE's metric series (made again when a node that was forgotten,
+ * backend_forget_departed, comes back: its counters start again at 0, a
+ * reset Prometheus's rate() takes in its stride). */
+void backend_node_metrics(struct backend_node *node)
 {
     static const char *const kinds[BACKEND_ERROR_KINDS] = {
         [BACKEND_ERROR_CONNECT] = "connect", [BACKEND_ERROR_CLOSED] = "closed",

@@ -62,6 +62,19 @@ void backend_node_set_readonly(struct backend_node *node);
 void backend_node_quiet(struct backend_node *node);
 int backend_node_retired(const struct backend_node *node);
 
+/* How long a node stays out of the topology (retired: out of the slot
+ * map, a replica no longer named, a primary no more) before its metric
+ * series are forgotten: /metrics is then as long as the topology it
+ * describes. A node in the topology but down keeps its series (0). */
+#define BACKEND_FORGET_MS 10000
+
+/* Forget the metric series of nodes out of the topology for
+ * BACKEND_FORGET_MS (checked once a second; called from the tick). */
+void backend_forget_departed(uint64_t now_ms);
+/* IN_USE says whether a node out of the topology is still used by a
+ * module that keeps its series (replicas.c): it is not forgotten then. */
+void backend_forget_set_in_use(int (*in_use)(const struct backend_node *node));
+
 /* The node after NODE (the first for NULL) in the order nodes were added;
  * NULL after the last. */
 struct backend_node *backend_node_next(const struct backend_node *node);

@@ -24,6 +24,7 @@
 #include "client.h"
 #include "config.h"
 #include "log.h"
+#include "metrics.h"
 #include "netio.h"
 #include "placement.h"
 #include "reply.h"
@@ -372,6 +373,11 @@ void backend_node_retire(struct backend_node *node, int retired)
     if (node->retired == retired)
         return;
     node->retired = retired;
+    node->retired_ms = retired ? server_now_ms() : 0;
+    if (!retired && node->forgotten) {
+        node->forgotten = 0;
+        backend_node_metrics(node);   /* back in the topology: counted again */
+    }
     if (!retired) {
         log_notice(backend_cluster_mode ? "cluster node %s is back in the slot map"
                                         : "backend node %s is in use again", node->name);
@@ -410,6 +416,54 @@ void backend_node_retire(struct backend_node *node, int retired)
 int backend_node_retired(const struct backend_node *node)
 {
     return node->retired;
+}
+
+/* The metric families whose first label is a node's name. */
+static const enum metrics_id backend_node_families[] = {
+    METRIC_backend_requests_total, METRIC_backend_request_duration_seconds,
+    METRIC_backend_errors_total, METRIC_replica_reads_total,
+};
+
+/* Free NODE's metric series; what it still counts goes to metric_void. */
+static void backend_node_forget(struct backend_node *node)
+{
+    for (size_t i = 0; i < sizeof(backend_node_families) / sizeof(backend_node_families[0]); i++)
+        metrics_forget(backend_node_families[i], node->name);
+    node->metric_requests = &node->metric_void.requests;
+    node->metric_duration = &node->metric_void.duration;
+    for (int k = 0; k < BACKEND_ERROR_KINDS; k++)
+        node->metric_errors[k] = &node->metric_void.errors[k];
+    node->forgotten = 1;
+    log_info("backend node %s: out of the topology for %d s, its metric series are dropped",
+             node->name, BACKEND_FORGET_MS / 1000);
+}
+
+/* Whether a node out of the topology is still in use elsewhere (a
+ * replica reads may use: replicas.c keeps its series); set by main.c. */
+static int (*backend_forget_in_use)(const struct backend_node *node);
+
+void backend_forget_set_in_use(int (*in_use)(const struct backend_node *node))
+{
+    backend_forget_in_use = in_use;
+}
+
+void backend_forget_departed(uint64_t now_ms)
+{
+    static uint64_t last_ms;
+    struct backend_node *node;
+
+    if (now_ms - last_ms < 1000)
+        return;   /* a sweep a second is plenty */
+    last_ms = now_ms;
+    TAILQ_FOREACH(node, &backend_nodes, link) {
+        /* Still serving a client's own connection, or a replica reads may
+         * use (its series is held by replicas.c): not gone yet. */
+        if (!node->retired || node->forgotten || now_ms - node->retired_ms < BACKEND_FORGET_MS ||
+            node->private_count > 0 ||
+            (backend_forget_in_use != NULL && backend_forget_in_use(node)))
+            continue;
+        backend_node_forget(node);
+    }
 }
 
 

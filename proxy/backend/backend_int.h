@@ -132,10 +132,18 @@ struct backend_node {
     int wants_auth;                  /* a pool connection's CLIENT ID met -NOAUTH */
     int auth_refusal_logged;         /* its refusal of sluice's login is logged (once, until
                                         a login succeeds again) */
-    /* Its metric series (metrics.h), made with the node. */
+    /* Its metric series (metrics.h), made with the node, forgotten once it
+     * has been out of the topology for BACKEND_FORGET_MS (then they point
+     * at metric_void), made again if it comes back. */
     uint64_t *metric_requests;
     struct metrics_hist *metric_duration;
     uint64_t *metric_errors[BACKEND_ERROR_KINDS];
+    uint64_t retired_ms;             /* when it left the topology (retired set) */
+    int forgotten;                   /* its series are freed (backend_forget_departed) */
+    struct {
+        uint64_t requests, errors[BACKEND_ERROR_KINDS];
+        struct metrics_hist duration;
+    } metric_void;                   /* where a forgotten node's counting goes */
     struct backend_login_pool *login_pools;
     long long proto_max_bulk_len;    /* Redis's, learned at connect (backend_limits.c); 0:
                                         not known */
@@ -166,6 +174,7 @@ void backend_conn_down(struct backend_conn *conn, const char *why);
 void backend_conn_release(struct backend_conn *conn);
 void backend_spares_refill(struct backend_node *node);
 struct backend_node *backend_node_new(const char *hostport, char *err, size_t errlen);
+void backend_node_metrics(struct backend_node *node);
 void backend_close_if_retired(struct backend_conn *conn);
 void backend_conn_free(struct backend_conn *conn);
 int backend_retired_closable(const struct backend_conn *conn);

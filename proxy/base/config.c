@@ -257,6 +257,8 @@ static const struct config_key config_keys[] = {
     {"replica_read_after_write_ms", config_set_int, F(replica_read_after_write_ms), 0, 3600000,
      0, LIVE(NUM)},
     {"metrics_listen", config_set_hostport, F(metrics_listen), 0, 0, 0, RESTART(STR)},
+    {"metrics_max_connections", config_set_int, F(metrics_max_connections), 1, 10000, 0,
+     LIVE(NUM)},
 };
 #undef LIVE
 #undef LIVE_RENAME
@@ -304,6 +306,7 @@ static void config_defaults(struct config *cfg)
     cfg->read_from = CONFIG_READ_PRIMARY;
     cfg->replica_max_lag_ms = 1000;
     cfg->replica_read_after_write_ms = 1000;
+    cfg->metrics_max_connections = 16;   /* httpd.h's HTTPD_DEFAULT_MAX_CONNECTIONS */
     cfg->key_lines = calloc(CONFIG_KEY_COUNT, sizeof(*cfg->key_lines));
 }
 

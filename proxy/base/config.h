@@ -118,6 +118,7 @@ struct config {
     long long replica_read_after_write_ms; /* a client's reads stay on the primary this
                                           long after its write */
     char *metrics_listen;              /* "host:port" of /metrics, /healthz, /readyz; NULL: none */
+    long long metrics_max_connections; /* metrics_listen connections open at once */
     int *key_lines;                    /* line each key was set on (config_key_line) */
 };
 

@@ -227,6 +227,22 @@ void metrics_family_retain(enum metrics_id id, metrics_keep_fn *keep, void *ctx)
     metrics_sets[id].count = kept;
 }
 
+void metrics_forget(enum metrics_id id, const char *value)
+{
+    int kept = 0;
+
+    if (metrics_label_count(id) == 0)
+        return;
+    for (int i = 0; i < metrics_sets[id].count; i++) {
+        struct metrics_series *s = metrics_sets[id].series[i];
+        if (strcmp(s->values[0], value) == 0)
+            metrics_series_free(s);
+        else
+            metrics_sets[id].series[kept++] = s;   /* in the order first seen */
+    }
+    metrics_sets[id].count = kept;
+}
+
 void metrics_gauge_fn(enum metrics_id id, double (*fn)(void))
 {
     metrics_gauge_fns[id] = fn;
@@ -237,37 +253,96 @@ void metrics_set_refresh(void (*fn)(void))
     metrics_refresh = fn;
 }
 
-void metrics_escape(const char *value, char *out, size_t size)
+/* The length of the valid UTF-8 sequence at P (before END), or 0 when P
+ * starts none (a stray continuation byte, an overlong form, a surrogate,
+ * beyond U+10FFFF, cut short). */
+static size_t metrics_utf8_len(const unsigned char *p, const unsigned char *end)
 {
-    size_t n = 0;
+    size_t n = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : 2;
+    unsigned char lo = 0x80, hi = 0xbf;   /* the bounds of the second byte */
 
-    for (; *value != '\0' && n + 1 < size; value++) {
-        const char *esc = *value == '\\' ? "\\\\" : *value == '"' ? "\\\"" : *value == '\n' ? "\\n" : NULL;
-        if (esc == NULL) {
-            out[n++] = *value;
-        } else if (n + 2 < size) {
-            out[n++] = esc[0];
-            out[n++] = esc[1];
-        } else {
-            break;
-        }
+    if (p[0] < 0xc2 || p[0] > 0xf4 || (size_t)(end - p) < n)
+        return 0;
+    if (p[0] == 0xe0)
+        lo = 0xa0;   /* overlong */
+    else if (p[0] == 0xed)
+        hi = 0x9f;   /* surrogates */
+    else if (p[0] == 0xf0)
+        lo = 0x90;   /* overlong */
+    else if (p[0] == 0xf4)
+        hi = 0x8f;   /* beyond U+10FFFF */
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++) {
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
     }
-    out[n] = '\0';
+    return n;
 }
 
-/* A label value escaped straight into OUT. */
+/* The one escaping of label values: the next piece of the value at P
+ * (before END) as the exposition format wants it, into *PIECE (*PIECE_LEN
+ * bytes): a run of plain bytes as is, \\, \" and \n escaped, valid
+ * UTF-8 as is, any other byte as U+FFFD (Prometheus rejects a whole
+ * scrape for one invalid byte; a value from outside, a replica's
+ * announced address or a client's name, may hold any). Returns how many
+ * bytes of P it stands for (at least 1). */
+static size_t metrics_escape_step(const unsigned char *p, const unsigned char *end,
+                                  const char **piece, size_t *piece_len)
+{
+    size_t run = 0, n;
+
+    while (p + run < end && p[run] < 0x80 && p[run] != '\\' && p[run] != '"' && p[run] != '\n')
+        run++;
+    if (run > 0) {
+        *piece = (const char *)p;
+        *piece_len = run;
+        return run;
+    }
+    if (p[0] < 0x80) {
+        *piece = p[0] == '\\' ? "\\\\" : p[0] == '"' ? "\\\"" : "\\n";
+        *piece_len = 2;
+        return 1;
+    }
+    n = metrics_utf8_len(p, end);
+    if (n > 0) {
+        *piece = (const char *)p;
+        *piece_len = n;
+        return n;
+    }
+    *piece = "\xef\xbf\xbd";   /* U+FFFD REPLACEMENT CHARACTER */
+    *piece_len = 3;
+    return 1;
+}
+
+void metrics_escape(const char *value, char *out, size_t size)
+{
+    const unsigned char *p = (const unsigned char *)value, *end = p + strlen(value);
+    const char *piece;
+    size_t n = 0, len;
+
+    while (p < end && size > 0) {
+        size_t took = metrics_escape_step(p, end, &piece, &len);
+        if (n + len + 1 > size)
+            break;   /* what does not fit is left out whole */
+        memcpy(out + n, piece, len);
+        n += len;
+        p += took;
+    }
+    if (size > 0)
+        out[n] = '\0';
+}
+
+/* A label value escaped (metrics_escape_step) straight into OUT. */
 static void metrics_add_escaped(struct evbuffer *out, const char *value)
 {
-    size_t run;
+    const unsigned char *p = (const unsigned char *)value, *end = p + strlen(value);
+    const char *piece;
+    size_t len;
 
-    while (*value != '\0') {
-        run = strcspn(value, "\\\"\n");
-        evbuffer_add(out, value, run);
-        value += run;
-        if (*value == '\0')
-            break;
-        evbuffer_add(out, *value == '\\' ? "\\\\" : *value == '"' ? "\\\"" : "\\n", 2);
-        value++;
+    while (p < end) {
+        p += metrics_escape_step(p, end, &piece, &len);
+        evbuffer_add(out, piece, len);
     }
 }
 

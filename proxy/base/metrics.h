@@ -160,6 +160,11 @@ void metrics_family_clear(enum metrics_id id);
 typedef int metrics_keep_fn(void *ctx, const char *const *values);
 void metrics_family_retain(enum metrics_id id, metrics_keep_fn *keep, void *ctx);
 
+/* Free every series of family ID whose first label is VALUE (a node gone
+ * from the topology, its series forgotten). Pointers to them that
+ * counting code kept are invalid after: it must let go of them first. */
+void metrics_forget(enum metrics_id id, const char *value);
+
 /* The unlabelled gauge ID reads FN at each metrics_write (a count kept by
  * another module: clients, KEEP renewals, the slow log's length). */
 void metrics_gauge_fn(enum metrics_id id, double (*fn)(void));

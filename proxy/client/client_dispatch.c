@@ -267,10 +267,6 @@ static void client_local_in_multi(struct client *c, struct request *req, const s
     }
 }
 
-/* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
- * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
- * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
- * the client is blocked or paused, or closing). */
 /* A PROXY PAUSE covers REQ: it waits in sluice (control.c) until the
  * pause ends, and C reads no further command meanwhile. What sluice
  * answers itself goes on (PROXY RESUME among it), except the lock verbs,
@@ -295,11 +291,35 @@ static int client_pause_holds(struct client *c, struct request *req, const struc
     return 1;
 }
 
+/* Whether REQ (ARGV) may block in Redis: a command Redis flags blocking,
+ * XREAD and XREADGROUP only with BLOCK. */
+static int client_may_block(const struct request *req, const struct sv *argv)
+{
+    if (req->cmd == NULL || !(req->cmd->flags & CMD_BLOCKING))
+        return 0;
+    if (strcmp(req->cmd->name, "xread") != 0 && strcmp(req->cmd->name, "xreadgroup") != 0)
+        return 1;
+    for (int i = 1; i < req->argc && !sv_ieq(argv[i], "streams"); i++) {
+        if (sv_ieq(argv[i], "block"))
+            return 1;
+    }
+    return 0;
+}
+
+/* Run REQ, with its arguments ARGV: answer it here, rewrite it (LOCK
+ * verbs) or forward it. Its bytes are in SRC (the input buffer) or, when
+ * SRC is NULL, in req->raw. Returns -1 when reading must stop (it waits,
+ * the client is blocked or paused, or closing). */
 int client_dispatch(struct client *c, struct request *req, const struct sv *argv,
                            struct evbuffer *src)
 {
     struct backend_conn *conn;
     int was_in_multi;
+
+    /* When users are sluice's, what follows a command that may block is
+     * framed once it returns (client_send): see REQ_HOLDS_INPUT. */
+    if (auth_local() && client_may_block(req, argv))
+        req->flags |= REQ_HOLDS_INPUT;
 
     if (req->place == PLACE_LEARN) {
         struct placement place = client_place(req, argv);   /* released after learning */
@@ -657,6 +677,7 @@ static int client_handle(struct client *c, struct request *req, struct evbuffer 
     req->cmd = commands_resolve(req->argc, argv);
     c->last_cmd = req->cmd;
     req->framed_us = server_pass_now_us();
+    req->auth_gen = auth_users_generation;   /* the gate below judges it under these users */
     if (slowlog_enabled())
         slowlog_capture(req, argv, src != NULL ? src : req->raw);
     top_count(c, req, argv);

@@ -66,7 +66,7 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
 {
     struct client *c = req->client;
     /* REQ may be freed below. */
-    int reset = (req->flags & (REQ_RESET | REQ_LOGIN_WAIT)) != 0;
+    int reset = (req->flags & (REQ_RESET | REQ_LOGIN_WAIT | REQ_HOLDS_INPUT)) != 0;
 
     if ((req->flags & REQ_WAIT_BLIND) && type != REPLY_ERROR &&   /* (-BUSY: as it is) */
         client_wait_blind_reply(req, src, len))
@@ -112,7 +112,8 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         client_check_drained(c);
     }
     if (reset && !c->closing)
-        client_unblock(c);   /* blocked by client_send (RESET, a login): what follows goes on */
+        client_unblock(c);   /* blocked by client_send (RESET, a login, BLPOP...): what
+                                follows goes on */
     client_leave(c);
 }
 

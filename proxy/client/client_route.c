@@ -394,11 +394,50 @@ static void client_wait_offset(struct client *c, const struct request *req,
 /* Send REQ (already in the client's queue unless it enters or is in
  * pub/sub) on CONN, or on a new one-shot connection when CONN is NULL.
  * SRC holds its bytes, or NULL when REQ owns them. */
+/* The users were reloaded since the gate passed REQ of C (it waited:
+ * behind a blocking command or a script, for a pause, a hold...): judge
+ * it again now, as Redis judges a command when it runs it, so a grant
+ * taken away applies to what was read but not yet sent. Returns 1 when
+ * REQ was refused (answered in order; its bytes drained from SRC). */
+static int client_refused_at_send(struct client *c, struct request *req, struct evbuffer *src)
+{
+    struct evbuffer *bytes = src != NULL ? src : req->raw;
+    struct req_argv views;
+    char denied[400];
+    int refused;
+
+    if (req->auth_gen == 0 || req->auth_gen == auth_users_generation || !c->auth_checks ||
+        bytes == NULL)
+        return 0;
+    req->auth_gen = auth_users_generation;
+    if (request_argv_open(&views, req, bytes) != 0) {
+        snprintf(denied, sizeof(denied), "OOM sluice is out of memory");
+        refused = 1;
+    } else {
+        refused = auth_admit(c, req->cmd, req->argc, views.argv, denied, sizeof(denied)) != 0;
+    }
+    request_argv_close(&views);
+    if (!refused)
+        return 0;
+    if (src != NULL)
+        evbuffer_drain(src, req->raw_len);
+    if (c->flags & CLIENT_IN_MULTI)
+        c->flags |= CLIENT_MULTI_DIRTY;   /* its EXEC must fail, as for a refusal as framed */
+    if (!(req->flags & REQ_QUEUED))
+        client_enqueue(c, req);   /* SUBSCRIBE...: the error pairs */
+    client_reply_error(c, req, denied);
+    client_check_output_limit(c);
+    return 1;
+}
+
 void client_send(struct client *c, struct request *req, struct backend_conn *conn,
                         struct evbuffer *src)
 {
     char err[512];
     int unpaired, tunnel = (req->flags & REQ_TUNNEL) != 0;
+
+    if (client_refused_at_send(c, req, src))
+        return;
 
     if (conn == NULL && req->place == PLACE_CONTROL) {
         /* In cluster mode, a detour goes to its key's node (the stalled
@@ -472,8 +511,14 @@ void client_send(struct client *c, struct request *req, struct backend_conn *con
      * client_on_passthrough). */
     if ((req->flags & REQ_RESET) && unpaired && !client_is_monitor(c))
         c->resets_unanswered++;   /* its +RESET ends the streaming (client_on_passthrough) */
+    /* A command that may block (BLPOP..., client_dispatch) when users are
+     * sluice's: what follows is framed, and judged by the gate, once it has
+     * returned, as Redis runs it then (a reload meanwhile may have taken a
+     * grant away). */
+    if (unpaired || req->on_reply != NULL || (c->flags & CLIENT_IN_MULTI))
+        req->flags &= ~(unsigned)REQ_HOLDS_INPUT;   /* nothing of its own to wait for */
     if (((req->flags & REQ_RESET) && !client_is_monitor(c)) ||
-        ((req->flags & REQ_LOGIN_WAIT) && !unpaired))
+        ((req->flags & (REQ_LOGIN_WAIT | REQ_HOLDS_INPUT)) && !unpaired))
         client_block(c);
     if (!unpaired)
         client_count_inflight(c, client_conn_class(conn));

@@ -19,6 +19,7 @@
 #include "cluster.h"
 #include "sentinel.h"
 #include "commands.h"
+#include "proxysub.h"
 #include "replicas.h"
 #include "reply.h"
 #include "request.h"
@@ -648,11 +649,19 @@ static void local_proxy_config(struct client *caller, int argc, const struct sv 
     evbuffer_free(w.pairs);
 }
 
-/* PROXY subcommands: name, handler, help line, whether its reply is read
- * from sluice's state and built at its turn (RELOAD acts as framed), and
- * whether it takes arguments after its name. */
+/* PROXY subcommands: their names and permissions are proxysub.h's one
+ * list (the users module grants from it); here, by its ids, the handler,
+ * help line, whether the reply is read from sluice's state and built at
+ * its turn (RELOAD acts as framed), and whether it takes arguments after
+ * its name. A subcommand of the list without a row here answers as an
+ * unknown one. */
+static const char *const local_proxy_names[PROXYSUB_COUNT] = {
+#define X(name, perm) #name,
+    PROXYSUB_LIST(X)
+#undef X
+};
+
 static const struct {
-    const char *name;
     void (*run)(int argc, const struct sv *argv, struct evbuffer *out);
     const char *help;
     int at_turn;
@@ -660,43 +669,44 @@ static const struct {
     /* Instead of run: a control, which needs who asked (its audit line). */
     void (*control)(struct client *caller, int argc, const struct sv *argv,
                     struct evbuffer *out);
-} local_proxy_subcommands[] = {
-    {"ping", local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1, 0, NULL},
-    {"info", local_proxy_info,
+} local_proxy_subcommands[PROXYSUB_COUNT] = {
+    [PROXYSUB_ping] = {local_proxy_ping, "    Return PONG from sluice itself (not from Redis).", 1, 0},
+    [PROXYSUB_info] = {local_proxy_info,
      "    [<section> ...] Counters and states of sluice, its clients, backends and rules; "
-     "sections as INFO's (commandstats, latencystats, all...).", 1, 1, NULL},
-    {"rules", local_proxy_rules, "    Every rate-limit rule with its counters.", 1, 0, NULL},
-    {"cluster", local_proxy_cluster,
+     "sections as INFO's (commandstats, latencystats, all...).", 1, 1},
+    [PROXYSUB_rules] = {local_proxy_rules, "    Every rate-limit rule with its counters.", 1, 0},
+    [PROXYSUB_cluster] = {local_proxy_cluster,
      "    Cluster mode: the slot map as sluice sees it, node states, refresh and redirect counters.",
-     1, 0, NULL},
-    {"sentinel", local_proxy_sentinel,
+     1, 0},
+    [PROXYSUB_sentinel] = {local_proxy_sentinel,
      "    Sentinel mode: the primary, its replicas, each Sentinel's state, the last switch.", 1,
-     0, NULL},
-    {"reload", local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0, 0, NULL},
-    {"slowlog", local_proxy_slowlog,
+     0},
+    [PROXYSUB_reload] = {local_proxy_reload, "    Read sluice.ini, the rule and users files and the TLS certificates again, all or nothing.", 0, 0},
+    [PROXYSUB_slowlog] = {local_proxy_slowlog,
      "    GET [count] | LEN | RESET: requests slower than slowlog_log_slower_than, as Redis's "
-     "SLOWLOG, with the user and the time in Redis.", 1, 1, NULL},
-    {"top", top_command,
+     "SLOWLOG, with the user and the time in Redis.", 1, 1},
+    [PROXYSUB_top] = {top_command,
      "    CLIENTS|USERS|NAMES|IPS|COMMANDS|KEYS [COUNT n]: the busiest, as [subject, "
-     "requests/s over 10 s, requests, rejected, delayed].", 1, 1, NULL},
-    {"config", NULL,
+     "requests/s over 10 s, requests, rejected, delayed].", 1, 1},
+    [PROXYSUB_config] = {NULL,
      "    [<pattern> ...]: the running configuration ([proxy] keys of sluice.ini, as they "
      "apply now), as CONFIG GET; passwords (redacted).", 1, 1, local_proxy_config},
-    {"pause", NULL,
+    [PROXYSUB_pause] = {NULL,
      "    [WRITE] [TIMEOUT ms]: hold clients' requests (all, or writes) in sluice, not in "
      "Redis, until PROXY RESUME or the timeout.", 1, 1, control_proxy_pause},
-    {"resume", NULL, "    End a PROXY PAUSE: the held requests go on, in order.", 1, 0,
-     control_proxy_resume},
-    {"drain", NULL,
+    [PROXYSUB_resume] = {NULL, "    End a PROXY PAUSE: the held requests go on, in order.", 1,
+     0, control_proxy_resume},
+    [PROXYSUB_drain] = {NULL,
      "    [TIMEOUT ms]: /readyz fails (draining); after the grace (15000 ms) accept no "
      "client and close each between replies.", 1, 1, control_proxy_drain},
-    {"undrain", NULL, "    Undo PROXY DRAIN: ready and accepting again.", 1, 0,
+    [PROXYSUB_undrain] = {NULL, "    Undo PROXY DRAIN: ready and accepting again.", 1, 0,
      control_proxy_undrain},
-    {"ready", NULL, "    YES|NO: make /readyz fail (NO), or answer as its checks say (YES).", 1,
-     1, control_proxy_ready},
-    {"help", local_proxy_help, "    Print this help.", 1, 0, NULL},
+    [PROXYSUB_ready] = {NULL,
+     "    YES|NO: make /readyz fail (NO), or answer as its checks say (YES).", 1, 1,
+     control_proxy_ready},
+    [PROXYSUB_help] = {local_proxy_help, "    Print this help.", 1, 0},
 };
-#define LOCAL_PROXY_COUNT (int)(sizeof(local_proxy_subcommands) / sizeof(local_proxy_subcommands[0]))
+#define LOCAL_PROXY_COUNT PROXYSUB_COUNT
 
 static void local_proxy_help(int argc, const struct sv *argv, struct evbuffer *out)
 {
@@ -707,9 +717,9 @@ static void local_proxy_help(int argc, const struct sv *argv, struct evbuffer *o
     reply_array_header(out, 1 + 2 * LOCAL_PROXY_COUNT);
     reply_status(out, "PROXY <subcommand>. Subcommands are:");
     for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
-        size_t n = strlen(local_proxy_subcommands[i].name);
+        size_t n = strlen(local_proxy_names[i]);
         for (size_t k = 0; k <= n && k < sizeof(upper); k++)
-            upper[k] = (char)toupper((unsigned char)local_proxy_subcommands[i].name[k]);
+            upper[k] = (char)toupper((unsigned char)local_proxy_names[i][k]);
         reply_status(out, upper);
         reply_status(out, local_proxy_subcommands[i].help);
     }
@@ -718,7 +728,7 @@ static void local_proxy_help(int argc, const struct sv *argv, struct evbuffer *o
 static int local_proxy_at_turn(struct sv sub)
 {
     for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
-        if (sv_ieq(sub, local_proxy_subcommands[i].name))
+        if (sv_ieq(sub, local_proxy_names[i]))
             return local_proxy_subcommands[i].at_turn;
     }
     return 1;   /* an error reply */
@@ -727,8 +737,10 @@ static int local_proxy_at_turn(struct sv sub)
 static void local_proxy(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
     for (int i = 0; i < LOCAL_PROXY_COUNT; i++) {
-        if ((argc == 2 || local_proxy_subcommands[i].takes_args) &&
-            sv_ieq(argv[1], local_proxy_subcommands[i].name)) {
+        if ((local_proxy_subcommands[i].run != NULL ||
+             local_proxy_subcommands[i].control != NULL) &&
+            (argc == 2 || local_proxy_subcommands[i].takes_args) &&
+            sv_ieq(argv[1], local_proxy_names[i])) {
             if (local_proxy_subcommands[i].control != NULL)
                 local_proxy_subcommands[i].control(c, argc, argv, out);
             else

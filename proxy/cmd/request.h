@@ -84,6 +84,10 @@ enum request_flag {
                                    pub/sub, which may end the streaming) */
     REQ_FAILED = 1 << 27,     /* its reply is an error (counted as failed when queued) */
     REQ_REJECTED = 1 << 28,   /* refused before it ran (counted as rejected, not failed) */
+    REQ_HOLDS_INPUT = 1 << 29, /* a blocking command (BLPOP...) when users are sluice's: its
+                                  client frames nothing more until its reply, so what
+                                  follows passes the gate when Redis would run it, after
+                                  a reload that came meanwhile (client_on_reply) */
 };
 
 struct req_arg {
@@ -142,6 +146,9 @@ struct request {
                                       (server_pass_now_us); 0: not timed, or done
                                       (client_note_done) */
     uint64_t sent_us;              /* the pass that last handed it to a backend connection */
+    uint32_t auth_gen;             /* a client's: auth_users_generation when framed (0:
+                                      sluice's own); another at its send: the gate
+                                      judges it again (client_send) */
     uint64_t redis_us;             /* µs from sent to its reply read, summed over its sends */
     unsigned char *slow_args;      /* its arguments as the slow log keeps them (slowlog.c):
                                       slow_inline or the heap; NULL: not kept */

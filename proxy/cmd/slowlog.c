@@ -25,6 +25,7 @@
 
 #include "commands.h"
 #include "metrics.h"
+#include "redact.h"
 #include "reply.h"
 #include "request.h"
 
@@ -120,33 +121,7 @@ static size_t slowlog_arg_head(const struct request *req, const struct sv *argv,
     return evbuffer_copyout_from(src, &pos, buf, n) == (ev_ssize_t)n ? n : 0;
 }
 
-#define SLOWLOG_REDACTED "(redacted)"
-
-/* The arguments of REQ that Redis shows as "(redacted)" (passwords: AUTH,
- * HELLO ... AUTH, MIGRATE ... AUTH/AUTH2), as bits by position. */
-static uint32_t slowlog_redacted(const struct request *req, const struct sv *argv, int kept)
-{
-    const char *name = req->cmd != NULL ? req->cmd->name : "";
-    uint32_t bits = 0;
-
-    if (name[0] != 'a' && name[0] != 'h' && name[0] != 'm')
-        return 0;   /* the common case, without a string compare */
-    if (strcmp(name, "auth") == 0)
-        return ~(uint32_t)1;
-    for (int j = 2; j < kept && strcmp(name, "hello") == 0; j++) {
-        if (sv_ieq(argv[j], "auth") && j + 2 < req->argc) {
-            bits |= 3u << (j + 1);
-            j += 2;
-        }
-    }
-    for (int j = 6; j < kept && strcmp(name, "migrate") == 0; j++) {
-        if (sv_ieq(argv[j], "auth") && j + 1 < req->argc)
-            bits |= 1u << (j + 1);
-        else if (sv_ieq(argv[j], "auth2") && j + 2 < req->argc)
-            bits |= 3u << (j + 1);
-    }
-    return bits;
-}
+#define SLOWLOG_REDACTED REDACT_TEXT
 
 /* The length of argument I as the slow log shows it. */
 static size_t slowlog_shown_len(const struct sv *argv, int i, uint32_t redacted)
@@ -225,7 +200,7 @@ void slowlog_capture(struct request *req, const struct sv *argv, struct evbuffer
 
     if (req->cmd != NULL && (req->cmd->flags & CMD_SKIP_SLOWLOG))
         return;   /* EXEC...: as Redis, never in the slow log */
-    redacted = slowlog_redacted(req, argv, kept);
+    redacted = redact_args(argv, req->argc, kept);   /* redact.c's table */
     if (redacted == 0 && req->raw_len <= sizeof(req->slow_inline) && req->argc > 0) {
         /* Small: its bytes, contiguous (request_argv_open pulls up a
          * request this small), copied whole; nothing in it to cut. */

@@ -44,32 +44,29 @@ static handover_takeover_fn *handover_takeover;
 static handover_state_fn *handover_state;
 
 /* The directory for derived paths: systemd's RuntimeDirectory=, the
- * user's runtime directory, else /tmp. */
-static void handover_dir(char *dir, size_t size)
+ * user's runtime directory, else one of sluice's own in /tmp, made 0700
+ * by handover_check (a path right in /tmp could be taken first by another
+ * user). Returns 1 for that last one. */
+static int handover_dir(char *dir, size_t size)
 {
     const char *env = getenv("RUNTIME_DIRECTORY");
     size_t n;
 
     if (env == NULL || env[0] != '/')
         env = getenv("XDG_RUNTIME_DIR");
-    if (env == NULL || env[0] != '/')
-        env = "/tmp";
-    n = strcspn(env, ":");   /* RUNTIME_DIRECTORY may list several */
-    snprintf(dir, size, "%.*s", (int)(n < size ? n : size - 1), env);
-}
-
-int handover_paths(const struct config *cfg, char paths[][HANDOVER_PATH_MAX], int max)
-{
-    char dir[HANDOVER_PATH_MAX];
-    int n = 0;
-
-    if (cfg->handover_socket != NULL) {
-        if (strcmp(cfg->handover_socket, "off") == 0 || max < 1)
-            return 0;
-        snprintf(paths[0], HANDOVER_PATH_MAX, "%s", cfg->handover_socket);
+    if (env == NULL || env[0] != '/') {
+        snprintf(dir, size, "/tmp/sluice-%lu", (unsigned long)geteuid());
         return 1;
     }
-    handover_dir(dir, sizeof(dir));
+    n = strcspn(env, ":");   /* RUNTIME_DIRECTORY may list several */
+    snprintf(dir, size, "%.*s", (int)(n < size ? n : size - 1), env);
+    return 0;
+}
+
+/* The derived paths in DIR, one per listen and tls_listen address. */
+static int handover_derived(const struct config *cfg, const char *dir,
+                            char paths[][HANDOVER_PATH_MAX], int n, int max)
+{
     for (int i = 0; i < cfg->listen_count + cfg->tls_listen_count && n < max; i++) {
         const char *addr = i < cfg->listen_count ? cfg->listen[i]
                                                  : cfg->tls_listen[i - cfg->listen_count];
@@ -79,6 +76,139 @@ int handover_paths(const struct config *cfg, char paths[][HANDOVER_PATH_MAX], in
             n++;
     }
     return n;
+}
+
+int handover_paths(const struct config *cfg, char paths[][HANDOVER_PATH_MAX], int max)
+{
+    char dir[HANDOVER_PATH_MAX];
+    int n;
+
+    if (cfg->handover_socket != NULL) {
+        if (strcmp(cfg->handover_socket, "off") == 0 || max < 1)
+            return 0;
+        snprintf(paths[0], HANDOVER_PATH_MAX, "%s", cfg->handover_socket);
+        return 1;
+    }
+    if (!handover_dir(dir, sizeof(dir)))
+        return handover_derived(cfg, dir, paths, 0, max);
+    n = handover_derived(cfg, dir, paths, 0, max);
+    /* Then where a sluice before this version served, right in /tmp: only
+     * connected to (a sluice of another user there is refused by its
+     * peer's credentials), never served. */
+    return handover_derived(cfg, "/tmp", paths, n, max);
+}
+
+/* Whether directory DIR may hold a hand-over socket: this user's or
+ * root's, and writable by nobody else unless sticky (then nobody else can
+ * rename or remove this user's files in it). 0, or -1 with ERR set. */
+static int handover_check_dir(const char *dir, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (stat(dir, &st) != 0) {
+        snprintf(err, errlen, "hand-over socket %s: its directory %s: %s", path, dir,
+                 strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "hand-over socket %s: %s is not a directory", path, dir);
+        return -1;
+    }
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+        snprintf(err, errlen, "hand-over socket %s: its directory %s belongs to another user "
+                 "(uid %lu); refusing a path another user controls", path, dir,
+                 (unsigned long)st.st_uid);
+        return -1;
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+        snprintf(err, errlen, "hand-over socket %s: its directory %s is writable by other users "
+                 "and not sticky (mode %04o); another user could take the path", path, dir,
+                 (unsigned)(st.st_mode & 07777));
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether PATH, if there, is a socket of this user's. */
+static int handover_check_file(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (lstat(path, &st) != 0)
+        return 0;   /* not there yet: this sluice makes it */
+    if (st.st_uid != geteuid()) {
+        snprintf(err, errlen, "hand-over socket %s belongs to another user (uid %lu); "
+                 "refusing a path another user controls", path, (unsigned long)st.st_uid);
+        return -1;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        snprintf(err, errlen, "hand-over socket %s exists and is not a socket", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Make sluice's own directory DIR (0700) if missing, and check it is this
+ * user's, a directory, and closed to others. */
+static int handover_own_dir(const char *dir, int create, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (create && mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot make the hand-over directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (lstat(dir, &st) != 0)
+        return create ? (snprintf(err, errlen, "hand-over directory %s: %s", dir,
+                                  strerror(errno)), -1)
+                      : 0;   /* sluice -t: made at start */
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        snprintf(err, errlen, "hand-over directory %s is not a directory of this user's with "
+                 "mode 0700 (uid %lu, mode %04o); refusing a path another user may control",
+                 dir, (unsigned long)st.st_uid, (unsigned)(st.st_mode & 07777));
+        return -1;
+    }
+    return 0;
+}
+
+/* The directory part of PATH into DIR. */
+static void handover_dirname(const char *path, char *dir, size_t size)
+{
+    const char *slash = strrchr(path, '/');
+
+    if (slash == NULL)
+        snprintf(dir, size, ".");
+    else if (slash == path)
+        snprintf(dir, size, "/");
+    else
+        snprintf(dir, size, "%.*s", (int)(slash - path), path);
+}
+
+int handover_check(const struct config *cfg, int create, char *err, size_t errlen)
+{
+    char paths[HANDOVER_MAX_FDS][HANDOVER_PATH_MAX], dir[HANDOVER_PATH_MAX];
+    int count;
+
+    if (cfg->handover_socket != NULL && strcmp(cfg->handover_socket, "off") == 0)
+        return 0;
+    if (cfg->handover_socket == NULL && handover_dir(dir, sizeof(dir))) {
+        /* sluice's own directory: made here, or checked whole (sluice -t
+         * before it exists: nothing more to check) */
+        if (handover_own_dir(dir, create, err, errlen) != 0)
+            return -1;
+        if (!create && lstat(dir, &(struct stat){0}) != 0)
+            return 0;
+    }
+    count = handover_paths(cfg, paths, HANDOVER_MAX_FDS);
+    if (cfg->handover_socket == NULL && handover_dir(dir, sizeof(dir)))
+        count = handover_derived(cfg, dir, paths, 0, HANDOVER_MAX_FDS);   /* not /tmp's old ones */
+    for (int i = 0; i < count; i++) {
+        handover_dirname(paths[i], dir, sizeof(dir));
+        if (handover_check_dir(dir, paths[i], err, errlen) != 0 ||
+            handover_check_file(paths[i], err, errlen) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* Whether the peer of unix socket FD runs as this user or as root. */

@@ -27,10 +27,21 @@ struct handover_take {
 
 /* The control socket paths of CFG: its handover_socket, or one derived
  * from each listen and tls_listen address (in $RUNTIME_DIRECTORY,
- * $XDG_RUNTIME_DIR or /tmp). Fills at most MAX of PATHS (each HANDOVER_PATH_MAX
+ * $XDG_RUNTIME_DIR or /tmp/sluice-<uid>, then, to be connected to only,
+ * where an older sluice served them in /tmp). Fills at most MAX of PATHS (each HANDOVER_PATH_MAX
  * bytes); returns how many (0: handover_socket = off). The first is the
  * one a running sluice serves. */
 int handover_paths(const struct config *cfg, char paths[][HANDOVER_PATH_MAX], int max);
+
+/* That no other user can take CFG's hand-over socket paths (README
+ * "Restart and upgrade"): each path's directory is this user's or root's
+ * and writable by nobody else unless sticky; a path already there is a
+ * socket of this user's. Without handover_socket and a runtime directory
+ * in the environment, the paths are in /tmp/sluice-<uid>, made here
+ * (mode 0700) when CREATE, and checked to be this user's with mode 0700.
+ * Run at start (CREATE 1) and by sluice -t (CREATE 0). Returns 0, or -1
+ * with ERR set. */
+int handover_check(const struct config *cfg, int create, char *err, size_t errlen);
 
 /* New sluice, at start: connect to the first of PATHS (COUNT) a sluice
  * serves and receive its listening sockets into T. Nobody there (or a

@@ -1,5 +1,6 @@
 /* httpd.h - the HTTP listener of metrics_listen: /metrics, /healthz and
- * /readyz, served by libevent's evhttp in the proxy's event loop. */
+ * /readyz, served by a small HTTP/1.1 server in the proxy's event loop,
+ * its connections and the bytes each may queue bounded. */
 #ifndef SLUICE_HTTPD_H
 #define SLUICE_HTTPD_H
 
@@ -17,6 +18,13 @@ struct httpd_ops {
      * (LEN bytes). */
     int (*ready)(char *why, size_t len);
 };
+
+/* metrics_max_connections' default: a few scrapers and probes at once. */
+#define HTTPD_DEFAULT_MAX_CONNECTIONS 16
+
+/* Connections open at once at most (metrics_max_connections); one more is
+ * answered 503 and closed. Live: applies to the next connection. */
+void httpd_set_max_connections(long long max);
 
 /* Listen on HOSTPORT ("host:port") with OPS (copied): on the socket for
  * that address among INHERITED (COUNT of them, handed over by the sluice

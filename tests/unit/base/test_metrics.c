@@ -104,6 +104,18 @@ static void test_escape(void)
     CHECK_STR(out, "a\\\"b\\\\c\\nd");
     metrics_escape("\"\"\"", out, 4);   /* an escape that does not fit is left out */
     CHECK_STR(out, "\\\"");
+    /* Valid UTF-8 as is; a stray byte, an overlong form, a surrogate and a
+     * cut sequence each become U+FFFD. */
+    metrics_escape("\xc3\xa9t\xe2\x82\xac", out, sizeof(out));
+    CHECK_STR(out, "\xc3\xa9t\xe2\x82\xac");
+    metrics_escape("a\xff" "b\xc0\xaf" "c\xed\xa0\x80" "d\xe2\x82", out, sizeof(out));
+    CHECK_STR(out, "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd" "c\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"
+                   "d\xef\xbf\xbd\xef\xbf\xbd");
+    (*metrics_counter(METRIC_auth_failures_total, "bad\xfe", NULL))++;
+    text = exposition();
+    CHECK(strstr(text, "sluice_auth_failures_total{user=\"bad\xef\xbf\xbd\"} 1\n") != NULL);
+    free(text);
+    metrics_free_all();
     (*metrics_counter(METRIC_auth_failures_total, "we\"ird\nuser\\", NULL))++;
     text = exposition();
     CHECK(strstr(text, "sluice_auth_failures_total{user=\"we\\\"ird\\nuser\\\\\"} 1\n") != NULL);
