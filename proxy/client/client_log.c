@@ -27,9 +27,11 @@ void client_note_done(struct client *c, struct request *req)
     now = server_pass_now_us();
     took = now > req->framed_us ? now - req->framed_us : 0;
     stats_command_done(req->stat_row, took,
-                       (req->flags & (REQ_FAILED | REQ_REJECTED)) == REQ_FAILED);
+                       (req->flags & (REQ_FAILED | REQ_REJECTED)) == REQ_FAILED,
+                       (req->flags & REQ_WAITS) != 0);
     /* Blocking commands stay out, as Redis leaves blocked time out. */
-    if (req->slow_args != NULL && slowlog_slow(took) && !stats_row_blocks(req->stat_row))
+    if (req->slow_args != NULL && slowlog_slow(took) && !(req->flags & REQ_WAITS) &&
+        !stats_row_blocks(req->stat_row))
         slowlog_note(req, now, c->addr_text, c->name, c->user);
     req->framed_us = 0;   /* counted once, whichever way its reply went */
 }

@@ -88,6 +88,8 @@ enum request_flag {
                                   client frames nothing more until its reply, so what
                                   follows passes the gate when Redis would run it, after
                                   a reload that came meanwhile (client_on_reply) */
+    REQ_WAITS = 1u << 30,      /* it may wait on purpose (LOCK ... WAIT): its time is a
+                                  blocking command's (stats_command_done) */
 };
 
 struct req_arg {

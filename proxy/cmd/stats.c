@@ -32,6 +32,9 @@ struct stats_row {
     uint64_t rejected_all;
     struct metrics_hist *duration;     /* sluice_command_duration_seconds, or
                                           _blocking_command_duration_seconds */
+    struct metrics_hist *waited;       /* _blocking_command_duration_seconds of a
+                                          request of a non-blocking row that waited
+                                          (LOCK ... WAIT); made on first use */
     struct metrics_fine *latency;      /* for latencystats */
     int blocking;                      /* its time may be spent waiting (stats_row_blocks) */
 };
@@ -62,15 +65,13 @@ int stats_command_row(const struct command *cmd, struct sv name)
     return STATS_ROW_OTHER;
 }
 
-/* Whether ROW's commands may wait for data or a lock rather than work:
- * Redis's "blocking" flag (BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD,
- * XREADGROUP, WAIT...), and LOCK, which may WAIT. Their time says how
- * long a client waited, not how fast Redis or sluice were. */
+/* Whether ROW's commands may wait for data rather than work: Redis's
+ * "blocking" flag (BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD, XREADGROUP,
+ * WAIT...). Their time says how long a client waited, not how fast Redis
+ * or sluice were. (A LOCK waits only with WAIT: stats_command_done.) */
 static int stats_row_is_blocking(int row)
 {
-    if (row < stats_table_rows)
-        return (commands_by_id(row)->flags & CMD_BLOCKING) != 0;
-    return row == stats_table_rows;   /* "lock", the first extra row */
+    return row < stats_table_rows && (commands_by_id(row)->flags & CMD_BLOCKING) != 0;
 }
 
 /* Make ROW's series; a row whose memory ran out counts nowhere. A
@@ -112,13 +113,20 @@ uint64_t stats_command_total(int row)
     return stats_rows[row].total != NULL ? *stats_rows[row].total : 0;
 }
 
-void stats_command_done(int row, uint64_t us, int failed)
+void stats_command_done(int row, uint64_t us, int failed, int waited)
 {
     struct stats_row *r = &stats_rows[row];
 
     if (r->total == NULL)
         stats_row_open(r, row);
-    metrics_hist_observe(r->duration, us);
+    if (waited && !r->blocking) {
+        if (r->waited == NULL)
+            r->waited = metrics_hist(METRIC_blocking_command_duration_seconds,
+                                     stats_row_name(row), NULL);
+        metrics_hist_observe(r->waited, us);
+    } else {
+        metrics_hist_observe(r->duration, us);
+    }
     if (r->latency != NULL)
         metrics_fine_observe(r->latency, us);
     if (failed)
@@ -156,7 +164,7 @@ void stats_write_commandstats(struct evbuffer *out)
         if (r->total == NULL || *r->total == 0)
             continue;
         uint64_t calls = *r->total - r->rejected_all;
-        uint64_t usec = r->duration->sum_us;
+        uint64_t usec = r->duration->sum_us + (r->waited != NULL ? r->waited->sum_us : 0);
         evbuffer_add_printf(out, "cmdstat_%s:calls=%llu,usec=%llu,usec_per_call=%.2f,"
                                  "rejected_calls=%llu,failed_calls=%llu\r\n",
                             stats_row_name(row), (unsigned long long)calls,

@@ -83,12 +83,12 @@ void stats_count_command(int row);
 uint64_t stats_command_total(int row);
 /* A request of ROW had its reply queued for its client US microseconds
  * after it was framed; FAILED: the reply was an error (not a refusal). */
-void stats_command_done(int row, uint64_t us, int failed);
+void stats_command_done(int row, uint64_t us, int failed, int waited);
 
-/* Whether ROW's commands may block (Redis's "blocking" flag, and LOCK,
- * which may WAIT): their time is in blocking_command_duration_seconds
- * and stays out of the slow log, as Redis leaves blocked time out of its
- * SLOWLOG. */
+/* Whether ROW's commands may block (Redis's "blocking" flag): their time
+ * is in blocking_command_duration_seconds and stays out of the slow log,
+ * as Redis leaves blocked time out of its SLOWLOG; so does a request that
+ * waited on purpose (WAITED to stats_command_done: LOCK ... WAIT). */
 int stats_row_blocks(int row);
 /* A request of ROW was refused for REASON. */
 void stats_command_rejected(int row, enum stats_reject reason);

@@ -788,6 +788,7 @@ void lock_handle(struct client *c, struct request *req, int argc, const struct s
     op->blocks = 1;
     client_block(c);
     if (op->wait) {
+        req->flags |= REQ_WAITS;   /* timed apart, kept out of the slow log */
         op->deadline_ms = server_now_ms() + (uint64_t)op->wait_ms;
         if (lockqueue_has_waiters(op->key, op->keylen)) {
             /* Others wait already: behind them, first come first served. */
