@@ -1,0 +1,194 @@
+"""Large requests in every mode (issue 36): a SET of 5, 50 and 300 MB
+through sluice in front of one Redis (`backend =`), a Redis Cluster
+(`cluster =`) and a Sentinel-watched primary (`sentinel =`) gets its
+reply, and another client on the same shared backend connection goes on
+getting answers while the large one flows and after it.
+
+In cluster and Sentinel mode a request keeps a copy of its bytes (for a
+redirect or a re-send after a failover); the copy stopped after the first
+16 chunks of the request's buffer (about 2 MB), and the backend waited for
+the rest forever, with every later request on that connection behind it.
+
+HEAVY: the 300 MB cases (one per mode) hold about 1.5 GB across sluice and
+Redis while they run; each deletes its key at the end and its topology is
+stopped with the module.
+"""
+
+import contextlib
+import os
+import threading
+import time
+
+import pytest
+
+from conftest import Sluice, _read_log
+from cluster_helpers import ClusterRedis
+from helpers import SLOW, RawConn, encode_command, wait_until
+from sentinel_helpers import SentinelTopology, sentinel_sluice
+from test_cluster import cluster_info, slot_of
+
+MB = 1 << 20
+HEAVY_MB = 300
+# Keys of one hash tag: in cluster mode the large key and the neighbour's
+# keys are on one node, so on its one shared connection (the default
+# backend_connections = 1 gives every client of a node the same one).
+BIG_KEY = "{bv}big"
+
+
+class Neighbour(threading.Thread):
+    """A client on the same shared connection as the large request: SET and
+    GET of a small key of the same node, one after the other, until
+    stopped. Counts its answers; records any wrong one."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port = port
+        self.answers = 0
+        self.wrong = []
+        self.stop_ev = threading.Event()
+
+    def run(self):
+        n = 0
+        try:
+            with RawConn(self.port, timeout=120 * SLOW) as c:
+                while not self.stop_ev.is_set():
+                    c.send(encode_command("SET", "{bv}small", n) + encode_command("GET", "{bv}small"))
+                    got = c.read_replies(2)
+                    if got != ["OK", str(n).encode()]:
+                        self.wrong.append(got)
+                    self.answers += 1
+                    n += 1
+                    time.sleep(0.005)
+        except Exception as e:   # noqa: BLE001 (recorded, the test fails on it)
+            self.wrong.append(repr(e))
+
+    def finish(self):
+        self.stop_ev.set()
+        self.join(130 * SLOW)
+        assert not self.is_alive(), "the neighbour client hung"
+
+
+def pattern(size):
+    """SIZE bytes that are not all alike (a shifted or cut copy shows)."""
+    block = os.urandom(MB)
+    return (block * (size // MB + 1))[:size]
+
+
+def send_big_set(port, value):
+    """SET BIG_KEY VALUE on a raw connection; its reply."""
+    with RawConn(port, timeout=60 * SLOW) as c:
+        c.send(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n" % (len(BIG_KEY), BIG_KEY.encode()) +
+               b"$%d\r\n" % len(value))
+        c.send(value)
+        c.send(b"\r\n")
+        return c.read_reply()
+
+
+def check_big_set(port, node_client, size, read_back):
+    """The large SET through sluice on PORT with the neighbour running: both
+    answered, the neighbour also after it. NODE_CLIENT: a client of the
+    Redis that holds BIG_KEY, to look at the value directly. READ_BACK:
+    read the whole value back through sluice too."""
+    value = pattern(size)
+    nb = Neighbour(port)
+    nb.start()
+    try:
+        wait_until(lambda: nb.answers > 0 or nb.wrong, 30 * SLOW, msg="the neighbour's first answer")
+        assert send_big_set(port, value) == "OK"
+        at_reply = nb.answers
+        wait_until(lambda: nb.answers >= at_reply + 5 or nb.wrong, 60 * SLOW,
+                   msg="the neighbour answered after the large request")
+    finally:
+        nb.finish()
+    assert nb.wrong == [], nb.wrong[:3]
+    assert node_client.strlen(BIG_KEY) == size
+    for off in (0, MB - 3, size // 2 + 7, size - 10):
+        assert node_client.getrange(BIG_KEY, off, off + 9) == value[off:off + 10]
+    if read_back:
+        with RawConn(port, timeout=180 * SLOW) as c:
+            assert c.call("GET", BIG_KEY) == value
+    node_client.delete(BIG_KEY)
+
+
+@contextlib.contextmanager
+def stopped_after(s):
+    """Yield started sluice S; stop it after, failing on its problems."""
+    try:
+        yield s
+    finally:
+        problems = s.stop()
+        if problems:
+            pytest.fail("; ".join(problems) + f"\nlog:\n{_read_log(s.log_path)}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def standalone(module_tmp, backend):
+    with stopped_after(Sluice(module_tmp / "bv-standalone", backend.port)) as s:
+        s.start()
+        yield s, backend.client()
+
+
+@pytest.fixture(scope="module")
+def cluster(module_tmp):
+    # Primaries only: a replica would hold each value once more.
+    cl = ClusterRedis(module_tmp / "bv-cluster", replicas=0)
+    try:
+        cl.start()
+        with stopped_after(Sluice(module_tmp / "bv-csluice", None, cluster_seeds=cl.seeds)) as s:
+            s.start()
+            wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
+                       msg="sluice to load the map")
+            node = cl.node_by_port(cl.slot_owner_port(slot_of(BIG_KEY)))
+            yield s, node.client()
+    finally:
+        cl.stop()
+
+
+@pytest.fixture(scope="module")
+def sentinel(module_tmp):
+    topo = SentinelTopology(module_tmp / "bv-topo", replicas=0, sentinels=1, quorum=1)
+    try:
+        topo.start()
+        with stopped_after(sentinel_sluice(module_tmp / "bv-ssluice", topo, start=False)) as s:
+            s.start(ready_timeout=20 * SLOW)
+            yield s, topo.primary.client()
+    finally:
+        topo.stop()
+
+
+MODES = ["standalone", "cluster", "sentinel"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("size_mb", [5, 50])
+def test_large_set_answered_and_neighbour_served(request, mode, size_mb):
+    s, node = request.getfixturevalue(mode)
+    check_big_set(s.port, node, size_mb * MB, read_back=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_heavy_300mb_set(request, mode):
+    """HEAVY (see the module's docstring): one 300 MB SET per mode."""
+    s, node = request.getfixturevalue(mode)
+    check_big_set(s.port, node, HEAVY_MB * MB, read_back=False)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_large_requests_on_every_connection_kind(request, mode):
+    """5 MB through a transaction (a private connection), a script (the
+    scripts' connection) and a pipeline of two on the shared one."""
+    s, node = request.getfixturevalue(mode)
+    a, b = pattern(5 * MB), pattern(5 * MB + 1)
+    c = s.client(socket_timeout=60 * SLOW)
+    try:
+        pipe = c.pipeline(transaction=True)
+        pipe.set("{bv}tx", a).strlen("{bv}tx")
+        assert pipe.execute() == [True, len(a)]
+        assert c.eval("return redis.call('SET', KEYS[1], ARGV[1])", 1, "{bv}lua", b) == b"OK"
+        assert node.get("{bv}lua") == b
+        pipe = c.pipeline(transaction=False)
+        pipe.set("{bv}p1", b).set("{bv}p2", a).get("{bv}p1").get("{bv}p2")
+        assert pipe.execute() == [True, True, b, a]
+    finally:
+        c.delete("{bv}tx", "{bv}lua", "{bv}p1", "{bv}p2")
+        c.close()
