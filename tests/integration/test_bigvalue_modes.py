@@ -25,7 +25,7 @@ from conftest import Sluice, _read_log
 from cluster_helpers import ClusterRedis
 from helpers import SLOW, RawConn, encode_command, wait_until
 from sentinel_helpers import SentinelTopology, sentinel_sluice
-from test_cluster import cluster_info, slot_of
+from test_cluster import cluster_info, migrate_slot, slot_of
 
 MB = 1 << 20
 HEAVY_MB = 300
@@ -139,7 +139,7 @@ def cluster(module_tmp):
             wait_until(lambda: cluster_info(s).get("cluster_have_map") == "1", 10 * SLOW,
                        msg="sluice to load the map")
             node = cl.node_by_port(cl.slot_owner_port(slot_of(BIG_KEY)))
-            yield s, node.client()
+            yield s, node.client(), cl
     finally:
         cl.stop()
 
@@ -162,14 +162,14 @@ MODES = ["standalone", "cluster", "sentinel"]
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("size_mb", [5, 50])
 def test_large_set_answered_and_neighbour_served(request, mode, size_mb):
-    s, node = request.getfixturevalue(mode)
+    s, node = request.getfixturevalue(mode)[:2]
     check_big_set(s.port, node, size_mb * MB, read_back=True)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_heavy_300mb_set(request, mode):
     """HEAVY (see the module's docstring): one 300 MB SET per mode."""
-    s, node = request.getfixturevalue(mode)
+    s, node = request.getfixturevalue(mode)[:2]
     check_big_set(s.port, node, HEAVY_MB * MB, read_back=False)
 
 
@@ -177,7 +177,7 @@ def test_heavy_300mb_set(request, mode):
 def test_large_requests_on_every_connection_kind(request, mode):
     """5 MB through a transaction (a private connection), a script (the
     scripts' connection) and a pipeline of two on the shared one."""
-    s, node = request.getfixturevalue(mode)
+    s, node = request.getfixturevalue(mode)[:2]
     a, b = pattern(5 * MB), pattern(5 * MB + 1)
     c = s.client(socket_timeout=60 * SLOW)
     try:
@@ -192,3 +192,26 @@ def test_large_requests_on_every_connection_kind(request, mode):
     finally:
         c.delete("{bv}tx", "{bv}lua", "{bv}p1", "{bv}p2")
         c.close()
+
+
+def test_large_set_follows_moved(cluster):
+    """A 5 MB SET that meets MOVED (its slot moved since sluice read the
+    map) is sent again, whole, to the new owner."""
+    s, _, cl = cluster
+    key = "{bvmoved}big"
+    slot = slot_of(key)
+    src, dst = cl.owner_and_other(slot)
+    moved_before = int(cluster_info(s)["moved"])
+    migrate_slot(cl, slot, src, dst)
+    value = pattern(5 * MB)
+    try:
+        with RawConn(s.port, timeout=60 * SLOW) as c:
+            assert c.call("SET", key, value) == "OK"
+            assert c.call("STRLEN", key) == len(value)
+        assert int(cluster_info(s)["moved"]) > moved_before, "no MOVED was met"
+        with cl.node_by_port(dst).client() as d:
+            assert d.get(key) == value
+            d.delete(key)
+    finally:
+        migrate_slot(cl, slot, dst, src)
+        cl.wait_ok()
