@@ -299,7 +299,9 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
         (local_at_turn(req, req->argc, argv) ||
          (!TAILQ_EMPTY(&c->requests) &&
           (local_reads_session(req, req->argc, argv) || auth_redis_login_needed(c))) ||
-         ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)))) {
+         ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)) ||
+         (client_role(req) == ROLE_HELLO &&
+          local_hello_to_resp2_subscribed(c, req->argc, argv)))) {
         /* In pub/sub it runs once its fence is back, when sluice knows
          * whether Redis would still refuse it in the subscribed context. */
         /* Earlier replies may change what it reads: it runs behind them.
@@ -319,7 +321,9 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
          * run (client_flush unblocks). */
         if (client_role(req) == ROLE_CLIENT_REPLY ||
             (client_role(req) == ROLE_HELLO && (c->flags & CLIENT_PASSTHROUGH) &&
-             !client_is_monitor(c))) {
+             !client_is_monitor(c)) ||
+            (client_role(req) == ROLE_HELLO &&
+             local_hello_to_resp2_subscribed(c, req->argc, argv))) {
             req->flags |= REQ_FRAMES_AFTER;
             client_block(c);
         }
