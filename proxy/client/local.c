@@ -253,9 +253,7 @@ static void local_client_list(struct client *c, int argc, const struct sv *argv,
 static void local_client_info(struct client *c, int argc, const struct sv *argv,
                               struct evbuffer *out)
 {
-    (void)argc;
-    (void)argv;
-    clientid_info(c, out);
+    clientid_info(c, argc, argv, out);
 }
 
 /* CLIENT REPLY ON|OFF|SKIP, as Redis 7.0 runs it: ON answers +OK (even
