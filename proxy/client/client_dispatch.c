@@ -24,6 +24,7 @@
 #include "backend.h"
 #include "clientid.h"
 #include "cluster.h"
+#include "cluster_info.h"
 #include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
@@ -349,6 +350,7 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
     if (client_role(req) == ROLE_CLIENT_IDS &&
         clientid_translate(c, req, argv, &src) == CLIENTID_HELD)
         return -1;   /* released once Redis said its ids (client_release_held) */
+    cluster_info_hook(req);   /* cluster mode: INFO says one standalone Redis */
     was_in_multi = (c->flags & CLIENT_IN_MULTI) != 0;
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);

@@ -265,6 +265,38 @@ def test_looks_like_a_standalone_redis(sr, csluice):
     sr.delete("cli:k")
 
 
+def test_info_says_one_standalone_redis(sr, csluice, redis_cluster):
+    """INFO, in every form a client may ask it, says redis_mode:standalone
+    and cluster_enabled:0 (a client that picks its mode from INFO, as
+    redis-py's own test setup does, stays a plain client), and agrees with
+    HELLO and CLUSTER INFO. The rest of the node's INFO is left as it is."""
+    assert sr.info()["redis_mode"] == "standalone"
+    assert sr.info("server")["redis_mode"] == "standalone"
+    assert sr.info("cluster") == {"cluster_enabled": 0}
+    everything = sr.info("all")
+    assert everything["redis_mode"] == "standalone" and everything["cluster_enabled"] == 0
+    assert "used_memory" in everything and "tcp_port" in everything
+    with csluice.raw() as c:
+        text = c.call("INFO", "server", "cluster").decode()
+        assert "\r\nredis_mode:standalone\r\n" in text, text
+        assert text.endswith("# Cluster\r\ncluster_enabled:0\r\n"), text
+        assert "cluster" not in text.replace("# Cluster", "").replace("cluster_enabled:0", "")
+        c.send(encode_command("HELLO", "3") + encode_command("INFO", "cluster"))
+        c.read_reply_raw()
+        raw = bytes(c.buf)   # what came with HELLO's reply
+        while not raw.endswith(b"\r\n\r\n"):   # a verbatim string: not parsed
+            raw += c.sock.recv(65536)
+        body = b"txt:# Cluster\r\ncluster_enabled:0\r\n"
+        assert raw == b"=%d\r\n%s\r\n" % (len(body), body), raw
+    hello = sr.execute_command("HELLO", "2")
+    assert dict(zip(hello[::2], hello[1::2]))[b"mode"] == b"standalone"
+    with pytest.raises(redis.ResponseError, match="^This instance has cluster support disabled$"):
+        sr.execute_command("CLUSTER", "INFO")
+    # The node itself still says what it is.
+    with redis_cluster.node_by_port(redis_cluster.ports[0]).client() as n:
+        assert n.info("server")["redis_mode"] == "cluster"
+
+
 @pytest.mark.parametrize("cmd,why", [
     (("SYNC",), "in cluster mode a replica must connect to a node itself"),
     (("PSYNC", "?", "-1"), "in cluster mode a replica must connect to a node itself"),

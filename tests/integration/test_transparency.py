@@ -285,7 +285,7 @@ def test_client_list_and_info_show_the_running_command_in_qbuf(sluice, ref, clea
             a.send(enc(b"HELLO", b"3"))
             a.read_reply_raw()
             a.send(enc(b"CLIENT", b"INFO"))   # a verbatim string: not parsed
-            resp3 = b""
+            resp3 = bytes(a.buf)
             while not resp3.endswith(b"\n\r\n"):
                 resp3 += a.sock.recv(65536)
             resp3 = resp3.decode()
