@@ -235,12 +235,6 @@ int client_on_push(struct client *c, struct request *head, struct evbuffer *src,
  * confirmations counted, or a (un)subscribe still waiting for them. */
 int client_subscribed_resp3(const struct client *c);
 
-/* C, subscribed in RESP3, runs HELLO 2 at its turn (nothing after it
- * framed): as Redis, its connection stays subscribed, in RESP2 pub/sub
- * mode. Its private connection is told HELLO 2 and streams from then on
- * (CLIENT_PASSTHROUGH), its subscription counts carried over. */
-void client_enter_resp2_pubsub(struct client *c);
-
 /* C's private connection, a tunnel (CLIENT_TUNNEL), brought the bytes at
  * SRC: all of them go to C as they are. */
 void client_on_tunnel(struct client *c, struct evbuffer *src);

@@ -56,6 +56,7 @@ static const struct client_verbs *client_verbs;
 void client_run_deferred(struct client *c, struct request *req)
 {
     struct req_argv views;
+    int to_resp2_pubsub = 0;
 
     req->flags &= ~(unsigned)REQ_DEFERRED;
     req->flags |= REQ_DONE;
@@ -68,9 +69,16 @@ void client_run_deferred(struct client *c, struct request *req)
     else if (client_subscribed_context(c) && local_subscribed_refuses(req, req->argc, views.argv))
         reply_error(req->reply, "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
                     "PING / QUIT / RESET are allowed in this context", req->cmd->name);
-    else
+    else {
+        to_resp2_pubsub = client_role(req) == ROLE_HELLO &&
+                          local_hello_to_resp2_subscribed(c, req->argc, views.argv);
         local_execute(c, req, req->argc, views.argv, req->reply);
+    }
     request_argv_close(&views);
+    /* HELLO 2 of a RESP3 subscriber that Redis would take (its reply says
+     * proto 2): subscribed on, in RESP2 pub/sub, as Redis. */
+    if (to_resp2_pubsub && c->resp == 2)
+        client_enter_resp2_pubsub(c);
     if (client_role(req) == ROLE_HELLO && (req->flags & REQ_FRAMES_AFTER))
         client_leave_pubsub(c);
     c->held_reply_bytes += evbuffer_get_length(req->reply);

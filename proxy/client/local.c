@@ -429,8 +429,6 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
     }
     if (a.name != NULL)
         throttle_client_changed(c);
-    if (a.version == 2 && c->resp == 3 && client_subscribed_resp3(c))
-        client_enter_resp2_pubsub(c);   /* as Redis: subscribed on, in RESP2 */
     if (a.version != 0)
         c->resp = (int)a.version;
     local_hello_reply(c, out);
