@@ -16,6 +16,7 @@ stopped with the module.
 
 import contextlib
 import os
+import signal
 import threading
 import time
 
@@ -215,3 +216,41 @@ def test_large_set_follows_moved(cluster):
     finally:
         migrate_slot(cl, slot, dst, src)
         cl.wait_ok()
+
+
+def test_shutdown_bounded_while_a_large_request_cannot_be_written(redis_factory, sluice_factory):
+    """A Redis that stopped reading (SIGSTOP) with a 50 MB SET under way:
+    SIGTERM ends sluice after shutdown_timeout (5 s by default), not never,
+    and the log says what was left unwritten."""
+    backend = redis_factory()
+    s = sluice_factory(backend.port)
+    value = pattern(50 * MB)
+    writer = None
+    with RawConn(s.port, timeout=60 * SLOW) as c:
+        assert c.call("PING") == "PONG"
+        os.kill(backend.proc.pid, signal.SIGSTOP)
+        try:
+            writer = threading.Thread(target=lambda: _send_quietly(c, value), daemon=True)
+            writer.start()
+            time.sleep(1)
+            started = time.monotonic()
+            problems = s.stop(timeout=60 * SLOW)
+            took = time.monotonic() - started
+        finally:
+            os.kill(backend.proc.pid, signal.SIGCONT)
+    writer.join(10 * SLOW)
+    assert problems == [], problems
+    assert took < 30 * SLOW, f"sluice took {took:.1f} s to stop"
+    log = _read_log(s.log_path)
+    assert "shutdown_timeout passed with 1 clients still waiting" in log, log
+    assert "bytes of requests not yet written to Redis" in log, log
+
+
+def _send_quietly(c, value):
+    """SET BIG_KEY VALUE on raw connection C; its end (sluice exiting) is
+    expected."""
+    try:
+        c.send(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n" %
+               (len(BIG_KEY), BIG_KEY.encode(), len(value)) + value + b"\r\n")
+    except OSError:
+        pass
