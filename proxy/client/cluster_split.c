@@ -3,7 +3,7 @@
  * UNLINK, EXISTS, TOUCH) becomes one command per slot, and a whole-keyspace
  * command (DBSIZE, KEYS, RANDOMKEY, FLUSHALL, FLUSHDB, SCRIPT LOAD/EXISTS/
  * FLUSH/KILL, FUNCTION LOAD/DELETE/FLUSH/RESTORE/KILL, and admin commands
- * such as CONFIG SET) is sent as it is to every primary; the
+ * such as CONFIG SET, CLIENT PAUSE/UNPAUSE) is sent as it is to every primary; the
  * parts go out at once and their replies are merged into the one reply the
  * client gets, in its request order.
  *
@@ -28,6 +28,8 @@
 #include "client.h"
 #include "cluster.h"
 #include "commands.h"
+#include "pause.h"
+#include "placement.h"
 #include "reply.h"
 #include "request.h"
 #include "respwalk.h"
@@ -79,6 +81,9 @@ static const struct split_command {
     {"bgrewriteaof", MERGE_SAME, 0}, {"acl|setuser", MERGE_OK, 0},
     /* Users are the same on every primary: ACL DELUSER's count is one's. */
     {"acl|deluser", MERGE_SAME, 0}, {"acl|load", MERGE_OK, 0}, {"acl|save", MERGE_OK, 0},
+    /* One Redis paused pauses everything: every primary (pause.c follows
+     * it as in standalone mode: split_answer). */
+    {"client|pause", MERGE_OK, 0}, {"client|unpause", MERGE_OK, 0},
 };
 
 struct split {
@@ -203,6 +208,18 @@ static void split_write_reply(struct split *s, struct evbuffer *out)
     }
 }
 
+/* A CLIENT PAUSE or UNPAUSE sent to every primary is answered: pause.c
+ * learns it as from the one Redis of standalone mode (an error takes a
+ * PAUSE back; UNPAUSE's +OK ends the pause). */
+static void split_note_pause(const struct split *s, const struct request *parent)
+{
+    enum placement_role role = placement_role(parent->cmd);
+
+    if (role == ROLE_PAUSE || role == ROLE_UNPAUSE)
+        pause_note_reply(role == ROLE_PAUSE, 0, s->error != NULL ? REPLY_ERROR : REPLY_STATUS,
+                         parent->pauses_before);
+}
+
 /* Every part has answered: the merged reply goes to the parent's client
  * (or the parent is freed, its client gone). */
 static void split_answer(struct split *s)
@@ -212,6 +229,7 @@ static void split_answer(struct split *s)
 
     s->parent = NULL;
     parent->flags &= ~(unsigned)REQ_DETACHED;
+    split_note_pause(s, parent);
     if (c == NULL) {
         request_free(parent);
         return;

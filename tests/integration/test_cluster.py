@@ -302,22 +302,60 @@ def test_info_says_one_standalone_redis(sr, csluice, redis_cluster):
     (("PSYNC", "?", "-1"), "in cluster mode a replica must connect to a node itself"),
     (("REPLCONF", "listening-port", "1"),
      "in cluster mode a replica must connect to a node itself"),
-    (("CLIENT", "PAUSE", "100000", "WRITE"), "in cluster mode it would pause one node of many"),
-    (("CLIENT", "UNPAUSE"), "in cluster mode it would pause one node of many"),
     # Without a users file or backend_password, AUTH would go to Redis and
     # log in one node's connection only.
     (("AUTH", "someone", "pw"), "would log in one node's connection only"),
     (("AUTH", "pw"), "would log in one node's connection only"),
     (("HELLO", "2", "AUTH", "someone", "pw"), "would log in one node's connection only"),
     (("SHUTDOWN", "NOSAVE"), "it would stop one node of many"),
-], ids=["sync", "psync", "replconf", "pause", "unpause", "auth", "auth-password", "hello-auth",
-        "shutdown"])
-def test_replication_and_pause_refused_with_reason(sr, cmd, why):
-    """Standalone sluice tunnels SYNC and forwards CLIENT PAUSE; in cluster
-    mode they stay refused, saying why."""
+], ids=["sync", "psync", "replconf", "auth", "auth-password", "hello-auth", "shutdown"])
+def test_replication_refused_with_reason(sr, cmd, why):
+    """Standalone sluice tunnels SYNC; in cluster mode it stays refused,
+    saying why (CLIENT PAUSE goes to every primary:
+    test_client_pause_pauses_every_primary)."""
     with pytest.raises(redis.ResponseError, match="sluice does not forward .*" + why):
         sr.execute_command(*cmd)
     assert sr.ping()
+
+
+def test_client_pause_pauses_every_primary(csluice, sr, redis_cluster):
+    """CLIENT PAUSE through sluice pauses every primary, as one Redis would
+    pause everything: a write on any node is held (direct or through
+    sluice, where it waits on a connection of its own), reads go on, and
+    CLIENT UNPAUSE through sluice lets every held write run."""
+    with redis_cluster.any_running().client() as c:
+        ranges = [(int(r[0]), int(r[2][1])) for r in c.execute_command("CLUSTER", "SLOTS")]
+    keys = {port: key_for_slot(slot, "pause:") for slot, port in ranges}
+    assert len(keys) == len(redis_cluster.primaries())
+    try:
+        with csluice.raw() as p:
+            assert p.call("CLIENT", "PAUSE", "60000", "WRITE") == "OK"
+        for port, key in keys.items():
+            with redis_cluster.node_by_port(port).client(socket_timeout=0.3) as d:
+                with pytest.raises(redis.TimeoutError):
+                    d.set(key, "direct")
+        with RawConn(csluice.port, timeout=30 * SLOW) as w:
+            w.send(b"".join(encode_command("SET", k, "via-sluice") for k in keys.values()))
+            with pytest.raises(TimeoutError):
+                w.read_reply(timeout=0.5)
+            for key in keys.values():   # reads are not held
+                sr.get(key)
+            with csluice.raw() as p:
+                assert p.call("CLIENT", "UNPAUSE") == "OK"
+            assert w.read_replies(len(keys)) == ["OK"] * len(keys)
+            # ALL holds reads too, until it ends (Redis 7.0 holds even an
+            # UNPAUSE then: the pause's own timeout ends it).
+            with csluice.raw() as p:
+                assert p.call("CLIENT", "PAUSE", "3000", "ALL") == "OK"
+            w.send(b"".join(encode_command("GET", k) for k in keys.values()))
+            with pytest.raises(TimeoutError):
+                w.read_reply(timeout=0.3)
+            assert w.read_replies(len(keys)) == [b"via-sluice"] * len(keys)
+    finally:
+        for port in keys:
+            with redis_cluster.node_by_port(port).client() as d:
+                d.execute_command("CLIENT", "UNPAUSE")
+                d.delete(keys[port])
 
 
 def test_whole_keyspace_commands_refused_not_half_answered(sr):
