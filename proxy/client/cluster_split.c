@@ -47,6 +47,7 @@ enum split_merge {
     MERGE_SCAN,    /* SCAN: one node's page, its cursor made sluice's */
     MERGE_KILL,    /* SCRIPT KILL, FUNCTION KILL: +OK when a part killed one (the script
                       runs on one node); else a part's error, NOTBUSY last */
+    MERGE_SLOWLOG, /* SLOWLOG GET: every node's entries, newest first, as many as asked */
 };
 
 /* SCAN walks the primaries in the order of the first slot each serves.
@@ -76,7 +77,8 @@ static const struct split_command {
      * "Admin commands in cluster mode"): the others reach one node. */
     {"config|set", MERGE_OK, 0}, {"config|resetstat", MERGE_OK, 0},
     {"config|rewrite", MERGE_OK, 0}, {"slowlog|reset", MERGE_OK, 0},
-    {"slowlog|len", MERGE_SUM, 0}, {"latency|reset", MERGE_SUM, 0},
+    {"slowlog|len", MERGE_SUM, 0}, {"slowlog|get", MERGE_SLOWLOG, 0},
+    {"latency|reset", MERGE_SUM, 0},
     {"memory|purge", MERGE_OK, 0}, {"save", MERGE_OK, 0}, {"bgsave", MERGE_SAME, 0},
     {"bgrewriteaof", MERGE_SAME, 0}, {"acl|setuser", MERGE_OK, 0},
     /* Users are the same on every primary: ACL DELUSER's count is one's. */
@@ -104,6 +106,15 @@ struct split {
     int resp;                    /* the client's protocol: its parts speak it too */
     int scan_slot;               /* MERGE_SCAN: the first slot of the node scanned, */
     int scan_next;               /* and of the node after it (0: none) */
+    struct split_entry *entries; /* MERGE_SLOWLOG: the entries kept in concat, */
+    size_t nentries, entries_cap;
+    long long limit;             /* and how many the client asked for (-1: all) */
+};
+
+/* A SLOWLOG GET entry of a node: its bytes in concat, its time and id. */
+struct split_entry {
+    size_t at, len;
+    long long time, id;
 };
 
 struct split_part {
@@ -164,6 +175,7 @@ int cluster_split_wants(const struct command *cmd, int slot)
 
 static void split_free(struct split *s)
 {
+    free(s->entries);
     free(s->elem_at);
     free(s->all_ones);
     if (s->concat != NULL)
@@ -171,6 +183,32 @@ static void split_free(struct split *s)
     if (s->error != NULL)
         evbuffer_free(s->error);
     free(s);
+}
+
+/* Newest first (a later time, then a higher id): as one Redis lists its
+ * slow log. Ids are each node's own: two nodes may show the same id. */
+static int split_entry_cmp(const void *a, const void *b)
+{
+    const struct split_entry *x = a, *y = b;
+
+    if (x->time != y->time)
+        return x->time > y->time ? -1 : 1;
+    return x->id > y->id ? -1 : x->id < y->id;
+}
+
+/* SLOWLOG GET merged: the newest s->limit entries of every node's. */
+static void split_write_slowlog(struct split *s, struct evbuffer *out)
+{
+    const char *data = (const char *)evbuffer_pullup(s->concat, -1);
+    size_t n = s->nentries;
+
+    if (s->limit >= 0 && (unsigned long long)s->limit < n)
+        n = (size_t)s->limit;
+    if (s->nentries > 0)
+        qsort(s->entries, s->nentries, sizeof(*s->entries), split_entry_cmp);
+    evbuffer_add_printf(out, "*%zu\r\n", data != NULL ? n : 0);
+    for (size_t i = 0; i < n && data != NULL; i++)
+        evbuffer_add(out, data + s->entries[i].at, s->entries[i].len);
 }
 
 /* Write the merged reply of S to OUT. */
@@ -193,6 +231,8 @@ static void split_write_reply(struct split *s, struct evbuffer *out)
         evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
         for (int i = 0; i < s->nkeys; i++)
             evbuffer_add_printf(out, ":%lld\r\n", s->all_ones[i]);
+    } else if (s->merge == MERGE_SLOWLOG) {
+        split_write_slowlog(s, out);
     } else if (s->merge == MERGE_CONCAT) {
         evbuffer_add_printf(out, "*%lld\r\n", s->concat_count);
         evbuffer_add_buffer(out, s->concat);
@@ -314,6 +354,35 @@ static int split_take_scan(struct split *s, const char *buf, size_t len)
     return 0;
 }
 
+/* One node's SLOWLOG GET reply (LEN bytes at BUF): each entry ([id, time,
+ * duration, args, addr, name]) kept with its time and id. */
+static int split_take_slowlog(struct split *s, const char *buf, size_t len)
+{
+    struct respwalk w = {buf, buf + len};
+    long long n, fields, id, time;
+
+    if (respwalk_array(&w, &n) != 0)
+        return -1;
+    for (long long i = 0; i < n; i++) {
+        const char *start = w.p;
+        if (respwalk_array(&w, &fields) != 0 || fields < 2 || respwalk_int(&w, &id) != 0 ||
+            respwalk_int(&w, &time) != 0 || respwalk_skip(&w, fields - 2) != 0)
+            return -1;
+        if (s->nentries == s->entries_cap) {
+            size_t cap = s->entries_cap > 0 ? 2 * s->entries_cap : 16;
+            struct split_entry *more = realloc(s->entries, cap * sizeof(*more));
+            if (more == NULL)
+                return -1;
+            s->entries = more;
+            s->entries_cap = cap;
+        }
+        s->entries[s->nentries++] = (struct split_entry){
+            evbuffer_get_length(s->concat), (size_t)(w.p - start), time, id};
+        evbuffer_add(s->concat, start, (size_t)(w.p - start));
+    }
+    return 0;
+}
+
 /* Merge one part's reply (not an error), LEN bytes at BUF of TYPE, into
  * S. -1 when it is not what the command answers. */
 static int split_take(struct split *s, struct split_part *part, const char *buf, size_t len,
@@ -332,6 +401,8 @@ static int split_take(struct split *s, struct split_part *part, const char *buf,
         return type == REPLY_STATUS ? 0 : -1;
     case MERGE_SCAN:
         return type == REPLY_ARRAY ? split_take_scan(s, buf, len) : -1;
+    case MERGE_SLOWLOG:
+        return type == REPLY_ARRAY ? split_take_slowlog(s, buf, len) : -1;
     case MERGE_SAME:
     case MERGE_ANY:
         if (evbuffer_get_length(s->concat) == 0 && type != REPLY_NIL)
@@ -634,6 +705,22 @@ static void split_scan(struct split *s, unsigned long long client_id, int argc,
     split_send(part, node, s->scan_slot, client_id, buf);
 }
 
+/* How many entries SLOWLOG GET [count] asks for: 10 without a count, -1
+ * (all) for a negative one. A count Redis refuses gets its error from
+ * every node, and that error is the reply. */
+static long long split_slowlog_count(int argc, const struct sv *argv)
+{
+    char text[24];
+    long long n;
+
+    if (argc < 3 || argv[2].len == 0 || argv[2].len >= sizeof(text))
+        return 10;
+    memcpy(text, argv[2].ptr, argv[2].len);
+    text[argv[2].len] = '\0';
+    n = strtoll(text, NULL, 10);
+    return n < 0 ? -1 : n;
+}
+
 /* Drop the maker's hold; answer when every part already has. */
 static void split_release(struct split *s)
 {
@@ -657,7 +744,7 @@ static int split_prepare(struct split *s, int argc)
         for (int i = 0; i < s->nkeys; i++)
             s->all_ones[i] = 1;
     } else if (s->merge == MERGE_CONCAT || s->merge == MERGE_SAME || s->merge == MERGE_ANY ||
-               s->merge == MERGE_SCAN || s->merge == MERGE_KILL) {
+               s->merge == MERGE_SCAN || s->merge == MERGE_KILL || s->merge == MERGE_SLOWLOG) {
         if ((s->concat = evbuffer_new()) == NULL)
             return -1;
     }
@@ -703,6 +790,8 @@ int cluster_split_run(struct request *req, int argc, const struct sv *argv)
     s->resp = req->client->resp;
     req->flags |= REQ_DETACHED;
     ok = split_prepare(s, argc) == 0 && (sc->step == 0 || keys != NULL);
+    if (s->merge == MERGE_SLOWLOG)
+        s->limit = split_slowlog_count(argc, argv);
     if (ok && sc->step > 1 && !split_groups_whole(sc, argc, keys, s->nkeys))
         split_arity_error(s, sc);
     else if (ok && s->merge == MERGE_SCAN)

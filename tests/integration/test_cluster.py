@@ -358,6 +358,44 @@ def test_client_pause_pauses_every_primary(csluice, sr, redis_cluster):
                 d.delete(keys[port])
 
 
+def test_slowlog_get_merges_every_node_newest_first(csluice, sr, redis_cluster):
+    """SLOWLOG GET shows every node's entries, newest first, as many as
+    asked (10 by default, -1 all), as one Redis's slow log would hold them
+    all; SLOWLOG LEN agrees."""
+    with redis_cluster.any_running().client() as c:
+        ranges = [(int(r[0]), int(r[2][1])) for r in c.execute_command("CLUSTER", "SLOTS")]
+    keys = [key_for_slot(slot, "slow:") for slot, _ in ranges]
+    try:
+        assert sr.config_set("slowlog-log-slower-than", 0) is True
+        assert sr.execute_command("SLOWLOG", "RESET") in (True, b"OK")
+        # A slow log's time is in seconds: one SET a second, node after node.
+        for i, k in enumerate(keys):
+            if i > 0:
+                time.sleep(1.05)
+            sr.set(k, i)
+        time.sleep(1.05)
+        for k in keys:
+            sr.set(k, "again")   # one second, one per node: there, by each node's ids
+        entries = sr.execute_command("SLOWLOG", "GET", "-1")
+        sets = [e for e in entries if e[3][0].upper() == b"SET"]
+        assert len(sets) == 2 * len(keys), entries
+        times = [(e[1], e[0]) for e in entries]
+        assert times == sorted(times, reverse=True), times
+        # Newest first across the nodes: the first round, last key first.
+        assert [(e[3][1], e[3][2]) for e in sets[len(keys):]] == \
+            [(k.encode(), str(i).encode()) for i, k in reversed(list(enumerate(keys)))]
+        newest = sr.execute_command("SLOWLOG", "GET", "3")
+        assert len(newest) == 3
+        assert [(e[1], e[0]) for e in newest] == sorted([(e[1], e[0]) for e in newest],
+                                                         reverse=True)
+        assert len(sr.execute_command("SLOWLOG", "GET")) == 10
+        assert sr.execute_command("SLOWLOG", "LEN") >= len(entries)
+    finally:
+        sr.config_set("slowlog-log-slower-than", 10000)
+        sr.execute_command("SLOWLOG", "RESET")
+        sr.delete(*keys)
+
+
 def test_whole_keyspace_commands_refused_not_half_answered(sr):
     for cmd in (("WAIT", "0", "0"),):
         with pytest.raises(redis.ResponseError, match="in cluster mode yet"):
