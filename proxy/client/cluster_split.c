@@ -44,7 +44,8 @@ enum split_merge {
     MERGE_AND,     /* SCRIPT EXISTS: 1 where every part says 1 */
     MERGE_SAME,    /* SCRIPT LOAD, FUNCTION LOAD: one part's reply (all agree) */
     MERGE_ANY,     /* RANDOMKEY: a part's non-nil reply, else nil */
-    MERGE_SCAN,    /* SCAN: one node's page, its cursor made sluice's */
+    MERGE_SCAN,    /* SCAN: a page of one node, or of the next ones too while short of
+                      COUNT; the cursor made sluice's */
     MERGE_KILL,    /* SCRIPT KILL, FUNCTION KILL: +OK when a part killed one (the script
                       runs on one node); else a part's error, NOTBUSY last */
     MERGE_SLOWLOG, /* SLOWLOG GET: every node's entries, newest first, as many as asked */
@@ -105,10 +106,13 @@ struct split {
     struct evbuffer *error;      /* the first error reply of a part */
     int resp;                    /* the client's protocol: its parts speak it too */
     int scan_slot;               /* MERGE_SCAN: the first slot of the node scanned, */
-    int scan_next;               /* and of the node after it (0: none) */
+    int scan_next;               /* and of the node after it (0: none); */
+    long long scan_count;        /* the client's COUNT (10 without one), */
+    struct evbuffer *scan_args;  /* and its arguments after the cursor, as sent */
     struct split_entry *entries; /* MERGE_SLOWLOG: the entries kept in concat, */
     size_t nentries, entries_cap;
     long long limit;             /* and how many the client asked for (-1: all) */
+    int scan_argc;               /* MERGE_SCAN: the client's arguments */
 };
 
 /* A SLOWLOG GET entry of a node: its bytes in concat, its time and id. */
@@ -175,6 +179,8 @@ int cluster_split_wants(const struct command *cmd, int slot)
 
 static void split_free(struct split *s)
 {
+    if (s->scan_args != NULL)
+        evbuffer_free(s->scan_args);
     free(s->entries);
     free(s->elem_at);
     free(s->all_ones);
@@ -239,7 +245,7 @@ static void split_write_reply(struct split *s, struct evbuffer *out)
     } else if (s->merge == MERGE_SCAN) {
         char cursor[32];
         int n = snprintf(cursor, sizeof(cursor), "%llu", (unsigned long long)s->sum);
-        evbuffer_add_printf(out, "*2\r\n$%d\r\n%s\r\n", n, cursor);
+        evbuffer_add_printf(out, "*2\r\n$%d\r\n%s\r\n*%lld\r\n", n, cursor, s->concat_count);
         evbuffer_add_buffer(out, s->concat);
     } else if (evbuffer_get_length(s->concat) > 0) {
         evbuffer_add_buffer(out, s->concat);   /* SAME, ANY, KILL's NOTBUSY */
@@ -326,31 +332,46 @@ static int split_take_array(struct split *s, struct split_part *part, const char
     return 0;
 }
 
+static void split_scan_send(struct split *s, unsigned long long client_id,
+                            unsigned long long node_cursor);
+static int split_scan_next_start(int after);
+
 /* SCAN's page [cursor, [keys...]] from the node of s->scan_slot: the
- * keys as they are, the cursor made sluice's (the next node's start when
- * this node is done, 0 after the last). */
+ * keys as they are, the cursor made sluice's. A node that is done, with
+ * fewer keys than COUNT so far, hands on to the next node within the same
+ * call, as one Redis finishes a small keyspace in one SCAN; else the
+ * cursor is the next node's start (0 after the last). */
 static int split_take_scan(struct split *s, const char *buf, size_t len)
 {
     struct respwalk w = {buf, buf + len};
     unsigned long long next;
-    long long n;
+    long long n, keys;
     const char *text;
     size_t text_len;
     char digits[24];
 
     if (respwalk_array(&w, &n) != 0 || n != 2 || respwalk_bulk(&w, &text, &text_len) != 0 ||
-        text_len == 0 || text_len >= sizeof(digits))
+        text_len == 0 || text_len >= sizeof(digits) || respwalk_array(&w, &keys) != 0)
         return -1;
     memcpy(digits, text, text_len);
     digits[text_len] = '\0';
     next = strtoull(digits, NULL, 10);
     if (next >> (64 - SPLIT_SCAN_SLOT_BITS) != 0)
         return -1;   /* a cursor too large to carry the node as well */
-    if (next != 0)
-        s->sum = (long long)((next << SPLIT_SCAN_SLOT_BITS) | (unsigned)s->scan_slot);
-    else
-        s->sum = s->scan_next;
+    s->concat_count += keys;
     evbuffer_add(s->concat, w.p, (size_t)(w.end - w.p));
+    if (next != 0) {
+        s->sum = (long long)((next << SPLIT_SCAN_SLOT_BITS) | (unsigned)s->scan_slot);
+        return 0;
+    }
+    s->sum = s->scan_next;
+    if (s->scan_next == 0 || s->concat_count >= s->scan_count || s->parent == NULL ||
+        s->parent->client == NULL)
+        return 0;
+    /* On into the next node, from its start (s->sum says so until it answers). */
+    s->scan_slot = s->scan_next;
+    s->scan_next = split_scan_next_start(s->scan_slot);
+    split_scan_send(s, s->parent->client->id, 0);
     return 0;
 }
 
@@ -666,16 +687,28 @@ static int split_scan_cursor(struct sv text, unsigned long long *cursor)
     return 0;
 }
 
+/* SCAN's COUNT argument TEXT: how many keys a page should reach before
+ * the walk stops at a node's end (10 when not a positive number: Redis
+ * then answers the node's error anyway). */
+static long long split_scan_count(struct sv text)
+{
+    char digits[24];
+    long long n;
+
+    if (text.len == 0 || text.len >= sizeof(digits))
+        return 10;
+    memcpy(digits, text.ptr, text.len);
+    digits[text.len] = '\0';
+    n = strtoll(digits, NULL, 10);
+    return n > 0 ? n : 10;
+}
+
 /* SCAN with the client's CURSOR (ARGV[1]): the rest of the command to
  * the node the cursor names, with that node's own cursor. */
 static void split_scan(struct split *s, unsigned long long client_id, int argc,
                        const struct sv *argv)
 {
     unsigned long long cursor = 0;
-    struct backend_node *node;
-    struct split_part *part;
-    struct evbuffer *buf;
-    char text[24];
 
     if (argc < 2) {
         static const char arity[] = "-ERR wrong number of arguments for 'scan' command\r\n";
@@ -689,19 +722,37 @@ static void split_scan(struct split *s, unsigned long long client_id, int argc,
     s->scan_slot = (int)(cursor & (SLOT_COUNT - 1));
     if (cursor == 0)
         s->scan_slot = split_scan_next_start(-1);   /* the walk begins */
-    node = cluster_node_for_slot(s->scan_slot);
     s->scan_next = split_scan_next_start(s->scan_slot);
+    s->scan_count = 10;
+    s->scan_argc = argc;
+    for (int i = 2; i < argc; i++)
+        reply_bulk(s->scan_args, argv[i].ptr, argv[i].len);
+    for (int i = 2; i + 1 < argc; i += 2) {   /* option, value: as Redis reads them */
+        if (sv_ieq(argv[i], "count"))
+            s->scan_count = split_scan_count(argv[i + 1]);
+    }
+    split_scan_send(s, client_id, cursor >> SPLIT_SCAN_SLOT_BITS);
+}
+
+/* SCAN NODE_CURSOR and the client's other arguments to the node of
+ * s->scan_slot, for CLIENT_ID. */
+static void split_scan_send(struct split *s, unsigned long long client_id,
+                            unsigned long long node_cursor)
+{
+    struct backend_node *node = cluster_node_for_slot(s->scan_slot);
+    struct split_part *part;
+    struct evbuffer *buf;
+    char text[24];
+
     if (node == NULL || (part = split_part_new(s, 0)) == NULL) {
-        s->concat_count = 0;   /* the slot is served by nobody now: an empty last page */
-        evbuffer_add(s->concat, "*0\r\n", 4);
-        s->sum = 0;
+        s->sum = 0;   /* the slot is served by nobody now: the last page */
         return;
     }
-    snprintf(text, sizeof(text), "%llu", cursor >> SPLIT_SCAN_SLOT_BITS);
+    snprintf(text, sizeof(text), "%llu", node_cursor);
     buf = evbuffer_new();
-    evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", argc, strlen(text), text);
-    for (int i = 2; i < argc; i++)
-        reply_bulk(buf, argv[i].ptr, argv[i].len);
+    evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", s->scan_argc, strlen(text),
+                        text);
+    evbuffer_add(buf, evbuffer_pullup(s->scan_args, -1), evbuffer_get_length(s->scan_args));
     split_send(part, node, s->scan_slot, client_id, buf);
 }
 
@@ -748,6 +799,8 @@ static int split_prepare(struct split *s, int argc)
         if ((s->concat = evbuffer_new()) == NULL)
             return -1;
     }
+    if (s->merge == MERGE_SCAN && (s->scan_args = evbuffer_new()) == NULL)
+        return -1;
     return 0;
 }
 

@@ -1411,6 +1411,41 @@ def test_scan_walks_every_primary(csluice, sr, rc):
     assert sr.delete(*keys, "scan:list") == 501
 
 
+def test_scan_of_a_small_keyspace_ends_in_one_call(csluice, sr, redis_cluster):
+    """A SCAN of a few keys spread over every node ends in one call, cursor
+    0, as on one Redis: a node that is done with fewer keys than COUNT
+    hands on to the next within the call. With more keys a page goes on
+    into the next node while short of COUNT, and the walk still returns
+    every key once."""
+    with redis_cluster.any_running().client() as c:
+        ranges = [(int(r[0]), int(r[2][1])) for r in c.execute_command("CLUSTER", "SLOTS")]
+    few = [key_for_slot(slot, f"few{i}:") for slot, _ in ranges for i in range(2)]
+    sr.mset({k: 1 for k in few})
+    try:
+        # (COUNT well above what a node holds: a node whose table grew for
+        # an earlier test's keys may need more than one call of COUNT 10,
+        # as one Redis would.)
+        cursor, page = sr.scan(0, match="few*", count=1000)
+        assert cursor == 0 and sorted(k.decode() for k in page) == sorted(few)
+        cursor, page = sr.execute_command("SCAN", "0", "MATCH", "few*", "COUNT", "1")
+        assert int(cursor) != 0 and len(page) < len(few)
+    finally:
+        sr.delete(*few)
+    many = {f"many:{i}" for i in range(60)}
+    sr.mset({k: 1 for k in many})
+    try:
+        seen, cursor, calls = [], 0, 0
+        while True:
+            cursor, page = sr.scan(cursor, match="many:*", count=25)
+            seen += [k.decode() for k in page]
+            calls += 1
+            if cursor == 0:
+                break
+        assert sorted(seen) == sorted(many) and calls < 100
+    finally:
+        sr.delete(*many)
+
+
 def test_scan_keeps_its_place_through_a_failover(tmp_path):
     """SCAN walks the primaries in the order of their slots, so a failover
     of a node other than the one being walked (its address changes, its
