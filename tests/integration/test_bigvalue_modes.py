@@ -27,6 +27,7 @@ from cluster_helpers import ClusterRedis
 from helpers import SLOW, RawConn, encode_command, wait_until
 from sentinel_helpers import SentinelTopology, sentinel_sluice
 from test_cluster import cluster_info, migrate_slot, slot_of
+from test_read_from import wait_states
 
 MB = 1 << 20
 HEAVY_MB = 300
@@ -254,3 +255,33 @@ def _send_quietly(c, value):
                (len(BIG_KEY), BIG_KEY.encode(), len(value)) + value + b"\r\n")
     except OSError:
         pass
+
+
+def test_large_read_to_a_replica_in_sentinel_mode(tmp_path):
+    """read_from = replica in Sentinel mode: a read with a 5 MB argument
+    (SISMEMBER of a 5 MB member) goes to the replica whole and is
+    answered; the write before it reached the primary whole."""
+    topo = SentinelTopology(tmp_path / "topo", replicas=1, sentinels=1, quorum=1)
+    s = None
+    try:
+        topo.start()
+        s = sentinel_sluice(tmp_path / "s", topo, read_from="replica")
+        replica = topo.replicas[0]
+        wait_states(s, {replica.port: "ok"}, timeout=20)
+        member = pattern(5 * MB)
+        with RawConn(s.port, timeout=60 * SLOW) as w:
+            assert w.call("SADD", "{bv}set", member) == 1
+        assert topo.primary.client().execute_command("WAIT", 1, int(10000 * SLOW)) == 1
+        wait_states(s, {replica.port: "ok"})   # caught up again after the 5 MB write
+        replica.client().config_resetstat()
+        # Another client: the writer's own reads stay on the primary a while.
+        with RawConn(s.port, timeout=60 * SLOW) as c:
+            assert c.call("SISMEMBER", "{bv}set", member) == 1
+            assert c.call("SISMEMBER", "{bv}set", member[:-1]) == 0
+        stats = replica.client().info("commandstats")
+        assert stats.get("cmdstat_sismember", {}).get("calls", 0) == 2
+    finally:
+        if s is not None:
+            problems = s.stop()
+            assert problems == [], problems
+        topo.stop()
