@@ -1,9 +1,10 @@
-/* cluster_info.c - owns how INFO looks in cluster mode: sluice shows its
- * clients one Redis, so the node's INFO says redis_mode:standalone and
- * cluster_enabled:0, as a standalone Redis's does (a client that picks its
- * mode from INFO, as redis-py's own test setup does, stays a plain client
- * and never meets the refused CLUSTER commands). It changes those two
- * lines only, and nothing but INFO's reply. */
+/* cluster_info.c - owns how INFO and CONFIG GET look in cluster mode:
+ * sluice shows its clients one Redis, so the node's INFO says
+ * redis_mode:standalone and cluster_enabled:0, and CONFIG GET says
+ * cluster-enabled no, as a standalone Redis's do (a client that picks its
+ * mode from them, as redis-py's own test setup does from INFO, stays a
+ * plain client and never meets the refused CLUSTER commands). It changes
+ * those lines only, and nothing but those two commands' replies. */
 #include "cluster_info.h"
 
 #include <event2/buffer.h>
@@ -16,6 +17,7 @@
 #include "commands.h"
 #include "request.h"
 #include "respframe.h"
+#include "respwalk.h"
 
 /* The lines of a cluster node's INFO that one standalone Redis writes
  * otherwise (Redis 7.0's "# Server" and "# Cluster" sections). */
@@ -94,16 +96,79 @@ static void cluster_info_reply(struct request *req, struct evbuffer *src, size_t
     client_answer(c, req);
 }
 
+/* Append the pairs of a CONFIG GET reply (the bytes from W.p on: bulk
+ * name, bulk value...) to OUT, cluster-enabled's value made "no". -1 when
+ * they are not such pairs. */
+static int cluster_info_config_pairs(struct respwalk *w, struct evbuffer *out)
+{
+    static const char name[] = "cluster-enabled";
+
+    while (w->p < w->end) {
+        const char *key, *value, *start = w->p;
+        size_t key_len, value_len;
+        if (respwalk_bulk(w, &key, &key_len) != 0)
+            return -1;
+        evbuffer_add(out, start, (size_t)(w->p - start));
+        start = w->p;
+        if (respwalk_bulk(w, &value, &value_len) != 0)
+            return -1;
+        if (key_len == sizeof(name) - 1 && memcmp(key, name, key_len) == 0)
+            evbuffer_add(out, "$2\r\nno\r\n", 8);
+        else
+            evbuffer_add(out, start, (size_t)(w->p - start));
+    }
+    return 0;
+}
+
+/* CONFIG GET's reply of LEN bytes at the head of SRC (an array of pairs,
+ * or a map in RESP3) into REQ's reply, cluster-enabled said "no"; any
+ * other reply goes as it is. */
+static void cluster_info_config_reply(struct request *req, struct evbuffer *src, size_t len,
+                                      int type)
+{
+    struct client *c = request_hook_client(req, src, len);
+    char *text = NULL, *crlf = NULL;
+    struct evbuffer *pairs = NULL;
+
+    if (c == NULL)
+        return;
+    if ((type == REPLY_ARRAY || type == REPLY_MAP) && (text = malloc(len)) != NULL &&
+        evbuffer_copyout(src, text, len) == (ssize_t)len)
+        crlf = memchr(text, '\r', len);
+    if (crlf != NULL && crlf + 2 <= text + len && (pairs = evbuffer_new()) != NULL) {
+        struct respwalk w = {crlf + 2, text + len};
+        if (cluster_info_config_pairs(&w, pairs) == 0) {
+            evbuffer_drain(src, len);
+            evbuffer_add(req->reply, text, (size_t)(crlf + 2 - text));   /* its header */
+            evbuffer_add_buffer(req->reply, pairs);
+        }
+    }
+    if (evbuffer_get_length(req->reply) == 0) {
+        if (type == REPLY_ERROR)
+            req->flags |= REQ_FAILED;
+        evbuffer_remove_buffer(src, req->reply, len);
+    }
+    if (pairs != NULL)
+        evbuffer_free(pairs);
+    free(text);
+    client_answer(c, req);
+}
+
 void cluster_info_hook(struct request *req)
 {
-    static const struct command *info;
+    static const struct command *info, *config_get;
 
     if (!cluster_enabled() || req->cmd == NULL || req->on_reply != NULL ||
         (req->flags & (REQ_NOREPLY | REQ_IN_MULTI)) ||
         (req->client != NULL && (req->client->flags & CLIENT_IN_MULTI)))
         return;
-    if (info == NULL)
+    if (info == NULL) {
+        static const struct sv words[] = {{"config", 6}, {"get", 3}};
         info = commands_lookup("info", 4);
+        config_get = commands_resolve(2, words);
+    }
     if (req->cmd == info)
         req->on_reply = cluster_info_reply;
+    else if (req->cmd == config_get && config_get != NULL)
+        req->on_reply = cluster_info_config_reply;
 }

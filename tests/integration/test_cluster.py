@@ -292,9 +292,21 @@ def test_info_says_one_standalone_redis(sr, csluice, redis_cluster):
     assert dict(zip(hello[::2], hello[1::2]))[b"mode"] == b"standalone"
     with pytest.raises(redis.ResponseError, match="^This instance has cluster support disabled$"):
         sr.execute_command("CLUSTER", "INFO")
+    # CONFIG GET agrees, alone or among others, in RESP2 and RESP3.
+    assert sr.config_get("cluster-enabled") == {"cluster-enabled": "no"}
+    both = sr.config_get("cluster-*")
+    assert both["cluster-enabled"] == "no" and "cluster-node-timeout" in both
+    assert sr.config_get("maxmemory") == redis_cluster.node_by_port(
+        redis_cluster.ports[0]).client().config_get("maxmemory")
+    with csluice.raw() as c:
+        c.send(encode_command("HELLO", "3"))
+        c.read_reply_raw()
+        assert c.call_raw("CONFIG", "GET", "cluster-enabled") == \
+            b"%1\r\n$15\r\ncluster-enabled\r\n$2\r\nno\r\n"
     # The node itself still says what it is.
     with redis_cluster.node_by_port(redis_cluster.ports[0]).client() as n:
         assert n.info("server")["redis_mode"] == "cluster"
+        assert n.config_get("cluster-enabled") == {"cluster-enabled": "yes"}
 
 
 @pytest.mark.parametrize("cmd,why", [
