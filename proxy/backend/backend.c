@@ -1068,7 +1068,12 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
 {
     struct request *req;
 
-    if (conn->passthrough && conn->owner != NULL && TAILQ_EMPTY(&conn->inflight)) {
+    /* Streaming, a push pairs with nothing either: with sluice's own
+     * request in flight (the HELLO 2 of a RESP3 subscriber switching to
+     * RESP2 pub/sub) a message Redis sent before answering it is the
+     * client's, not that request's reply. */
+    if (conn->passthrough && conn->owner != NULL &&
+        (TAILQ_EMPTY(&conn->inflight) || type == REPLY_PUSH)) {
         backend_client.on_passthrough(conn->owner, in, len);
         return;
     }

@@ -467,6 +467,20 @@ void backend_forget_departed(uint64_t now_ms)
 }
 
 
+/* At exit: say so when CONN still had requests to write (a Redis that
+ * stopped reading, a large request under way): the shutdown does not wait
+ * for them past shutdown_timeout, and they are dropped with CONN. */
+static void backend_note_unwritten(const struct backend_conn *conn)
+{
+    size_t unsent = evbuffer_get_length(conn->staged);
+
+    if (conn->bev != NULL)
+        unsent += evbuffer_get_length(bufferevent_get_output(conn->bev));
+    if (unsent > 0)
+        log_warning("backend %s: a connection closed at exit with %zu bytes of requests "
+                    "not yet written to Redis", conn->node->name, unsent);
+}
+
 void backend_free_all(void)
 {
     struct backend_node *node;
@@ -474,8 +488,10 @@ void backend_free_all(void)
     while ((node = TAILQ_FIRST(&backend_nodes)) != NULL) {
         if (node->lookup != NULL)
             resolve_cancel(node->lookup);
-        while (!TAILQ_EMPTY(&node->conns))
+        while (!TAILQ_EMPTY(&node->conns)) {
+            backend_note_unwritten(TAILQ_FIRST(&node->conns));
             backend_conn_free(TAILQ_FIRST(&node->conns));
+        }
         if (node->spare_ev != NULL)
             event_free(node->spare_ev);
         TAILQ_REMOVE(&backend_nodes, node, link);

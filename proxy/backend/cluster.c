@@ -53,6 +53,7 @@
 #include "commands.h"
 #include "config.h"
 #include "log.h"
+#include "pause.h"
 #include "metrics.h"
 #include "placement.h"
 #include "primary.h"
@@ -323,7 +324,9 @@ static void cluster_ask_map(uint64_t now_ms)
     cluster_refresh_wanted = 0;
     buf = evbuffer_new();
     evbuffer_add(buf, slots, sizeof(slots) - 1);
-    if (backend_send_internal(backend_pool_conn(node, 0, 2), buf, cluster_slots_reply,
+    /* During a CLIENT PAUSE ALL Redis holds it: then on a connection of
+     * its own, not ahead of the clients' UNPAUSE on the shared one. */
+    if (backend_send_internal(pause_internal_conn(node, 0, 0), buf, cluster_slots_reply,
                               (void *)(uintptr_t)cluster_asked_gen, NULL) != 0)
         cluster_refresh_failed(backend_node_name(node), "connection down");
     evbuffer_free(buf);

@@ -24,6 +24,7 @@
 #include "backend.h"
 #include "clientid.h"
 #include "cluster.h"
+#include "cluster_info.h"
 #include "cluster_split.h"
 #include "commands.h"
 #include "config.h"
@@ -58,6 +59,7 @@ static const struct client_verbs *client_verbs;
 void client_run_deferred(struct client *c, struct request *req)
 {
     struct req_argv views;
+    int to_resp2_pubsub = 0;
 
     req->flags &= ~(unsigned)REQ_DEFERRED;
     req->flags |= REQ_DONE;
@@ -70,9 +72,16 @@ void client_run_deferred(struct client *c, struct request *req)
     else if (client_subscribed_context(c) && local_subscribed_refuses(req, req->argc, views.argv))
         reply_error(req->reply, "Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / "
                     "PING / QUIT / RESET are allowed in this context", req->cmd->name);
-    else
+    else {
+        to_resp2_pubsub = client_role(req) == ROLE_HELLO &&
+                          local_hello_to_resp2_subscribed(c, req->argc, views.argv);
         local_execute(c, req, req->argc, views.argv, req->reply);
+    }
     request_argv_close(&views);
+    /* HELLO 2 of a RESP3 subscriber that Redis would take (its reply says
+     * proto 2): subscribed on, in RESP2 pub/sub, as Redis. */
+    if (to_resp2_pubsub && c->resp == 2)
+        client_enter_resp2_pubsub(c);
     if (client_role(req) == ROLE_HELLO && (req->flags & REQ_FRAMES_AFTER))
         client_leave_pubsub(c);
     c->held_reply_bytes += evbuffer_get_length(req->reply);
@@ -348,7 +357,9 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
         (local_at_turn(req, req->argc, argv) ||
          (!TAILQ_EMPTY(&c->requests) &&
           (local_reads_session(req, req->argc, argv) || auth_redis_login_needed(c))) ||
-         ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)))) {
+         ((c->flags & CLIENT_PASSTHROUGH) && local_subscribed_refuses(req, req->argc, argv)) ||
+         (client_role(req) == ROLE_HELLO &&
+          local_hello_to_resp2_subscribed(c, req->argc, argv)))) {
         /* In pub/sub it runs once its fence is back, when sluice knows
          * whether Redis would still refuse it in the subscribed context. */
         /* Earlier replies may change what it reads: it runs behind them.
@@ -368,7 +379,9 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
          * run (client_flush unblocks). */
         if (client_role(req) == ROLE_CLIENT_REPLY ||
             (client_role(req) == ROLE_HELLO && (c->flags & CLIENT_PASSTHROUGH) &&
-             !client_is_monitor(c))) {
+             !client_is_monitor(c)) ||
+            (client_role(req) == ROLE_HELLO &&
+             local_hello_to_resp2_subscribed(c, req->argc, argv))) {
             req->flags |= REQ_FRAMES_AFTER;
             client_block(c);
         }
@@ -395,6 +408,7 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
     if (client_role(req) == ROLE_CLIENT_IDS &&
         clientid_translate(c, req, argv, &src) == CLIENTID_HELD)
         return -1;   /* released once Redis said its ids (client_release_held) */
+    cluster_info_hook(req);   /* cluster mode: INFO says one standalone Redis */
     was_in_multi = (c->flags & CLIENT_IN_MULTI) != 0;
     client_note_session(req, req->argc, argv);
     client_track_multi(c, req, &src);

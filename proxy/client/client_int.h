@@ -96,6 +96,12 @@ void client_apply_session(struct client *c, struct request *req, int type);
 void client_push_kind(struct evbuffer *src, size_t len, char *kind, long long *count);
 int client_is_pubsub_message(struct evbuffer *src, size_t len);
 void client_leave_pubsub(struct client *c);
+
+/* C, subscribed in RESP3, runs HELLO 2 at its turn (nothing after it
+ * framed): as Redis, its connection stays subscribed, in RESP2 pub/sub
+ * mode. Its private connection is told HELLO 2 and streams from then on
+ * (CLIENT_PASSTHROUGH), its subscription counts carried over. */
+void client_enter_resp2_pubsub(struct client *c);
 void client_note_subscriptions(struct client *c, struct evbuffer *src, size_t len);
 int client_count_push(struct client *c, const char *kind, long long count);
 int client_push_ends(struct client *c, struct request *head, int row);

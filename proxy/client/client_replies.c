@@ -117,6 +117,19 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
     client_leave(c);
 }
 
+/* A RESP3 push of LEN bytes at the head of SRC, which Redis sent a client
+ * before its HELLO 2 switched it to RESP2 pub/sub, becomes the RESP2 array
+ * Redis sends after it ("message", "pmessage", confirmations: bulks and
+ * integers either way). Anything else is left as it is. */
+static void client_push_as_array(struct evbuffer *src, size_t len)
+{
+    struct evbuffer_iovec v;
+
+    if (len > 0 && evbuffer_peek(src, 1, NULL, &v, 1) == 1 && v.iov_len > 0 &&
+        ((char *)v.iov_base)[0] == '>')
+        ((char *)v.iov_base)[0] = '*';
+}
+
 void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
 {
     static const char reset_reply[] = "+RESET\r\n";
@@ -124,6 +137,8 @@ void client_on_passthrough(struct client *c, struct evbuffer *src, size_t len)
     int reset = 0;
 
     client_enter(c);
+    if (c->resp == 2)
+        client_push_as_array(src, len);
     if (c->fences > 0 && client_fence_back(c, src, len)) {
         client_flush(c);
         client_leave(c);

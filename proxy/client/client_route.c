@@ -75,7 +75,7 @@ static struct backend_conn *client_detour(struct client *c, struct request *req,
     uint64_t now_ms;
 
     /* A LOCAL request here is a lock verb's script (lock.c): a write. */
-    if ((req->place == PLACE_SHARED || req->place == PLACE_LOCAL) && !cluster_enabled() &&
+    if ((req->place == PLACE_SHARED || req->place == PLACE_LOCAL) &&
         pause_holds(req->place == PLACE_LOCAL ? NULL : req->cmd)) {
         /* Redis holds it for a CLIENT PAUSE: on a connection of its own,
          * that blocks only this client, as Redis would block it. */

@@ -209,6 +209,21 @@ void client_leave_pubsub(struct client *c)
     backend_use_resp(c->private_conn, c->resp);
 }
 
+void client_enter_resp2_pubsub(struct client *c)
+{
+    if (c->private_conn == NULL || (c->flags & CLIENT_PASSTHROUGH))
+        return;
+    /* HELLO 2 first, paired with sluice's own request (its reply is
+     * dropped): a push Redis sent before it streams to C (backend.c), as a
+     * RESP2 array (client_on_passthrough), and so does all that follows. */
+    backend_use_resp(c->private_conn, 2);
+    c->subscriptions = c->subs.total;
+    c->shard_subscriptions = c->subs.shards;
+    memset(&c->subs, 0, sizeof(c->subs));
+    c->flags |= CLIENT_PASSTHROUGH;
+    backend_set_passthrough(c->private_conn, 1);
+}
+
 /* Count a confirmation of KIND with COUNT into C's subscriptions; returns
  * its row in client_push_kinds, or -1 for any other push. */
 int client_count_push(struct client *c, const char *kind, long long count)

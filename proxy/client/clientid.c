@@ -706,14 +706,28 @@ static void clientid_flags(const struct client *c, char *out)
     out[n] = '\0';
 }
 
+/* The bytes of the command ARGV (ARGC arguments) as a client sends it in
+ * RESP: "*2\r\n$6\r\nclient\r\n$4\r\ninfo\r\n" is 26. */
+static size_t clientid_command_len(int argc, const struct sv *argv)
+{
+    char digits[24];
+    size_t len = 3 + (size_t)snprintf(digits, sizeof(digits), "%d", argc);
+
+    for (int i = 0; i < argc; i++)
+        len += 5 + (size_t)snprintf(digits, sizeof(digits), "%zu", argv[i].len) + argv[i].len;
+    return len;
+}
+
 /* C's line, as Redis 7.0's CLIENT LIST writes one (fields in its order;
  * what sluice does not know is given as Redis shows it for an idle
- * client: sub=0, obl=0...). */
-static void clientid_line(const struct client *c, struct evbuffer *out)
+ * client: sub=0, obl=0...). RUNNING: the bytes of the command C is
+ * running (the listing's own, for its caller; else 0): Redis's qbuf holds
+ * it while it runs, with what C sent after it (still in C's input here). */
+static void clientid_line(const struct client *c, struct evbuffer *out, size_t running)
 {
     uint64_t now_ms = server_now_ms();
     char laddr[INET6_ADDRSTRLEN + 8], flags[8];
-    size_t qbuf = evbuffer_get_length(c->input);
+    size_t qbuf = evbuffer_get_length(c->input) + running;
     size_t omem = evbuffer_get_length(c->output) + c->held_reply_bytes;
 
     clientid_laddr(c, laddr, sizeof(laddr));
@@ -743,11 +757,11 @@ static void clientid_reply_text(const struct client *c, struct evbuffer *text, s
     evbuffer_add(out, "\r\n", 2);
 }
 
-void clientid_info(struct client *c, struct evbuffer *out)
+void clientid_info(struct client *c, int argc, const struct sv *argv, struct evbuffer *out)
 {
     struct evbuffer *text = evbuffer_new();
 
-    clientid_line(c, text);
+    clientid_line(c, text, clientid_command_len(argc, argv));
     clientid_reply_text(c, text, out);
     evbuffer_free(text);
 }
@@ -791,7 +805,7 @@ void clientid_list(struct client *c, int argc, const struct sv *argv, struct evb
          * client goes, as it would once the listing was queued. */
         for (int i = 3; i < argc; i++) {
             if ((t = client_find(clientid_parse(argv[i]))) != NULL)
-                clientid_line(t, text);
+                clientid_line(t, text, t == c ? clientid_command_len(argc, argv) : 0);
             if (limit > 0 && evbuffer_get_length(text) > limit) {
                 client_output_overflow(c, evbuffer_get_length(text));
                 break;
@@ -800,7 +814,7 @@ void clientid_list(struct client *c, int argc, const struct sv *argv, struct evb
     } else {
         for (t = client_next(NULL); t != NULL; t = client_next(t))
             if (!by_type || clientid_of_type(t, argv[3]) == 1)
-                clientid_line(t, text);
+                clientid_line(t, text, t == c ? clientid_command_len(argc, argv) : 0);
     }
     clientid_reply_text(c, text, out);
     evbuffer_free(text);

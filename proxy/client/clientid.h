@@ -41,6 +41,6 @@ void clientid_push(const struct client *c, const char *kind, struct evbuffer *sr
  * Redis 7.0's format. Called inside C's callbacks: a listing past
  * client_output_buffer_limit closes C (client_output_overflow) at their end. */
 void clientid_list(struct client *c, int argc, const struct sv *argv, struct evbuffer *out);
-void clientid_info(struct client *c, struct evbuffer *out);
+void clientid_info(struct client *c, int argc, const struct sv *argv, struct evbuffer *out);
 
 #endif

@@ -3,7 +3,7 @@
  * UNLINK, EXISTS, TOUCH) becomes one command per slot, and a whole-keyspace
  * command (DBSIZE, KEYS, RANDOMKEY, FLUSHALL, FLUSHDB, SCRIPT LOAD/EXISTS/
  * FLUSH/KILL, FUNCTION LOAD/DELETE/FLUSH/RESTORE/KILL, and admin commands
- * such as CONFIG SET) is sent as it is to every primary; the
+ * such as CONFIG SET, CLIENT PAUSE/UNPAUSE) is sent as it is to every primary; the
  * parts go out at once and their replies are merged into the one reply the
  * client gets, in its request order.
  *
@@ -28,6 +28,8 @@
 #include "client.h"
 #include "cluster.h"
 #include "commands.h"
+#include "pause.h"
+#include "placement.h"
 #include "reply.h"
 #include "request.h"
 #include "respwalk.h"
@@ -42,9 +44,11 @@ enum split_merge {
     MERGE_AND,     /* SCRIPT EXISTS: 1 where every part says 1 */
     MERGE_SAME,    /* SCRIPT LOAD, FUNCTION LOAD: one part's reply (all agree) */
     MERGE_ANY,     /* RANDOMKEY: a part's non-nil reply, else nil */
-    MERGE_SCAN,    /* SCAN: one node's page, its cursor made sluice's */
+    MERGE_SCAN,    /* SCAN: a page of one node, or of the next ones too while short of
+                      COUNT; the cursor made sluice's */
     MERGE_KILL,    /* SCRIPT KILL, FUNCTION KILL: +OK when a part killed one (the script
                       runs on one node); else a part's error, NOTBUSY last */
+    MERGE_SLOWLOG, /* SLOWLOG GET: every node's entries, newest first, as many as asked */
 };
 
 /* SCAN walks the primaries in the order of the first slot each serves.
@@ -74,11 +78,15 @@ static const struct split_command {
      * "Admin commands in cluster mode"): the others reach one node. */
     {"config|set", MERGE_OK, 0}, {"config|resetstat", MERGE_OK, 0},
     {"config|rewrite", MERGE_OK, 0}, {"slowlog|reset", MERGE_OK, 0},
-    {"slowlog|len", MERGE_SUM, 0}, {"latency|reset", MERGE_SUM, 0},
+    {"slowlog|len", MERGE_SUM, 0}, {"slowlog|get", MERGE_SLOWLOG, 0},
+    {"latency|reset", MERGE_SUM, 0},
     {"memory|purge", MERGE_OK, 0}, {"save", MERGE_OK, 0}, {"bgsave", MERGE_SAME, 0},
     {"bgrewriteaof", MERGE_SAME, 0}, {"acl|setuser", MERGE_OK, 0},
     /* Users are the same on every primary: ACL DELUSER's count is one's. */
     {"acl|deluser", MERGE_SAME, 0}, {"acl|load", MERGE_OK, 0}, {"acl|save", MERGE_OK, 0},
+    /* One Redis paused pauses everything: every primary (pause.c follows
+     * it as in standalone mode: split_answer). */
+    {"client|pause", MERGE_OK, 0}, {"client|unpause", MERGE_OK, 0},
 };
 
 struct split {
@@ -98,7 +106,19 @@ struct split {
     struct evbuffer *error;      /* the first error reply of a part */
     int resp;                    /* the client's protocol: its parts speak it too */
     int scan_slot;               /* MERGE_SCAN: the first slot of the node scanned, */
-    int scan_next;               /* and of the node after it (0: none) */
+    int scan_next;               /* and of the node after it (0: none); */
+    long long scan_count;        /* the client's COUNT (10 without one), */
+    struct evbuffer *scan_args;  /* and its arguments after the cursor, as sent */
+    struct split_entry *entries; /* MERGE_SLOWLOG: the entries kept in concat, */
+    size_t nentries, entries_cap;
+    long long limit;             /* and how many the client asked for (-1: all) */
+    int scan_argc;               /* MERGE_SCAN: the client's arguments */
+};
+
+/* A SLOWLOG GET entry of a node: its bytes in concat, its time and id. */
+struct split_entry {
+    size_t at, len;
+    long long time, id;
 };
 
 struct split_part {
@@ -159,6 +179,9 @@ int cluster_split_wants(const struct command *cmd, int slot)
 
 static void split_free(struct split *s)
 {
+    if (s->scan_args != NULL)
+        evbuffer_free(s->scan_args);
+    free(s->entries);
     free(s->elem_at);
     free(s->all_ones);
     if (s->concat != NULL)
@@ -166,6 +189,32 @@ static void split_free(struct split *s)
     if (s->error != NULL)
         evbuffer_free(s->error);
     free(s);
+}
+
+/* Newest first (a later time, then a higher id): as one Redis lists its
+ * slow log. Ids are each node's own: two nodes may show the same id. */
+static int split_entry_cmp(const void *a, const void *b)
+{
+    const struct split_entry *x = a, *y = b;
+
+    if (x->time != y->time)
+        return x->time > y->time ? -1 : 1;
+    return x->id > y->id ? -1 : x->id < y->id;
+}
+
+/* SLOWLOG GET merged: the newest s->limit entries of every node's. */
+static void split_write_slowlog(struct split *s, struct evbuffer *out)
+{
+    const char *data = (const char *)evbuffer_pullup(s->concat, -1);
+    size_t n = s->nentries;
+
+    if (s->limit >= 0 && (unsigned long long)s->limit < n)
+        n = (size_t)s->limit;
+    if (s->nentries > 0)
+        qsort(s->entries, s->nentries, sizeof(*s->entries), split_entry_cmp);
+    evbuffer_add_printf(out, "*%zu\r\n", data != NULL ? n : 0);
+    for (size_t i = 0; i < n && data != NULL; i++)
+        evbuffer_add(out, data + s->entries[i].at, s->entries[i].len);
 }
 
 /* Write the merged reply of S to OUT. */
@@ -188,19 +237,33 @@ static void split_write_reply(struct split *s, struct evbuffer *out)
         evbuffer_add_printf(out, "*%d\r\n", s->nkeys);
         for (int i = 0; i < s->nkeys; i++)
             evbuffer_add_printf(out, ":%lld\r\n", s->all_ones[i]);
+    } else if (s->merge == MERGE_SLOWLOG) {
+        split_write_slowlog(s, out);
     } else if (s->merge == MERGE_CONCAT) {
         evbuffer_add_printf(out, "*%lld\r\n", s->concat_count);
         evbuffer_add_buffer(out, s->concat);
     } else if (s->merge == MERGE_SCAN) {
         char cursor[32];
         int n = snprintf(cursor, sizeof(cursor), "%llu", (unsigned long long)s->sum);
-        evbuffer_add_printf(out, "*2\r\n$%d\r\n%s\r\n", n, cursor);
+        evbuffer_add_printf(out, "*2\r\n$%d\r\n%s\r\n*%lld\r\n", n, cursor, s->concat_count);
         evbuffer_add_buffer(out, s->concat);
     } else if (evbuffer_get_length(s->concat) > 0) {
         evbuffer_add_buffer(out, s->concat);   /* SAME, ANY, KILL's NOTBUSY */
     } else {
         evbuffer_add(out, s->resp == 3 ? "_\r\n" : "$-1\r\n", s->resp == 3 ? 3 : 5);   /* no key */
     }
+}
+
+/* A CLIENT PAUSE or UNPAUSE sent to every primary is answered: pause.c
+ * learns it as from the one Redis of standalone mode (an error takes a
+ * PAUSE back; UNPAUSE's +OK ends the pause). */
+static void split_note_pause(const struct split *s, const struct request *parent)
+{
+    enum placement_role role = placement_role(parent->cmd);
+
+    if (role == ROLE_PAUSE || role == ROLE_UNPAUSE)
+        pause_note_reply(role == ROLE_PAUSE, 0, s->error != NULL ? REPLY_ERROR : REPLY_STATUS,
+                         parent->pauses_before);
 }
 
 /* Every part has answered: the merged reply goes to the parent's client
@@ -212,6 +275,7 @@ static void split_answer(struct split *s)
 
     s->parent = NULL;
     parent->flags &= ~(unsigned)REQ_DETACHED;
+    split_note_pause(s, parent);
     if (c == NULL) {
         request_free(parent);
         return;
@@ -268,31 +332,75 @@ static int split_take_array(struct split *s, struct split_part *part, const char
     return 0;
 }
 
+static void split_scan_send(struct split *s, unsigned long long client_id,
+                            unsigned long long node_cursor);
+static int split_scan_next_start(int after);
+
 /* SCAN's page [cursor, [keys...]] from the node of s->scan_slot: the
- * keys as they are, the cursor made sluice's (the next node's start when
- * this node is done, 0 after the last). */
+ * keys as they are, the cursor made sluice's. A node that is done, with
+ * fewer keys than COUNT so far, hands on to the next node within the same
+ * call, as one Redis finishes a small keyspace in one SCAN; else the
+ * cursor is the next node's start (0 after the last). */
 static int split_take_scan(struct split *s, const char *buf, size_t len)
 {
     struct respwalk w = {buf, buf + len};
     unsigned long long next;
-    long long n;
+    long long n, keys;
     const char *text;
     size_t text_len;
     char digits[24];
 
     if (respwalk_array(&w, &n) != 0 || n != 2 || respwalk_bulk(&w, &text, &text_len) != 0 ||
-        text_len == 0 || text_len >= sizeof(digits))
+        text_len == 0 || text_len >= sizeof(digits) || respwalk_array(&w, &keys) != 0)
         return -1;
     memcpy(digits, text, text_len);
     digits[text_len] = '\0';
     next = strtoull(digits, NULL, 10);
     if (next >> (64 - SPLIT_SCAN_SLOT_BITS) != 0)
         return -1;   /* a cursor too large to carry the node as well */
-    if (next != 0)
-        s->sum = (long long)((next << SPLIT_SCAN_SLOT_BITS) | (unsigned)s->scan_slot);
-    else
-        s->sum = s->scan_next;
+    s->concat_count += keys;
     evbuffer_add(s->concat, w.p, (size_t)(w.end - w.p));
+    if (next != 0) {
+        s->sum = (long long)((next << SPLIT_SCAN_SLOT_BITS) | (unsigned)s->scan_slot);
+        return 0;
+    }
+    s->sum = s->scan_next;
+    if (s->scan_next == 0 || s->concat_count >= s->scan_count || s->parent == NULL ||
+        s->parent->client == NULL)
+        return 0;
+    /* On into the next node, from its start (s->sum says so until it answers). */
+    s->scan_slot = s->scan_next;
+    s->scan_next = split_scan_next_start(s->scan_slot);
+    split_scan_send(s, s->parent->client->id, 0);
+    return 0;
+}
+
+/* One node's SLOWLOG GET reply (LEN bytes at BUF): each entry ([id, time,
+ * duration, args, addr, name]) kept with its time and id. */
+static int split_take_slowlog(struct split *s, const char *buf, size_t len)
+{
+    struct respwalk w = {buf, buf + len};
+    long long n, fields, id, time;
+
+    if (respwalk_array(&w, &n) != 0)
+        return -1;
+    for (long long i = 0; i < n; i++) {
+        const char *start = w.p;
+        if (respwalk_array(&w, &fields) != 0 || fields < 2 || respwalk_int(&w, &id) != 0 ||
+            respwalk_int(&w, &time) != 0 || respwalk_skip(&w, fields - 2) != 0)
+            return -1;
+        if (s->nentries == s->entries_cap) {
+            size_t cap = s->entries_cap > 0 ? 2 * s->entries_cap : 16;
+            struct split_entry *more = realloc(s->entries, cap * sizeof(*more));
+            if (more == NULL)
+                return -1;
+            s->entries = more;
+            s->entries_cap = cap;
+        }
+        s->entries[s->nentries++] = (struct split_entry){
+            evbuffer_get_length(s->concat), (size_t)(w.p - start), time, id};
+        evbuffer_add(s->concat, start, (size_t)(w.p - start));
+    }
     return 0;
 }
 
@@ -314,6 +422,8 @@ static int split_take(struct split *s, struct split_part *part, const char *buf,
         return type == REPLY_STATUS ? 0 : -1;
     case MERGE_SCAN:
         return type == REPLY_ARRAY ? split_take_scan(s, buf, len) : -1;
+    case MERGE_SLOWLOG:
+        return type == REPLY_ARRAY ? split_take_slowlog(s, buf, len) : -1;
     case MERGE_SAME:
     case MERGE_ANY:
         if (evbuffer_get_length(s->concat) == 0 && type != REPLY_NIL)
@@ -580,16 +690,28 @@ static int split_scan_cursor(struct sv text, unsigned long long *cursor)
     return 0;
 }
 
+/* SCAN's COUNT argument TEXT: how many keys a page should reach before
+ * the walk stops at a node's end (10 when not a positive number: Redis
+ * then answers the node's error anyway). */
+static long long split_scan_count(struct sv text)
+{
+    char digits[24];
+    long long n;
+
+    if (text.len == 0 || text.len >= sizeof(digits))
+        return 10;
+    memcpy(digits, text.ptr, text.len);
+    digits[text.len] = '\0';
+    n = strtoll(digits, NULL, 10);
+    return n > 0 ? n : 10;
+}
+
 /* SCAN with the client's CURSOR (ARGV[1]): the rest of the command to
  * the node the cursor names, with that node's own cursor. */
 static void split_scan(struct split *s, unsigned long long client_id, int argc,
                        const struct sv *argv)
 {
     unsigned long long cursor = 0;
-    struct backend_node *node;
-    struct split_part *part;
-    struct evbuffer *buf;
-    char text[24];
 
     if (argc < 2) {
         static const char arity[] = "-ERR wrong number of arguments for 'scan' command\r\n";
@@ -603,20 +725,54 @@ static void split_scan(struct split *s, unsigned long long client_id, int argc,
     s->scan_slot = (int)(cursor & (SLOT_COUNT - 1));
     if (cursor == 0)
         s->scan_slot = split_scan_next_start(-1);   /* the walk begins */
-    node = cluster_node_for_slot(s->scan_slot);
     s->scan_next = split_scan_next_start(s->scan_slot);
+    s->scan_count = 10;
+    s->scan_argc = argc;
+    for (int i = 2; i < argc; i++)
+        reply_bulk(s->scan_args, argv[i].ptr, argv[i].len);
+    for (int i = 2; i + 1 < argc; i += 2) {   /* option, value: as Redis reads them */
+        if (sv_ieq(argv[i], "count"))
+            s->scan_count = split_scan_count(argv[i + 1]);
+    }
+    split_scan_send(s, client_id, cursor >> SPLIT_SCAN_SLOT_BITS);
+}
+
+/* SCAN NODE_CURSOR and the client's other arguments to the node of
+ * s->scan_slot, for CLIENT_ID. */
+static void split_scan_send(struct split *s, unsigned long long client_id,
+                            unsigned long long node_cursor)
+{
+    struct backend_node *node = cluster_node_for_slot(s->scan_slot);
+    struct split_part *part;
+    struct evbuffer *buf;
+    char text[24];
+
     if (node == NULL || (part = split_part_new(s, 0)) == NULL) {
-        s->concat_count = 0;   /* the slot is served by nobody now: an empty last page */
-        evbuffer_add(s->concat, "*0\r\n", 4);
-        s->sum = 0;
+        s->sum = 0;   /* the slot is served by nobody now: the last page */
         return;
     }
-    snprintf(text, sizeof(text), "%llu", cursor >> SPLIT_SCAN_SLOT_BITS);
+    snprintf(text, sizeof(text), "%llu", node_cursor);
     buf = evbuffer_new();
-    evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", argc, strlen(text), text);
-    for (int i = 2; i < argc; i++)
-        reply_bulk(buf, argv[i].ptr, argv[i].len);
+    evbuffer_add_printf(buf, "*%d\r\n$4\r\nSCAN\r\n$%zu\r\n%s\r\n", s->scan_argc, strlen(text),
+                        text);
+    evbuffer_add(buf, evbuffer_pullup(s->scan_args, -1), evbuffer_get_length(s->scan_args));
     split_send(part, node, s->scan_slot, client_id, buf);
+}
+
+/* How many entries SLOWLOG GET [count] asks for: 10 without a count, -1
+ * (all) for a negative one. A count Redis refuses gets its error from
+ * every node, and that error is the reply. */
+static long long split_slowlog_count(int argc, const struct sv *argv)
+{
+    char text[24];
+    long long n;
+
+    if (argc < 3 || argv[2].len == 0 || argv[2].len >= sizeof(text))
+        return 10;
+    memcpy(text, argv[2].ptr, argv[2].len);
+    text[argv[2].len] = '\0';
+    n = strtoll(text, NULL, 10);
+    return n < 0 ? -1 : n;
 }
 
 /* Drop the maker's hold; answer when every part already has. */
@@ -642,10 +798,12 @@ static int split_prepare(struct split *s, int argc)
         for (int i = 0; i < s->nkeys; i++)
             s->all_ones[i] = 1;
     } else if (s->merge == MERGE_CONCAT || s->merge == MERGE_SAME || s->merge == MERGE_ANY ||
-               s->merge == MERGE_SCAN || s->merge == MERGE_KILL) {
+               s->merge == MERGE_SCAN || s->merge == MERGE_KILL || s->merge == MERGE_SLOWLOG) {
         if ((s->concat = evbuffer_new()) == NULL)
             return -1;
     }
+    if (s->merge == MERGE_SCAN && (s->scan_args = evbuffer_new()) == NULL)
+        return -1;
     return 0;
 }
 
@@ -688,6 +846,8 @@ int cluster_split_run(struct request *req, int argc, const struct sv *argv)
     s->resp = req->client->resp;
     req->flags |= REQ_DETACHED;
     ok = split_prepare(s, argc) == 0 && (sc->step == 0 || keys != NULL);
+    if (s->merge == MERGE_SLOWLOG)
+        s->limit = split_slowlog_count(argc, argv);
     if (ok && sc->step > 1 && !split_groups_whole(sc, argc, keys, s->nkeys))
         split_arity_error(s, sc);
     else if (ok && s->merge == MERGE_SCAN)

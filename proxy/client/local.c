@@ -257,9 +257,7 @@ static void local_client_list(struct client *c, int argc, const struct sv *argv,
 static void local_client_info(struct client *c, int argc, const struct sv *argv,
                               struct evbuffer *out)
 {
-    (void)argc;
-    (void)argv;
-    clientid_info(c, out);
+    clientid_info(c, argc, argv, out);
 }
 
 /* CLIENT REPLY ON|OFF|SKIP, as Redis 7.0 runs it: ON answers +OK (even
@@ -426,13 +424,6 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
                          "same time");
         return;
     }
-    if (a.version == 2 && c->resp == 3 && client_subscribed_resp3(c)) {
-        /* Redis would put the connection in RESP2 pub/sub mode, whose
-         * messages sluice would take for replies (README: known limits). */
-        reply_error(out, "sluice does not support HELLO 2 while subscribed in RESP3; "
-                         "unsubscribe or RESET first");
-        return;
-    }
     if (a.name != NULL && !local_valid_name(*a.name)) {
         reply_error(out, "Client names cannot contain spaces, newlines or special characters.");
         return;
@@ -446,6 +437,12 @@ static void local_hello(struct client *c, int argc, const struct sv *argv, struc
     if (a.version != 0)
         c->resp = (int)a.version;
     local_hello_reply(c, out);
+}
+
+int local_hello_to_resp2_subscribed(const struct client *c, int argc, const struct sv *argv)
+{
+    return argc >= 2 && c->resp == 3 && argv[1].len == 1 && argv[1].ptr[0] == '2' &&
+           client_subscribed_resp3(c);
 }
 
 static void local_proxy_ping(int argc, const struct sv *argv, struct evbuffer *out)

@@ -28,6 +28,11 @@ int local_reads_session(const struct request *req, int argc, const struct sv *ar
  * its turn, under the client's output limits, not as it is framed. */
 int local_at_turn(const struct request *req, int argc, const struct sv *argv);
 
+/* Whether ARGV (a HELLO of C) is a HELLO 2 of a client subscribed in
+ * RESP3: it puts the connection in RESP2 pub/sub (client_enter_resp2_pubsub),
+ * so it runs at its turn with nothing framed after it. */
+int local_hello_to_resp2_subscribed(const struct client *c, int argc, const struct sv *argv);
+
 /* Whether Redis would refuse REQ in a RESP2 subscribed context (CLIENT
  * SETNAME/GETNAME/ID/REPLY; not QUIT, nor sluice's own PROXY; nor one
  * with the wrong number of arguments, which Redis answers first). */

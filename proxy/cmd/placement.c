@@ -45,8 +45,6 @@ static placement_check placement_check_xread, placement_check_xreadgroup,
 /* Refusals of the replication and pause rows (cluster mode, and REPLCONF
  * ACK/GETACK outside a tunnel). */
 #define WHY_CLUSTER_REPLICATION "in cluster mode a replica must connect to a node itself"
-#define WHY_CLUSTER_PAUSE "in cluster mode it would pause one node of many; send it to " \
-    "each node directly"
 #define WHY_CLUSTER_SHUTDOWN "in cluster mode it would stop one node of many, whichever " \
     "sluice sends keyless commands to; shut nodes down directly"
 #define WHY_CLUSTER_AUTH "in cluster mode without a users file or backend_password it would " \
@@ -334,12 +332,13 @@ static struct placement placement_control_standalone(const char *why)
 }
 
 /* CLIENT PAUSE and UNPAUSE: a one-shot connection (pause.c follows the
- * pause); cluster mode refuses them. */
+ * pause); in cluster mode cluster_split.c sends them to every primary, as
+ * one Redis would pause everything. */
 static struct placement placement_check_pause(int argc, const struct sv *argv)
 {
     (void)argc;
     (void)argv;
-    return placement_control_standalone(WHY_CLUSTER_PAUSE);
+    return (struct placement){PLACE_CONTROL, 0, NULL};
 }
 
 /* SHUTDOWN: a one-shot connection (past a busy script); cluster mode

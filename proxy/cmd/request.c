@@ -315,6 +315,11 @@ void request_move_kept(struct request *req, struct evbuffer *src, struct evbuffe
     }
     if (req->raw == NULL)
         req->raw = evbuffer_new();
+    if (req->raw == NULL) {
+        /* Out of memory: sent, not kept (it cannot be sent again). */
+        evbuffer_remove_buffer(src, out, req->raw_len);
+        return;
+    }
     evbuffer_drain(req->raw, evbuffer_get_length(req->raw));
     evbuffer_remove_buffer(src, req->raw, req->raw_len);
     request_copy_bytes(req, out);
@@ -328,6 +333,7 @@ int request_has_bytes(const struct request *req)
 void request_copy_bytes(const struct request *req, struct evbuffer *out)
 {
     struct evbuffer_ptr pos;
+    size_t total, copied = 0;
 
     if (req->raw == NULL) {
         if (req->flags & REQ_KEPT)
@@ -335,17 +341,26 @@ void request_copy_bytes(const struct request *req, struct evbuffer *out)
         return;
     }
     /* Chunk by chunk, sixteen at a time: one copy, and no allocation that
-     * could fail half way. */
-    evbuffer_ptr_set(req->raw, &pos, 0, EVBUFFER_PTR_SET);
-    for (;;) {
+     * could fail half way. evbuffer_peek with a length of -1 fills at most
+     * the vectors it is given and returns their count, never more: so go
+     * on until every byte is copied, not until it returns fewer than 16
+     * (that stopped a request of more than 16 chunks, about 2 MB, after
+     * its first 16, and the backend waited for the rest forever). */
+    total = evbuffer_get_length(req->raw);
+    if (evbuffer_ptr_set(req->raw, &pos, 0, EVBUFFER_PTR_SET) != 0)
+        return;
+    while (copied < total) {
         struct evbuffer_iovec vec[16];
-        int n = evbuffer_peek(req->raw, -1, &pos, vec, 16);
         size_t done = 0;
+        int n = evbuffer_peek(req->raw, -1, &pos, vec, 16);
+
         for (int i = 0; i < n && i < 16; i++) {
             evbuffer_add(out, vec[i].iov_base, vec[i].iov_len);
             done += vec[i].iov_len;
         }
-        if (n <= 16 || evbuffer_ptr_set(req->raw, &pos, done, EVBUFFER_PTR_ADD) != 0)
+        copied += done;
+        if (n <= 0 || (copied < total &&
+                       evbuffer_ptr_set(req->raw, &pos, done, EVBUFFER_PTR_ADD) != 0))
             return;
     }
 }

@@ -265,27 +265,147 @@ def test_looks_like_a_standalone_redis(sr, csluice):
     sr.delete("cli:k")
 
 
+def test_info_says_one_standalone_redis(sr, csluice, redis_cluster):
+    """INFO, in every form a client may ask it, says redis_mode:standalone
+    and cluster_enabled:0 (a client that picks its mode from INFO, as
+    redis-py's own test setup does, stays a plain client), and agrees with
+    HELLO and CLUSTER INFO. The rest of the node's INFO is left as it is."""
+    assert sr.info()["redis_mode"] == "standalone"
+    assert sr.info("server")["redis_mode"] == "standalone"
+    assert sr.info("cluster") == {"cluster_enabled": 0}
+    everything = sr.info("all")
+    assert everything["redis_mode"] == "standalone" and everything["cluster_enabled"] == 0
+    assert "used_memory" in everything and "tcp_port" in everything
+    with csluice.raw() as c:
+        text = c.call("INFO", "server", "cluster").decode()
+        assert "\r\nredis_mode:standalone\r\n" in text, text
+        assert text.endswith("# Cluster\r\ncluster_enabled:0\r\n"), text
+        assert "cluster" not in text.replace("# Cluster", "").replace("cluster_enabled:0", "")
+        c.send(encode_command("HELLO", "3") + encode_command("INFO", "cluster"))
+        c.read_reply_raw()
+        raw = bytes(c.buf)   # what came with HELLO's reply
+        while not raw.endswith(b"\r\n\r\n"):   # a verbatim string: not parsed
+            raw += c.sock.recv(65536)
+        body = b"txt:# Cluster\r\ncluster_enabled:0\r\n"
+        assert raw == b"=%d\r\n%s\r\n" % (len(body), body), raw
+    hello = sr.execute_command("HELLO", "2")
+    assert dict(zip(hello[::2], hello[1::2]))[b"mode"] == b"standalone"
+    with pytest.raises(redis.ResponseError, match="^This instance has cluster support disabled$"):
+        sr.execute_command("CLUSTER", "INFO")
+    # CONFIG GET agrees, alone or among others, in RESP2 and RESP3.
+    assert sr.config_get("cluster-enabled") == {"cluster-enabled": "no"}
+    both = sr.config_get("cluster-*")
+    assert both["cluster-enabled"] == "no" and "cluster-node-timeout" in both
+    assert sr.config_get("maxmemory") == redis_cluster.node_by_port(
+        redis_cluster.ports[0]).client().config_get("maxmemory")
+    with csluice.raw() as c:
+        c.send(encode_command("HELLO", "3"))
+        c.read_reply_raw()
+        assert c.call_raw("CONFIG", "GET", "cluster-enabled") == \
+            b"%1\r\n$15\r\ncluster-enabled\r\n$2\r\nno\r\n"
+    # The node itself still says what it is.
+    with redis_cluster.node_by_port(redis_cluster.ports[0]).client() as n:
+        assert n.info("server")["redis_mode"] == "cluster"
+        assert n.config_get("cluster-enabled") == {"cluster-enabled": "yes"}
+
+
 @pytest.mark.parametrize("cmd,why", [
     (("SYNC",), "in cluster mode a replica must connect to a node itself"),
     (("PSYNC", "?", "-1"), "in cluster mode a replica must connect to a node itself"),
     (("REPLCONF", "listening-port", "1"),
      "in cluster mode a replica must connect to a node itself"),
-    (("CLIENT", "PAUSE", "100000", "WRITE"), "in cluster mode it would pause one node of many"),
-    (("CLIENT", "UNPAUSE"), "in cluster mode it would pause one node of many"),
     # Without a users file or backend_password, AUTH would go to Redis and
     # log in one node's connection only.
     (("AUTH", "someone", "pw"), "would log in one node's connection only"),
     (("AUTH", "pw"), "would log in one node's connection only"),
     (("HELLO", "2", "AUTH", "someone", "pw"), "would log in one node's connection only"),
     (("SHUTDOWN", "NOSAVE"), "it would stop one node of many"),
-], ids=["sync", "psync", "replconf", "pause", "unpause", "auth", "auth-password", "hello-auth",
-        "shutdown"])
-def test_replication_and_pause_refused_with_reason(sr, cmd, why):
-    """Standalone sluice tunnels SYNC and forwards CLIENT PAUSE; in cluster
-    mode they stay refused, saying why."""
+], ids=["sync", "psync", "replconf", "auth", "auth-password", "hello-auth", "shutdown"])
+def test_replication_refused_with_reason(sr, cmd, why):
+    """Standalone sluice tunnels SYNC; in cluster mode it stays refused,
+    saying why (CLIENT PAUSE goes to every primary:
+    test_client_pause_pauses_every_primary)."""
     with pytest.raises(redis.ResponseError, match="sluice does not forward .*" + why):
         sr.execute_command(*cmd)
     assert sr.ping()
+
+
+def test_client_pause_pauses_every_primary(csluice, sr, redis_cluster):
+    """CLIENT PAUSE through sluice pauses every primary, as one Redis would
+    pause everything: a write on any node is held (direct or through
+    sluice, where it waits on a connection of its own), reads go on, and
+    CLIENT UNPAUSE through sluice lets every held write run."""
+    with redis_cluster.any_running().client() as c:
+        ranges = [(int(r[0]), int(r[2][1])) for r in c.execute_command("CLUSTER", "SLOTS")]
+    keys = {port: key_for_slot(slot, "pause:") for slot, port in ranges}
+    assert len(keys) == len(redis_cluster.primaries())
+    try:
+        with csluice.raw() as p:
+            assert p.call("CLIENT", "PAUSE", "60000", "WRITE") == "OK"
+        for port, key in keys.items():
+            with redis_cluster.node_by_port(port).client(socket_timeout=0.3) as d:
+                with pytest.raises(redis.TimeoutError):
+                    d.set(key, "direct")
+        with RawConn(csluice.port, timeout=30 * SLOW) as w:
+            w.send(b"".join(encode_command("SET", k, "via-sluice") for k in keys.values()))
+            with pytest.raises(TimeoutError):
+                w.read_reply(timeout=0.5)
+            for key in keys.values():   # reads are not held
+                sr.get(key)
+            with csluice.raw() as p:
+                assert p.call("CLIENT", "UNPAUSE") == "OK"
+            assert w.read_replies(len(keys)) == ["OK"] * len(keys)
+            # ALL holds reads too, until it ends (Redis 7.0 holds even an
+            # UNPAUSE then: the pause's own timeout ends it).
+            with csluice.raw() as p:
+                assert p.call("CLIENT", "PAUSE", "3000", "ALL") == "OK"
+            w.send(b"".join(encode_command("GET", k) for k in keys.values()))
+            with pytest.raises(TimeoutError):
+                w.read_reply(timeout=0.3)
+            assert w.read_replies(len(keys)) == [b"via-sluice"] * len(keys)
+    finally:
+        for port in keys:
+            with redis_cluster.node_by_port(port).client() as d:
+                d.execute_command("CLIENT", "UNPAUSE")
+                d.delete(keys[port])
+
+
+def test_slowlog_get_merges_every_node_newest_first(csluice, sr, redis_cluster):
+    """SLOWLOG GET shows every node's entries, newest first, as many as
+    asked (10 by default, -1 all), as one Redis's slow log would hold them
+    all; SLOWLOG LEN agrees."""
+    with redis_cluster.any_running().client() as c:
+        ranges = [(int(r[0]), int(r[2][1])) for r in c.execute_command("CLUSTER", "SLOTS")]
+    keys = [key_for_slot(slot, "slow:") for slot, _ in ranges]
+    try:
+        assert sr.config_set("slowlog-log-slower-than", 0) is True
+        assert sr.execute_command("SLOWLOG", "RESET") in (True, b"OK")
+        # A slow log's time is in seconds: one SET a second, node after node.
+        for i, k in enumerate(keys):
+            if i > 0:
+                time.sleep(1.05)
+            sr.set(k, i)
+        time.sleep(1.05)
+        for k in keys:
+            sr.set(k, "again")   # one second, one per node: there, by each node's ids
+        entries = sr.execute_command("SLOWLOG", "GET", "-1")
+        sets = [e for e in entries if e[3][0].upper() == b"SET"]
+        assert len(sets) == 2 * len(keys), entries
+        times = [(e[1], e[0]) for e in entries]
+        assert times == sorted(times, reverse=True), times
+        # Newest first across the nodes: the first round, last key first.
+        assert [(e[3][1], e[3][2]) for e in sets[len(keys):]] == \
+            [(k.encode(), str(i).encode()) for i, k in reversed(list(enumerate(keys)))]
+        newest = sr.execute_command("SLOWLOG", "GET", "3")
+        assert len(newest) == 3
+        assert [(e[1], e[0]) for e in newest] == sorted([(e[1], e[0]) for e in newest],
+                                                         reverse=True)
+        assert len(sr.execute_command("SLOWLOG", "GET")) == 10
+        assert sr.execute_command("SLOWLOG", "LEN") >= len(entries)
+    finally:
+        sr.config_set("slowlog-log-slower-than", 10000)
+        sr.execute_command("SLOWLOG", "RESET")
+        sr.delete(*keys)
 
 
 def test_whole_keyspace_commands_refused_not_half_answered(sr):
@@ -1301,6 +1421,41 @@ def test_scan_walks_every_primary(csluice, sr, rc):
     with pytest.raises(redis.ResponseError, match="wrong number of arguments"):
         sr.execute_command("SCAN")
     assert sr.delete(*keys, "scan:list") == 501
+
+
+def test_scan_of_a_small_keyspace_ends_in_one_call(csluice, sr, redis_cluster):
+    """A SCAN of a few keys spread over every node ends in one call, cursor
+    0, as on one Redis: a node that is done with fewer keys than COUNT
+    hands on to the next within the call. With more keys a page goes on
+    into the next node while short of COUNT, and the walk still returns
+    every key once."""
+    with redis_cluster.any_running().client() as c:
+        ranges = [(int(r[0]), int(r[2][1])) for r in c.execute_command("CLUSTER", "SLOTS")]
+    few = [key_for_slot(slot, f"few{i}:") for slot, _ in ranges for i in range(2)]
+    sr.mset({k: 1 for k in few})
+    try:
+        # (COUNT well above what a node holds: a node whose table grew for
+        # an earlier test's keys may need more than one call of COUNT 10,
+        # as one Redis would.)
+        cursor, page = sr.scan(0, match="few*", count=1000)
+        assert cursor == 0 and sorted(k.decode() for k in page) == sorted(few)
+        cursor, page = sr.execute_command("SCAN", "0", "MATCH", "few*", "COUNT", "1")
+        assert int(cursor) != 0 and len(page) < len(few)
+    finally:
+        sr.delete(*few)
+    many = {f"many:{i}" for i in range(60)}
+    sr.mset({k: 1 for k in many})
+    try:
+        seen, cursor, calls = [], 0, 0
+        while True:
+            cursor, page = sr.scan(cursor, match="many:*", count=25)
+            seen += [k.decode() for k in page]
+            calls += 1
+            if cursor == 0:
+                break
+        assert sorted(seen) == sorted(many) and calls < 100
+    finally:
+        sr.delete(*many)
 
 
 def test_scan_keeps_its_place_through_a_failover(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import SLOW, RawConn, encode_command
+from helpers import SLOW, RawConn, encode_command, parse_reply
 
 NODE_DIR = Path(__file__).resolve().parent.parent / "node"
 
@@ -264,13 +264,73 @@ def test_hello_refused_where_redis_or_sluice_cannot_switch(sluice, ref, clean):
             assert _frames(c, 1)[0].startswith(b"-ERR Can't execute 'hello'")
             c.send(_cmds(("PING",)))
             assert _frames(c, 1) == [b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"]
-    # RESP3 pub/sub to RESP2: sluice's limit, said so; the session goes on.
-    with sluice.raw() as c:
+
+
+def _hello2_fields(frame):
+    """HELLO 2's reply (a flat RESP2 array of 14) as a dict."""
+    assert frame.startswith(b"*14\r\n"), frame
+    flat = parse_reply(frame, 0)[0]
+    return dict(zip(flat[0::2], flat[1::2]))
+
+
+def test_hello_2_while_subscribed_in_resp3_as_redis(sluice, ref, clean):
+    """Redis puts a RESP3 subscriber that says HELLO 2 in RESP2 pub/sub mode:
+    messages come as RESP2 arrays, only the pub/sub commands run, and after
+    the last UNSUBSCRIBE it is an ordinary RESP2 connection. Through sluice
+    the same, frame for frame (HELLO's own reply aside: sluice's id)."""
+    steps = [
+        (_cmds(("SUBSCRIBE", "a", "b"), ("HELLO", "2")), 3),
+        (_publish("a", "hi"), 0),
+        (_cmds(("PING",)), 2),   # the message, then PING's RESP2 pub/sub reply
+        (_cmds(("GET", "k")), 1),
+        (_cmds(("PSUBSCRIBE", "p*")), 1),
+        (_publish("pa", "m2"), 0),
+        (_cmds(("UNSUBSCRIBE", "a", "b")), 3),   # the pmessage, then a and b
+        (_cmds(("PUNSUBSCRIBE",)), 1),
+        (_cmds(("SET", "k", "v"), ("GET", "k"), ("HGETALL", "nohash")), 3),
+    ]
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as c:
+            _hello3(c)
+            frames = []
+            for data, n in steps:
+                if callable(data):
+                    data(srv)
+                    continue
+                c.send(data)
+                frames += _frames(c, n)
+            got[name] = frames
+            assert c.call_raw("DEL", "k") == b":1\r\n"
+    for name in got:
+        assert _hello2_fields(got[name][2])[b"proto"] == 2, got[name][2]
+        got[name][2] = b"(HELLO 2 reply)"
+    assert got["sluice"] == got["redis"]
+    assert got["redis"][3] == b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$2\r\nhi\r\n"
+
+
+def test_hello_2_while_subscribed_in_resp3_message_in_flight(sluice, ref, clean):
+    """Messages published while the HELLO 2 is on its way: each reaches the
+    client whole, in RESP3 before HELLO's reply or RESP2 after it, never
+    taken for a reply; the subscription goes on."""
+    with sluice.raw() as c, sluice.raw() as p:
         _hello3(c)
-        c.send(_cmds(("SUBSCRIBE", "a"), ("HELLO", "2"), ("GET", "nokey")))
-        got = _frames(c, 3)
-        assert got[1].startswith(b"-ERR sluice does not support HELLO 2 while subscribed"), got
-        assert got[2] == b"_\r\n"
+        c.send(_cmds(("SUBSCRIBE", "a")))
+        _frames(c, 1)
+        for i in range(20):
+            p.send(_cmds(("PUBLISH", "a", f"m{i}")))
+        c.send(_cmds(("HELLO", "2")))
+        for i in range(20, 40):
+            p.send(_cmds(("PUBLISH", "a", f"m{i}")))
+        assert p.read_replies(40) == [1] * 40
+        frames = _frames(c, 41)
+        hello = [f for f in frames if f.startswith(b"*14\r\n")]
+        assert len(hello) == 1 and _hello2_fields(hello[0])[b"proto"] == 2
+        after = frames[frames.index(hello[0]) + 1:]
+        assert all(f.startswith(b"*3\r\n$7\r\nmessage\r\n") for f in after), after
+        msgs = [parse_reply(f.replace(b">3", b"*3", 1), 0)[0][2] for f in frames if f != hello[0]]
+        assert msgs == [f"m{i}".encode() for i in range(40)]
+        assert c.call_raw("PING") == b"*2\r\n$4\r\npong\r\n$0\r\n\r\n"
 
 
 def test_hello_3_auth_where_redis_authenticates(sluice):

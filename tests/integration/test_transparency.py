@@ -263,6 +263,38 @@ def test_client_list_and_info_show_sluice_clients(sluice, ref, clean):
         assert a.call(b"CLIENT", b"LIST", b"TYPE", b"pubsub") == b""
 
 
+def _qbuf(line):
+    return int(line.split(" qbuf=", 1)[1].split(" ", 1)[0])
+
+
+def test_client_list_and_info_show_the_running_command_in_qbuf(sluice, ref, clean):
+    """Redis 7.0's qbuf holds the command running: CLIENT INFO and CLIENT
+    LIST show qbuf=26 for their own 26 bytes (Redis's introspection test),
+    CLIENT LIST ID id its own length, in RESP3 too; another idle client
+    shows qbuf=0."""
+    got = {}
+    for name, srv in (("sluice", sluice), ("redis", ref)):
+        with srv.raw() as a, srv.raw() as b:
+            bid = b.call(b"CLIENT", b"ID")
+            aid = a.call(b"CLIENT", b"ID")
+            info = a.call(b"CLIENT", b"INFO").decode()
+            listing = a.call(b"CLIENT", b"LIST").decode().splitlines()
+            mine = [l for l in listing if l.startswith("id=%d " % aid)]
+            other = [l for l in listing if l.startswith("id=%d " % bid)]
+            by_id = a.call(b"CLIENT", b"LIST", b"ID", aid).decode()
+            a.send(enc(b"HELLO", b"3"))
+            a.read_reply_raw()
+            a.send(enc(b"CLIENT", b"INFO"))   # a verbatim string: not parsed
+            resp3 = bytes(a.buf)
+            while not resp3.endswith(b"\n\r\n"):
+                resp3 += a.sock.recv(65536)
+            resp3 = resp3.decode()
+            got[name] = (_qbuf(info), _qbuf(mine[0]), _qbuf(other[0]), _qbuf(by_id),
+                         _qbuf(resp3))
+    assert got["sluice"] == got["redis"]
+    assert got["redis"][:3] == (26, 26, 0)
+
+
 def test_tracking_redirect_to_sluice_client(sluice, clean):
     """CLIENT TRACKING on REDIRECT <sluice id>: invalidations reach that
     sluice client's subscription; an id of nobody is refused as Redis does."""
