@@ -17,7 +17,7 @@ wants to find it:
   conf/sluice-users.5.
 * metrics: proxy/base/metrics.h's METRICS_LIST (name, type, labels) -> a
   row of docs/metrics.md's table naming it, with its type and every label.
-* PROXY subcommands: proxy/client/local.c's local_proxy_subcommands[] ->
+* PROXY subcommands: proxy/cmd/proxysub.h's PROXYSUB_LIST ->
   "PROXY NAME" in docs/*.md and conf/sluice-commands.7; PROXY INFO's
   sections (local_info_sections[]) -> docs/metrics.md's PROXY INFO part.
 * verbs: proxy/verbs/lock.c's lock_verb_names[] and the options its
@@ -220,8 +220,10 @@ def check_metrics(root):
 def check_commands(root):
     problems = []
     local = _nocomments((root / "proxy/client/local.c").read_text())
-    table = local[local.index("local_proxy_subcommands[] = {"):]
-    subs = re.findall(r'^\s*\{"(\w+)", ', table[:table.index("\n};")], re.M)
+    # The one list of PROXY subcommands (proxysub.h): local.c's handlers
+    # and the users module's grants are made from it.
+    subh = _nocomments((root / "proxy/cmd/proxysub.h").read_text())
+    subs = re.findall(r'^\s*X\((\w+), PROXYSUB_\w+\)', subh, re.M)
     sections = re.findall(r'^\s*\{"(\w+)", "\w+", \w+, [01]\}',
                           local[local.index("local_info_sections[] = {"):], re.M)
     docs = _flat("\n".join(p.read_text() for p in sorted((root / "docs").glob("*.md"))))
