@@ -1,11 +1,14 @@
-/* topk.c - owns the space-saving sketch: a fixed array of entries, a
- * min-heap over their weights (the one to give up its place is the root)
- * and an open-addressing table from a subject's hash to its entry. Knows
- * nothing of what a subject is; never allocates after topk_init.
+/* topk.c - owns the heavy-hitter sketch: a fixed array of buckets of
+ * TOPK_WAYS entries, space-saving within each bucket. Knows nothing of
+ * what a subject is; never allocates after topk_init. Every hit costs the
+ * same whatever the keys and however full the sketch: one hash, one
+ * bucket (a cache line of tags and weights), at most TOPK_WAYS tags.
  *
- *   topk_hit: hash -> table -> held? weight++ (sift down), counters
- *                              new?  full? evict the root: its weight + 1
- *                                                          goes to the new one
+ *   topk_hit: hash -> bucket -> a way's tag and subject match? count it
+ *                               none: an empty way (while the sketch has
+ *                                     room), else the least weighted
+ *                                     way's place, its weight + 1 going
+ *                                     to the new subject
  */
 #include "topk.h"
 
@@ -38,71 +41,82 @@ static inline uint64_t topk_word(const char *p, size_t len)
     return 0;
 }
 
-/* A 64-bit hash of LEN bytes, eight at a time (the last word overlapping
- * the one before it), seeded per sketch so that chosen keys cannot pile
- * up on one table slot. */
-#define TOPK_MUL 0x9E3779B97F4A7C15ull
-
-static inline uint64_t topk_round(uint64_t h, uint64_t w)
+/* The 128-bit product of A and B folded to 64 bits: every bit of either
+ * reaches every bit of the result (wyhash's mix). */
+static inline uint64_t topk_mum(uint64_t a, uint64_t b)
 {
-    h = (h ^ (w * TOPK_MUL)) * 0xBF58476D1CE4E5B9ull;
-    return h ^ (h >> 31);
+    __extension__ unsigned __int128 r = (unsigned __int128)a * b;
+
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
 }
 
-static inline uint64_t topk_hash(uint64_t seed, const char *p, size_t len)
+/* A 64-bit hash of LEN bytes whose every bit depends on every byte (the
+ * bucket is taken from its high half, the tag from its low half: keys that
+ * differ only in a few digits spread over all buckets). Seeded per sketch,
+ * so that chosen keys cannot pile up on one bucket. */
+static inline uint64_t topk_hash(const uint64_t seed[2], const char *p, size_t len)
 {
-    uint64_t h = seed ^ (len * TOPK_MUL);
+    uint64_t a, b, s = seed[1];
     size_t left = len;
 
     if (len <= 8) {
-        h ^= topk_word(p, len) * TOPK_MUL;
+        a = topk_word(p, len);
+        b = 0;
     } else if (len <= 16) {   /* most keys: no loop */
-        h = topk_round(h, topk_word(p, 8)) ^ (topk_word(p + len - 8, 8) * TOPK_MUL);
+        a = topk_word(p, 8);
+        b = topk_word(p + len - 8, 8);
     } else {
-        for (; left > 8; left -= 8, p += 8)
-            h = topk_round(h, topk_word(p, 8));
-        h ^= topk_word(p + left - 8, 8) * TOPK_MUL;
+        for (; left > 16; left -= 16, p += 16)
+            s = topk_mum(topk_word(p, 8) ^ seed[0], topk_word(p + 8, 8) ^ s);
+        a = topk_word(p + left - 16, 8);   /* the last 16 bytes, overlapping */
+        b = topk_word(p + left - 8, 8);
     }
-    h *= 0x94D049BB133111EBull;
-    return h ^ (h >> 29);
+    return topk_mum(seed[1] ^ len ^ 0x9E3779B97F4A7C15ull, topk_mum(a ^ seed[0], b ^ s));
+}
+
+/* splitmix64's step: a seed word from any start. */
+static uint64_t topk_splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }
 
 int topk_init(struct topk *t, int capacity)
 {
-    unsigned size = 2;
+    struct timespec ts;
+    uint64_t x;
 
     memset(t, 0, sizeof(*t));
-    while (size < 2u * (unsigned)capacity)
-        size <<= 1;
-    t->entries = calloc((size_t)capacity, sizeof(*t->entries));
-    t->heap = calloc((size_t)capacity, sizeof(*t->heap));
-    t->table = calloc(size, sizeof(*t->table));
-    t->dirty = calloc((size_t)capacity, sizeof(*t->dirty));
-    if (t->entries == NULL || t->heap == NULL || t->table == NULL || t->dirty == NULL) {
+    t->buckets = (unsigned)(capacity + TOPK_WAYS - 1) / TOPK_WAYS;
+    t->bucket = calloc(t->buckets, sizeof(*t->bucket));
+    t->entries = calloc((size_t)t->buckets * TOPK_WAYS, sizeof(*t->entries));
+    if (t->bucket == NULL || t->entries == NULL) {
         topk_free(t);
         return -1;
     }
     t->capacity = capacity;
-    t->table_mask = size - 1;
-    t->seed = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull ^ (uint64_t)(uintptr_t)t;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    x = (uint64_t)time(NULL) ^ (uint64_t)ts.tv_nsec << 20 ^ (uint64_t)(uintptr_t)t;
+    t->seed[0] = topk_splitmix(&x);
+    t->seed[1] = topk_splitmix(&x);
     return 0;
 }
 
 void topk_free(struct topk *t)
 {
+    free(t->bucket);
     free(t->entries);
-    free(t->heap);
-    free(t->table);
-    free(t->dirty);
     memset(t, 0, sizeof(*t));
 }
 
 void topk_clear(struct topk *t)
 {
-    if (t->table != NULL)
-        memset(t->table, 0, (t->table_mask + 1) * sizeof(*t->table));
+    if (t->bucket != NULL)
+        memset(t->bucket, 0, t->buckets * sizeof(*t->bucket));
     t->count = 0;
-    t->dirty_count = 0;
 }
 
 static inline int topk_same(const struct topk_entry *e, uint64_t hash, const char *key,
@@ -116,71 +130,92 @@ static inline int topk_same(const struct topk_entry *e, uint64_t hash, const cha
     return memcmp(e->key, key, len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX) == 0;
 }
 
-/* The table slot of the subject, or of the empty slot where it would go. */
-static inline unsigned topk_slot(const struct topk *t, uint64_t hash, const char *key, size_t len)
+/* Where a subject goes: its bucket (from the hash's high half, onto any
+ * number of buckets) and its tag (the low half; never 0, an empty way). */
+static inline unsigned topk_bucket_of(const struct topk *t, uint64_t hash)
 {
-    unsigned i = (unsigned)hash & t->table_mask;
-
-    while (t->table[i] != 0 && !topk_same(&t->entries[t->table[i] - 1], hash, key, len))
-        i = (i + 1) & t->table_mask;
-    return i;
+    return (unsigned)(((hash >> 32) * (uint64_t)t->buckets) >> 32);
 }
 
-/* Empty slot I, moving later entries of its run back so that every
- * lookup still finds them (linear probing's deletion). */
-static void topk_unslot(struct topk *t, unsigned i)
+static inline uint32_t topk_tag(uint64_t hash)
 {
-    unsigned j = i;
+    return (uint32_t)hash | 1;
+}
 
-    t->table[i] = 0;
-    for (;;) {
-        j = (j + 1) & t->table_mask;
-        if (t->table[j] == 0)
-            return;
-        unsigned home = (unsigned)t->entries[t->table[j] - 1].hash & t->table_mask;
-        /* Move it back unless its home lies cyclically within (i, j]:
-         * then a lookup from its home still reaches it. */
-        int reachable = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!reachable) {
-            t->table[i] = t->table[j];
-            t->table[j] = 0;
-            i = j;
+/* The way of bucket B (its entries from FIRST) holding the subject, or
+ * -1: at most TOPK_WAYS tags compared. */
+static inline int topk_find(struct topk *t, const struct topk_bucket *b,
+                            const struct topk_entry *first, uint64_t hash, const char *key,
+                            size_t len)
+{
+    uint32_t tag = topk_tag(hash);
+
+    for (int w = 0; w < TOPK_WAYS; w++) {
+        if (b->tag[w] == tag && topk_same(&first[w], hash, key, len)) {
+            t->probes += (unsigned)w + 1;
+            return w;
         }
     }
+    t->probes += TOPK_WAYS;
+    return -1;
 }
 
-static void topk_heap_swap(struct topk *t, int a, int b)
+/* A way of B for a subject not held: an empty one while the sketch has
+ * room, else the least weighted held one (the first of equals). Some way
+ * of B is held when the sketch is full: the other buckets hold fewer than
+ * capacity entries between them (buckets = capacity / TOPK_WAYS rounded
+ * up). */
+static int topk_place(struct topk *t, const struct topk_bucket *b)
 {
-    int ea = t->heap[a], eb = t->heap[b];
+    int least = 0;
+    uint32_t min = UINT32_MAX;
 
-    t->heap[a] = eb;
-    t->heap[b] = ea;
-    t->entries[eb].heap_pos = a;
-    t->entries[ea].heap_pos = b;
+    if (t->count < t->capacity) {
+        for (int w = 0; w < TOPK_WAYS; w++) {
+            if (b->tag[w] == 0) {
+                t->count++;
+                return w;
+            }
+        }
+    }
+    for (int w = 0; w < TOPK_WAYS; w++) {
+        if (b->tag[w] != 0 && b->weight[w] < min) {
+            min = b->weight[w];
+            least = w;
+        }
+    }
+    return least;
 }
 
-/* Restore the heap below position P after its weight grew. */
-static void topk_sift_down(struct topk *t, int p)
+/* Give way W of B, entry E, to the subject KEY (LEN bytes, HASH) at
+ * NOW_S: its counts from zero, its weight the one it replaces (0 for an
+ * empty way; the hit about to be counted makes it + 1). */
+static void topk_take(struct topk *t, struct topk_bucket *b, int w, struct topk_entry *e,
+                      uint64_t hash, const char *key, size_t len, uint64_t now_s)
 {
-    for (;;) {
-        int l = 2 * p + 1, r = l + 1, least = p;
-        if (l < t->count && t->entries[t->heap[l]].weight < t->entries[t->heap[least]].weight)
-            least = l;
-        if (r < t->count && t->entries[t->heap[r]].weight < t->entries[t->heap[least]].weight)
-            least = r;
-        if (least == p)
-            return;
-        topk_heap_swap(t, p, least);
-        p = least;
+    if (b->tag[w] == 0)
+        b->weight[w] = 0;
+    b->tag[w] = topk_tag(hash);
+    e->hash = hash;
+    e->full_len = len;
+    e->requests = e->rejected = e->delayed = 0;
+    e->last_s = now_s;
+    memset(e->per_s, 0, sizeof(e->per_s));
+    e->gen = ++t->next_gen;
+    e->key_len = (uint32_t)(len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX);
+    if (len >= 8 && len <= 16) {   /* most keys: two words, no call */
+        uint64_t head = topk_word(key, 8), tail = topk_word(key + len - 8, 8);
+        memcpy(e->key, &head, 8);
+        memcpy(e->key + len - 8, &tail, 8);
+    } else {
+        memcpy(e->key, key, e->key_len);
     }
 }
 
-/* Bring E's ring up to second NOW_S: seconds passed since its last hit
- * start from zero. */
+/* Bring E's ring up to second NOW_S (later than its last hit): seconds
+ * passed since then start from zero. */
 static void topk_advance(struct topk_entry *e, uint64_t now_s)
 {
-    if (now_s <= e->last_s)
-        return;
     if (now_s - e->last_s >= TOPK_WINDOW_S) {
         memset(e->per_s, 0, sizeof(e->per_s));
     } else {
@@ -190,61 +225,21 @@ static void topk_advance(struct topk_entry *e, uint64_t now_s)
     e->last_s = now_s;
 }
 
-/* A place for a subject not held: a free entry, or the least weighted
- * one's (its table slot emptied). Returns the entry index. */
-static int topk_take_place(struct topk *t, uint64_t now_s, uint64_t *inherited)
+/* Count N requests with OUTCOME in E, way W of B, at NOW_S. */
+static inline void topk_count(struct topk_bucket *b, int w, struct topk_entry *e,
+                              uint64_t now_s, enum topk_outcome outcome, uint64_t n)
 {
-    int idx;
+    uint64_t weight = b->weight[w] + n;
 
-    *inherited = 0;
-    if (t->count < t->capacity) {
-        idx = t->count;
-        t->heap[t->count] = idx;
-        t->entries[idx].heap_pos = t->count;
-        t->count++;
-        return idx;
-    }
-    topk_flush(t, now_s);   /* the root by the weights of every hit so far */
-    idx = t->heap[0];
-    *inherited = t->entries[idx].weight;
-    topk_unslot(t, topk_slot(t, t->entries[idx].hash, t->entries[idx].key,
-                             t->entries[idx].full_len));
-    return idx;
-}
-
-static int topk_insert(struct topk *t, uint64_t hash, const char *key, size_t len,
-                       uint64_t now_s)
-{
-    uint64_t inherited;
-    int idx = topk_take_place(t, now_s, &inherited);
-    struct topk_entry *e = &t->entries[idx];
-    int pos = e->heap_pos;
-
-    memset(e, 0, offsetof(struct topk_entry, key));
-    e->heap_pos = pos;
-    e->gen = ++t->next_gen;
-    e->hash = hash;
-    e->weight = inherited;
-    e->full_len = len;
-    e->key_len = (uint32_t)(len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX);
-    memcpy(e->key, key, e->key_len);
-    e->last_s = now_s;
-    /* An eviction may have moved the empty slot the lookup found. */
-    t->table[topk_slot(t, hash, key, len)] = idx + 1;
-    return idx;
-}
-
-/* Count N requests with OUTCOME in E at NOW_S. */
-static void topk_count(struct topk *t, struct topk_entry *e, uint64_t now_s,
-                       enum topk_outcome outcome, uint64_t n)
-{
-    topk_advance(e, now_s);
+    if (now_s > e->last_s)
+        topk_advance(e, now_s);
     e->per_s[now_s % TOPK_WINDOW_S] += (uint32_t)n;
     e->requests += n;
-    e->rejected += outcome == TOPK_REJECTED ? n : 0;
-    e->delayed += outcome == TOPK_DELAYED ? n : 0;
-    e->weight += n;
-    topk_sift_down(t, e->heap_pos);
+    if (outcome != TOPK_PASSED) {
+        e->rejected += outcome == TOPK_REJECTED ? n : 0;
+        e->delayed += outcome == TOPK_DELAYED ? n : 0;
+    }
+    b->weight[w] = weight < UINT32_MAX ? (uint32_t)weight : UINT32_MAX;
 }
 
 /* Count N requests with OUTCOME of KEY (LEN bytes), taking a place for
@@ -253,17 +248,24 @@ static struct topk_entry *topk_hit_n(struct topk *t, const char *key, size_t len
                                      uint64_t now_s, enum topk_outcome outcome, uint64_t n)
 {
     uint64_t hash;
-    unsigned slot;
-    struct topk_entry *e;
+    unsigned bi;
+    struct topk_bucket *b;
+    struct topk_entry *first;
+    int w;
 
     if (t->capacity == 0)
         return NULL;
     hash = topk_hash(t->seed, key, len);
-    slot = topk_slot(t, hash, key, len);
-    e = &t->entries[t->table[slot] != 0 ? t->table[slot] - 1
-                                        : topk_insert(t, hash, key, len, now_s)];
-    topk_count(t, e, now_s, outcome, n);
-    return e;
+    bi = topk_bucket_of(t, hash);
+    b = &t->bucket[bi];
+    first = &t->entries[(size_t)bi * TOPK_WAYS];
+    w = topk_find(t, b, first, hash, key, len);
+    if (w < 0) {
+        w = topk_place(t, b);
+        topk_take(t, b, w, &first[w], hash, key, len, now_s);
+    }
+    topk_count(b, w, &first[w], now_s, outcome, n);
+    return &first[w];
 }
 
 struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
@@ -278,75 +280,21 @@ struct topk_entry *topk_add(struct topk *t, const char *key, size_t len, uint64_
     return topk_hit_n(t, key, len, now_s, TOPK_PASSED, n);
 }
 
-/* The first entry on HASH's probe that has that hash, or NULL. */
-static inline struct topk_entry *topk_first_with_hash(struct topk *t, uint64_t hash)
+/* The bucket of entry index IDX. */
+static inline struct topk_bucket *topk_bucket_at(const struct topk *t, size_t idx)
 {
-    int idx;
-
-    for (unsigned i = (unsigned)hash & t->table_mask; (idx = t->table[i]) != 0;
-         i = (i + 1) & t->table_mask) {
-        if (t->entries[idx - 1].hash == hash)
-            return &t->entries[idx - 1];
-    }
-    return NULL;
-}
-
-/* Note a hit of E for the next topk_flush. */
-static inline void topk_pend(struct topk *t, struct topk_entry *e)
-{
-    if (e->pending++ == 0)
-        t->dirty[t->dirty_count++] = (int)(e - t->entries);
-}
-
-void topk_flush(struct topk *t, uint64_t now_s)
-{
-    while (t->dirty_count > 0) {
-        struct topk_entry *e = &t->entries[t->dirty[--t->dirty_count]];
-        uint32_t n = e->pending;
-        e->pending = 0;
-        topk_count(t, e, now_s, TOPK_PASSED, n);
-    }
-}
-
-/* topk_hit_later past its common case: a long subject, another with the
- * same hash, or one not held (a new place). Kept out of line (noinline)
- * so that the common case saves no registers for its calls. */
-static __attribute__((noinline)) struct topk_entry *
-topk_hit_later_slow(struct topk *t, uint64_t hash, const char *key, size_t len, uint64_t now_s)
-{
-    unsigned slot = topk_slot(t, hash, key, len);
-    struct topk_entry *e = &t->entries[t->table[slot] != 0
-                                           ? t->table[slot] - 1
-                                           : topk_insert(t, hash, key, len, now_s)];
-
-    topk_pend(t, e);
-    return e;
-}
-
-struct topk_entry *topk_hit_later(struct topk *t, const char *key, size_t len,
-                                  uint64_t now_s)
-{
-    uint64_t hash;
-    struct topk_entry *e;
-
-    if (t->capacity == 0)
-        return NULL;
-    hash = topk_hash(t->seed, key, len);
-    /* The common case, with no call: the first entry of the probe with
-     * that hash holds the subject, a short one. Else the full lookup. */
-    e = topk_first_with_hash(t, hash);
-    if (e == NULL || len > 16 || !topk_same(e, hash, key, len))
-        return topk_hit_later_slow(t, hash, key, len, now_s);
-    topk_pend(t, e);
-    return e;
+    return &t->bucket[idx / TOPK_WAYS];
 }
 
 /* The entry REF remembers, while it still holds that subject; else NULL. */
 static struct topk_entry *topk_ref_entry(struct topk *t, const struct topk_ref *ref)
 {
-    if (ref->gen == 0 || ref->idx >= t->count || t->entries[ref->idx].gen != ref->gen)
+    size_t idx = (size_t)ref->idx;
+
+    if (ref->gen == 0 || ref->idx < 0 || idx >= (size_t)t->buckets * TOPK_WAYS ||
+        topk_bucket_at(t, idx)->tag[idx % TOPK_WAYS] == 0 || t->entries[idx].gen != ref->gen)
         return NULL;
-    return &t->entries[ref->idx];
+    return &t->entries[idx];
 }
 
 struct topk_entry *topk_hit_ref(struct topk *t, const struct topk_ref *ref, uint64_t now_s,
@@ -355,7 +303,8 @@ struct topk_entry *topk_hit_ref(struct topk *t, const struct topk_ref *ref, uint
     struct topk_entry *e = topk_ref_entry(t, ref);
 
     if (e != NULL)
-        topk_count(t, e, now_s, outcome, 1);
+        topk_count(topk_bucket_at(t, (size_t)ref->idx), ref->idx % TOPK_WAYS, e, now_s,
+                   outcome, 1);
     return e;
 }
 
@@ -365,7 +314,8 @@ struct topk_entry *topk_add_ref(struct topk *t, const struct topk_ref *ref, uint
     struct topk_entry *e = topk_ref_entry(t, ref);
 
     if (e != NULL)
-        topk_count(t, e, now_s, TOPK_PASSED, n);
+        topk_count(topk_bucket_at(t, (size_t)ref->idx), ref->idx % TOPK_WAYS, e, now_s,
+                   TOPK_PASSED, n);
     return e;
 }
 
@@ -378,16 +328,20 @@ void topk_ref_set(const struct topk *t, struct topk_ref *ref, const struct topk_
 void topk_note(struct topk *t, const char *key, size_t len, enum topk_outcome outcome)
 {
     uint64_t hash;
-    unsigned slot;
+    unsigned bi;
+    int w;
+    struct topk_entry *first;
 
     if (t->capacity == 0)
         return;
     hash = topk_hash(t->seed, key, len);
-    slot = topk_slot(t, hash, key, len);
-    if (t->table[slot] == 0)
+    bi = topk_bucket_of(t, hash);
+    first = &t->entries[(size_t)bi * TOPK_WAYS];
+    w = topk_find(t, &t->bucket[bi], first, hash, key, len);
+    if (w < 0)
         return;
-    t->entries[t->table[slot] - 1].rejected += outcome == TOPK_REJECTED;
-    t->entries[t->table[slot] - 1].delayed += outcome == TOPK_DELAYED;
+    first[w].rejected += outcome == TOPK_REJECTED;
+    first[w].delayed += outcome == TOPK_DELAYED;
 }
 
 uint64_t topk_recent(const struct topk_entry *e, uint64_t now_s)
@@ -408,8 +362,10 @@ uint64_t topk_recent(const struct topk_entry *e, uint64_t now_s)
 
 void topk_decay(struct topk *t)
 {
-    for (int i = 0; i < t->count; i++)
-        t->entries[i].weight /= 2;
+    for (unsigned i = 0; i < t->buckets; i++) {
+        for (int w = 0; w < TOPK_WAYS; w++)
+            t->bucket[i].weight[w] /= 2;
+    }
 }
 
 /* For topk_list's sort: the window to rank by, and the entries. */
@@ -433,6 +389,7 @@ int topk_list(const struct topk *t, uint64_t now_s, int by_requests,
               const struct topk_entry **out, int max)
 {
     struct topk_ranked *r;
+    size_t slots = (size_t)t->buckets * TOPK_WAYS;
     int n = 0;
 
     if (t->count == 0 || max <= 0)
@@ -440,8 +397,10 @@ int topk_list(const struct topk *t, uint64_t now_s, int by_requests,
     r = malloc(sizeof(*r) * (size_t)t->count);
     if (r == NULL)
         return 0;
-    for (int i = 0; i < t->count; i++) {
+    for (size_t i = 0; i < slots; i++) {
         const struct topk_entry *e = &t->entries[i];
+        if (topk_bucket_at(t, i)->tag[i % TOPK_WAYS] == 0)
+            continue;
         uint64_t recent = topk_recent(e, now_s);
         uint64_t score = by_requests ? e->requests : recent;
         if (score > 0)
