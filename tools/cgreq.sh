@@ -60,7 +60,6 @@ sport=$(free_port)
     echo "listen = 127.0.0.1:$sport"
     echo "backend = 127.0.0.1:$rport"
     echo "log_level = warning"
-    echo "lock_failover_grace_ms = 0"
     for line in "$@"; do echo "$line"; done
 } >"$tmp/sluice.conf"
 valgrind --tool=callgrind --callgrind-out-file="$out/cgreq.%p" \

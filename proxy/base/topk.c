@@ -18,10 +18,25 @@
 #include <string.h>
 #include <time.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* Past the replacements topk_admit always allows, one new subject in
+ * this many takes a place (a power of two). */
+#define TOPK_ADMIT_ONE_IN 8
+
+/* Weights saturate here, below 2^31: SSE2 compares signed words. */
+#define TOPK_WEIGHT_MAX 0x7FFFFFFF
+
+/* The request path's helpers: inlined whole into topk_hit, so that a hit
+ * makes no call (GCC's own choice varies from build to build). */
+#define TOPK_INLINE static inline __attribute__((always_inline))
+
 /* Up to 8 bytes at P (LEN of them, 0 to 8) as one word: overlapping
  * loads, no byte loop (which bytes make the word only matters for the
  * hash; the length is mixed in apart). */
-static inline uint64_t topk_word(const char *p, size_t len)
+TOPK_INLINE uint64_t topk_word(const char *p, size_t len)
 {
     uint64_t w;
     uint32_t a, b;
@@ -43,7 +58,7 @@ static inline uint64_t topk_word(const char *p, size_t len)
 
 /* The 128-bit product of A and B folded to 64 bits: every bit of either
  * reaches every bit of the result (wyhash's mix). */
-static inline uint64_t topk_mum(uint64_t a, uint64_t b)
+TOPK_INLINE uint64_t topk_mum(uint64_t a, uint64_t b)
 {
     __extension__ unsigned __int128 r = (unsigned __int128)a * b;
 
@@ -54,7 +69,7 @@ static inline uint64_t topk_mum(uint64_t a, uint64_t b)
  * bucket is taken from its high half, the tag from its low half: keys that
  * differ only in a few digits spread over all buckets). Seeded per sketch,
  * so that chosen keys cannot pile up on one bucket. */
-static inline uint64_t topk_hash(const uint64_t seed[2], const char *p, size_t len)
+TOPK_INLINE uint64_t topk_hash(const uint64_t seed[2], const char *p, size_t len)
 {
     uint64_t a, b, s = seed[1];
     size_t left = len;
@@ -71,6 +86,8 @@ static inline uint64_t topk_hash(const uint64_t seed[2], const char *p, size_t l
         a = topk_word(p + left - 16, 8);   /* the last 16 bytes, overlapping */
         b = topk_word(p + left - 8, 8);
     }
+    if (len <= 16)   /* one 128-bit product mixes both words whole */
+        return topk_mum(a ^ seed[0], b ^ s ^ len);
     return topk_mum(seed[1] ^ len ^ 0x9E3779B97F4A7C15ull, topk_mum(a ^ seed[0], b ^ s));
 }
 
@@ -102,6 +119,8 @@ int topk_init(struct topk *t, int capacity)
     x = (uint64_t)time(NULL) ^ (uint64_t)ts.tv_nsec << 20 ^ (uint64_t)(uintptr_t)t;
     t->seed[0] = topk_splitmix(&x);
     t->seed[1] = topk_splitmix(&x);
+    t->rng = topk_splitmix(&x) | 1;
+    t->admit_credit = (unsigned)capacity;
     return 0;
 }
 
@@ -117,9 +136,10 @@ void topk_clear(struct topk *t)
     if (t->bucket != NULL)
         memset(t->bucket, 0, t->buckets * sizeof(*t->bucket));
     t->count = 0;
+    t->admit_credit = (unsigned)t->capacity;
 }
 
-static inline int topk_same(const struct topk_entry *e, uint64_t hash, const char *key,
+TOPK_INLINE int topk_same(const struct topk_entry *e, uint64_t hash, const char *key,
                             size_t len)
 {
     if (e->hash != hash || e->full_len != len)
@@ -132,59 +152,96 @@ static inline int topk_same(const struct topk_entry *e, uint64_t hash, const cha
 
 /* Where a subject goes: its bucket (from the hash's high half, onto any
  * number of buckets) and its tag (the low half; never 0, an empty way). */
-static inline unsigned topk_bucket_of(const struct topk *t, uint64_t hash)
+TOPK_INLINE unsigned topk_bucket_of(const struct topk *t, uint64_t hash)
 {
     return (unsigned)(((hash >> 32) * (uint64_t)t->buckets) >> 32);
 }
 
-static inline uint32_t topk_tag(uint64_t hash)
+TOPK_INLINE uint32_t topk_tag(uint64_t hash)
 {
     return (uint32_t)hash | 1;
 }
 
+#if defined(__SSE2__)
+/* The ways of B whose tag is TAG, as bits (way W: bit W): two compares of
+ * four tags at once. */
+TOPK_INLINE unsigned topk_match(const struct topk_bucket *b, uint32_t tag)
+{
+    __m128i t = _mm_set1_epi32((int)tag);
+    __m128i lo = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(const void *)b->tag), t);
+    __m128i hi = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b->tag + 4)), t);
+
+    return (unsigned)_mm_movemask_ps(_mm_castsi128_ps(lo)) |
+           (unsigned)_mm_movemask_ps(_mm_castsi128_ps(hi)) << 4;
+}
+
+static inline __m128i topk_min4(__m128i a, __m128i b)
+{
+    __m128i a_more = _mm_cmpgt_epi32(a, b);   /* weights stay below 2^31 */
+
+    return _mm_or_si128(_mm_and_si128(a_more, b), _mm_andnot_si128(a_more, a));
+}
+
+/* The ways of B that hold a subject of the least weight, as bits (none
+ * when B holds nothing): the least of eight weights in three steps, empty
+ * ways counted as the heaviest. */
+static inline unsigned topk_least_ways(const struct topk_bucket *b)
+{
+    __m128i zero = _mm_setzero_si128(), heaviest = _mm_set1_epi32(TOPK_WEIGHT_MAX);
+    __m128i tlo = _mm_loadu_si128((const __m128i *)(const void *)b->tag);
+    __m128i thi = _mm_loadu_si128((const __m128i *)(const void *)(b->tag + 4));
+    __m128i wlo = _mm_loadu_si128((const __m128i *)(const void *)b->weight);
+    __m128i whi = _mm_loadu_si128((const __m128i *)(const void *)(b->weight + 4));
+    __m128i m;
+
+    wlo = _mm_or_si128(wlo, _mm_and_si128(_mm_cmpeq_epi32(tlo, zero), heaviest));
+    whi = _mm_or_si128(whi, _mm_and_si128(_mm_cmpeq_epi32(thi, zero), heaviest));
+    m = topk_min4(wlo, whi);
+    m = topk_min4(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = topk_min4(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+    return ((unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(wlo, m))) |
+            (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(whi, m))) << 4) &
+           ~topk_match(b, 0) & 0xFFu;
+}
+#else
+TOPK_INLINE unsigned topk_match(const struct topk_bucket *b, uint32_t tag)
+{
+    unsigned bits = 0;
+
+    for (int w = 0; w < TOPK_WAYS; w++)
+        bits |= (unsigned)(b->tag[w] == tag) << w;
+    return bits;
+}
+
+static inline unsigned topk_least_ways(const struct topk_bucket *b)
+{
+    uint32_t min = UINT32_MAX;
+    unsigned bits = 0;
+
+    for (int w = 0; w < TOPK_WAYS; w++) {
+        if (b->tag[w] != 0 && b->weight[w] < min)
+            min = b->weight[w];
+    }
+    for (int w = 0; w < TOPK_WAYS; w++)
+        bits |= (unsigned)(b->tag[w] != 0 && b->weight[w] == min) << w;
+    return bits;
+}
+#endif
+
 /* The way of bucket B (its entries from FIRST) holding the subject, or
- * -1: at most TOPK_WAYS tags compared. */
-static inline int topk_find(struct topk *t, const struct topk_bucket *b,
+ * -1: the eight tags compared at once, then the subject of each way whose
+ * tag matches (one, but for a 1 in 2^31 chance per way). */
+TOPK_INLINE int topk_find(struct topk *t, const struct topk_bucket *b,
                             const struct topk_entry *first, uint64_t hash, const char *key,
                             size_t len)
 {
-    uint32_t tag = topk_tag(hash);
-
-    for (int w = 0; w < TOPK_WAYS; w++) {
-        if (b->tag[w] == tag && topk_same(&first[w], hash, key, len)) {
-            t->probes += (unsigned)w + 1;
+    for (unsigned m = topk_match(b, topk_tag(hash)); m != 0; m &= m - 1) {
+        int w = __builtin_ctz(m);
+        t->probes++;
+        if (topk_same(&first[w], hash, key, len))
             return w;
-        }
     }
-    t->probes += TOPK_WAYS;
     return -1;
-}
-
-/* A way of B for a subject not held: an empty one while the sketch has
- * room, else the least weighted held one (the first of equals). Some way
- * of B is held when the sketch is full: the other buckets hold fewer than
- * capacity entries between them (buckets = capacity / TOPK_WAYS rounded
- * up). */
-static int topk_place(struct topk *t, const struct topk_bucket *b)
-{
-    int least = 0;
-    uint32_t min = UINT32_MAX;
-
-    if (t->count < t->capacity) {
-        for (int w = 0; w < TOPK_WAYS; w++) {
-            if (b->tag[w] == 0) {
-                t->count++;
-                return w;
-            }
-        }
-    }
-    for (int w = 0; w < TOPK_WAYS; w++) {
-        if (b->tag[w] != 0 && b->weight[w] < min) {
-            min = b->weight[w];
-            least = w;
-        }
-    }
-    return least;
 }
 
 /* Give way W of B, entry E, to the subject KEY (LEN bytes, HASH) at
@@ -200,6 +257,7 @@ static void topk_take(struct topk *t, struct topk_bucket *b, int w, struct topk_
     e->full_len = len;
     e->requests = e->rejected = e->delayed = 0;
     e->last_s = now_s;
+    e->last_slot = (uint32_t)(now_s % TOPK_WINDOW_S);
     memset(e->per_s, 0, sizeof(e->per_s));
     e->gen = ++t->next_gen;
     e->key_len = (uint32_t)(len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX);
@@ -210,6 +268,44 @@ static void topk_take(struct topk *t, struct topk_bucket *b, int w, struct topk_
     } else {
         memcpy(e->key, key, e->key_len);
     }
+}
+
+/* A way of B for a subject not held: an empty one while the sketch has
+ * room, else the least weighted held one (the first of equals). Some way
+ * of B is held when the sketch is full: the other buckets hold fewer than
+ * capacity entries between them (buckets = capacity / TOPK_WAYS rounded
+ * up). */
+static int topk_place(struct topk *t, const struct topk_bucket *b)
+{
+    unsigned empty, least;
+
+    if (t->count < t->capacity && (empty = topk_match(b, 0)) != 0) {
+        t->count++;
+        return __builtin_ctz(empty);
+    }
+    least = topk_least_ways(b);
+    return least != 0 ? __builtin_ctz(least) : 0;
+}
+
+/* Whether a subject not held, seen once more, takes a place now. Always
+ * while the sketch has room or has replaced fewer than capacity subjects
+ * since the last decay; past that (a stream of distinct subjects: nearly
+ * every request would replace one) one in TOPK_ADMIT_ONE_IN, at random.
+ * A subject that comes back gets in within a few of its requests; the
+ * replacements it spares are most of the cost of a stream of distinct
+ * keys. */
+static inline int topk_admit(struct topk *t)
+{
+    if (t->count < t->capacity)
+        return 1;
+    if (t->admit_credit > 0) {
+        t->admit_credit--;
+        return 1;
+    }
+    t->rng ^= t->rng << 13;   /* xorshift64 */
+    t->rng ^= t->rng >> 7;
+    t->rng ^= t->rng << 17;
+    return (t->rng & (TOPK_ADMIT_ONE_IN - 1)) == 0;
 }
 
 /* Bring E's ring up to second NOW_S (later than its last hit): seconds
@@ -223,29 +319,53 @@ static void topk_advance(struct topk_entry *e, uint64_t now_s)
             e->per_s[s % TOPK_WINDOW_S] = 0;
     }
     e->last_s = now_s;
+    e->last_slot = (uint32_t)(now_s % TOPK_WINDOW_S);
 }
 
 /* Count N requests with OUTCOME in E, way W of B, at NOW_S. */
-static inline void topk_count(struct topk_bucket *b, int w, struct topk_entry *e,
+TOPK_INLINE void topk_count(struct topk_bucket *b, int w, struct topk_entry *e,
                               uint64_t now_s, enum topk_outcome outcome, uint64_t n)
 {
     uint64_t weight = b->weight[w] + n;
 
     if (now_s > e->last_s)
         topk_advance(e, now_s);
-    e->per_s[now_s % TOPK_WINDOW_S] += (uint32_t)n;
+    /* NOW_S's slot, with no division (a clock read before the latest hit
+     * counts in the latest hit's second). */
+    e->per_s[e->last_slot] += (uint32_t)n;
     e->requests += n;
     if (outcome != TOPK_PASSED) {
         e->rejected += outcome == TOPK_REJECTED ? n : 0;
         e->delayed += outcome == TOPK_DELAYED ? n : 0;
     }
-    b->weight[w] = weight < UINT32_MAX ? (uint32_t)weight : UINT32_MAX;
+    b->weight[w] = weight < TOPK_WEIGHT_MAX ? (uint32_t)weight : TOPK_WEIGHT_MAX;
+}
+
+/* KEY (LEN bytes, HASH), not held in bucket B (entries from FIRST):
+ * counted for N requests with OUTCOME at NOW_S in the place it takes, or
+ * NULL when it takes none (a single request not admitted). Kept out of
+ * line and reached by a tail call: the common case, a subject held, saves
+ * no registers for it. */
+static __attribute__((noinline)) struct topk_entry *
+topk_newcomer(struct topk *t, struct topk_bucket *b, struct topk_entry *first, uint64_t hash,
+              const char *key, size_t len, uint64_t now_s, enum topk_outcome outcome,
+              uint64_t n)
+{
+    int w;
+
+    if (n == 1 && !topk_admit(t))
+        return NULL;
+    w = topk_place(t, b);
+    topk_take(t, b, w, &first[w], hash, key, len, now_s);
+    topk_count(b, w, &first[w], now_s, outcome, n);
+    return &first[w];
 }
 
 /* Count N requests with OUTCOME of KEY (LEN bytes), taking a place for
- * it when it has none. */
-static struct topk_entry *topk_hit_n(struct topk *t, const char *key, size_t len,
-                                     uint64_t now_s, enum topk_outcome outcome, uint64_t n)
+ * it when it has none. Inlined whole into topk_hit: no call beyond it. */
+TOPK_INLINE struct topk_entry *topk_hit_n(struct topk *t, const char *key, size_t len,
+                                            uint64_t now_s, enum topk_outcome outcome,
+                                            uint64_t n)
 {
     uint64_t hash;
     unsigned bi;
@@ -260,10 +380,8 @@ static struct topk_entry *topk_hit_n(struct topk *t, const char *key, size_t len
     b = &t->bucket[bi];
     first = &t->entries[(size_t)bi * TOPK_WAYS];
     w = topk_find(t, b, first, hash, key, len);
-    if (w < 0) {
-        w = topk_place(t, b);
-        topk_take(t, b, w, &first[w], hash, key, len, now_s);
-    }
+    if (w < 0)
+        return topk_newcomer(t, b, first, hash, key, len, now_s, outcome, n);
     topk_count(b, w, &first[w], now_s, outcome, n);
     return &first[w];
 }
@@ -362,6 +480,7 @@ uint64_t topk_recent(const struct topk_entry *e, uint64_t now_s)
 
 void topk_decay(struct topk *t)
 {
+    t->admit_credit = (unsigned)t->capacity;
     for (unsigned i = 0; i < t->buckets; i++) {
         for (int w = 0; w < TOPK_WAYS; w++)
             t->bucket[i].weight[w] /= 2;

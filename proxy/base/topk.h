@@ -5,7 +5,9 @@
  * A subject not held takes the place of the least counted one of its
  * bucket (space-saving within the bucket): any subject seen more often
  * than 1/TOPK_WAYS of the hits landing in its bucket is held, which for
- * hits spread over many subjects is about 1/capacity of all hits. Each
+ * hits spread over many subjects is about 1/capacity of all hits (in a
+ * stream of distinct subjects it gets in within a few of its requests:
+ * topk_hit). Each
  * entry also keeps its hits of the last TOPK_WINDOW_S seconds, what PROXY
  * TOP ranks by. */
 #ifndef SLUICE_TOPK_H
@@ -30,6 +32,7 @@ struct topk_entry {
     uint64_t requests, rejected, delayed;  /* since it took its place */
     uint64_t last_s;                /* second of its latest hit */
     uint32_t per_s[TOPK_WINDOW_S];  /* hits per second, at [second % TOPK_WINDOW_S] */
+    uint32_t last_slot;             /* last_s % TOPK_WINDOW_S */
     uint32_t key_len;               /* bytes in key[] */
     uint64_t gen;                   /* which subject took this place (topk_ref) */
     char key[TOPK_KEY_MAX];
@@ -40,7 +43,7 @@ struct topk_entry {
  * way W of bucket B is entries[B * TOPK_WAYS + W]. */
 struct topk_bucket {
     uint32_t tag[TOPK_WAYS];
-    uint32_t weight[TOPK_WAYS];     /* halved by topk_decay; saturates */
+    uint32_t weight[TOPK_WAYS];     /* halved by topk_decay; saturates below 2^31 */
 };
 
 struct topk {
@@ -51,7 +54,10 @@ struct topk {
     struct topk_entry *entries;     /* buckets * TOPK_WAYS of them */
     uint64_t seed[2];
     uint64_t next_gen;
-    uint64_t probes;                /* tags compared by lookups, all told */
+    uint64_t rng;                   /* topk_admit's draws */
+    unsigned admit_credit;          /* replacements left before sampling (topk_decay) */
+    uint64_t probes;                /* subjects compared by lookups, all told (one
+                                     * per hit of a held subject, none per new one) */
 };
 
 /* Where a subject was, kept by whoever counts it again and again (a
@@ -71,14 +77,19 @@ void topk_free(struct topk *t);
 void topk_clear(struct topk *t);
 
 /* Count one request of the subject KEY (LEN bytes) at second NOW_S, with
- * OUTCOME: at most TOPK_WAYS tags compared, a subject not held takes the
- * place of the least counted of its bucket. Never allocates. Returns its
- * entry (NULL when T is empty). */
+ * OUTCOME: the TOPK_WAYS tags of one bucket compared, a subject not held
+ * takes the place of the least counted of its bucket. Past capacity such
+ * replacements since the last topk_decay (a stream of distinct subjects),
+ * a subject not held takes a place on one of its requests in 8, at random
+ * (what keeps a stream of distinct keys cheap; a subject that comes back
+ * is in within a few requests). Never allocates. Returns its entry, or
+ * NULL when T is empty or the subject was not given a place. */
 struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
                             enum topk_outcome outcome);
 
 /* topk_hit for N requests at once (passed), as a counter kept by its
- * subject between two flushes hands them over. */
+ * subject between two flushes hands them over: N > 1 always takes a
+ * place. */
 struct topk_entry *topk_add(struct topk *t, const char *key, size_t len, uint64_t now_s,
                             uint64_t n);
 struct topk_entry *topk_add_ref(struct topk *t, const struct topk_ref *ref, uint64_t now_s,

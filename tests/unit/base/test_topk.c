@@ -171,7 +171,8 @@ static void test_ref(void)
 /* A heavy hitter (1 request in 50) among 10 million distinct keys drawn
  * uniformly, redis-benchmark's 16-byte form, in the default 1,024-subject
  * sketch: held from its first request to its last (so its count is
- * exact), ranked first; and no lookup compared more than TOPK_WAYS tags. */
+ * exact), ranked first; and a lookup compared at most one held subject
+ * with it (the tags told the others apart). */
 static void test_hot_among_ten_million(void)
 {
     struct topk t;
@@ -195,14 +196,14 @@ static void test_hot_among_ten_million(void)
     CHECK(list[0]->full_len == 16 && memcmp(list[0]->key, "key:hot-one-here", 16) == 0);
     CHECK(list[0]->requests == hot);
     CHECK(list[1]->requests < 10);
-    CHECK(t.probes <= hits * TOPK_WAYS);
+    CHECK(t.probes <= hot + hits / 1000);
     topk_free(&t);
 }
 
 /* Keys that differ only in their last digits (the parent's hash put 1,000
  * of them on one slot and every lookup walked them all): they spread over
  * the buckets, so a sketch of 1,024 holds most of 1,000 such keys, and
- * looking up a held one compares few tags. */
+ * looking one up compares one held subject at most. */
 static void test_similar_keys_spread(void)
 {
     struct topk t;
@@ -222,7 +223,7 @@ static void test_similar_keys_spread(void)
             hit(&t, key, 1);
         }
     }
-    CHECK(t.probes - before <= 10000ull * TOPK_WAYS);
+    CHECK(t.probes - before <= 10000);
     CHECK(t.count <= 1024);
     topk_free(&t);
 }
@@ -238,7 +239,7 @@ static void test_odd_capacity(void)
         CHECK(topk_init(&t, cap) == 0);
         for (int i = 0; i < 500; i++) {
             snprintf(key, sizeof(key), "s%d", i);
-            CHECK(hit(&t, key, 1) != NULL);
+            hit(&t, key, 1);
             CHECK(t.count <= cap);
         }
         CHECK(t.count == cap);
