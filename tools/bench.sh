@@ -58,6 +58,13 @@
 #      monitoring the benchmark's Redis) vs a sluice with the same Redis as a
 #      plain backend, started alike: GET/SET -c 50, -P 1/16, back to back in
 #      rotated order each round; ratio and sluice's CPU time per request.
+#  12. CPU per request against a pinned previous release (BENCH_PREV,
+#      default 39bb195) built from git in this run, row by row with the
+#      ratio, and what each feature costs (TOP, slow log, metrics scraped,
+#      one rule, users) as its own row: tools/bench_cpu.sh.
+#   Every section's keys vary: redis-benchmark -r BENCH_KEYS (default
+#   100000), respbench keys in turn over 100,000 (a constant key would hide
+#   the cost of what is kept per key, as PROXY TOP's sketch).
 #   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
 #   per request (/proc/stat: client, servers, proxy and kernel) for both
 #   targets, how busy the cores were, and the ceiling, the ratio sluice
@@ -67,8 +74,9 @@
 # Knobs: BENCH_QUICK=1 (one short round, for a smoke run), BENCH_ROUNDS=N,
 # BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N,
 # BENCH_MIXED_ROUNDS=N, BENCH_SENTINEL_ROUNDS=N, BENCH_SCALE=F (multiplies request counts),
-# BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10 11" (which sections to run, e.g. "3" for
-# the rules).
+# BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10 11 12" (which sections to run, e.g. "3"
+# for the rules), BENCH_KEYS=N (distinct keys, 100000), BENCH_PREV=REV and
+# BENCH_CPU_ROUNDS=N (section 12).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -81,7 +89,8 @@ scale=${BENCH_SCALE:-1}
 cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
 mixed_rounds=${BENCH_MIXED_ROUNDS:-5}
 sentinel_rounds=${BENCH_SENTINEL_ROUNDS:-3}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11 12}
+keys=${BENCH_KEYS:-100000}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -375,7 +384,7 @@ bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND [PID]
     # shellcheck disable=SC2046
     set -- "$1" "$2" "$3" "$4" "$5" "$6" "$7" "${8:-}" $(machine_ticks)
     # shellcheck disable=SC2086
-    rps=$($client_cpu redis-benchmark -p "$2" $bench_login -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
+    rps=$($client_cpu redis-benchmark -p "$2" $bench_login -t "$3" -c "$4" -P "$5" -n "$6" -r "$keys" --csv \
           2>/dev/null | awk -F'"' 'header { print $4; exit } /^"test"/ { header = 1 }')
     echo "$1 $3 $4 $5 ${rps:-0} $7" >>"$results"
     # shellcheck disable=SC2046
@@ -654,7 +663,7 @@ if section 3; then
             until redis-cli -p "$port" PROXY PING >/dev/null 2>&1; do
                 i=$((i + 1)); [ $i -lt 400 ] || break; sleep 0.05
             done
-            redis-benchmark -p "$port" -t get -c 50 -P 16 -n "$nreq" -q >/dev/null 2>&1 || true
+            redis-benchmark -p "$port" -t get -c 50 -P 16 -n "$nreq" -r "$keys" -q >/dev/null 2>&1 || true
             kill -TERM "$vpid" 2>/dev/null || true
             wait "$vpid" 2>/dev/null || true
             ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$tmp/cg-$variant.out" 2>/dev/null)
@@ -958,6 +967,11 @@ if section 11 && [ "$sentinel_rounds" -gt 0 ]; then
         done
     done
     echo "   target: ratio >= 0.98 on every row (cpu: CPU backend / sentinel)"
+fi
+
+if section 12; then
+    echo
+    BENCH_SCALE=$scale BENCH_KEYS=$keys "$(dirname "$0")/bench_cpu.sh" "$sluice" || true
 fi
 
 for f in sluice rules0 rules100 rules1 users metrics_off metrics_on sluice-tls resp3 sluice-cluster sen_plain sen_sentinel; do
