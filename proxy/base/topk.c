@@ -86,9 +86,9 @@ TOPK_INLINE uint64_t topk_hash(const uint64_t seed[2], const char *p, size_t len
         a = topk_word(p + left - 16, 8);   /* the last 16 bytes, overlapping */
         b = topk_word(p + left - 8, 8);
     }
-    if (len <= 16)   /* one 128-bit product mixes both words whole */
-        return topk_mum(a ^ seed[0], b ^ s ^ len);
-    return topk_mum(seed[1] ^ len ^ 0x9E3779B97F4A7C15ull, topk_mum(a ^ seed[0], b ^ s));
+    /* Two products: one alone leaves keys that differ only in their last
+     * bytes (the high bits of B) poorly spread for some seeds. */
+    return topk_mum(seed[0] ^ len ^ 0x9E3779B97F4A7C15ull, topk_mum(a ^ seed[0], b ^ s));
 }
 
 /* splitmix64's step: a seed word from any start. */
@@ -343,13 +343,11 @@ TOPK_INLINE void topk_count(struct topk_bucket *b, int w, struct topk_entry *e,
 
 /* KEY (LEN bytes, HASH), not held in bucket B (entries from FIRST):
  * counted for N requests with OUTCOME at NOW_S in the place it takes, or
- * NULL when it takes none (a single request not admitted). Kept out of
- * line and reached by a tail call: the common case, a subject held, saves
- * no registers for it. */
-static __attribute__((noinline)) struct topk_entry *
-topk_newcomer(struct topk *t, struct topk_bucket *b, struct topk_entry *first, uint64_t hash,
-              const char *key, size_t len, uint64_t now_s, enum topk_outcome outcome,
-              uint64_t n)
+ * NULL when it takes none (a single request not admitted). */
+static inline struct topk_entry *topk_newcomer(struct topk *t, struct topk_bucket *b,
+                                               struct topk_entry *first, uint64_t hash,
+                                               const char *key, size_t len, uint64_t now_s,
+                                               enum topk_outcome outcome, uint64_t n)
 {
     int w;
 
@@ -362,10 +360,10 @@ topk_newcomer(struct topk *t, struct topk_bucket *b, struct topk_entry *first, u
 }
 
 /* Count N requests with OUTCOME of KEY (LEN bytes), taking a place for
- * it when it has none. Inlined whole into topk_hit: no call beyond it. */
-TOPK_INLINE struct topk_entry *topk_hit_n(struct topk *t, const char *key, size_t len,
-                                            uint64_t now_s, enum topk_outcome outcome,
-                                            uint64_t n)
+ * it when it has none: any subject, any N. */
+static __attribute__((noinline)) struct topk_entry *
+topk_hit_n(struct topk *t, const char *key, size_t len, uint64_t now_s,
+           enum topk_outcome outcome, uint64_t n)
 {
     uint64_t hash;
     unsigned bi;
@@ -386,10 +384,44 @@ TOPK_INLINE struct topk_entry *topk_hit_n(struct topk *t, const char *key, size_
     return &first[w];
 }
 
+/* topk_hit's subject of at most 16 bytes with HASH, not held: six
+ * arguments, so that topk_hit reaches it by a plain jump. */
+static __attribute__((noinline)) struct topk_entry *
+topk_hit_new(struct topk *t, const char *key, size_t len, uint64_t now_s, uint64_t hash,
+             enum topk_outcome outcome)
+{
+    unsigned bi = topk_bucket_of(t, hash);
+
+    return topk_newcomer(t, &t->bucket[bi], &t->entries[(size_t)bi * TOPK_WAYS], hash, key, len,
+                         now_s, outcome, 1);
+}
+
+/* The request path: a subject of at most 16 bytes (most keys) held in
+ * its bucket is counted here with no call; a longer one, or one not held,
+ * goes on by a tail call, so that this saves no registers. */
 struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
                             enum topk_outcome outcome)
 {
-    return topk_hit_n(t, key, len, now_s, outcome, 1);
+    uint64_t hash;
+    unsigned bi;
+    struct topk_bucket *b;
+    struct topk_entry *first;
+
+    if (len > 16 || t->capacity == 0)
+        return topk_hit_n(t, key, len, now_s, outcome, 1);
+    hash = topk_hash(t->seed, key, len);
+    bi = topk_bucket_of(t, hash);
+    b = &t->bucket[bi];
+    first = &t->entries[(size_t)bi * TOPK_WAYS];
+    for (unsigned m = topk_match(b, topk_tag(hash)); m != 0; m &= m - 1) {
+        int w = __builtin_ctz(m);
+        t->probes++;
+        if (topk_same(&first[w], hash, key, len)) {
+            topk_count(b, w, &first[w], now_s, outcome, 1);
+            return &first[w];
+        }
+    }
+    return topk_hit_new(t, key, len, now_s, hash, outcome);
 }
 
 struct topk_entry *topk_add(struct topk *t, const char *key, size_t len, uint64_t now_s,
