@@ -63,7 +63,7 @@
 #      ratio, and what each feature costs (TOP, slow log, metrics scraped,
 #      one rule, users) as its own row: tools/bench_cpu.sh.
 #   Every section's keys vary: redis-benchmark -r BENCH_KEYS (default
-#   100000), respbench keys in turn over 100,000 (a constant key would hide
+#   100000; respbench -r the same), locks a key per connection (a constant key would hide
 #   the cost of what is kept per key, as PROXY TOP's sketch).
 #   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
 #   per request (/proc/stat: client, servers, proxy and kernel) for both
@@ -357,7 +357,7 @@ resp_round() {
                 for proto in $(rotate $(( $1 + c + p )) resp2 resp3); do
                     flag=""; [ "$proto" = resp2 ] || flag=-3
                     ns0=$(cpu_ns "$p3")
-                    v=$($resp_pin "$respbench" -p "$s3" -t "$t" -c "$c" -P "$p" -n "$n" $flag)
+                    v=$($resp_pin "$respbench" -p "$s3" -t "$t" -c "$c" -P "$p" -n "$n" -r "$keys" $flag)
                     ns1=$(cpu_ns "$p3")
                     echo "$proto $t $c $p ${v:-0} $1" >>"$results"
                     echo "cpu_$proto $t $c $p $(( (ns1 - ns0) / n )) $1" >>"$results"
