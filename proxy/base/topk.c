@@ -384,22 +384,38 @@ topk_hit_n(struct topk *t, const char *key, size_t len, uint64_t now_s,
     return &first[w];
 }
 
+/* topk_hit's subject with HASH, admitted: its place taken and counted. */
+static __attribute__((noinline)) struct topk_entry *
+topk_hit_place(struct topk *t, const char *key, size_t len, uint64_t now_s, uint64_t hash,
+               enum topk_outcome outcome)
+{
+    unsigned bi = topk_bucket_of(t, hash);
+    struct topk_bucket *b = &t->bucket[bi];
+    struct topk_entry *first = &t->entries[(size_t)bi * TOPK_WAYS];
+    int w = topk_place(t, b);
+
+    topk_take(t, b, w, &first[w], hash, key, len, now_s);
+    topk_count(b, w, &first[w], now_s, outcome, 1);
+    return &first[w];
+}
+
 /* topk_hit's subject of at most 16 bytes with HASH, not held: six
- * arguments, so that topk_hit reaches it by a plain jump. */
+ * arguments, so that topk_hit reaches it by a plain jump, and one not
+ * admitted costs only the draw. */
 static __attribute__((noinline)) struct topk_entry *
 topk_hit_new(struct topk *t, const char *key, size_t len, uint64_t now_s, uint64_t hash,
              enum topk_outcome outcome)
 {
-    unsigned bi = topk_bucket_of(t, hash);
-
-    return topk_newcomer(t, &t->bucket[bi], &t->entries[(size_t)bi * TOPK_WAYS], hash, key, len,
-                         now_s, outcome, 1);
+    if (!topk_admit(t))
+        return NULL;
+    return topk_hit_place(t, key, len, now_s, hash, outcome);
 }
 
 /* The request path: a subject of at most 16 bytes (most keys) held in
  * its bucket is counted here with no call; a longer one, or one not held,
  * goes on by a tail call, so that this saves no registers. */
-struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
+inline __attribute__((always_inline)) struct topk_entry *
+topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
                             enum topk_outcome outcome)
 {
     uint64_t hash;
