@@ -5,7 +5,7 @@
 # rotated, so a busy machine slows every target alike. Throughputs shown
 # are medians over the rounds; ratios are medians of the ratios measured
 # within each round (targets of a round run back to back, so the slow
-# swings of a shared machine cancel out). Takes about 16 minutes on 2 cores.
+# swings of a shared machine cancel out). Takes about 20 minutes on 2 cores.
 #
 #   1. redis-benchmark GET/SET, -c 1/50, -P 1/16: direct Redis, twemproxy
 #      (Debian's nutcracker, one server connection) and sluice.
