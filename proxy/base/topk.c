@@ -5,7 +5,9 @@
  * bucket (a cache line of tags and weights), at most TOPK_WAYS tags.
  *
  *   topk_hit: hash -> bucket -> a way's tag and subject match? count it
- *                               none: an empty way (while the sketch has
+ *                               none: admitted (topk_admit: always, or
+ *                                     1 in 8 in a stream of new ones)?
+ *                                     an empty way (while the sketch has
  *                                     room), else the least weighted
  *                                     way's place, its weight + 1 going
  *                                     to the new subject
