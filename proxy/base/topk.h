@@ -7,9 +7,8 @@
  * than 1/TOPK_WAYS of the hits landing in its bucket is held, which for
  * hits spread over many subjects is about 1/capacity of all hits (in a
  * stream of distinct subjects it gets in within a few of its requests:
- * topk_hit). Each
- * entry also keeps its hits of the last TOPK_WINDOW_S seconds, what PROXY
- * TOP ranks by. */
+ * topk_hit). Each entry also keeps its hits of the last TOPK_WINDOW_S
+ * seconds, what PROXY TOP ranks by. */
 #ifndef SLUICE_TOPK_H
 #define SLUICE_TOPK_H
 
