@@ -5,7 +5,7 @@
 # rotated, so a busy machine slows every target alike. Throughputs shown
 # are medians over the rounds; ratios are medians of the ratios measured
 # within each round (targets of a round run back to back, so the slow
-# swings of a shared machine cancel out). Takes about 16 minutes on 2 cores.
+# swings of a shared machine cancel out). Takes about 20 minutes on 2 cores.
 #
 #   1. redis-benchmark GET/SET, -c 1/50, -P 1/16: direct Redis, twemproxy
 #      (Debian's nutcracker, one server connection) and sluice.
@@ -65,6 +65,13 @@
 #      and never reached; redis-benchmark GET -c 50 -r 100000 at -P 1 and
 #      16, rotated order each round: throughput, p50 latency, and Redis's
 #      script calls (INFO commandstats: EVALSHA + EVAL) per 100 GETs.
+#  13. CPU per request against a pinned previous release (BENCH_PREV,
+#      default 39bb195) built from git in this run, row by row with the
+#      ratio, and what each feature costs (TOP, slow log, metrics scraped,
+#      one rule, users) as its own row: tools/bench_cpu.sh.
+#   Every section's keys vary: redis-benchmark -r BENCH_KEYS (default
+#   100000; respbench -r the same), locks a key per connection (a constant key would hide
+#   the cost of what is kept per key, as PROXY TOP's sketch).
 #   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
 #   per request (/proc/stat: client, servers, proxy and kernel) for both
 #   targets, how busy the cores were, and the ceiling, the ratio sluice
@@ -75,7 +82,8 @@
 # BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N,
 # BENCH_MIXED_ROUNDS=N, BENCH_SENTINEL_ROUNDS=N, BENCH_LEASE_ROUNDS=N,
 # BENCH_SCALE=F (multiplies request counts), BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10
-# 11 12" (which sections to run, e.g. "3" for the rules).
+# 11 12 13" (which sections to run, e.g. "3" for the rules), BENCH_KEYS=N
+# (distinct keys, 100000), BENCH_PREV=REV and BENCH_CPU_ROUNDS=N (section 13).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -89,7 +97,8 @@ cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
 mixed_rounds=${BENCH_MIXED_ROUNDS:-5}
 sentinel_rounds=${BENCH_SENTINEL_ROUNDS:-3}
 lease_rounds=${BENCH_LEASE_ROUNDS:-5}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11 12}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11 12 13}
+keys=${BENCH_KEYS:-100000}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -357,7 +366,7 @@ resp_round() {
                 for proto in $(rotate $(( $1 + c + p )) resp2 resp3); do
                     flag=""; [ "$proto" = resp2 ] || flag=-3
                     ns0=$(cpu_ns "$p3")
-                    v=$($resp_pin "$respbench" -p "$s3" -t "$t" -c "$c" -P "$p" -n "$n" $flag)
+                    v=$($resp_pin "$respbench" -p "$s3" -t "$t" -c "$c" -P "$p" -n "$n" -r "$keys" $flag)
                     ns1=$(cpu_ns "$p3")
                     echo "$proto $t $c $p ${v:-0} $1" >>"$results"
                     echo "cpu_$proto $t $c $p $(( (ns1 - ns0) / n )) $1" >>"$results"
@@ -384,7 +393,7 @@ bench_one() {   # bench_one LABEL PORT TEST CLIENTS PIPELINE N ROUND [PID]
     # shellcheck disable=SC2046
     set -- "$1" "$2" "$3" "$4" "$5" "$6" "$7" "${8:-}" $(machine_ticks)
     # shellcheck disable=SC2086
-    rps=$($client_cpu redis-benchmark -p "$2" $bench_login -t "$3" -c "$4" -P "$5" -n "$6" -r 100000 --csv \
+    rps=$($client_cpu redis-benchmark -p "$2" $bench_login -t "$3" -c "$4" -P "$5" -n "$6" -r "$keys" --csv \
           2>/dev/null | awk -F'"' 'header { print $4; exit } /^"test"/ { header = 1 }')
     echo "$1 $3 $4 $5 ${rps:-0} $7" >>"$results"
     # shellcheck disable=SC2046
@@ -663,7 +672,7 @@ if section 3; then
             until redis-cli -p "$port" PROXY PING >/dev/null 2>&1; do
                 i=$((i + 1)); [ $i -lt 400 ] || break; sleep 0.05
             done
-            redis-benchmark -p "$port" -t get -c 50 -P 16 -n "$nreq" -q >/dev/null 2>&1 || true
+            redis-benchmark -p "$port" -t get -c 50 -P 16 -n "$nreq" -r "$keys" -q >/dev/null 2>&1 || true
             kill -TERM "$vpid" 2>/dev/null || true
             wait "$vpid" 2>/dev/null || true
             ir=$(awk '/^(summary|totals):/ { print $2; exit }' "$tmp/cg-$variant.out" 2>/dev/null)
@@ -1048,6 +1057,11 @@ if section 12 && [ "$lease_rounds" -gt 0 ]; then
     echo "   ratio: shared (or off) / no rule (CPU: no rule / shared); calls: Redis script"
     echo "   calls per 100 GETs, shared. CPU per request is the figure a busy machine moves least."
     echo "   target: shared ratio >= 0.95 at -P 1 and 16, calls <= 1, p50 as no rule's within noise"
+fi
+
+if section 13; then
+    echo
+    BENCH_SCALE=$scale BENCH_KEYS=$keys "$(dirname "$0")/bench_cpu.sh" "$sluice" || true
 fi
 
 for f in sluice rules0 rules100 rules1 users metrics_off metrics_on sluice-tls resp3 sluice-cluster sen_plain sen_sentinel lease_none lease_local lease_shared lease_off; do

@@ -6,16 +6,22 @@
  * the replies (null as `_`) and sluice's shared connections are RESP3's.
  *
  *   respbench -p PORT [-c CONNS] [-P PIPELINE] [-n REQUESTS] -t get|set [-3]
+ *             [-r KEYS] [-z]
  *
  * Keys are respbench:0..99999 in turn, values 3 bytes (redis-benchmark's
- * -r 100000 and -d 3). Replies are only counted: a small scanner frames
- * RESP2 and RESP3 (any error reply stops the run).
+ * -r 100000 and -d 3). With -r, keys are key:NNNNNNNNNNNN (redis-benchmark's
+ * 16-byte form) drawn at random among KEYS, uniformly, or with -z
+ * Zipf-like (rank r drawn with probability ~ 1/r: a few keys take most
+ * requests, a long tail the rest). Replies are only counted: a small
+ * scanner frames RESP2 and RESP3 (any error reply stops the run).
  */
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +38,35 @@ struct bench_conn {
 
 static struct event_base *bench_base;
 static long bench_wanted = 100000, bench_sent, bench_done, bench_key;
-static int bench_pipeline = 1, bench_open, bench_set, bench_resp3;
+static int bench_pipeline = 1, bench_open, bench_set, bench_resp3, bench_zipf;
+static long bench_keys;            /* -r: distinct keys drawn at random; 0: in turn */
+static uint64_t bench_rng = 0x9E3779B97F4A7C15ull;
+
+/* A uniform double in [0, 1) (xorshift64*: fast, and the same run to run). */
+static double bench_uniform(void)
+{
+    bench_rng ^= bench_rng >> 12;
+    bench_rng ^= bench_rng << 25;
+    bench_rng ^= bench_rng >> 27;
+    return (double)((bench_rng * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+}
+
+/* The next key's number among bench_keys: uniform, or with -z rank
+ * e^(u ln KEYS) - 1, whose density falls as 1/rank (Zipf, s = 1). */
+static long bench_pick(void)
+{
+    double u = bench_uniform();
+    long k = bench_zipf ? (long)exp(u * log((double)bench_keys + 1)) - 1
+                        : (long)(u * (double)bench_keys);
+
+    return k < bench_keys ? k : bench_keys - 1;
+}
 
 static void bench_add_key(struct evbuffer *out)
 {
     char key[32];
-    int n = snprintf(key, sizeof(key), "respbench:%ld", bench_key++ % 100000);
+    int n = bench_keys > 0 ? snprintf(key, sizeof(key), "key:%012ld", bench_pick())
+                           : snprintf(key, sizeof(key), "respbench:%ld", bench_key++ % 100000);
 
     evbuffer_add_printf(out, "$%d\r\n%s\r\n", n, key);
 }
@@ -158,7 +187,7 @@ int main(int argc, char **argv)
     const char *test = NULL;
     struct timespec t0, t1;
 
-    while ((opt = getopt(argc, argv, "p:c:P:n:t:3")) != -1) {
+    while ((opt = getopt(argc, argv, "p:c:P:n:t:3r:z")) != -1) {
         switch (opt) {
         case 'p': port = atoi(optarg); break;
         case 'c': conns = atoi(optarg); break;
@@ -166,13 +195,16 @@ int main(int argc, char **argv)
         case 'n': bench_wanted = atol(optarg); break;
         case 't': test = optarg; break;
         case '3': bench_resp3 = 1; break;
+        case 'r': bench_keys = atol(optarg); break;
+        case 'z': bench_zipf = 1; break;
         default: return 2;
         }
     }
-    if (port <= 0 || conns <= 0 || bench_pipeline <= 0 || test == NULL ||
+    if (port <= 0 || conns <= 0 || bench_pipeline <= 0 || test == NULL || bench_keys < 0 ||
+        (bench_zipf && bench_keys == 0) ||
         (strcmp(test, "get") != 0 && strcmp(test, "set") != 0)) {
         fprintf(stderr, "usage: respbench -p PORT [-c CONNS] [-P PIPELINE] [-n REQUESTS] "
-                        "-t get|set [-3]\n");
+                        "-t get|set [-3] [-r KEYS [-z]]\n");
         return 2;
     }
     bench_set = strcmp(test, "set") == 0;

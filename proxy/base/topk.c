@@ -1,11 +1,16 @@
-/* topk.c - owns the space-saving sketch: a fixed array of entries, a
- * min-heap over their weights (the one to give up its place is the root)
- * and an open-addressing table from a subject's hash to its entry. Knows
- * nothing of what a subject is; never allocates after topk_init.
+/* topk.c - owns the heavy-hitter sketch: a fixed array of buckets of
+ * TOPK_WAYS entries, space-saving within each bucket. Knows nothing of
+ * what a subject is; never allocates after topk_init. Every hit costs the
+ * same whatever the keys and however full the sketch: one hash, one
+ * bucket (a cache line of tags and weights), at most TOPK_WAYS tags.
  *
- *   topk_hit: hash -> table -> held? weight++ (sift down), counters
- *                              new?  full? evict the root: its weight + 1
- *                                                          goes to the new one
+ *   topk_hit: hash -> bucket -> a way's tag and subject match? count it
+ *                               none: admitted (topk_admit: always, or
+ *                                     1 in 8 in a stream of new ones)?
+ *                                     an empty way (while the sketch has
+ *                                     room), else the least weighted
+ *                                     way's place, its weight + 1 going
+ *                                     to the new subject
  */
 #include "topk.h"
 
@@ -15,10 +20,25 @@
 #include <string.h>
 #include <time.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* Past the replacements topk_admit always allows, one new subject in
+ * this many takes a place (a power of two). */
+#define TOPK_ADMIT_ONE_IN 8
+
+/* Weights saturate here, below 2^31: SSE2 compares signed words. */
+#define TOPK_WEIGHT_MAX 0x7FFFFFFF
+
+/* The request path's helpers: inlined whole into topk_hit, so that a hit
+ * makes no call (GCC's own choice varies from build to build). */
+#define TOPK_INLINE static inline __attribute__((always_inline))
+
 /* Up to 8 bytes at P (LEN of them, 0 to 8) as one word: overlapping
  * loads, no byte loop (which bytes make the word only matters for the
  * hash; the length is mixed in apart). */
-static inline uint64_t topk_word(const char *p, size_t len)
+TOPK_INLINE uint64_t topk_word(const char *p, size_t len)
 {
     uint64_t w;
     uint32_t a, b;
@@ -38,74 +58,90 @@ static inline uint64_t topk_word(const char *p, size_t len)
     return 0;
 }
 
-/* A 64-bit hash of LEN bytes, eight at a time (the last word overlapping
- * the one before it), seeded per sketch so that chosen keys cannot pile
- * up on one table slot. */
-#define TOPK_MUL 0x9E3779B97F4A7C15ull
-
-static inline uint64_t topk_round(uint64_t h, uint64_t w)
+/* The 128-bit product of A and B folded to 64 bits: every bit of either
+ * reaches every bit of the result (wyhash's mix). */
+TOPK_INLINE uint64_t topk_mum(uint64_t a, uint64_t b)
 {
-    h = (h ^ (w * TOPK_MUL)) * 0xBF58476D1CE4E5B9ull;
-    return h ^ (h >> 31);
+    __extension__ unsigned __int128 r = (unsigned __int128)a * b;
+
+    return (uint64_t)r ^ (uint64_t)(r >> 64);
 }
 
-static inline uint64_t topk_hash(uint64_t seed, const char *p, size_t len)
+/* A 64-bit hash of LEN bytes whose every bit depends on every byte (the
+ * bucket is taken from its high half, the tag from its low half: keys that
+ * differ only in a few digits spread over all buckets). Seeded per sketch,
+ * so that chosen keys cannot pile up on one bucket. */
+TOPK_INLINE uint64_t topk_hash(const uint64_t seed[2], const char *p, size_t len)
 {
-    uint64_t h = seed ^ (len * TOPK_MUL);
+    uint64_t a, b, s = seed[1];
     size_t left = len;
 
     if (len <= 8) {
-        h ^= topk_word(p, len) * TOPK_MUL;
+        a = topk_word(p, len);
+        b = 0;
     } else if (len <= 16) {   /* most keys: no loop */
-        h = topk_round(h, topk_word(p, 8)) ^ (topk_word(p + len - 8, 8) * TOPK_MUL);
+        a = topk_word(p, 8);
+        b = topk_word(p + len - 8, 8);
     } else {
-        for (; left > 8; left -= 8, p += 8)
-            h = topk_round(h, topk_word(p, 8));
-        h ^= topk_word(p + left - 8, 8) * TOPK_MUL;
+        for (; left > 16; left -= 16, p += 16)
+            s = topk_mum(topk_word(p, 8) ^ seed[0], topk_word(p + 8, 8) ^ s);
+        a = topk_word(p + left - 16, 8);   /* the last 16 bytes, overlapping */
+        b = topk_word(p + left - 8, 8);
     }
-    h *= 0x94D049BB133111EBull;
-    return h ^ (h >> 29);
+    /* Two products: one alone leaves keys that differ only in their last
+     * bytes (the high bits of B) poorly spread for some seeds. */
+    return topk_mum(seed[0] ^ len ^ 0x9E3779B97F4A7C15ull, topk_mum(a ^ seed[0], b ^ s));
+}
+
+/* splitmix64's step: a seed word from any start. */
+static uint64_t topk_splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }
 
 int topk_init(struct topk *t, int capacity)
 {
-    unsigned size = 2;
+    struct timespec ts;
+    uint64_t x;
 
     memset(t, 0, sizeof(*t));
-    while (size < 2u * (unsigned)capacity)
-        size <<= 1;
-    t->entries = calloc((size_t)capacity, sizeof(*t->entries));
-    t->heap = calloc((size_t)capacity, sizeof(*t->heap));
-    t->table = calloc(size, sizeof(*t->table));
-    t->dirty = calloc((size_t)capacity, sizeof(*t->dirty));
-    if (t->entries == NULL || t->heap == NULL || t->table == NULL || t->dirty == NULL) {
+    t->buckets = (unsigned)(capacity + TOPK_WAYS - 1) / TOPK_WAYS;
+    t->bucket = calloc(t->buckets, sizeof(*t->bucket));
+    t->entries = calloc((size_t)t->buckets * TOPK_WAYS, sizeof(*t->entries));
+    if (t->bucket == NULL || t->entries == NULL) {
         topk_free(t);
         return -1;
     }
     t->capacity = capacity;
-    t->table_mask = size - 1;
-    t->seed = (uint64_t)time(NULL) * 0x2545F4914F6CDD1Dull ^ (uint64_t)(uintptr_t)t;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    x = (uint64_t)time(NULL) ^ (uint64_t)ts.tv_nsec << 20 ^ (uint64_t)(uintptr_t)t;
+    t->seed[0] = topk_splitmix(&x);
+    t->seed[1] = topk_splitmix(&x);
+    t->rng = topk_splitmix(&x) | 1;
+    t->admit_credit = (unsigned)capacity;
     return 0;
 }
 
 void topk_free(struct topk *t)
 {
+    free(t->bucket);
     free(t->entries);
-    free(t->heap);
-    free(t->table);
-    free(t->dirty);
     memset(t, 0, sizeof(*t));
 }
 
 void topk_clear(struct topk *t)
 {
-    if (t->table != NULL)
-        memset(t->table, 0, (t->table_mask + 1) * sizeof(*t->table));
+    if (t->bucket != NULL)
+        memset(t->bucket, 0, t->buckets * sizeof(*t->bucket));
     t->count = 0;
-    t->dirty_count = 0;
+    t->admit_credit = (unsigned)t->capacity;
 }
 
-static inline int topk_same(const struct topk_entry *e, uint64_t hash, const char *key,
+TOPK_INLINE int topk_same(const struct topk_entry *e, uint64_t hash, const char *key,
                             size_t len)
 {
     if (e->hash != hash || e->full_len != len)
@@ -116,71 +152,168 @@ static inline int topk_same(const struct topk_entry *e, uint64_t hash, const cha
     return memcmp(e->key, key, len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX) == 0;
 }
 
-/* The table slot of the subject, or of the empty slot where it would go. */
-static inline unsigned topk_slot(const struct topk *t, uint64_t hash, const char *key, size_t len)
+/* Where a subject goes: its bucket (from the hash's high half, onto any
+ * number of buckets) and its tag (the low half; never 0, an empty way). */
+TOPK_INLINE unsigned topk_bucket_of(const struct topk *t, uint64_t hash)
 {
-    unsigned i = (unsigned)hash & t->table_mask;
-
-    while (t->table[i] != 0 && !topk_same(&t->entries[t->table[i] - 1], hash, key, len))
-        i = (i + 1) & t->table_mask;
-    return i;
+    return (unsigned)(((hash >> 32) * (uint64_t)t->buckets) >> 32);
 }
 
-/* Empty slot I, moving later entries of its run back so that every
- * lookup still finds them (linear probing's deletion). */
-static void topk_unslot(struct topk *t, unsigned i)
+TOPK_INLINE uint32_t topk_tag(uint64_t hash)
 {
-    unsigned j = i;
+    return (uint32_t)hash | 1;
+}
 
-    t->table[i] = 0;
-    for (;;) {
-        j = (j + 1) & t->table_mask;
-        if (t->table[j] == 0)
-            return;
-        unsigned home = (unsigned)t->entries[t->table[j] - 1].hash & t->table_mask;
-        /* Move it back unless its home lies cyclically within (i, j]:
-         * then a lookup from its home still reaches it. */
-        int reachable = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!reachable) {
-            t->table[i] = t->table[j];
-            t->table[j] = 0;
-            i = j;
-        }
+#if defined(__SSE2__)
+/* The ways of B whose tag is TAG, as bits (way W: bit W): two compares of
+ * four tags at once. */
+TOPK_INLINE unsigned topk_match(const struct topk_bucket *b, uint32_t tag)
+{
+    __m128i t = _mm_set1_epi32((int)tag);
+    __m128i lo = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(const void *)b->tag), t);
+    __m128i hi = _mm_cmpeq_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b->tag + 4)), t);
+
+    return (unsigned)_mm_movemask_ps(_mm_castsi128_ps(lo)) |
+           (unsigned)_mm_movemask_ps(_mm_castsi128_ps(hi)) << 4;
+}
+
+static inline __m128i topk_min4(__m128i a, __m128i b)
+{
+    __m128i a_more = _mm_cmpgt_epi32(a, b);   /* weights stay below 2^31 */
+
+    return _mm_or_si128(_mm_and_si128(a_more, b), _mm_andnot_si128(a_more, a));
+}
+
+/* The ways of B that hold a subject of the least weight, as bits (none
+ * when B holds nothing): the least of eight weights in three steps, empty
+ * ways counted as the heaviest. */
+static inline unsigned topk_least_ways(const struct topk_bucket *b)
+{
+    __m128i zero = _mm_setzero_si128(), heaviest = _mm_set1_epi32(TOPK_WEIGHT_MAX);
+    __m128i tlo = _mm_loadu_si128((const __m128i *)(const void *)b->tag);
+    __m128i thi = _mm_loadu_si128((const __m128i *)(const void *)(b->tag + 4));
+    __m128i wlo = _mm_loadu_si128((const __m128i *)(const void *)b->weight);
+    __m128i whi = _mm_loadu_si128((const __m128i *)(const void *)(b->weight + 4));
+    __m128i m;
+
+    wlo = _mm_or_si128(wlo, _mm_and_si128(_mm_cmpeq_epi32(tlo, zero), heaviest));
+    whi = _mm_or_si128(whi, _mm_and_si128(_mm_cmpeq_epi32(thi, zero), heaviest));
+    m = topk_min4(wlo, whi);
+    m = topk_min4(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = topk_min4(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+    return ((unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(wlo, m))) |
+            (unsigned)_mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(whi, m))) << 4) &
+           ~topk_match(b, 0) & 0xFFu;
+}
+#else
+TOPK_INLINE unsigned topk_match(const struct topk_bucket *b, uint32_t tag)
+{
+    unsigned bits = 0;
+
+    for (int w = 0; w < TOPK_WAYS; w++)
+        bits |= (unsigned)(b->tag[w] == tag) << w;
+    return bits;
+}
+
+static inline unsigned topk_least_ways(const struct topk_bucket *b)
+{
+    uint32_t min = UINT32_MAX;
+    unsigned bits = 0;
+
+    for (int w = 0; w < TOPK_WAYS; w++) {
+        if (b->tag[w] != 0 && b->weight[w] < min)
+            min = b->weight[w];
+    }
+    for (int w = 0; w < TOPK_WAYS; w++)
+        bits |= (unsigned)(b->tag[w] != 0 && b->weight[w] == min) << w;
+    return bits;
+}
+#endif
+
+/* The way of bucket B (its entries from FIRST) holding the subject, or
+ * -1: the eight tags compared at once, then the subject of each way whose
+ * tag matches (one, but for a 1 in 2^31 chance per way). */
+TOPK_INLINE int topk_find(struct topk *t, const struct topk_bucket *b,
+                            const struct topk_entry *first, uint64_t hash, const char *key,
+                            size_t len)
+{
+    for (unsigned m = topk_match(b, topk_tag(hash)); m != 0; m &= m - 1) {
+        int w = __builtin_ctz(m);
+        t->probes++;
+        if (topk_same(&first[w], hash, key, len))
+            return w;
+    }
+    return -1;
+}
+
+/* Give way W of B, entry E, to the subject KEY (LEN bytes, HASH) at
+ * NOW_S: its counts from zero, its weight the one it replaces (0 for an
+ * empty way; the hit about to be counted makes it + 1). */
+static void topk_take(struct topk *t, struct topk_bucket *b, int w, struct topk_entry *e,
+                      uint64_t hash, const char *key, size_t len, uint64_t now_s)
+{
+    if (b->tag[w] == 0)
+        b->weight[w] = 0;
+    b->tag[w] = topk_tag(hash);
+    e->hash = hash;
+    e->full_len = len;
+    e->requests = e->rejected = e->delayed = 0;
+    e->last_s = now_s;
+    e->last_slot = (uint32_t)(now_s % TOPK_WINDOW_S);
+    memset(e->per_s, 0, sizeof(e->per_s));
+    e->gen = ++t->next_gen;
+    e->key_len = (uint32_t)(len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX);
+    if (len >= 8 && len <= 16) {   /* most keys: two words, no call */
+        uint64_t head = topk_word(key, 8), tail = topk_word(key + len - 8, 8);
+        memcpy(e->key, &head, 8);
+        memcpy(e->key + len - 8, &tail, 8);
+    } else {
+        memcpy(e->key, key, e->key_len);
     }
 }
 
-static void topk_heap_swap(struct topk *t, int a, int b)
+/* A way of B for a subject not held: an empty one while the sketch has
+ * room, else the least weighted held one (the first of equals). Some way
+ * of B is held when the sketch is full: the other buckets hold fewer than
+ * capacity entries between them (buckets = capacity / TOPK_WAYS rounded
+ * up). */
+static int topk_place(struct topk *t, const struct topk_bucket *b)
 {
-    int ea = t->heap[a], eb = t->heap[b];
+    unsigned empty, least;
 
-    t->heap[a] = eb;
-    t->heap[b] = ea;
-    t->entries[eb].heap_pos = a;
-    t->entries[ea].heap_pos = b;
-}
-
-/* Restore the heap below position P after its weight grew. */
-static void topk_sift_down(struct topk *t, int p)
-{
-    for (;;) {
-        int l = 2 * p + 1, r = l + 1, least = p;
-        if (l < t->count && t->entries[t->heap[l]].weight < t->entries[t->heap[least]].weight)
-            least = l;
-        if (r < t->count && t->entries[t->heap[r]].weight < t->entries[t->heap[least]].weight)
-            least = r;
-        if (least == p)
-            return;
-        topk_heap_swap(t, p, least);
-        p = least;
+    if (t->count < t->capacity && (empty = topk_match(b, 0)) != 0) {
+        t->count++;
+        return __builtin_ctz(empty);
     }
+    least = topk_least_ways(b);
+    return least != 0 ? __builtin_ctz(least) : 0;
 }
 
-/* Bring E's ring up to second NOW_S: seconds passed since its last hit
- * start from zero. */
+/* Whether a subject not held, seen once more, takes a place now. Always
+ * while the sketch has room or has replaced fewer than capacity subjects
+ * since the last decay; past that (a stream of distinct subjects: nearly
+ * every request would replace one) one in TOPK_ADMIT_ONE_IN, at random.
+ * A subject that comes back gets in within a few of its requests; the
+ * replacements it spares are most of the cost of a stream of distinct
+ * keys. */
+static inline int topk_admit(struct topk *t)
+{
+    if (t->count < t->capacity)
+        return 1;
+    if (t->admit_credit > 0) {
+        t->admit_credit--;
+        return 1;
+    }
+    t->rng ^= t->rng << 13;   /* xorshift64 */
+    t->rng ^= t->rng >> 7;
+    t->rng ^= t->rng << 17;
+    return (t->rng & (TOPK_ADMIT_ONE_IN - 1)) == 0;
+}
+
+/* Bring E's ring up to second NOW_S (later than its last hit): seconds
+ * passed since then start from zero. */
 static void topk_advance(struct topk_entry *e, uint64_t now_s)
 {
-    if (now_s <= e->last_s)
-        return;
     if (now_s - e->last_s >= TOPK_WINDOW_S) {
         memset(e->per_s, 0, sizeof(e->per_s));
     } else {
@@ -188,88 +321,125 @@ static void topk_advance(struct topk_entry *e, uint64_t now_s)
             e->per_s[s % TOPK_WINDOW_S] = 0;
     }
     e->last_s = now_s;
+    e->last_slot = (uint32_t)(now_s % TOPK_WINDOW_S);
 }
 
-/* A place for a subject not held: a free entry, or the least weighted
- * one's (its table slot emptied). Returns the entry index. */
-static int topk_take_place(struct topk *t, uint64_t now_s, uint64_t *inherited)
+/* Count N requests with OUTCOME in E, way W of B, at NOW_S. */
+TOPK_INLINE void topk_count(struct topk_bucket *b, int w, struct topk_entry *e,
+                              uint64_t now_s, enum topk_outcome outcome, uint64_t n)
 {
-    int idx;
+    uint64_t weight = b->weight[w] + n;
 
-    *inherited = 0;
-    if (t->count < t->capacity) {
-        idx = t->count;
-        t->heap[t->count] = idx;
-        t->entries[idx].heap_pos = t->count;
-        t->count++;
-        return idx;
-    }
-    topk_flush(t, now_s);   /* the root by the weights of every hit so far */
-    idx = t->heap[0];
-    *inherited = t->entries[idx].weight;
-    topk_unslot(t, topk_slot(t, t->entries[idx].hash, t->entries[idx].key,
-                             t->entries[idx].full_len));
-    return idx;
-}
-
-static int topk_insert(struct topk *t, uint64_t hash, const char *key, size_t len,
-                       uint64_t now_s)
-{
-    uint64_t inherited;
-    int idx = topk_take_place(t, now_s, &inherited);
-    struct topk_entry *e = &t->entries[idx];
-    int pos = e->heap_pos;
-
-    memset(e, 0, offsetof(struct topk_entry, key));
-    e->heap_pos = pos;
-    e->gen = ++t->next_gen;
-    e->hash = hash;
-    e->weight = inherited;
-    e->full_len = len;
-    e->key_len = (uint32_t)(len < TOPK_KEY_MAX ? len : TOPK_KEY_MAX);
-    memcpy(e->key, key, e->key_len);
-    e->last_s = now_s;
-    /* An eviction may have moved the empty slot the lookup found. */
-    t->table[topk_slot(t, hash, key, len)] = idx + 1;
-    return idx;
-}
-
-/* Count N requests with OUTCOME in E at NOW_S. */
-static void topk_count(struct topk *t, struct topk_entry *e, uint64_t now_s,
-                       enum topk_outcome outcome, uint64_t n)
-{
-    topk_advance(e, now_s);
-    e->per_s[now_s % TOPK_WINDOW_S] += (uint32_t)n;
+    if (now_s > e->last_s)
+        topk_advance(e, now_s);
+    /* NOW_S's slot, with no division (a clock read before the latest hit
+     * counts in the latest hit's second). */
+    e->per_s[e->last_slot] += (uint32_t)n;
     e->requests += n;
-    e->rejected += outcome == TOPK_REJECTED ? n : 0;
-    e->delayed += outcome == TOPK_DELAYED ? n : 0;
-    e->weight += n;
-    topk_sift_down(t, e->heap_pos);
+    if (outcome != TOPK_PASSED) {
+        e->rejected += outcome == TOPK_REJECTED ? n : 0;
+        e->delayed += outcome == TOPK_DELAYED ? n : 0;
+    }
+    b->weight[w] = weight < TOPK_WEIGHT_MAX ? (uint32_t)weight : TOPK_WEIGHT_MAX;
+}
+
+/* KEY (LEN bytes, HASH), not held in bucket B (entries from FIRST):
+ * counted for N requests with OUTCOME at NOW_S in the place it takes, or
+ * NULL when it takes none (a single request not admitted). */
+static inline struct topk_entry *topk_newcomer(struct topk *t, struct topk_bucket *b,
+                                               struct topk_entry *first, uint64_t hash,
+                                               const char *key, size_t len, uint64_t now_s,
+                                               enum topk_outcome outcome, uint64_t n)
+{
+    int w;
+
+    if (n == 1 && !topk_admit(t))
+        return NULL;
+    w = topk_place(t, b);
+    topk_take(t, b, w, &first[w], hash, key, len, now_s);
+    topk_count(b, w, &first[w], now_s, outcome, n);
+    return &first[w];
 }
 
 /* Count N requests with OUTCOME of KEY (LEN bytes), taking a place for
- * it when it has none. */
-static struct topk_entry *topk_hit_n(struct topk *t, const char *key, size_t len,
-                                     uint64_t now_s, enum topk_outcome outcome, uint64_t n)
+ * it when it has none: any subject, any N. */
+static __attribute__((noinline)) struct topk_entry *
+topk_hit_n(struct topk *t, const char *key, size_t len, uint64_t now_s,
+           enum topk_outcome outcome, uint64_t n)
 {
     uint64_t hash;
-    unsigned slot;
-    struct topk_entry *e;
+    unsigned bi;
+    struct topk_bucket *b;
+    struct topk_entry *first;
+    int w;
 
     if (t->capacity == 0)
         return NULL;
     hash = topk_hash(t->seed, key, len);
-    slot = topk_slot(t, hash, key, len);
-    e = &t->entries[t->table[slot] != 0 ? t->table[slot] - 1
-                                        : topk_insert(t, hash, key, len, now_s)];
-    topk_count(t, e, now_s, outcome, n);
-    return e;
+    bi = topk_bucket_of(t, hash);
+    b = &t->bucket[bi];
+    first = &t->entries[(size_t)bi * TOPK_WAYS];
+    w = topk_find(t, b, first, hash, key, len);
+    if (w < 0)
+        return topk_newcomer(t, b, first, hash, key, len, now_s, outcome, n);
+    topk_count(b, w, &first[w], now_s, outcome, n);
+    return &first[w];
 }
 
-struct topk_entry *topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
+/* topk_hit's subject with HASH, admitted: its place taken and counted. */
+static __attribute__((noinline)) struct topk_entry *
+topk_hit_place(struct topk *t, const char *key, size_t len, uint64_t now_s, uint64_t hash,
+               enum topk_outcome outcome)
+{
+    unsigned bi = topk_bucket_of(t, hash);
+    struct topk_bucket *b = &t->bucket[bi];
+    struct topk_entry *first = &t->entries[(size_t)bi * TOPK_WAYS];
+    int w = topk_place(t, b);
+
+    topk_take(t, b, w, &first[w], hash, key, len, now_s);
+    topk_count(b, w, &first[w], now_s, outcome, 1);
+    return &first[w];
+}
+
+/* topk_hit's subject of at most 16 bytes with HASH, not held: six
+ * arguments, so that topk_hit reaches it by a plain jump, and one not
+ * admitted costs only the draw. */
+static __attribute__((noinline)) struct topk_entry *
+topk_hit_new(struct topk *t, const char *key, size_t len, uint64_t now_s, uint64_t hash,
+             enum topk_outcome outcome)
+{
+    if (!topk_admit(t))
+        return NULL;
+    return topk_hit_place(t, key, len, now_s, hash, outcome);
+}
+
+/* The request path: a subject of at most 16 bytes (most keys) held in
+ * its bucket is counted here with no call; a longer one, or one not held,
+ * goes on by a tail call, so that this saves no registers. */
+inline __attribute__((always_inline)) struct topk_entry *
+topk_hit(struct topk *t, const char *key, size_t len, uint64_t now_s,
                             enum topk_outcome outcome)
 {
-    return topk_hit_n(t, key, len, now_s, outcome, 1);
+    uint64_t hash;
+    unsigned bi;
+    struct topk_bucket *b;
+    struct topk_entry *first;
+
+    if (len > 16 || t->capacity == 0)
+        return topk_hit_n(t, key, len, now_s, outcome, 1);
+    hash = topk_hash(t->seed, key, len);
+    bi = topk_bucket_of(t, hash);
+    b = &t->bucket[bi];
+    first = &t->entries[(size_t)bi * TOPK_WAYS];
+    for (unsigned m = topk_match(b, topk_tag(hash)); m != 0; m &= m - 1) {
+        int w = __builtin_ctz(m);
+        t->probes++;
+        if (topk_same(&first[w], hash, key, len)) {
+            topk_count(b, w, &first[w], now_s, outcome, 1);
+            return &first[w];
+        }
+    }
+    return topk_hit_new(t, key, len, now_s, hash, outcome);
 }
 
 struct topk_entry *topk_add(struct topk *t, const char *key, size_t len, uint64_t now_s,
@@ -278,75 +448,21 @@ struct topk_entry *topk_add(struct topk *t, const char *key, size_t len, uint64_
     return topk_hit_n(t, key, len, now_s, TOPK_PASSED, n);
 }
 
-/* The first entry on HASH's probe that has that hash, or NULL. */
-static inline struct topk_entry *topk_first_with_hash(struct topk *t, uint64_t hash)
+/* The bucket of entry index IDX. */
+static inline struct topk_bucket *topk_bucket_at(const struct topk *t, size_t idx)
 {
-    int idx;
-
-    for (unsigned i = (unsigned)hash & t->table_mask; (idx = t->table[i]) != 0;
-         i = (i + 1) & t->table_mask) {
-        if (t->entries[idx - 1].hash == hash)
-            return &t->entries[idx - 1];
-    }
-    return NULL;
-}
-
-/* Note a hit of E for the next topk_flush. */
-static inline void topk_pend(struct topk *t, struct topk_entry *e)
-{
-    if (e->pending++ == 0)
-        t->dirty[t->dirty_count++] = (int)(e - t->entries);
-}
-
-void topk_flush(struct topk *t, uint64_t now_s)
-{
-    while (t->dirty_count > 0) {
-        struct topk_entry *e = &t->entries[t->dirty[--t->dirty_count]];
-        uint32_t n = e->pending;
-        e->pending = 0;
-        topk_count(t, e, now_s, TOPK_PASSED, n);
-    }
-}
-
-/* topk_hit_later past its common case: a long subject, another with the
- * same hash, or one not held (a new place). Kept out of line (noinline)
- * so that the common case saves no registers for its calls. */
-static __attribute__((noinline)) struct topk_entry *
-topk_hit_later_slow(struct topk *t, uint64_t hash, const char *key, size_t len, uint64_t now_s)
-{
-    unsigned slot = topk_slot(t, hash, key, len);
-    struct topk_entry *e = &t->entries[t->table[slot] != 0
-                                           ? t->table[slot] - 1
-                                           : topk_insert(t, hash, key, len, now_s)];
-
-    topk_pend(t, e);
-    return e;
-}
-
-struct topk_entry *topk_hit_later(struct topk *t, const char *key, size_t len,
-                                  uint64_t now_s)
-{
-    uint64_t hash;
-    struct topk_entry *e;
-
-    if (t->capacity == 0)
-        return NULL;
-    hash = topk_hash(t->seed, key, len);
-    /* The common case, with no call: the first entry of the probe with
-     * that hash holds the subject, a short one. Else the full lookup. */
-    e = topk_first_with_hash(t, hash);
-    if (e == NULL || len > 16 || !topk_same(e, hash, key, len))
-        return topk_hit_later_slow(t, hash, key, len, now_s);
-    topk_pend(t, e);
-    return e;
+    return &t->bucket[idx / TOPK_WAYS];
 }
 
 /* The entry REF remembers, while it still holds that subject; else NULL. */
 static struct topk_entry *topk_ref_entry(struct topk *t, const struct topk_ref *ref)
 {
-    if (ref->gen == 0 || ref->idx >= t->count || t->entries[ref->idx].gen != ref->gen)
+    size_t idx = (size_t)ref->idx;
+
+    if (ref->gen == 0 || ref->idx < 0 || idx >= (size_t)t->buckets * TOPK_WAYS ||
+        topk_bucket_at(t, idx)->tag[idx % TOPK_WAYS] == 0 || t->entries[idx].gen != ref->gen)
         return NULL;
-    return &t->entries[ref->idx];
+    return &t->entries[idx];
 }
 
 struct topk_entry *topk_hit_ref(struct topk *t, const struct topk_ref *ref, uint64_t now_s,
@@ -355,7 +471,8 @@ struct topk_entry *topk_hit_ref(struct topk *t, const struct topk_ref *ref, uint
     struct topk_entry *e = topk_ref_entry(t, ref);
 
     if (e != NULL)
-        topk_count(t, e, now_s, outcome, 1);
+        topk_count(topk_bucket_at(t, (size_t)ref->idx), ref->idx % TOPK_WAYS, e, now_s,
+                   outcome, 1);
     return e;
 }
 
@@ -365,7 +482,8 @@ struct topk_entry *topk_add_ref(struct topk *t, const struct topk_ref *ref, uint
     struct topk_entry *e = topk_ref_entry(t, ref);
 
     if (e != NULL)
-        topk_count(t, e, now_s, TOPK_PASSED, n);
+        topk_count(topk_bucket_at(t, (size_t)ref->idx), ref->idx % TOPK_WAYS, e, now_s,
+                   TOPK_PASSED, n);
     return e;
 }
 
@@ -378,16 +496,20 @@ void topk_ref_set(const struct topk *t, struct topk_ref *ref, const struct topk_
 void topk_note(struct topk *t, const char *key, size_t len, enum topk_outcome outcome)
 {
     uint64_t hash;
-    unsigned slot;
+    unsigned bi;
+    int w;
+    struct topk_entry *first;
 
     if (t->capacity == 0)
         return;
     hash = topk_hash(t->seed, key, len);
-    slot = topk_slot(t, hash, key, len);
-    if (t->table[slot] == 0)
+    bi = topk_bucket_of(t, hash);
+    first = &t->entries[(size_t)bi * TOPK_WAYS];
+    w = topk_find(t, &t->bucket[bi], first, hash, key, len);
+    if (w < 0)
         return;
-    t->entries[t->table[slot] - 1].rejected += outcome == TOPK_REJECTED;
-    t->entries[t->table[slot] - 1].delayed += outcome == TOPK_DELAYED;
+    first[w].rejected += outcome == TOPK_REJECTED;
+    first[w].delayed += outcome == TOPK_DELAYED;
 }
 
 uint64_t topk_recent(const struct topk_entry *e, uint64_t now_s)
@@ -408,8 +530,11 @@ uint64_t topk_recent(const struct topk_entry *e, uint64_t now_s)
 
 void topk_decay(struct topk *t)
 {
-    for (int i = 0; i < t->count; i++)
-        t->entries[i].weight /= 2;
+    t->admit_credit = (unsigned)t->capacity;
+    for (unsigned i = 0; i < t->buckets; i++) {
+        for (int w = 0; w < TOPK_WAYS; w++)
+            t->bucket[i].weight[w] /= 2;
+    }
 }
 
 /* For topk_list's sort: the window to rank by, and the entries. */
@@ -433,6 +558,7 @@ int topk_list(const struct topk *t, uint64_t now_s, int by_requests,
               const struct topk_entry **out, int max)
 {
     struct topk_ranked *r;
+    size_t slots = (size_t)t->buckets * TOPK_WAYS;
     int n = 0;
 
     if (t->count == 0 || max <= 0)
@@ -440,8 +566,10 @@ int topk_list(const struct topk *t, uint64_t now_s, int by_requests,
     r = malloc(sizeof(*r) * (size_t)t->count);
     if (r == NULL)
         return 0;
-    for (int i = 0; i < t->count; i++) {
+    for (size_t i = 0; i < slots; i++) {
         const struct topk_entry *e = &t->entries[i];
+        if (topk_bucket_at(t, i)->tag[i % TOPK_WAYS] == 0)
+            continue;
         uint64_t recent = topk_recent(e, now_s);
         uint64_t score = by_requests ? e->requests : recent;
         if (score > 0)

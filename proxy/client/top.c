@@ -4,11 +4,11 @@
  *   client_handle -> top_count: client ("id=.. addr=.. name=.. user=.."),
  *                    user, name (named clients only), ip: the client's own
  *                    counter; a known command: its per-command stats row;
- *                    an unknown one and each key -> topk_hit_later (a hash
- *                    lookup; a new subject takes the place of the least
- *                    counted one)
- *   each tick, PROXY TOP -> top_flush_all: the clients' counters and the
- *                    hits noted go to the sketches' rates and weights
+ *                    an unknown one and each key -> topk_hit (a hash, one
+ *                    bucket of TOPK_WAYS; a new subject takes the place
+ *                    of the least counted one of its bucket)
+ *   each tick, PROXY TOP -> top_flush_all: the clients' and commands'
+ *                    counters go to the sketches' rates and weights
  */
 #include "top.h"
 
@@ -132,7 +132,7 @@ static size_t top_command_name(const struct request *req, const struct sv *argv,
     return n;
 }
 
-/* Count each key of REQ (topk_hit_later), or note OUTCOME for it. */
+/* Count each key of REQ (topk_hit), or note OUTCOME for it. */
 static void top_each_key(const struct request *req, const struct sv *argv, uint64_t now_s,
                          enum topk_outcome outcome, int note)
 {
@@ -155,7 +155,7 @@ static void top_each_key(const struct request *req, const struct sv *argv, uint6
         if (note)
             topk_note(t, k->ptr, k->len, outcome);
         else
-            topk_hit_later(t, k->ptr, k->len, now_s);
+            topk_hit(t, k->ptr, k->len, now_s, TOPK_PASSED);
     }
     if (keys != on_stack)
         free(keys);
@@ -244,10 +244,11 @@ static void top_count_on(struct client *c, const struct request *req, const stru
         top_add_client(c, now_s, 0);   /* its subjects have places: a flush finds them */
     if (req->cmd == NULL) {
         char cmd[64];
-        topk_hit_later(&top_sketches[TOP_COMMANDS], cmd, top_command_name(req, argv, cmd), now_s);
+        topk_hit(&top_sketches[TOP_COMMANDS], cmd, top_command_name(req, argv, cmd), now_s,
+                 TOPK_PASSED);
     }
     if (fixed > 0 && fixed < req->argc)   /* GET, SET...: the common case, inline */
-        topk_hit_later(&top_sketches[TOP_KEYS], argv[fixed].ptr, argv[fixed].len, now_s);
+        topk_hit(&top_sketches[TOP_KEYS], argv[fixed].ptr, argv[fixed].len, now_s, TOPK_PASSED);
     else if (fixed == 0)
         top_each_key(req, argv, now_s, TOPK_PASSED, 0);
 }
@@ -293,8 +294,8 @@ void top_client_closed(struct client *c)
         top_flush_client(c, server_pass_now_us() / 1000000);
 }
 
-/* Flush every client's counter (top_flush_client) and the hits the
- * COMMANDS and KEYS sketches noted (topk_flush). */
+/* Flush every client's counter (top_flush_client) and every command's
+ * (top_flush_command). */
 static void top_flush_all(void)
 {
     uint64_t now_s = server_pass_now_us() / 1000000;
@@ -303,8 +304,6 @@ static void top_flush_all(void)
         top_flush_client(c, now_s);
     for (int id = 0; id < commands_count(); id++)
         top_flush_command(id, now_s);
-    topk_flush(&top_sketches[TOP_COMMANDS], now_s);
-    topk_flush(&top_sketches[TOP_KEYS], now_s);
 }
 
 void top_cron(uint64_t now_ms)

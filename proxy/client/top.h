@@ -20,9 +20,10 @@ int top_init(long long capacity);
 void top_free(void);
 
 /* Count REQ (framed, ARGV its arguments) of client C, as passed (a rule's
- * refusal or delay is noted after, top_note). Its rates and counts show
- * after the next flush (each tick, and before PROXY TOP answers). Never
- * allocates. */
+ * refusal or delay is noted after, top_note). Its keys (and a command
+ * sluice does not know) are counted at once; its client, user, name, ip
+ * and known command show after the next flush (each tick, and before
+ * PROXY TOP answers). Never allocates. */
 void top_count(struct client *c, const struct request *req, const struct sv *argv);
 /* REQ, counted already, was rejected or delayed after all: note OUTCOME
  * for those of its subjects still held. */

@@ -1,6 +1,7 @@
 /* test_topk.c - the heavy-hitter sketch: counts, the 10 s window, a hot
- * subject found among a stream of distinct cold ones, eviction keeping the
- * table consistent, long subjects, decay. */
+ * subject found among a stream of distinct cold ones (and among 10 million
+ * distinct keys), eviction keeping the table consistent, long subjects,
+ * decay, and a lookup's bounded cost (tags compared) whatever the keys. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -167,7 +168,89 @@ static void test_ref(void)
     topk_free(&t);
 }
 
+/* A heavy hitter (1 request in 50) among 10 million distinct keys drawn
+ * uniformly, redis-benchmark's 16-byte form, in the default 1,024-subject
+ * sketch: held from its first request to its last (so its count is
+ * exact), ranked first; and a lookup compared at most one held subject
+ * with it (the tags told the others apart). */
+static void test_hot_among_ten_million(void)
+{
+    struct topk t;
+    char key[32];
+    const struct topk_entry *list[2];
+    uint64_t x = 88172645463325252ull, hits = 0, hot = 0;
+
+    CHECK(topk_init(&t, 1024) == 0);
+    for (int i = 0; i < 10000000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;   /* xorshift64 */
+        snprintf(key, sizeof(key), "key:%012llu", (unsigned long long)(x % 10000000));
+        hit(&t, key, 7);
+        hits++;
+        if (i % 50 == 0) {
+            hit(&t, "key:hot-one-here", 7);
+            hits++, hot++;
+        }
+    }
+    CHECK(t.count == 1024);
+    CHECK(topk_list(&t, 7, 1, list, 2) == 2);
+    CHECK(list[0]->full_len == 16 && memcmp(list[0]->key, "key:hot-one-here", 16) == 0);
+    CHECK(list[0]->requests == hot);
+    CHECK(list[1]->requests < 10);
+    CHECK(t.probes <= hot + hits / 1000);
+    topk_free(&t);
+}
+
+/* Keys that differ only in their last digits (the parent's hash put 1,000
+ * of them on one slot and every lookup walked them all): they spread over
+ * the buckets, so a sketch of 1,024 holds most of 1,000 such keys, and
+ * looking one up compares one held subject at most. */
+static void test_similar_keys_spread(void)
+{
+    struct topk t;
+    char key[32];
+    uint64_t before;
+
+    CHECK(topk_init(&t, 1024) == 0);
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof(key), "key:%012d", i);
+        hit(&t, key, 1);
+    }
+    CHECK(t.count > 700);
+    before = t.probes;
+    for (int round = 0; round < 10; round++) {
+        for (int i = 0; i < 1000; i++) {
+            snprintf(key, sizeof(key), "key:%012d", i);
+            hit(&t, key, 1);
+        }
+    }
+    CHECK(t.probes - before <= 10000);
+    CHECK(t.count <= 1024);
+    topk_free(&t);
+}
+
+/* A capacity that is no multiple of TOPK_WAYS holds exactly that many
+ * subjects, however many come. */
+static void test_odd_capacity(void)
+{
+    struct topk t;
+    char key[32];
+
+    for (int cap = 1; cap <= 20; cap++) {
+        CHECK(topk_init(&t, cap) == 0);
+        for (int i = 0; i < 500; i++) {
+            snprintf(key, sizeof(key), "s%d", i);
+            hit(&t, key, 1);
+            CHECK(t.count <= cap);
+        }
+        CHECK(t.count == cap);
+        topk_free(&t);
+    }
+}
+
 UNIT_MAIN("topk",
+          {"hot among ten million", test_hot_among_ten_million},
+          {"similar keys spread", test_similar_keys_spread},
+          {"odd capacity", test_odd_capacity},
           {"remembered place", test_ref},
           {"counts and outcomes", test_counts_and_outcomes},
           {"10 s window", test_window},
