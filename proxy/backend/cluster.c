@@ -171,10 +171,14 @@ static void cluster_report_changes(struct backend_node *const *map)
         int changed = s < SLOT_COUNT && map[s] != NULL && map[s] != cluster_owner[s];
         if (changed && first < 0)
             first = s;
-        if (!changed && first >= 0) {
-            primary_changed(first, s - 1, 0, cluster_have_map ? "the slot map names another primary"
-                                                              : "first slot map");
-            first = -1;
+        /* A range ends where the change ends, or, in the first map,
+         * where its primary does (each is asked when it last lost writes). */
+        if (first >= 0 && (!changed || (!cluster_have_map && map[s] != map[first]))) {
+            if (cluster_have_map)
+                primary_changed(first, s - 1, 0, "the slot map names another primary");
+            else
+                primary_first_map(map[first], first, s - 1);
+            first = changed ? s : -1;
         }
     }
 }

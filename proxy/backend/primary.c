@@ -10,6 +10,7 @@
  *   after a Sentinel switch, replid2 == the last replid -> epoch hook only
  */
 #include "primary.h"
+#include "primaryage.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -26,6 +27,10 @@
 #include "slot.h"
 
 #define PRIMARY_WATCH_MS 1000
+/* INFO server replication persistence: the replid, and for a first
+ * contact the facts primaryage.c decides from. */
+#define INFO_CALL "*4\r\n$4\r\nINFO\r\n$6\r\nserver\r\n$11\r\nreplication\r\n" \
+                  "$11\r\npersistence\r\n"
 #define PRIMARY_INFO_MAX 16384   /* bytes of INFO read: the fields are near its start */
 
 static primary_changed_fn *primary_hook;
@@ -40,6 +45,7 @@ static int primary_real_changes;   /* changes reported other than the first cont
 static int primary_info_refused;   /* Redis refused INFO, and the log said so */
 static int primary_switch_reported;   /* the next new replid is a switch already reported */
 static primary_epoch_fn *primary_epoch_hook;
+static long long primary_first_epoch;   /* the epoch of the first contact */
 
 void primary_set_changed_hook(primary_changed_fn *fn)
 {
@@ -51,11 +57,12 @@ void primary_set_checked_hook(primary_checked_fn *fn)
     primary_checked_hook = fn;
 }
 
-/* Report a change to the hook. */
-static void primary_report(int first, int last, long long epoch, const char *why)
+/* Report a change to the hook: writes lost LOST_AGO_MS ago. */
+static void primary_report(int first, int last, long long epoch, long long lost_ago_ms,
+                           const char *why)
 {
     if (primary_hook != NULL)
-        primary_hook(first, last, epoch, why);
+        primary_hook(first, last, epoch, lost_ago_ms, why);
     else
         log_notice("primary of slots %d-%d changed: %s", first, last, why);
 }
@@ -63,7 +70,7 @@ static void primary_report(int first, int last, long long epoch, const char *why
 void primary_changed(int first, int last, long long epoch, const char *why)
 {
     primary_real_changes++;
-    primary_report(first, last, epoch, why);
+    primary_report(first, last, epoch, 0, why);
 }
 
 void primary_switched(const char *why)
@@ -119,26 +126,28 @@ void primary_inherit(const char *replid, long long epoch)
         primary_settle_inherited();
 }
 
-/* The value of FIELD ("name:") in INFO text TEXT into OUT (SIZE bytes,
- * cut): 1 when found. */
-static int primary_info_field(const char *text, const char *field, char *out, size_t size)
+/* The standalone first contact decided (primaryage_judge). */
+static void primary_first_decided(void *arg, long long lost_ago_ms, const char *why)
 {
-    size_t flen = strlen(field), n;
-    const char *p = text;
+    char text[320];
 
-    while ((p = strstr(p, field)) != NULL) {
-        if (p == text || p[-1] == '\n') {
-            p += flen;
-            n = strcspn(p, "\r\n");
-            if (n >= size)
-                n = size - 1;
-            memcpy(out, p, n);
-            out[n] = '\0';
-            return 1;
-        }
-        p += flen;
+    (void)arg;
+    snprintf(text, sizeof(text), "first contact with the primary: %s", why);
+    primary_report(0, SLOT_COUNT - 1, primary_first_epoch, lost_ago_ms, text);
+}
+
+/* The first primary seen in standalone and Sentinel mode (INFO TEXT):
+ * reported once Redis said when it may last have lost writes. */
+static void primary_first_contact(const char *text, long long epoch)
+{
+    struct primaryage_facts f;
+
+    primary_first_epoch = epoch;
+    if (primaryage_parse(text, &f) != 0) {
+        primary_report(0, SLOT_COUNT - 1, primary_first_epoch, 0, "first contact with the primary");
+        return;
     }
-    return 0;
+    primaryage_judge(primary_node, -1, &f, primary_first_decided, NULL);
 }
 
 /* What INFO TEXT says of the primary: report it when it is new. A node
@@ -149,13 +158,13 @@ static void primary_seen(const char *text)
     int first = primary_replid[0] == '\0', promoted, continues;
     long long epoch;
 
-    if (!primary_info_field(text, "role:", role, sizeof(role)) || strcmp(role, "master") != 0 ||
-        !primary_info_field(text, "master_replid:", replid, sizeof(replid)) ||
+    if (!primaryage_field(text, "role:", role, sizeof(role)) || strcmp(role, "master") != 0 ||
+        !primaryage_field(text, "master_replid:", replid, sizeof(replid)) ||
         strcmp(replid, primary_replid) == 0)
         return;
-    if (!primary_info_field(text, "master_replid2:", replid2, sizeof(replid2)))
+    if (!primaryage_field(text, "master_replid2:", replid2, sizeof(replid2)))
         replid2[0] = '\0';
-    if (!primary_info_field(text, "server_time_usec:", usec, sizeof(usec)))
+    if (!primaryage_field(text, "server_time_usec:", usec, sizeof(usec)))
         usec[0] = '\0';
     /* A replid2 other than zeros: this primary was promoted once. Then
      * (and on any change seen) the epoch is its clock in seconds, but
@@ -187,7 +196,7 @@ static void primary_seen(const char *text)
         return;
     }
     if (first)
-        primary_report(0, SLOT_COUNT - 1, epoch, "first contact with the primary");
+        primary_first_contact(text, epoch);
     else
         primary_changed(0, SLOT_COUNT - 1, epoch, "the primary's master_replid changed");
 }
@@ -224,7 +233,7 @@ static void primary_ctx_free(struct request *req)
 
 static void primary_ask(void)
 {
-    static const char info[] = "*3\r\n$4\r\nINFO\r\n$6\r\nserver\r\n$11\r\nreplication\r\n";
+    static const char info[] = INFO_CALL;
     struct evbuffer *buf;
 
     if (primary_asking || primary_node == NULL)
@@ -261,6 +270,72 @@ void primary_node_up(struct backend_node *node)
         evtimer_add(primary_timer, &tv);
     }
     primary_ask();
+}
+
+/* ---- cluster mode: the first slot map ---- */
+
+/* Slots FIRST..LAST of a first map, their primary being asked. */
+struct primary_range {
+    struct backend_node *node;   /* nodes live until exit (retired, never freed) */
+    int first, last;
+    int reported;
+};
+
+static void primary_range_decided(void *arg, long long lost_ago_ms, const char *why)
+{
+    struct primary_range *r = arg;
+    char text[320];
+
+    snprintf(text, sizeof(text), "first slot map: %s", why);
+    primary_report(r->first, r->last, 0, lost_ago_ms, text);
+    free(r);
+}
+
+static void primary_range_info(struct request *req, struct evbuffer *src, size_t len, int type)
+{
+    struct primary_range *r = req->ctx;
+    size_t n = len < PRIMARY_INFO_MAX ? len : PRIMARY_INFO_MAX;
+    char *text = malloc(n + 1);
+    struct primaryage_facts f;
+
+    evbuffer_remove(src, text, n);
+    evbuffer_drain(src, len - n);
+    text[n] = '\0';
+    r->reported = 1;
+    if (type == REPLY_STRING && primaryage_parse(text, &f) == 0) {
+        req->ctx = NULL;   /* primary_range_decided frees R */
+        primaryage_judge(r->node, r->first, &f, primary_range_decided, r);
+    } else {
+        primary_report(r->first, r->last, 0, 0, "first slot map: the primary's INFO could not "
+                       "be read");
+    }
+    free(text);
+    request_free(req);
+}
+
+static void primary_range_free(struct request *req)
+{
+    struct primary_range *r = req->ctx;
+
+    if (r == NULL)
+        return;
+    if (!r->reported)
+        primary_report(r->first, r->last, 0, 0, "first slot map: no INFO reply from the primary");
+    free(r);
+}
+
+void primary_first_map(struct backend_node *node, int first, int last)
+{
+    struct primary_range *r = calloc(1, sizeof(*r));
+    struct evbuffer *buf = evbuffer_new();
+
+    r->node = node;
+    r->first = first;
+    r->last = last;
+    evbuffer_add(buf, INFO_CALL, sizeof(INFO_CALL) - 1);
+    backend_send_internal(pause_internal_conn(node, 0, 0), buf, primary_range_info, r,
+                          primary_range_free);
+    evbuffer_free(buf);
 }
 
 void primary_free(void)

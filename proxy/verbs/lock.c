@@ -86,10 +86,10 @@ int lock_init(void)
     lock_script_renew = scripts_find("lock_renew");
     lockheld_init(lock_script_release, lock_script_renew);
     lockqueue_set_waker(lock_woken);
-    /* Startup counts as a change: sluice cannot know what was granted
-     * before it. The backends' first report begins it again, or, after a
-     * hand-over that found the same primary, lockgrace_checked lifts it. */
-    lockgrace_primary_changed(0, SLOT_COUNT - 1, 0, "startup");
+    /* Nothing is granted until Redis says when its primary may last have
+     * lost writes: the backends' first report (a first contact) decides,
+     * or, after a hand-over that found the same primary, lockgrace_checked. */
+    lockgrace_start();
     return lock_script_acquire && lock_script_release && lock_script_renew ? 0 : -1;
 }
 
@@ -424,8 +424,9 @@ static void lock_retry_in(struct lock_op *op, uint64_t delay)
  * start-up grace. Returns 1 when OP was answered or waits. */
 static int lock_in_grace(struct lock_op *op)
 {
-    uint64_t now = server_now_ms(), left = lockgrace_left_ms(slot_for_key(op->key, op->keylen));
-    uint64_t checking = lockgrace_checking_ms();
+    int slot = slot_for_key(op->key, op->keylen);
+    uint64_t now = server_now_ms(), left = lockgrace_left_ms(slot);
+    uint64_t checking = lockgrace_checking_ms(slot);
 
     if (op->verb != LOCK_ACQUIRE || left == 0)
         return 0;
