@@ -45,6 +45,7 @@ static int primary_real_changes;   /* changes reported other than the first cont
 static int primary_info_refused;   /* Redis refused INFO, and the log said so */
 static int primary_switch_reported;   /* the next new replid is a switch already reported */
 static primary_epoch_fn *primary_epoch_hook;
+static char primary_runid[PRIMARY_REPLID_LEN + 1];   /* of the primary last seen */
 static long long primary_first_epoch;   /* the epoch of the first contact */
 
 void primary_set_changed_hook(primary_changed_fn *fn)
@@ -150,17 +151,47 @@ static void primary_first_contact(const char *text, long long epoch)
     primaryage_judge(primary_node, -1, &f, primary_first_decided, NULL);
 }
 
+/* The primary's run_id in INFO TEXT, when another than the one seen
+ * before with the same master_replid: Redis restarted and kept its
+ * replid (7.0 loads it with an RDB), but the writes after its last save
+ * are lost. Reported as a change; returns 1 then. FIRST: no primary seen
+ * yet (nothing to compare). */
+static int primary_restarted(const char *text, int first)
+{
+    char runid[PRIMARY_REPLID_LEN + 1], replid[PRIMARY_REPLID_LEN + 1];
+    int restarted;
+
+    if (!primaryage_field(text, "run_id:", runid, sizeof(runid)))
+        return 0;
+    primaryage_field(text, "master_replid:", replid, sizeof(replid));
+    restarted = !first && primary_runid[0] != '\0' && strcmp(runid, primary_runid) != 0 &&
+                strcmp(replid, primary_replid) == 0;
+    memcpy(primary_runid, runid, sizeof(primary_runid));
+    if (!restarted)
+        return 0;
+    /* A counter lost with the writes: fences go on above, as after any
+     * change (primary_seen). */
+    primary_epoch = primary_epoch + 1 > primaryage_number(text, "server_time_usec:", 0) / 1000000
+                        ? primary_epoch + 1
+                        : primaryage_number(text, "server_time_usec:", 0) / 1000000;
+    primary_changed(0, SLOT_COUNT - 1, primary_epoch, "the primary restarted (its run_id "
+                    "changed, its master_replid did not): writes after its last save may be lost");
+    return restarted;
+}
+
 /* What INFO TEXT says of the primary: report it when it is new. A node
  * that is no primary (role:slave) says nothing of one. */
 static void primary_seen(const char *text)
 {
     char role[16], replid[PRIMARY_REPLID_LEN + 1], replid2[PRIMARY_REPLID_LEN + 1], usec[32];
     int first = primary_replid[0] == '\0', promoted, continues;
+    int handed = first && primary_inherited[0] != '\0';   /* a hand-over passed one on */
     long long epoch;
 
     if (!primaryage_field(text, "role:", role, sizeof(role)) || strcmp(role, "master") != 0 ||
-        !primaryage_field(text, "master_replid:", replid, sizeof(replid)) ||
-        strcmp(replid, primary_replid) == 0)
+        !primaryage_field(text, "master_replid:", replid, sizeof(replid)))
+        return;
+    if (primary_restarted(text, first) || strcmp(replid, primary_replid) == 0)
         return;
     if (!primaryage_field(text, "master_replid2:", replid2, sizeof(replid2)))
         replid2[0] = '\0';
@@ -171,7 +202,7 @@ static void primary_seen(const char *text)
      * above the last one reported; a primary never failed over keeps
      * epoch 0 (fences 1, 2, ...). */
     promoted = replid2[0] != '\0' && strspn(replid2, "0") != strlen(replid2);
-    epoch = !first || promoted ? atoll(usec) / 1000000 : 0;
+    epoch = !first || handed || promoted ? atoll(usec) / 1000000 : 0;
     /* Two changes within one second of the clock (planned failovers can
      * be that quick): the second must still have a higher epoch, or a
      * counter lost with it could hand out the first one's fences again. */
@@ -195,7 +226,10 @@ static void primary_seen(const char *text)
             primary_epoch_hook(epoch);
         return;
     }
-    if (first)
+    if (handed)
+        primary_changed(0, SLOT_COUNT - 1, epoch, "the primary's master_replid is not the one "
+                        "the sluice before this one watched");
+    else if (first)
         primary_first_contact(text, epoch);
     else
         primary_changed(0, SLOT_COUNT - 1, epoch, "the primary's master_replid changed");

@@ -57,8 +57,7 @@ int primaryage_field(const char *text, const char *field, char *out, size_t size
     return 0;
 }
 
-/* FIELD of TEXT as a number; DEF when absent. */
-static long long primaryage_number(const char *text, const char *field, long long def)
+long long primaryage_number(const char *text, const char *field, long long def)
 {
     char v[32];
 

@@ -28,6 +28,9 @@ struct primaryage_facts {
  * cut): 1 when found. */
 int primaryage_field(const char *text, const char *field, char *out, size_t size);
 
+/* FIELD of INFO text TEXT as a number; DEF when absent. */
+long long primaryage_number(const char *text, const char *field, long long def);
+
 /* Fill F from INFO text TEXT. Returns 0 when TEXT is a primary's (role:
  * master, a master_replid), else -1. */
 int primaryage_parse(const char *text, struct primaryage_facts *f);

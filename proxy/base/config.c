@@ -281,7 +281,7 @@ static void config_defaults(struct config *cfg)
     cfg->slowlog_max_len = 128;
     cfg->top_keys_capacity = 1024;
     cfg->lock_replica_timeout_ms = 1000;
-    cfg->lock_max_ttl_ms = 60000;
+    cfg->lock_max_ttl_ms = 30000;   /* Redisson's lease; README "Locks across a failover" */
     cfg->lock_failover_grace_ms = -1;   /* lock_max_ttl_ms */
     cfg->cluster_refresh_interval_ms = 5000;
     cfg->cluster_max_redirects = 5;
