@@ -149,8 +149,9 @@ void lockgrace_primary_changed(int first, int last, long long epoch, long long l
     (*metrics_counter(METRIC_lock_primary_changes_total, NULL, NULL))++;
     if (left > 0) {
         snprintf(lockgrace_last_why, sizeof(lockgrace_last_why), "%s", why);
-        log_notice("lock: failover grace begins on slots %d-%d: no lock granted there for %lld ms "
-                   "(%s), fence epoch %lld", first, last, left, why, epoch);
+        log_notice("lock: primary of slots %d-%d changed (%s): failover grace begins on slots "
+                   "%d-%d: no lock granted there for %lld ms, fence epoch %lld", first, last, why,
+                   first, last, left, epoch);
     } else if (grace > 0) {
         if (replace && !running) {
             for (int s = first; s <= last; s++)
