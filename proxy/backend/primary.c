@@ -74,9 +74,21 @@ void primary_changed(int first, int last, long long epoch, const char *why)
     primary_report(first, last, epoch, 0, why);
 }
 
+void primary_promoted(int first, int last, long long epoch, const char *why)
+{
+    primary_real_changes++;
+    primary_report(first, last, epoch, PRIMARY_LOST_UNACKED, why);
+}
+
+void primary_migrated(int first, int last, const char *why)
+{
+    primary_real_changes++;
+    primary_report(first, last, 0, PRIMARY_LOST_NEVER, why);
+}
+
 void primary_switched(const char *why)
 {
-    primary_changed(0, SLOT_COUNT - 1, 0, why);
+    primary_promoted(0, SLOT_COUNT - 1, 0, why);
     primary_switch_reported = 1;
 }
 
@@ -231,6 +243,9 @@ static void primary_seen(const char *text)
                         "the sluice before this one watched");
     else if (first)
         primary_first_contact(text, epoch);
+    else if (strcmp(replid2, primary_replid) == 0)   /* a replica of the one seen, promoted */
+        primary_promoted(0, SLOT_COUNT - 1, epoch, "the primary's master_replid changed: a "
+                         "replica of the primary seen before was promoted");
     else
         primary_changed(0, SLOT_COUNT - 1, epoch, "the primary's master_replid changed");
 }

@@ -21,6 +21,10 @@ typedef void primary_changed_fn(int first, int last, long long epoch, long long 
                                 const char *why);
 
 #define PRIMARY_LOST_NEVER (-1LL)
+/* A replica was promoted now: only writes it had not acknowledged are
+ * lost (none, for grants every replica acknowledged: lock_replica_acks =
+ * all). */
+#define PRIMARY_LOST_UNACKED (-2LL)
 
 /* Register FN (main.c, once at start). None: changes are only logged. */
 void primary_set_changed_hook(primary_changed_fn *fn);
@@ -28,6 +32,17 @@ void primary_set_changed_hook(primary_changed_fn *fn);
 /* Report a change (cluster.c, the standalone watch, Sentinel mode):
  * writes may have been lost now. */
 void primary_changed(int first, int last, long long epoch, const char *why);
+
+/* A replica was promoted to primary of slots FIRST..LAST (cluster mode: a
+ * failover; standalone: a new master_replid whose master_replid2 is the
+ * one seen before): writes it had not acknowledged may be lost now
+ * (PRIMARY_LOST_UNACKED). */
+void primary_promoted(int first, int last, long long epoch, const char *why);
+
+/* Cluster mode: slots FIRST..LAST moved to a node that was a primary of
+ * other slots already (a migration: MIGRATE moves keys whole): nothing is
+ * lost (PRIMARY_LOST_NEVER), reported for the log. */
+void primary_migrated(int first, int last, const char *why);
 
 /* Cluster mode, the first slot map: NODE is the primary of slots
  * FIRST..LAST. Ask its INFO (and sluice's record in it) and report a

@@ -199,6 +199,16 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     lock_send(op);
 }
 
+/* The scripts' replicas argument for REPLICAS, formatted into BUF (24
+ * bytes): a count, or "all" (CONFIG_ACKS_ALL: every one online, at least
+ * one; the script returns how many that was). */
+static struct sv lock_need_arg(char *buf, long long replicas)
+{
+    if (replicas == CONFIG_ACKS_ALL)
+        return (struct sv){"all", 3};
+    return (struct sv){buf, (size_t)reply_format_ll(buf, replicas)};
+}
+
 /* Append OP's script call to OUT: EVAL (with the body) when EVAL is set,
  * else EVALSHA. REPLICAS: how many replicas the script requires online
  * before it writes (0: no check). The fence key is as long as the lock's
@@ -227,14 +237,14 @@ static void lock_write_script(const struct lock_op *op, struct evbuffer *out, in
         args[3] = (struct sv){op->fence ? "1" : "0", 1};
         args[4] = (struct sv){epoch, (size_t)reply_format_ll(epoch, lockgrace_epoch(slot))};
         args[5] = (struct sv){cluster_enabled() ? "1" : "0", 1};
-        args[6] = (struct sv){need, (size_t)reply_format_ll(need, replicas)};
+        args[6] = lock_need_arg(need, replicas);
         argc = 7;
     } else if (op->verb == LOCK_RELEASE) {
         s = lock_script_release;
         args[1] = (struct sv){"one", 3};
     } else {
         s = lock_script_renew;
-        args[2] = (struct sv){need, (size_t)reply_format_ll(need, replicas)};
+        args[2] = lock_need_arg(need, replicas);
         argc = 3;
     }
     if (eval)
@@ -292,9 +302,14 @@ static void lock_noreplicas(struct lock_op *op, long long need)
     if (op->verb == LOCK_RENEW && h != NULL)
         lockheld_free(h);
     STAT_INC(lock_noreplicas);
-    reply_error(client_reply_buffer(op->req->client, op->req),
-                "-NOREPLICAS lock not acknowledged by %lld replicas within %lld ms; not held",
-                need, server.cfg.lock_replica_timeout_ms);
+    if (need == CONFIG_ACKS_ALL)   /* the script found no replica online */
+        reply_error(client_reply_buffer(op->req->client, op->req),
+                    "-NOREPLICAS lock not acknowledged by all replicas within %lld ms (none "
+                    "online); not held", server.cfg.lock_replica_timeout_ms);
+    else
+        reply_error(client_reply_buffer(op->req->client, op->req),
+                    "-NOREPLICAS lock not acknowledged by %lld replicas within %lld ms; not held",
+                    need, server.cfg.lock_replica_timeout_ms);
     lock_count(op, LOCK_FAIL);
     lock_finish(op);
 }
@@ -462,8 +477,10 @@ static void lock_send(struct lock_op *op)
     op->req->slot = slot_for_key(op->key, op->keylen);
     op->req->redirects = 0;
     op->grace_gen = lockgrace_generation(op->req->slot);
-    acks = op->acks >= 0 ? op->acks : server.cfg.lock_replica_acks;
-    if (op->verb != LOCK_RELEASE && acks > 0) {
+    acks = op->acks != -1 ? op->acks : server.cfg.lock_replica_acks;
+    if (op->verb != LOCK_RELEASE && acks != CONFIG_ACKS_ALL)
+        lockgrace_note_unacked(op->req->slot, op->ttl_ms);
+    if (op->verb != LOCK_RELEASE && (acks > 0 || acks == CONFIG_ACKS_ALL)) {
         lock_send_acked(op, acks);
         return;
     }
@@ -670,11 +687,17 @@ static const char *lock_parse_options(struct lock_op *op, int argc, const struct
         } else if (op->verb != LOCK_RELEASE && sv_ieq(argv[i], "acks") && i + 1 < argc &&
                    !seen_acks) {
             seen_acks = 1;
-            if (value_strict_ll(argv[i + 1].ptr, argv[i + 1].len, &op->acks) != 0)
+            if (sv_ieq(argv[i + 1], "all"))
+                op->acks = CONFIG_ACKS_ALL;
+            else if (value_strict_ll(argv[i + 1].ptr, argv[i + 1].len, &op->acks) != 0)
                 return "value is not an integer or out of range";
-            if (op->acks < 0 || op->acks > LOCK_ACKS_MAX)
+            else if (op->acks < 0 || op->acks > LOCK_ACKS_MAX)
                 return op->verb == LOCK_ACQUIRE ? "invalid ACKS count in 'lock' command"
                                                 : "invalid ACKS count in 'renew' command";
+            /* Under "all" a failover begins no grace: every grant, through
+             * any sluice, must have reached every replica. */
+            else if (server.cfg.lock_replica_acks == CONFIG_ACKS_ALL)
+                return "ACKS lower than lock_replica_acks = all";
             i++;
         } else if (op->verb == LOCK_ACQUIRE && sv_ieq(argv[i], "keep") && !seen_keep) {
             seen_keep = op->keep = 1;

@@ -32,6 +32,9 @@ static uint32_t lockgrace_gens[SLOT_COUNT];    /* graces begun: a grant that str
                                                   is not trusted (lockgrace_generation) */
 static uint8_t lockgrace_decided[SLOT_COUNT];  /* a report came: the start-up grace is replaced */
 static uint8_t lockgrace_logged[SLOT_COUNT];   /* a grace began and its end is not logged yet */
+static uint64_t lockgrace_weak_until[SLOT_COUNT];   /* server clock, ms: the end of the
+                                                  longest lock this sluice granted or renewed
+                                                  there that not every replica acknowledged */
 static uint64_t lockgrace_start_check_until;   /* server clock, ms: a LOCK waits for the first
                                                   report until then */
 static struct event *lockgrace_end_timer;      /* logs the end of graces */
@@ -122,12 +125,40 @@ static int lockgrace_set(int first, int last, uint64_t now, long long left, int 
     return running;
 }
 
+/* How long no lock may be granted on slots FIRST..LAST (ms from NOW)
+ * when writes were lost LOST_AGO_MS ago (primary.h). A promotion with
+ * lock_replica_acks = all loses only what this sluice granted or renewed
+ * without every replica's acknowledgement (KEEP renewals, grants before
+ * the setting): until the longest of those ends. */
+static long long lockgrace_left_after(int first, int last, long long lost_ago_ms, uint64_t now)
+{
+    long long grace = lockgrace_ms();
+    uint64_t weak = now;
+
+    if (lost_ago_ms == PRIMARY_LOST_NEVER || grace == 0)
+        return 0;
+    if (lost_ago_ms == PRIMARY_LOST_UNACKED && server.cfg.lock_replica_acks == CONFIG_ACKS_ALL) {
+        for (int s = first; s <= last; s++)
+            weak = lockgrace_weak_until[s] > weak ? lockgrace_weak_until[s] : weak;
+        return (long long)(weak - now) < grace ? (long long)(weak - now) : grace;
+    }
+    if (lost_ago_ms < 0)
+        return grace;
+    return lost_ago_ms >= grace ? 0 : grace - lost_ago_ms;
+}
+
+void lockgrace_note_unacked(int slot, long long ttl_ms)
+{
+    uint64_t end = server_now_ms() + (uint64_t)(ttl_ms > 0 ? ttl_ms : 0);
+
+    if (slot >= 0 && slot < SLOT_COUNT && end > lockgrace_weak_until[slot])
+        lockgrace_weak_until[slot] = end;
+}
+
 void lockgrace_primary_changed(int first, int last, long long epoch, long long lost_ago_ms,
                                const char *why)
 {
-    long long grace = lockgrace_ms();
-    long long left = lost_ago_ms == PRIMARY_LOST_NEVER || lost_ago_ms >= grace ? 0
-                                                                               : grace - lost_ago_ms;
+    long long grace = lockgrace_ms(), left;
     uint64_t now = server_now_ms();
     int replace = 1, running;
 
@@ -135,6 +166,7 @@ void lockgrace_primary_changed(int first, int last, long long epoch, long long l
         first = 0;
     if (last >= SLOT_COUNT)
         last = SLOT_COUNT - 1;
+    left = lockgrace_left_after(first, last, lost_ago_ms, now);
     /* The first report of a slot replaces its start-up grace; later ones
      * only lengthen what runs. */
     for (int s = first; s <= last; s++)
@@ -176,6 +208,10 @@ void lockgrace_start(void)
      * ms), nothing is granted, for at most the whole window; a LOCK waits
      * for that answer (lockgrace_checking_ms) rather than being refused. */
     lockgrace_set(0, SLOT_COUNT - 1, now, grace, 1);
+    /* What other sluices (or this one's predecessor) granted without every
+     * replica's acknowledgement is not known here: as if this one had. */
+    for (int s = 0; s < SLOT_COUNT; s++)
+        lockgrace_weak_until[s] = now + (uint64_t)grace;
     lockgrace_start_check_until = grace > 0 ? now + LOCKGRACE_CHECK_MS : now;
     snprintf(lockgrace_last_why, sizeof(lockgrace_last_why), "startup: what Redis says of the "
              "primary is not read yet");

@@ -23,6 +23,11 @@ void lockgrace_start(void);
 void lockgrace_primary_changed(int first, int last, long long epoch, long long lost_ago_ms,
                                const char *why);
 
+/* A lock on SLOT was granted or renewed for TTL_MS without every
+ * replica's acknowledgement (sent so: noted before its reply): a
+ * promotion with lock_replica_acks = all begins a grace until it ends. */
+void lockgrace_note_unacked(int slot, long long ttl_ms);
+
 /* Milliseconds until locks are granted again on SLOT (0: now). */
 uint64_t lockgrace_left_ms(int slot);
 

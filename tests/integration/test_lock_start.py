@@ -16,7 +16,8 @@ import redis
 
 from conftest import DIRECT
 from helpers import SLOW, free_port, wait_until
-from test_lock_failover import GRACE, replicated_pair
+from sentinel_helpers import sentinel_sluices  # noqa: F401 (a fixture)
+from test_lock_failover import GRACE, replicated_pair, sentinel_pair  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.skipif(DIRECT, reason="sluice's own verbs")
 
@@ -200,3 +201,76 @@ def test_lock_wait_waits_through_a_grace_that_begins_while_it_waits(redis_factor
     holder.execute_command("UNLOCK", "w")
     th.join(20 * SLOW)
     assert isinstance(result.get("r"), bytes) and TOKEN.match(result["r"]), result
+
+
+# --------------------------------------------------------------------------
+# lock_replica_acks = all
+
+
+def test_acks_all_waits_for_every_replica_online(redis_factory, sluice_factory):
+    """lock_replica_acks = all: a grant or renewal is answered once every
+    replica online acknowledged it (here the one: it has the lock); no
+    replica online is NOREPLICAS; a call may not ask fewer (ACKS 1), since
+    a failover then begins no grace."""
+    primary, replica = replicated_pair(redis_factory)
+    s = sluice_factory(primary.port, lock_replica_acks="all")
+    c = s.client()
+    assert c.execute_command("LOCK", "k", 5000, "OWNER", "o") == b"o"
+    assert replica.client().hget("k", "o") == b"1"
+    assert c.execute_command("RENEW", "k", 9000, "OWNER", "o") in (b"OK", True)
+    assert replica.client().pttl("k") > 8000
+    with pytest.raises(redis.ResponseError, match="^ACKS lower than lock_replica_acks = all$"):
+        c.execute_command("LOCK", "k2", 1000, "ACKS", 1)
+    replica.stop()
+    wait_until(lambda: primary.client().info("replication")["connected_slaves"] == 0, 5 * SLOW,
+               msg="the replica gone")
+    with pytest.raises(redis.ResponseError,
+                       match=r"^NOREPLICAS lock not acknowledged by all replicas within 1000 ms "
+                             r"\(none online\); not held$"):
+        c.execute_command("LOCK", "k3", 1000)
+    assert primary.client().exists("k3") == 0
+
+
+def test_acks_all_bad_value_is_a_config_error(tmp_path):
+    """sluice -t: lock_replica_acks takes a count or "all"."""
+    import subprocess
+    from conftest import require_sluice_bin
+    cfg = tmp_path / "sluice.ini"
+    cfg.write_text("[proxy]\nbackend = 127.0.0.1:6379\nlock_replica_acks = most\n")
+    p = subprocess.run([require_sluice_bin(), "-t", "-c", str(cfg)], capture_output=True,
+                       timeout=10 * SLOW, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0
+    assert (f"{cfg}:3: lock_replica_acks: 'most' is not all nor a count of replicas (0 to 1000)"
+            in p.stderr.decode()), p.stderr
+
+
+def test_sentinel_switch_with_acks_all_begins_no_grace(sentinel_pair, sentinel_sluices):
+    """With lock_replica_acks = all every grant reached every replica, so
+    the promoted one has them all: a Sentinel switch begins no grace (a
+    sluice with the default acks, beside it, does). Its own start counts as
+    grants not acknowledged for one window (other sluices' may be): the
+    switch comes after it. lock_max_ttl_ms 3000 (the window waited)."""
+    from test_lock_failover import sentinel_failover
+    topo = sentinel_pair
+    ttl = 3000
+    s_all = sentinel_sluices(topo, lock_replica_acks="all", lock_max_ttl_ms=ttl)
+    s_plain = sentinel_sluices(topo, lock_max_ttl_ms=ttl)
+    c = s_all.client()
+    wait_until(lambda: isinstance(_lock_now(s_all, "probe", 100), bytes), 10 * SLOW,
+               msg="the replica online")
+    time.sleep(ttl / 1000 + 0.5)
+    held = c.execute_command("LOCK", "held", ttl, "OWNER", "h")
+    assert held == b"h"
+    sentinel_failover(topo, [s_all, s_plain])
+    assert GRACE.match(_lock_now(s_plain, "other2", 1000))
+    replies = []
+
+    def granted():
+        # NOREPLICAS until the old primary is an online replica again.
+        replies.append(_lock_now(s_all, "other", 1000))
+        assert not (isinstance(replies[-1], str) and GRACE.match(replies[-1])), replies
+        return isinstance(replies[-1], bytes)
+
+    wait_until(granted, 10 * SLOW, msg="a grant on the new primary")
+    assert not [r for r in replies if isinstance(r, str) and GRACE.match(r)], replies
+    assert "no failover grace on slots 0-16383" in _log(s_all)
