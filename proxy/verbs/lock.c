@@ -314,6 +314,23 @@ static void lock_noreplicas(struct lock_op *op, long long need)
     lock_finish(op);
 }
 
+static void lock_retry_in(struct lock_op *op, uint64_t delay);
+
+/* A LOCK ... WAIT that met a passing state (its slot moving, a node whose
+ * epoch is behind while the slot map is read again): tried again in
+ * LOCK_BACKOFF_MAX_MS, within its WAIT, as during a grace, rather than
+ * answered TRYAGAIN. Returns 1 when it waits. */
+static int lock_wait_again(struct lock_op *op)
+{
+    uint64_t now = server_now_ms();
+
+    if (op->verb != LOCK_ACQUIRE || !op->wait || now >= op->deadline_ms)
+        return 0;
+    lock_retry_in(op, op->deadline_ms - now < LOCK_BACKOFF_MAX_MS ? op->deadline_ms - now
+                                                                  : LOCK_BACKOFF_MAX_MS);
+    return 1;
+}
+
 /* lock_acquire refused OP's fence epoch: the key has seen SEEN. In
  * standalone mode another sluice saw a primary change this one did not:
  * take its epoch and try once more. In cluster mode the node's config
@@ -328,6 +345,8 @@ static void lock_epoch_refused(struct lock_op *op, long long seen)
     }
     if (cluster_enabled())
         cluster_want_refresh();
+    if (lock_wait_again(op))
+        return;
     reply_error(client_reply_buffer(op->req->client, op->req),
                 "-TRYAGAIN the lock's fence has seen epoch %lld, newer than this primary's; "
                 "not held", seen);
@@ -347,6 +366,8 @@ static void lock_ack_error(struct lock_op *op, const char *text)
         lockheld_free(h);
     if (strncmp(text, "-MOVED", 6) == 0 || strncmp(text, "-ASK", 4) == 0) {
         cluster_want_refresh();
+        if (lock_wait_again(op))
+            return;
         text = "-TRYAGAIN the lock's slot moved; try again";
     }
     reply_error(client_reply_buffer(op->req->client, op->req), "%s",
