@@ -149,6 +149,24 @@ static void primary_first_decided(void *arg, long long lost_ago_ms, const char *
     primary_report(0, SLOT_COUNT - 1, primary_first_epoch, lost_ago_ms, text);
 }
 
+static void primary_recorded(void *arg, long long lost_ago_ms, const char *why)
+{
+    (void)arg;
+    (void)lost_ago_ms;
+    log_debug("primary: %s", why);
+}
+
+/* A promoted primary seen while sluice runs (INFO TEXT): its replid goes
+ * into sluice's record now, so that a sluice that starts later knows how
+ * long ago it came (primaryage.h). The change itself is reported as seen. */
+static void primary_record_promotion(const char *text)
+{
+    struct primaryage_facts f;
+
+    if (primaryage_parse(text, &f) == 0 && f.promoted)
+        primaryage_judge(primary_node, -1, &f, primary_recorded, NULL);
+}
+
 /* The first primary seen in standalone and Sentinel mode (INFO TEXT):
  * reported once Redis said when it may last have lost writes. */
 static void primary_first_contact(const char *text, long long epoch)
@@ -229,6 +247,8 @@ static void primary_seen(const char *text)
     continues = primary_switch_reported && !first && strcmp(replid2, primary_replid) == 0;
     primary_switch_reported = 0;
     memcpy(primary_replid, replid, sizeof(primary_replid));
+    if (!first || handed)
+        primary_record_promotion(text);
     /* The primary the sluice before this one watched: nothing to report. */
     if (first && primary_settle_inherited())
         return;

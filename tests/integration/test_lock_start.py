@@ -247,7 +247,8 @@ def test_acks_all_bad_value_is_a_config_error(tmp_path):
 def test_sentinel_switch_with_acks_all_begins_no_grace(sentinel_pair, sentinel_sluices):
     """With lock_replica_acks = all every grant reached every replica, so
     the promoted one has them all: a Sentinel switch begins no grace (a
-    sluice with the default acks, beside it, does). Its own start counts as
+    sluice with the default acks, beside it, does), and the promotion is
+    recorded in sluice:primary-seen. Its own start counts as
     grants not acknowledged for one window (other sluices' may be): the
     switch comes after it. lock_max_ttl_ms 3000 (the window waited)."""
     from test_lock_failover import sentinel_failover
@@ -274,3 +275,11 @@ def test_sentinel_switch_with_acks_all_begins_no_grace(sentinel_pair, sentinel_s
     wait_until(granted, 10 * SLOW, msg="a grant on the new primary")
     assert not [r for r in replies if isinstance(r, str) and GRACE.match(r)], replies
     assert "no failover grace on slots 0-16383" in _log(s_all)
+    # The promotion went into the record: a sluice that starts later knows
+    # how long ago it came.
+    port = topo.current_primary_port()
+    node = next(n for n in topo.nodes if n.port == port)
+    with node.client() as r:
+        replid = r.info("replication")["master_replid"]
+        wait_until(lambda: r.hexists("sluice:primary-seen", replid), 5 * SLOW,
+                   msg="the promotion recorded")
