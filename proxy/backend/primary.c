@@ -1,11 +1,15 @@
 /* primary.c - owns the "primary changed" hook and, in standalone and
- * Sentinel mode, the watch of the primary's master_replid (INFO server
- * replication, on each reconnect and every PRIMARY_WATCH_MS), with what a
- * hand-over passes on of it. It knows nothing of locks: it only calls the
- * hooks an upper layer registered.
+ * Sentinel mode, the watch of the primary's master_replid and run_id
+ * (INFO server replication persistence, on each reconnect and every
+ * PRIMARY_WATCH_MS), with what a hand-over passes on of it; in cluster
+ * mode, the first look at each primary of the first slot map. How long ago
+ * a primary seen first may have lost writes is primaryage.c's. It knows
+ * nothing of locks: it only calls the hooks an upper layer registered.
  *
- *   node up / every second -> INFO server replication on sluice's own conn
- *   role:master, master_replid X  (first seen, or != last) -> hook(0..16383)
+ *   node up / every second -> INFO server replication persistence
+ *   role:master, master_replid X first seen -> primaryage -> hook(lost N ms ago)
+ *   X != last: replid2 == last (promoted) -> hook(unacked) ; else hook(now)
+ *   same X, another run_id (a restart keeping its replid) -> hook(now)
  *   first seen == the replid a hand-over passed on -> checked hook (same)
  *   after a Sentinel switch, replid2 == the last replid -> epoch hook only
  */

@@ -454,10 +454,11 @@ static void lock_retry_in(struct lock_op *op, uint64_t delay)
 
 /* A LOCK on a shard in its failover grace: answered TRYAGAIN, or with
  * WAIT tried again when the grace ends (or answered nil at its
- * deadline). Right after a hand-over, while this sluice checks that the
- * primary is the one the old sluice watched (a few ms), it is looked at
- * again every LOCK_CHECK_POLL_MS instead: the check usually lifts the
- * start-up grace. Returns 1 when OP was answered or waits. */
+ * deadline). Right after start, while Redis is asked when its primary may
+ * last have lost writes, and after a hand-over, while this sluice checks
+ * that the primary is the one the old sluice watched (a few ms), it is
+ * looked at again every LOCK_CHECK_POLL_MS instead: the answer usually
+ * lifts the start-up grace. Returns 1 when OP was answered or waits. */
 static int lock_in_grace(struct lock_op *op)
 {
     int slot = slot_for_key(op->key, op->keylen);
