@@ -8,7 +8,7 @@
  *
  *   node up / every second -> INFO server replication persistence
  *   role:master, master_replid X first seen -> primaryage -> hook(lost N ms ago)
- *   X != last: replid2 == last (promoted) -> hook(unacked) ; else hook(now)
+ *   X != last (a promotion, or a restart: INFO cannot tell) -> hook(now)
  *   same X, another run_id (a restart keeping its replid) -> hook(now)
  *   first seen == the replid a hand-over passed on -> checked hook (same)
  *   after a Sentinel switch, replid2 == the last replid -> epoch hook only
@@ -267,10 +267,7 @@ static void primary_seen(const char *text)
                         "the sluice before this one watched");
     else if (first)
         primary_first_contact(text, epoch);
-    else if (strcmp(replid2, primary_replid) == 0)   /* a replica of the one seen, promoted */
-        primary_promoted(0, SLOT_COUNT - 1, epoch, "the primary's master_replid changed: a "
-                         "replica of the primary seen before was promoted");
-    else
+    else   /* a promoted replica, or a restart (from an RDB too: its replid2 is the old one) */
         primary_changed(0, SLOT_COUNT - 1, epoch, "the primary's master_replid changed");
 }
 

@@ -34,9 +34,9 @@ void primary_set_changed_hook(primary_changed_fn *fn);
 void primary_changed(int first, int last, long long epoch, const char *why);
 
 /* A replica was promoted to primary of slots FIRST..LAST (cluster mode: a
- * failover; standalone: a new master_replid whose master_replid2 is the
- * one seen before): writes it had not acknowledged may be lost now
- * (PRIMARY_LOST_UNACKED). */
+ * failover; Sentinel mode: a switch): writes it had not acknowledged may
+ * be lost now (PRIMARY_LOST_UNACKED). Standalone mode cannot tell a
+ * promotion from a restart (a new master_replid either way): a change. */
 void primary_promoted(int first, int last, long long epoch, const char *why);
 
 /* Cluster mode: slots FIRST..LAST moved to a node that was a primary of

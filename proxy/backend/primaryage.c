@@ -5,7 +5,7 @@
  * reports what it says through the primary-change hook.
  *
  *   role:master, second_repl_offset:-1 (never promoted)
- *       loaded a data set from disk -> lost at its start (uptime ago)
+ *       loaded (loading) a data set from disk -> lost at its start (uptime ago)
  *       else                        -> nothing lost (new, or restarted empty)
  *   promoted -> EVAL primary_record {replid} -> {first seen, now}
  *       -> lost when first seen (now - seen), at most uptime ago
@@ -74,8 +74,11 @@ int primaryage_parse(const char *text, struct primaryage_facts *f)
         return -1;
     if (!primaryage_field(text, "master_replid2:", f->replid2, sizeof(f->replid2)))
         f->replid2[0] = '\0';
-    /* second_repl_offset is -1 until a promotion gives replid2 a meaning;
-     * without the field (an old Redis), a replid2 other than zeros. */
+    /* second_repl_offset is -1 until a promotion gives replid2 a meaning
+     * (a start from an RDB that kept replication data does too: Redis
+     * keeps the replid it loaded as replid2; taken as a promotion, whose
+     * time the record tells); without the field (an old Redis), a replid2
+     * other than zeros. */
     if (primaryage_number(text, "second_repl_offset:", -2) != -2)
         f->promoted = primaryage_number(text, "second_repl_offset:", -1) != -1;
     else
@@ -83,6 +86,8 @@ int primaryage_parse(const char *text, struct primaryage_facts *f)
     /* Loaded from disk: AOF on, or an RDB with keys loaded; a Redis that
      * does not say (before 7.0) may have. */
     f->loaded = primaryage_number(text, "aof_enabled:", 0) != 0 ||
+                primaryage_number(text, "loading:", 0) != 0 ||
+                primaryage_number(text, "async_loading:", 0) != 0 ||
                 primaryage_number(text, "rdb_last_load_keys_loaded:", 1) != 0;
     f->uptime_ms = primaryage_number(text, "uptime_in_seconds:", 0) * 1000;
     f->now_ms = primaryage_number(text, "server_time_usec:", 0) / 1000;
