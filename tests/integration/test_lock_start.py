@@ -283,3 +283,22 @@ def test_sentinel_switch_with_acks_all_begins_no_grace(sentinel_pair, sentinel_s
         replid = r.info("replication")["master_replid"]
         wait_until(lambda: r.hexists("sluice:primary-seen", replid), 5 * SLOW,
                    msg="the promotion recorded")
+
+
+def test_cluster_sluice_grants_at_once_and_shows_each_shard(tmp_path):
+    """Cluster mode, the same per shard: a sluice that starts in front of a
+    new cluster asks each primary of its first slot map (none promoted,
+    nothing loaded) and grants a LOCK on every primary at once; PROXY INFO
+    has one lock_shard line per primary, the gauge one series each."""
+    from test_cluster import key_for_slot, own_cluster_sluice
+    with own_cluster_sluice(tmp_path) as (cl, s):
+        for port in cl.primaries():
+            slot = next(x for x in range(0, 16384, 50) if cl.slot_owner_port(x) == port)
+            got = _lock_now(s, key_for_slot(slot, "start:"), 1000)
+            assert isinstance(got, bytes) and TOKEN.match(got), (port, got)
+        text = s.client().execute_command("PROXY", "INFO", "locks").decode()
+        assert "lock_shards:3\r\n" in text, text
+        for port in cl.primaries():
+            assert re.search(rf"^lock_shard\d:name=127.0.0.1:{port},slots=[0-9-]+,"
+                             r"grace_remaining_seconds=0.000,", text, re.M), text
+        assert _log(s).count("(first slot map: master_replid") == 3
