@@ -248,7 +248,8 @@ def test_sentinel_switch_with_acks_all_begins_no_grace(sentinel_pair, sentinel_s
     """With lock_replica_acks = all every grant reached every replica, so
     the promoted one has them all: a Sentinel switch begins no grace (a
     sluice with the default acks, beside it, does), and the promotion is
-    recorded in sluice:primary-seen. Its own start counts as
+    recorded in sluice:primary-seen: a sluice that starts after the switch
+    learns from it when it was. Its own start counts as
     grants not acknowledged for one window (other sluices' may be): the
     switch comes after it. lock_max_ttl_ms 3000 (the window waited)."""
     from test_lock_failover import sentinel_failover
@@ -283,6 +284,16 @@ def test_sentinel_switch_with_acks_all_begins_no_grace(sentinel_pair, sentinel_s
         replid = r.info("replication")["master_replid"]
         wait_until(lambda: r.hexists("sluice:primary-seen", replid), 5 * SLOW,
                    msg="the promotion recorded")
+    # A sluice started right after the switch, which it did not see: the
+    # record another sluice wrote says when, so it waits the rest of the
+    # window only (the default acks here), and says so.
+    late = sentinel_sluices(topo, lock_max_ttl_ms=ttl)
+    got = _lock_now(late, "other3", 1000)
+    if isinstance(got, str):
+        assert 0 < _grace_ms(got) <= ttl
+    text = _log(late)
+    assert "by sluice's record sluice:primary-seen" in text, text
+    assert "(this sluice is the first)" not in text
 
 
 def test_cluster_sluice_grants_at_once_and_shows_each_shard(tmp_path):
