@@ -719,7 +719,7 @@ static const char *lock_parse_options(struct lock_op *op, int argc, const struct
             /* Under "all" a failover begins no grace: every grant, through
              * any sluice, must have reached every replica. */
             else if (server.cfg.lock_replica_acks == CONFIG_ACKS_ALL)
-                return "ACKS lower than lock_replica_acks = all";
+                return "ACKS other than all while lock_replica_acks = all";
             i++;
         } else if (op->verb == LOCK_ACQUIRE && sv_ieq(argv[i], "keep") && !seen_keep) {
             seen_keep = op->keep = 1;

@@ -219,7 +219,8 @@ def test_acks_all_waits_for_every_replica_online(redis_factory, sluice_factory):
     assert replica.client().hget("k", "o") == b"1"
     assert c.execute_command("RENEW", "k", 9000, "OWNER", "o") in (b"OK", True)
     assert replica.client().pttl("k") > 8000
-    with pytest.raises(redis.ResponseError, match="^ACKS lower than lock_replica_acks = all$"):
+    with pytest.raises(redis.ResponseError,
+                       match="^ACKS other than all while lock_replica_acks = all$"):
         c.execute_command("LOCK", "k2", 1000, "ACKS", 1)
     replica.stop()
     wait_until(lambda: primary.client().info("replication")["connected_slaves"] == 0, 5 * SLOW,
