@@ -187,8 +187,9 @@ static void primary_first_contact(const char *text, long long epoch)
 
 /* The primary's run_id in INFO TEXT, when another than the one seen
  * before with the same master_replid: Redis restarted and kept its
- * replid (7.0 loads it with an RDB), but the writes after its last save
- * are lost. Reported as a change; returns 1 then. FIRST: no primary seen
+ * replid (7.0 takes a new one, keeping the loaded one as replid2; a
+ * version or fork that keeps it would hide the restart), but the writes
+ * after its last save are lost. Reported as a change; returns 1 then. FIRST: no primary seen
  * yet (nothing to compare). */
 static int primary_restarted(const char *text, int first)
 {
