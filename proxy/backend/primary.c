@@ -42,7 +42,7 @@ static char primary_replid[PRIMARY_REPLID_LEN + 1];   /* "" until first seen */
 static long long primary_epoch;   /* the last epoch reported */
 static struct event *primary_timer;
 static struct backend_node *primary_node;
-static int primary_asking;   /* an INFO is out */
+static struct backend_node *primary_asking;   /* the node an INFO is out to (NULL: none) */
 static primary_checked_fn *primary_checked_hook;
 static char primary_inherited[PRIMARY_REPLID_LEN + 1];   /* handed over; "" once settled */
 static int primary_real_changes;   /* changes reported other than the first contact */
@@ -280,6 +280,13 @@ static void primary_info_reply(struct request *req, struct evbuffer *src, size_t
     evbuffer_remove(src, text, n);
     evbuffer_drain(src, len - n);
     text[n] = '\0';
+    /* From a node that is no longer the primary (Sentinel switched while
+     * it was out): what it says is not the primary's. */
+    if (req->ctx != primary_node) {
+        free(text);
+        request_free(req);
+        return;
+    }
     if (type == REPLY_STRING) {
         primary_info_refused = 0;
         primary_seen(text);
@@ -298,8 +305,8 @@ static void primary_info_reply(struct request *req, struct evbuffer *src, size_t
 
 static void primary_ctx_free(struct request *req)
 {
-    (void)req;
-    primary_asking = 0;
+    if (req->ctx == primary_asking)
+        primary_asking = NULL;
 }
 
 static void primary_ask(void)
@@ -307,14 +314,17 @@ static void primary_ask(void)
     static const char info[] = INFO_CALL;
     struct evbuffer *buf;
 
-    if (primary_asking || primary_node == NULL)
+    /* One INFO at a time to the primary; a new primary (a Sentinel
+     * switch) is asked at once, also while one to the old is out: its
+     * epoch must be known before the switch's grace ends. */
+    if (primary_node == NULL || primary_asking == primary_node)
         return;
     buf = evbuffer_new();
     evbuffer_add(buf, info, sizeof(info) - 1);
-    primary_asking = 1;
+    primary_asking = primary_node;
     /* primary_ctx_free clears primary_asking, also when it cannot go. */
     backend_send_internal(pause_internal_conn(primary_node, 0, 0), buf, primary_info_reply,
-                          NULL, primary_ctx_free);
+                          primary_node, primary_ctx_free);
     evbuffer_free(buf);
 }
 
