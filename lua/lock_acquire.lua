@@ -8,7 +8,8 @@
 --   ARGV[4]  "1": return a fence number
 --   ARGV[5]  fence epoch from sluice (0, or a time in seconds after a failover)
 --   ARGV[6]  "1": cluster mode: this node's config epoch counts, if higher
---   ARGV[7]  replicas that must be online (0: no check)
+--   ARGV[7]  replicas that must be online (0: no check; 'all': every one
+--            online, at least one, and their count is a fourth value)
 -- A fence is max(f + 1, epoch * unit + 1): it only goes up, also on a
 -- promoted replica that lost f, as long as its epoch is higher. The unit
 -- is 2^32 for a cluster's config epoch (small numbers: 4 billion fences
@@ -23,9 +24,12 @@ local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'none' and kind ~= 'hash' then
     return redis.error_reply(wrongtype)
 end
-local need = tonumber(ARGV[7]) or 0
+local need, online = tonumber(ARGV[7]) or 0, nil
+if ARGV[7] == 'all' then
+    need = 1
+end
 if need > 0 then
-    local online = 0
+    online = 0
     for _ in string.gmatch(redis.call('INFO', 'replication'), 'state=online') do
         online = online + 1
     end
@@ -79,5 +83,8 @@ if ARGV[4] == '1' then
         value = value .. ':' .. string.format('%.0f', epoch)
     end
     redis.call('SET', KEYS[2], value)
+end
+if ARGV[7] == 'all' then
+    return {1, holds, fence, online}
 end
 return {1, holds, fence}

@@ -489,6 +489,7 @@ static void main_metrics_refresh(void)
     int counts[BACKEND_KINDS];
     char why[8];
 
+    lockgrace_metrics_refresh();
     metrics_family_clear(METRIC_backend_up);
     metrics_family_clear(METRIC_backend_connections);
     while ((node = backend_node_next(node)) != NULL) {
@@ -630,6 +631,7 @@ static void main_register_hooks(void)
     cluster_set_split_wants(cluster_split_wants);
     backend_set_node_up_hook(main_node_up);
     primary_set_changed_hook(lockgrace_primary_changed);
+    local_set_locks_info(lockgrace_write_info);
     primary_set_checked_hook(lockgrace_checked);
     primary_set_epoch_hook(lockgrace_adopt_epoch);
 }
@@ -998,6 +1000,7 @@ static int main_run(void)
     replicas_free();
     sentinel_free();
     primary_free();
+    lockgrace_free();
     backend_free_all();
     resolve_shutdown();
     tls_free();

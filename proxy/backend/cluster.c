@@ -152,14 +152,19 @@ static void cluster_set_owner(int slot, struct backend_node *node)
 }
 
 /* SLOT is NODE's from now on, told by a MOVED: a primary change for the
- * locks when another node had it (a failover, or a slot migrated). */
+ * locks when another node had it: a migration when NODE is a primary of
+ * other slots already, else a failover. */
 static void cluster_move_owner(int slot, struct backend_node *node)
 {
     struct backend_node *was = cluster_owner[slot];
+    int migrated = node != NULL && cluster_node_is_primary(node);
 
     cluster_set_owner(slot, node);
-    if (node != NULL && was != NULL && was != node)
-        primary_changed(slot, slot, 0, "a MOVED named another primary");
+    if (node != NULL && was != NULL && was != node && migrated)
+        primary_migrated(slot, slot, "a MOVED named another primary, one of other slots already "
+                         "(a migration)");
+    else if (node != NULL && was != NULL && was != node)
+        primary_promoted(slot, slot, 0, "a MOVED named another primary");
 }
 
 /* Tell the primary-change hook every range of slots that MAP gives to
@@ -172,10 +177,19 @@ static void cluster_report_changes(struct backend_node *const *map)
         int changed = s < SLOT_COUNT && map[s] != NULL && map[s] != cluster_owner[s];
         if (changed && first < 0)
             first = s;
-        if (!changed && first >= 0) {
-            primary_changed(first, s - 1, 0, cluster_have_map ? "the slot map names another primary"
-                                                              : "first slot map");
-            first = -1;
+        /* A range ends where the change ends, or where its new primary
+         * does: in the first map each is asked when it last lost writes;
+         * later, a primary of other slots already took them over (a
+         * migration), or a node new as a primary (a promoted replica). */
+        if (first >= 0 && (!changed || map[s] != map[first])) {
+            if (!cluster_have_map)
+                primary_first_map(map[first], first, s - 1);
+            else if (cluster_node_is_primary(map[first]))
+                primary_migrated(first, s - 1, "the slot map gives them to a primary of other "
+                                 "slots (a migration)");
+            else
+                primary_promoted(first, s - 1, 0, "the slot map names another primary");
+            first = changed ? s : -1;
         }
     }
 }

@@ -11,17 +11,44 @@ struct backend_node;
 
 /* The primary of hash slots FIRST..LAST (0..16383 in standalone and
  * Sentinel mode: one shard) changed, or was seen for the first time:
- * writes it acknowledged before may be lost. EPOCH: a number that only
+ * writes acknowledged before may have been lost LOST_AGO_MS ago (0: now,
+ * a change seen; a first contact: what Redis says, primaryage.h), or
+ * never (PRIMARY_LOST_NEVER: nothing lost). EPOCH: a number that only
  * goes up across changes of this shard (Sentinel's config epoch, a time
  * in seconds of the new primary), or 0 when the shard's Redis tells it
  * itself (cluster mode: its config epoch). WHY: for the log. */
-typedef void primary_changed_fn(int first, int last, long long epoch, const char *why);
+typedef void primary_changed_fn(int first, int last, long long epoch, long long lost_ago_ms,
+                                const char *why);
+
+#define PRIMARY_LOST_NEVER (-1LL)
+/* A replica was promoted now: only writes it had not acknowledged are
+ * lost (none, for grants every replica acknowledged: lock_replica_acks =
+ * all). */
+#define PRIMARY_LOST_UNACKED (-2LL)
 
 /* Register FN (main.c, once at start). None: changes are only logged. */
 void primary_set_changed_hook(primary_changed_fn *fn);
 
-/* Report a change (cluster.c, the standalone watch, Sentinel mode). */
+/* Report a change (cluster.c, the standalone watch, Sentinel mode):
+ * writes may have been lost now. */
 void primary_changed(int first, int last, long long epoch, const char *why);
+
+/* A replica was promoted to primary of slots FIRST..LAST (cluster mode: a
+ * failover; Sentinel mode: a switch): writes it had not acknowledged may
+ * be lost now (PRIMARY_LOST_UNACKED). Standalone mode cannot tell a
+ * promotion from a restart (a new master_replid either way): a change. */
+void primary_promoted(int first, int last, long long epoch, const char *why);
+
+/* Cluster mode: slots FIRST..LAST moved to a node that was a primary of
+ * other slots already (a migration: MIGRATE moves keys whole): nothing is
+ * lost (PRIMARY_LOST_NEVER), reported for the log. */
+void primary_migrated(int first, int last, const char *why);
+
+/* Cluster mode, the first slot map: NODE is the primary of slots
+ * FIRST..LAST. Ask its INFO (and sluice's record in it) and report a
+ * first contact, lost when Redis says (primaryage.h); now when it cannot
+ * be read. */
+void primary_first_map(struct backend_node *node, int first, int last);
 
 /* Sentinel mode: Sentinel switched the primary (reported here, WHY for
  * the log). The new primary's master_replid, when the watch reads it, is

@@ -164,6 +164,8 @@ static int config_set_tls_protocols(struct config *cfg, const struct config_key 
                                     const char *value, char *err, size_t errlen);
 static int config_set_read_from(struct config *cfg, const struct config_key *key,
                                 const char *value, char *err, size_t errlen);
+static int config_set_acks(struct config *cfg, const struct config_key *key,
+                           const char *value, char *err, size_t errlen);
 
 #define F(field) offsetof(struct config, field)
 /* The last columns: when a change applies, and the field's kind. */
@@ -228,7 +230,7 @@ static const struct config_key config_keys[] = {
      1000000000000LL, 0, LIVE(NUM)},
     {"slowlog_max_len", config_set_int, F(slowlog_max_len), 0, 1000000, 0, LIVE(NUM)},
     {"top_keys_capacity", config_set_int, F(top_keys_capacity), 0, 1000000, 0, RESTART(NUM)},
-    {"lock_replica_acks", config_set_int, F(lock_replica_acks), 0, 1000, 0, LIVE(NUM)},
+    {"lock_replica_acks", config_set_acks, F(lock_replica_acks), 0, 1000, 0, LIVE(NUM)},
     {"lock_replica_timeout_ms", config_set_int, F(lock_replica_timeout_ms), 1, 3600000, 0,
      LIVE(NUM)},
     {"lock_max_ttl_ms", config_set_int, F(lock_max_ttl_ms), 1, 4611686018427387903LL, 0,
@@ -293,7 +295,7 @@ static void config_defaults(struct config *cfg)
     cfg->slowlog_max_len = 128;
     cfg->top_keys_capacity = 1024;
     cfg->lock_replica_timeout_ms = 1000;
-    cfg->lock_max_ttl_ms = 60000;
+    cfg->lock_max_ttl_ms = 30000;   /* Redisson's lease; README "Locks across a failover" */
     cfg->lock_failover_grace_ms = -1;   /* lock_max_ttl_ms */
     cfg->cluster_refresh_interval_ms = 5000;
     cfg->cluster_max_redirects = 5;
@@ -463,6 +465,24 @@ static int config_set_int(struct config *cfg, const struct config_key *key,
 {
     return value_int(value, key->min, key->max, (long long *)((char *)cfg + key->offset),
                      err, errlen);
+}
+
+/* lock_replica_acks: a count, or "all" (CONFIG_ACKS_ALL: every replica
+ * online at the grant, at least one). */
+static int config_set_acks(struct config *cfg, const struct config_key *key,
+                           const char *value, char *err, size_t errlen)
+{
+    long long *field = (long long *)((char *)cfg + key->offset);
+
+    if (strcasecmp(value, "all") == 0) {
+        *field = CONFIG_ACKS_ALL;
+        return 0;
+    }
+    if (value_int(value, key->min, key->max, field, err, errlen) == 0)
+        return 0;
+    snprintf(err, errlen, "'%s' is not all nor a count of replicas (%lld to %lld)", value,
+             key->min, key->max);
+    return -1;
 }
 
 static int config_set_bytes(struct config *cfg, const struct config_key *key,

@@ -90,7 +90,8 @@ struct config {
     long long slowlog_max_len;         /* entries the slow log keeps */
     long long top_keys_capacity;       /* subjects each PROXY TOP sketch keeps */
     /* Locks across a failover (README "Locks"). */
-    long long lock_replica_acks;       /* replicas a grant must reach (0: none asked) */
+    long long lock_replica_acks;       /* replicas a grant must reach (0: none asked;
+                                          CONFIG_ACKS_ALL: every one online, at least one) */
     long long lock_replica_timeout_ms; /* how long a grant waits for them */
     long long lock_max_ttl_ms;         /* longest LOCK / RENEW ttl_ms */
     long long lock_failover_grace_ms;  /* no grants this long after a primary change;
@@ -169,5 +170,8 @@ static inline int config_auth_local(const struct config *cfg)
 {
     return cfg->users != NULL || cfg->backend_password != NULL;
 }
+
+/* lock_replica_acks = all. */
+#define CONFIG_ACKS_ALL (-2LL)
 
 #endif

@@ -62,7 +62,8 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(lock_wait_seconds, HISTOGRAM, "", "Time LOCK ... WAIT waited.")                     \
     X(lock_keep_active, GAUGE, "", "LOCK KEEP renewals running now.")                     \
     X(lock_lost_total, COUNTER, "", "Locks a KEEP renewal found lost (expired, or another owner's).") \
-    X(lock_primary_changes_total, COUNTER, "", "Primary changes seen by the locks (failover grace).") \
+    X(lock_primary_changes_total, COUNTER, "", "Reports of the primary seen by the locks: start, first contact, changes.") \
+    X(lock_grace_remaining_seconds, GAUGE, "shard", "Failover grace left on the shard: no lock granted there meanwhile (0: none).") \
     X(slowlog_length, GAUGE, "", "Entries in the slow log.")                               \
     X(slowlog_entries_total, COUNTER, "", "Entries ever added to the slow log.")
 

@@ -475,6 +475,19 @@ static void local_info_auth(struct evbuffer *text)
     auth_write_info(text);
 }
 
+static void (*local_locks_writer)(struct evbuffer *text);
+
+void local_set_locks_info(void (*fn)(struct evbuffer *text))
+{
+    local_locks_writer = fn;
+}
+
+static void local_info_locks(struct evbuffer *text)
+{
+    if (local_locks_writer != NULL)
+        local_locks_writer(text);
+}
+
 /* PROXY INFO's sections, in their order: name, title, writer, and whether
  * the default (no section named) includes it; as Redis's INFO, latency
  * percentiles are left to who asks for them ("all", "everything" or by
@@ -495,6 +508,7 @@ static const struct {
     {"tls", "TLS", tls_write_info, 1},
     {"rules", "Rules", local_info_rules, 1},
     {"auth", "Auth", local_info_auth, 1},
+    {"locks", "Locks", local_info_locks, 1},
     {"controls", "Controls", control_write_info, 1},
 };
 #define LOCAL_INFO_SECTIONS (int)(sizeof(local_info_sections) / sizeof(local_info_sections[0]))

@@ -45,6 +45,10 @@ int local_subscribed_refuses(const struct request *req, int argc, const struct s
 enum local_in_multi { LOCAL_MULTI_NOW, LOCAL_MULTI_QUEUE, LOCAL_MULTI_ERROR };
 enum local_in_multi local_in_multi(const struct request *req, int argc, const struct sv *argv);
 
+/* PROXY INFO's "# Locks" section: FN writes its lines (the lock verbs,
+ * an upper layer: registered by main.c). None: the section is empty. */
+void local_set_locks_info(void (*fn)(struct evbuffer *text));
+
 /* Answer REQ into OUT. May set client flags (QUIT closes after the reply). */
 void local_execute(struct client *c, struct request *req, int argc, const struct sv *argv,
                    struct evbuffer *out);

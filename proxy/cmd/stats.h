@@ -45,7 +45,7 @@ struct command;
     X(cluster_not_rerun, "cluster: replies passed on because the command may have run")\
     X(lock_lost, "locks: KEEP renewals that found their lock lost")         \
     X(lock_noreplicas, "locks: grants and renewals not acknowledged by enough replicas")\
-    X(lock_failover_graces, "locks: primary changes that began a failover grace")
+    X(lock_failover_graces, "locks: reports of the primary (start, first contact, changes), a grace or not")
 
 enum stats_id {
 #define X(name, doc) STAT_##name,

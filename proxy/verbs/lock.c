@@ -86,10 +86,10 @@ int lock_init(void)
     lock_script_renew = scripts_find("lock_renew");
     lockheld_init(lock_script_release, lock_script_renew);
     lockqueue_set_waker(lock_woken);
-    /* Startup counts as a change: sluice cannot know what was granted
-     * before it. The backends' first report begins it again, or, after a
-     * hand-over that found the same primary, lockgrace_checked lifts it. */
-    lockgrace_primary_changed(0, SLOT_COUNT - 1, 0, "startup");
+    /* Nothing is granted until Redis says when its primary may last have
+     * lost writes: the backends' first report (a first contact) decides,
+     * or, after a hand-over that found the same primary, lockgrace_checked. */
+    lockgrace_start();
     return lock_script_acquire && lock_script_release && lock_script_renew ? 0 : -1;
 }
 
@@ -199,6 +199,16 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     lock_send(op);
 }
 
+/* The scripts' replicas argument for REPLICAS, formatted into BUF (24
+ * bytes): a count, or "all" (CONFIG_ACKS_ALL: every one online, at least
+ * one; the script returns how many that was). */
+static struct sv lock_need_arg(char *buf, long long replicas)
+{
+    if (replicas == CONFIG_ACKS_ALL)
+        return (struct sv){"all", 3};
+    return (struct sv){buf, (size_t)reply_format_ll(buf, replicas)};
+}
+
 /* Append OP's script call to OUT: EVAL (with the body) when EVAL is set,
  * else EVALSHA. REPLICAS: how many replicas the script requires online
  * before it writes (0: no check). The fence key is as long as the lock's
@@ -227,14 +237,14 @@ static void lock_write_script(const struct lock_op *op, struct evbuffer *out, in
         args[3] = (struct sv){op->fence ? "1" : "0", 1};
         args[4] = (struct sv){epoch, (size_t)reply_format_ll(epoch, lockgrace_epoch(slot))};
         args[5] = (struct sv){cluster_enabled() ? "1" : "0", 1};
-        args[6] = (struct sv){need, (size_t)reply_format_ll(need, replicas)};
+        args[6] = lock_need_arg(need, replicas);
         argc = 7;
     } else if (op->verb == LOCK_RELEASE) {
         s = lock_script_release;
         args[1] = (struct sv){"one", 3};
     } else {
         s = lock_script_renew;
-        args[2] = (struct sv){need, (size_t)reply_format_ll(need, replicas)};
+        args[2] = lock_need_arg(need, replicas);
         argc = 3;
     }
     if (eval)
@@ -292,11 +302,33 @@ static void lock_noreplicas(struct lock_op *op, long long need)
     if (op->verb == LOCK_RENEW && h != NULL)
         lockheld_free(h);
     STAT_INC(lock_noreplicas);
-    reply_error(client_reply_buffer(op->req->client, op->req),
-                "-NOREPLICAS lock not acknowledged by %lld replicas within %lld ms; not held",
-                need, server.cfg.lock_replica_timeout_ms);
+    if (need == CONFIG_ACKS_ALL)   /* the script found no replica online */
+        reply_error(client_reply_buffer(op->req->client, op->req),
+                    "-NOREPLICAS lock not acknowledged by all replicas within %lld ms (none "
+                    "online); not held", server.cfg.lock_replica_timeout_ms);
+    else
+        reply_error(client_reply_buffer(op->req->client, op->req),
+                    "-NOREPLICAS lock not acknowledged by %lld replicas within %lld ms; not held",
+                    need, server.cfg.lock_replica_timeout_ms);
     lock_count(op, LOCK_FAIL);
     lock_finish(op);
+}
+
+static void lock_retry_in(struct lock_op *op, uint64_t delay);
+
+/* A LOCK ... WAIT that met a passing state (its slot moving, a node whose
+ * epoch is behind while the slot map is read again): tried again in
+ * LOCK_BACKOFF_MAX_MS, within its WAIT, as during a grace, rather than
+ * answered TRYAGAIN. Returns 1 when it waits. */
+static int lock_wait_again(struct lock_op *op)
+{
+    uint64_t now = server_now_ms();
+
+    if (op->verb != LOCK_ACQUIRE || !op->wait || now >= op->deadline_ms)
+        return 0;
+    lock_retry_in(op, op->deadline_ms - now < LOCK_BACKOFF_MAX_MS ? op->deadline_ms - now
+                                                                  : LOCK_BACKOFF_MAX_MS);
+    return 1;
 }
 
 /* lock_acquire refused OP's fence epoch: the key has seen SEEN. In
@@ -313,6 +345,8 @@ static void lock_epoch_refused(struct lock_op *op, long long seen)
     }
     if (cluster_enabled())
         cluster_want_refresh();
+    if (lock_wait_again(op))
+        return;
     reply_error(client_reply_buffer(op->req->client, op->req),
                 "-TRYAGAIN the lock's fence has seen epoch %lld, newer than this primary's; "
                 "not held", seen);
@@ -332,6 +366,8 @@ static void lock_ack_error(struct lock_op *op, const char *text)
         lockheld_free(h);
     if (strncmp(text, "-MOVED", 6) == 0 || strncmp(text, "-ASK", 4) == 0) {
         cluster_want_refresh();
+        if (lock_wait_again(op))
+            return;
         text = "-TRYAGAIN the lock's slot moved; try again";
     }
     reply_error(client_reply_buffer(op->req->client, op->req), "%s",
@@ -418,14 +454,16 @@ static void lock_retry_in(struct lock_op *op, uint64_t delay)
 
 /* A LOCK on a shard in its failover grace: answered TRYAGAIN, or with
  * WAIT tried again when the grace ends (or answered nil at its
- * deadline). Right after a hand-over, while this sluice checks that the
- * primary is the one the old sluice watched (a few ms), it is looked at
- * again every LOCK_CHECK_POLL_MS instead: the check usually lifts the
- * start-up grace. Returns 1 when OP was answered or waits. */
+ * deadline). Right after start, while Redis is asked when its primary may
+ * last have lost writes, and after a hand-over, while this sluice checks
+ * that the primary is the one the old sluice watched (a few ms), it is
+ * looked at again every LOCK_CHECK_POLL_MS instead: the answer usually
+ * lifts the start-up grace. Returns 1 when OP was answered or waits. */
 static int lock_in_grace(struct lock_op *op)
 {
-    uint64_t now = server_now_ms(), left = lockgrace_left_ms(slot_for_key(op->key, op->keylen));
-    uint64_t checking = lockgrace_checking_ms();
+    int slot = slot_for_key(op->key, op->keylen);
+    uint64_t now = server_now_ms(), left = lockgrace_left_ms(slot);
+    uint64_t checking = lockgrace_checking_ms(slot);
 
     if (op->verb != LOCK_ACQUIRE || left == 0)
         return 0;
@@ -461,8 +499,10 @@ static void lock_send(struct lock_op *op)
     op->req->slot = slot_for_key(op->key, op->keylen);
     op->req->redirects = 0;
     op->grace_gen = lockgrace_generation(op->req->slot);
-    acks = op->acks >= 0 ? op->acks : server.cfg.lock_replica_acks;
-    if (op->verb != LOCK_RELEASE && acks > 0) {
+    acks = op->acks != -1 ? op->acks : server.cfg.lock_replica_acks;
+    if (op->verb != LOCK_RELEASE && acks != CONFIG_ACKS_ALL)
+        lockgrace_note_unacked(op->req->slot, op->ttl_ms);
+    if (op->verb != LOCK_RELEASE && (acks > 0 || acks == CONFIG_ACKS_ALL)) {
         lock_send_acked(op, acks);
         return;
     }
@@ -669,11 +709,17 @@ static const char *lock_parse_options(struct lock_op *op, int argc, const struct
         } else if (op->verb != LOCK_RELEASE && sv_ieq(argv[i], "acks") && i + 1 < argc &&
                    !seen_acks) {
             seen_acks = 1;
-            if (value_strict_ll(argv[i + 1].ptr, argv[i + 1].len, &op->acks) != 0)
+            if (sv_ieq(argv[i + 1], "all"))
+                op->acks = CONFIG_ACKS_ALL;
+            else if (value_strict_ll(argv[i + 1].ptr, argv[i + 1].len, &op->acks) != 0)
                 return "value is not an integer or out of range";
-            if (op->acks < 0 || op->acks > LOCK_ACKS_MAX)
+            else if (op->acks < 0 || op->acks > LOCK_ACKS_MAX)
                 return op->verb == LOCK_ACQUIRE ? "invalid ACKS count in 'lock' command"
                                                 : "invalid ACKS count in 'renew' command";
+            /* Under "all" a failover begins no grace: every grant, through
+             * any sluice, must have reached every replica. */
+            else if (server.cfg.lock_replica_acks == CONFIG_ACKS_ALL)
+                return "ACKS other than all while lock_replica_acks = all";
             i++;
         } else if (op->verb == LOCK_ACQUIRE && sv_ieq(argv[i], "keep") && !seen_keep) {
             seen_keep = op->keep = 1;

@@ -11,6 +11,8 @@
  *   given back (owner-checked) and -NOREPLICAS. WAIT counts the writes of
  *   its own connection: the script goes on the same one, and no other
  *   client's commands wait behind it.
+ *   n = all: the script counts the replicas online (at least one) and
+ *   returns the count; WAIT for that many goes once its reply is in.
  */
 #include "lock_int.h"
 
@@ -21,6 +23,7 @@
 
 #include "backend.h"
 #include "cluster.h"
+#include "config.h"
 #include "reply.h"
 #include "request.h"
 #include "server.h"
@@ -33,8 +36,9 @@ struct lock_ack {
     int done;
     int type;                 /* the script's reply type; 0: none came */
     int nvals;
-    long long vals[3];
-    long long need;
+    long long vals[4];
+    long long need;           /* CONFIG_ACKS_ALL until the script said how many */
+    struct backend_conn *conn;   /* the one-shot connection (its WAIT may follow later) */
     char text[160];           /* the script's reply, first line */
     enum lock_verb verb;
     int explicit_owner;
@@ -53,7 +57,7 @@ static void lockack_done(struct lock_ack *ack, long long acked)
     int granted = ack->verb == LOCK_ACQUIRE ? ack->type == REPLY_ARRAY && ack->nvals >= 1 &&
                                                   ack->vals[0] == 1
                                             : ack->type == REPLY_STATUS;
-    int enough = acked >= ack->need;
+    int enough = ack->need != CONFIG_ACKS_ALL && acked >= ack->need;
 
     ack->done = 1;
     if (op != NULL) {
@@ -88,6 +92,43 @@ static void lockack_ctx_free(struct request *req)
     free(ack);
 }
 
+static void lockack_wait_reply(struct request *req, struct evbuffer *src, size_t len, int type);
+
+/* Send "WAIT n timeout" for ACK on CONN (ACK->out counts it already). */
+static void lockack_send_wait(struct lock_ack *ack, struct backend_conn *conn)
+{
+    struct evbuffer *buf = evbuffer_new();
+    char n[24], t[24];
+    int nlen = snprintf(n, sizeof(n), "%lld", ack->need);
+    int tlen = snprintf(t, sizeof(t), "%lld", server.cfg.lock_replica_timeout_ms);
+
+    evbuffer_add_printf(buf, "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", nlen, n, tlen,
+                        t);
+    backend_send_internal(conn, buf, lockack_wait_reply, ack, lockack_ctx_free);
+    evbuffer_free(buf);
+}
+
+/* ACKS all, the script's reply in ACK: granted, it said how many replicas
+ * were online (a fourth value; RENEW: "+OK n"); WAIT for all of them on
+ * the same connection (still open: the script's reply is being handed
+ * over). Not granted: nothing to wait for (lockack_ctx_free answers). */
+static void lockack_wait_all(struct lock_ack *ack)
+{
+    long long online = -1;
+
+    if (ack->verb == LOCK_ACQUIRE && ack->type == REPLY_ARRAY && ack->nvals >= 4 &&
+        ack->vals[0] == 1)
+        online = ack->vals[3];
+    else if (ack->verb == LOCK_RENEW && ack->type == REPLY_STATUS &&
+             sscanf(ack->text, "+OK %lld", &online) != 1)
+        online = -1;
+    if (online < 1)
+        return;
+    ack->need = online;
+    ack->out++;
+    lockack_send_wait(ack, ack->conn);
+}
+
 static void lockack_script_reply(struct request *req, struct evbuffer *src, size_t len, int type)
 {
     struct lock_ack *ack = req->ctx;
@@ -99,8 +140,10 @@ static void lockack_script_reply(struct request *req, struct evbuffer *src, size
     buf[n] = '\0';
     ack->type = type;
     if (type == REPLY_ARRAY)
-        ack->nvals = reply_parse_ints(buf, n, ack->vals, 3);
+        ack->nvals = reply_parse_ints(buf, n, ack->vals, 4);
     memcpy(ack->text, buf, strcspn(buf, "\r\n"));
+    if (ack->need == CONFIG_ACKS_ALL)
+        lockack_wait_all(ack);
     request_free(req);
 }
 
@@ -127,8 +170,6 @@ int lockack_send(struct lock_op *op, long long need, struct evbuffer *script,
                                                   : backend_default_node();
     struct backend_conn *conn = node != NULL ? backend_control_conn(node, NULL) : NULL;
     struct lock_ack *ack;
-    char n[24], t[24];
-    int nlen, tlen;
 
     if (conn == NULL)
         return -1;
@@ -142,16 +183,14 @@ int lockack_send(struct lock_op *op, long long need, struct evbuffer *script,
     ack->toklen = op->toklen;
     memcpy(ack->bytes, op->key, op->keylen);
     memcpy(ack->bytes + op->keylen, op->token, op->toklen);
-    ack->out = 2;
+    ack->conn = conn;
+    ack->out = need != CONFIG_ACKS_ALL ? 2 : 1;   /* the script, and its WAIT when sent now */
     op->ack = ack;
     op->inflight = 1;
     backend_send_internal(conn, script, lockack_script_reply, ack, lockack_ctx_free);
-    evbuffer_drain(script, evbuffer_get_length(script));
-    nlen = snprintf(n, sizeof(n), "%lld", need);
-    tlen = snprintf(t, sizeof(t), "%lld", server.cfg.lock_replica_timeout_ms);
-    evbuffer_add_printf(script, "*3\r\n$4\r\nWAIT\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n", nlen, n, tlen,
-                        t);
-    backend_send_internal(conn, script, lockack_wait_reply, ack, lockack_ctx_free);
+    /* A count: its WAIT goes at once, behind the script. */
+    if (need != CONFIG_ACKS_ALL)
+        lockack_send_wait(ack, conn);
     return 0;
 }
 

@@ -6,6 +6,7 @@
  */
 #include "lock.h"
 #include "lock_int.h"
+#include "lockgrace.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -235,6 +236,8 @@ static void lockheld_keep_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     args[1].len = (size_t)reply_format_ll(ttl, h->keep_ttl_ms);
+    /* Not acknowledged by replicas: a promotion must wait for its end. */
+    lockgrace_note_unacked(slot_for_key(h->key, h->keylen), h->keep_ttl_ms);
     h->keep->inflight++;
     lockheld_send_internal(lockheld_script_renew, h->key, h->keylen, args, 2, lockheld_keep_reply,
                            h->keep, lockheld_keep_ctx_free);

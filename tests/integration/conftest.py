@@ -218,12 +218,6 @@ class Sluice:
             lines.append(f"backend = {backend_host}:{backend_port}")
         extra = dict(extra or {})
         extra.setdefault("log_level", "notice")
-        # Locks: a sluice that starts grants none for lock_failover_grace_ms,
-        # and no TTL over lock_max_ttl_ms (README "Locks"); tests of other
-        # things start without that grace and with any TTL Redis takes.
-        # test_lock_failover.py tests both.
-        extra.setdefault("lock_failover_grace_ms", 0)
-        extra.setdefault("lock_max_ttl_ms", 4611686018427387903)
         for k, v in extra.items():
             lines.append(f"{k} = {v}")
         text = "\n".join(lines) + "\n" + extra_text

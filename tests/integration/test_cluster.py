@@ -1805,7 +1805,7 @@ def test_lock_wait_keep_and_release_on_disconnect_on_every_primary(csluice, cslu
     when its client disconnects, one with OWNER is not."""
     for k, k2 in keys_per_primary(redis_cluster, "lkw:"):
         holder = csluice.client(single_connection_client=True)
-        assert holder.execute_command("LOCK", k, "60000", "KEEP") is not None
+        assert holder.execute_command("LOCK", k, "30000", "KEEP") is not None
         result = {}
 
         def waiter():
@@ -1823,7 +1823,7 @@ def test_lock_wait_keep_and_release_on_disconnect_on_every_primary(csluice, cslu
 
         kept = csluice.client(single_connection_client=True)
         assert kept.execute_command("LOCK", k, "300", "KEEP") is not None
-        assert kept.execute_command("LOCK", k2, "60000", "OWNER", "stays") == b"stays"
+        assert kept.execute_command("LOCK", k2, "30000", "OWNER", "stays") == b"stays"
         time.sleep(1.0)
         assert rc.exists(k) == 1 and 0 < rc.pttl(k) <= 300
         kept.connection_pool.disconnect()
@@ -2223,8 +2223,8 @@ def test_lock_released_on_disconnect_while_its_node_fails_over(tmp_path):
         slot = next(x for x in range(0, 16384, 97) if cl.slot_owner_port(x) == victim)
         plain, kept = key_for_slot(slot, "lkfo:"), key_for_slot(slot, "lkfo2:")
         holder = s.raw()
-        assert isinstance(holder.call("LOCK", plain, "60000"), bytes)
-        assert isinstance(holder.call("LOCK", kept, "60000", "KEEP"), bytes)
+        assert isinstance(holder.call("LOCK", plain, "30000"), bytes)
+        assert isinstance(holder.call("LOCK", kept, "30000", "KEEP"), bytes)
         with cl.node_by_port(heir).client() as h:   # the replica has the locks
             wait_until(lambda: h.execute_command("READONLY") and h.exists(plain, kept) == 2, 10)
         cl.node_by_port(victim).stop()

@@ -426,7 +426,7 @@ def test_handover_keeps_granting_locks_on_the_same_primary(redis_factory, sluice
     fence = _granting(port, 500).execute_command("LOCK", "k", 200, "FENCE")[1]
     new = _take_over(sluice_factory, srv.port, old, [port], lock_failover_grace_ms=60000)
     c = redis.Redis(port=port, socket_timeout=10 * SLOW)
-    got = _lock(c, "k", 60000, "FENCE", "WAIT", 5000)
+    got = _lock(c, "k", 30000, "FENCE", "WAIT", 5000)
     assert isinstance(got, list) and got[1] > fence, got
     assert _log_has(new, "no failover between the two")
     assert _log_has(new, "the start-up grace is lifted")
@@ -451,7 +451,7 @@ def test_handover_lock_waits_for_the_primary_check(redis_factory, sluice_factory
         wait_until(lambda: _log_has(new, "stopped accepting"), 10 * SLOW,
                    msg="the new sluice to take over")
         with RawConn(port, timeout=10 * SLOW) as conn:
-            conn.send(encode_command("LOCK", "k", "60000"))
+            conn.send(encode_command("LOCK", "k", "30000"))
             time.sleep(0.3)
             os.kill(srv.proc.pid, signal.SIGCONT)
             got = conn.read_reply()
@@ -496,7 +496,7 @@ def test_handover_client_gone_while_its_lock_waits_for_the_check(redis_factory,
         wait_until(lambda: _log_has(new, "stopped accepting"), 10 * SLOW,
                    msg="the new sluice to take over")
         with RawConn(port, timeout=10 * SLOW) as conn:
-            conn.send(encode_command("LOCK", "gone", "60000"))
+            conn.send(encode_command("LOCK", "gone", "30000"))
             time.sleep(0.1)
     finally:
         os.kill(srv.proc.pid, signal.SIGCONT)

@@ -237,14 +237,14 @@ def test_client_gone_while_its_grant_waits_for_replicas(redis_factory, sluice_fa
     (["LOCK", "k", "100", "ACKS", "x"], "value is not an integer or out of range"),
     (["RENEW", "k", "100", "ACKS", "1001"], "invalid ACKS count in 'renew' command"),
     (["UNLOCK", "k", "ACKS", "1"], "syntax error"),
-    (["LOCK", "k", "60001"],
-     "invalid expire time in 'lock' command: longer than lock_max_ttl_ms (60000)"),
-    (["RENEW", "k", "60001", "OWNER", "o"],
-     "invalid expire time in 'renew' command: longer than lock_max_ttl_ms (60000)"),
+    (["LOCK", "k", "30001"],
+     "invalid expire time in 'lock' command: longer than lock_max_ttl_ms (30000)"),
+    (["RENEW", "k", "30001", "OWNER", "o"],
+     "invalid expire time in 'renew' command: longer than lock_max_ttl_ms (30000)"),
 ])
 def test_bad_arguments(redis_factory, sluice_factory, args, error):
     srv = redis_factory()
-    s = sluice_factory(srv.port, lock_max_ttl_ms=60000)
+    s = sluice_factory(srv.port)
     with pytest.raises(redis.ResponseError) as e:
         s.client().execute_command(*args)
     assert str(e.value) == error
@@ -338,7 +338,7 @@ def test_check_warns_of_a_grace_shorter_than_the_longest_lock(tmp_path):
                            timeout=10 * SLOW, stdin=subprocess.DEVNULL)
         assert p.returncode == 0, p.stderr
         line = (f"{cfg}:3: warning: lock_failover_grace_ms 100 is shorter than lock_max_ttl_ms "
-                "60000: after a failover, a lock can be granted while a lost one is still held")
+                "30000: after a failover, a lock can be granted while a lost one is still held")
         assert (line in p.stderr.decode()) == warned, p.stderr
 
 
@@ -491,7 +491,7 @@ def test_sentinel_handover_keeps_granting_locks(sentinel_pair, sentinel_sluices)
                msg="the new sluice to take over")
     assert old.proc.wait(timeout=15 * SLOW) == 0
     c = redis.Redis(port=port, socket_timeout=10 * SLOW)
-    got = c.execute_command("LOCK", "k", 60000, "FENCE", "WAIT", 5000)
+    got = c.execute_command("LOCK", "k", 30000, "FENCE", "WAIT", 5000)
     assert isinstance(got, list) and got[1] > first[1], got
     assert "no failover between the two" in new.log_path.read_text()
 
