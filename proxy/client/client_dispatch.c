@@ -757,6 +757,7 @@ static void client_dispatch_closing(struct client *c)
     multi_locals_free(&c->multi);
     client_multi_held_free(c);
     client_failover_forget(c);
+    client_handover_closing(c);
     if (client_verbs != NULL)
         client_verbs->client_closed(c);
     learn_client_closed(c);
@@ -776,6 +777,7 @@ void client_module_init(struct event_base *base, const struct config *cfg)
         .closing = client_dispatch_closing,
         .release_held = client_dispatch_release_held,
         .tick = client_failover_cron,
+        .handover_write = client_handover_write,
     };
 
     client_core_init(base, cfg, &hooks);

@@ -144,7 +144,9 @@ void client_failover_note(struct client *c, const struct request *req, struct ev
     struct req_argv a;
     int add, kind;
 
-    if (!sentinel_enabled() || req->cmd == NULL)
+    /* Kept in every mode: a hand-over restart passes them on too
+     * (client_handover.c). */
+    if (req->cmd == NULL)
         return;
     if (client_role(req) == ROLE_RESET) {
         client_failover_forget(c);
@@ -219,6 +221,27 @@ static int client_failover_resubscribe(struct client *c)
     log_notice("client %llu subscribed again to %d channels and patterns on the new primary %s",
                (unsigned long long)c->id, total, backend_node_name(backend_default_node()));
     return 0;
+}
+
+int client_failover_replay(const struct client *c, struct evbuffer *out)
+{
+    int total = 0;
+
+    for (int k = 0; k < SUB_KINDS && c->sub_names != NULL; k++) {
+        const struct client_name_list *l = &c->sub_names->kinds[k];
+        const char *verb = client_sub_verbs[k];
+
+        if (l->count == 0)
+            continue;
+        evbuffer_add_printf(out, "*%d\r\n$%zu\r\n%s\r\n", l->count + 1, strlen(verb), verb);
+        for (int i = 0; i < l->count; i++) {
+            evbuffer_add_printf(out, "$%zu\r\n", l->lens[i]);
+            evbuffer_add(out, l->names[i], l->lens[i]);
+            evbuffer_add(out, "\r\n", 2);
+        }
+        total += l->count;
+    }
+    return total;
 }
 
 void client_failover_cron(struct client *c)

@@ -9,7 +9,7 @@ struct evbuffer;
 
 /* REQ (its bytes at the head of SRC, or req->raw when SRC is NULL) goes on
  * C's private connection: remember the names it subscribes to or
- * unsubscribes from (Sentinel mode only). */
+ * unsubscribes from (every mode: a failover and a hand-over use them). */
 void client_failover_note(struct client *c, const struct request *req, struct evbuffer *src);
 
 /* C's private connection is gone (Sentinel mode): returns 1 when C goes
@@ -26,6 +26,11 @@ void client_failover_cron(struct client *c);
  * bytes of REQ drained; 0 when REQ goes on as usual. */
 int client_failover_check(struct client *c, struct request *req, struct evbuffer *src,
                           const char **line);
+
+/* Append to OUT the commands that subscribe a connection to every name C
+ * is subscribed to: one SUBSCRIBE, PSUBSCRIBE and SSUBSCRIBE each (those
+ * with names). Returns how many names, each one confirmation from Redis. */
+int client_failover_replay(const struct client *c, struct evbuffer *out);
 
 /* C is closing: free the names it kept. */
 void client_failover_forget(struct client *c);

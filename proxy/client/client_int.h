@@ -37,16 +37,26 @@ struct client_hooks {
     /* REQ, held (a rule's delay, learning, a client id lookup), goes on,
      * or is refused with ERROR when it is not NULL. */
     void (*release_held)(struct client *c, struct request *req, const char *error);
+    /* C, in a hand-over (CLIENT_HANDOVER_IN or _OUT), is to be written:
+     * before (WRITTEN 0: returns 1 when C's output must not be written)
+     * and after (WRITTEN 1: returns 1 when C was closed). */
+    int (*handover_write)(struct client *c, int written);
 };
 
 /* Start the core (client_module_init, in client_dispatch.c, calls it). */
 void client_core_init(struct event_base *base, const struct config *cfg,
                       const struct client_hooks *hooks);
 
+/* A tunnel's output (an RDB on its way): past HIGH its backend connection
+ * is not read, until the client has taken it down to LOW. */
+#define CLIENT_TUNNEL_HIGH (4 * 1024 * 1024)
+#define CLIENT_TUNNEL_LOW (1024 * 1024)
+
 /* Room for the longest push kind Redis sends, "tracking-redir-broken". */
 #define CLIENT_PUSH_KIND_SIZE 24
 
 /* client.c */
+struct client *client_newest(void);   /* the one connected last, or NULL */
 void client_read_on(struct client *c);
 void client_read_off(struct client *c);
 int client_fence_back(struct client *c, struct evbuffer *src, size_t len);
@@ -85,6 +95,10 @@ void client_tunnel_start(struct client *c, struct backend_conn *conn);
 void client_tunnel_input(struct client *c, struct evbuffer *in);
 void client_protocol_error(struct client *c, const char *msg);
 void client_process_input(struct client *c);
+
+/* client_handover.c */
+void client_handover_closing(struct client *c);
+int client_handover_write(struct client *c, int written);
 
 /* client_session.c */
 void client_reset_session(struct client *c);
