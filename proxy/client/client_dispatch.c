@@ -407,11 +407,12 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
             evbuffer_drain(src, raw_len);
         return c->closing || (c->flags & CLIENT_OVER_LIMIT) ? -1 : 0;
     }
-    conn = client_route(c, req);
-    if (client_must_wait(c, req, conn)) {
+    /* Sentinel: no primary for a new private connection yet. */
+    conn = client_failover_wait(c, req) != 0 ? NULL : client_route(c, req);
+    if (conn == NULL ? req->retry_since_ms != 0 : client_must_wait(c, req, conn)) {
         if (src != NULL)
             request_take_raw(req, src);
-        c->stalled = req;
+        c->stalled = req;   /* client_try_unstall sends it, or fails it */
         return -1;
     }
     client_send(c, req, conn, src);
@@ -763,6 +764,15 @@ static void client_dispatch_closing(struct client *c)
     learn_client_closed(c);
 }
 
+/* Once a tick for C: a subscriber to subscribe again, a request waiting
+ * for a primary (client_failover_wait) to send or fail. */
+static void client_dispatch_tick(struct client *c)
+{
+    client_failover_cron(c);
+    if (c->stalled != NULL && c->stalled->retry_since_ms != 0 && !c->closing)
+        client_try_unstall(c);
+}
+
 void client_set_verbs(const struct client_verbs *verbs)
 {
     client_verbs = verbs;
@@ -776,7 +786,7 @@ void client_module_init(struct event_base *base, const struct config *cfg)
         .run_deferred = client_run_deferred,
         .closing = client_dispatch_closing,
         .release_held = client_dispatch_release_held,
-        .tick = client_failover_cron,
+        .tick = client_dispatch_tick,
         .handover_write = client_handover_write,
     };
 

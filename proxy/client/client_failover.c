@@ -15,6 +15,12 @@
  *                                     primary is up (confirmations dropped)
  *                     --> otherwise:  the connection is made again when
  *                                     needed (a blocked command had its error)
+ *
+ *   a request that needs a new private connection while the primary is
+ *   down (BLPOP, MULTI, WAIT...) waits, stalled, for a primary that is up
+ *   (client_failover_wait), as requests on the shared connections do: it
+ *   is sent to the new primary, or fails past failover_retry_window; it
+ *   never meets a refused connect.
  */
 #include <event2/buffer.h>
 #include <stdlib.h>
@@ -23,11 +29,13 @@
 #include "backend.h"
 #include "client.h"
 #include "client_int.h"
+#include "config.h"
 #include "log.h"
 #include "multi.h"
 #include "placement.h"
 #include "request.h"
 #include "sentinel.h"
+#include "server.h"
 #include "sv.h"
 
 #include "client_failover.h"
@@ -242,6 +250,23 @@ int client_failover_replay(const struct client *c, struct evbuffer *out)
         total += l->count;
     }
     return total;
+}
+
+int client_failover_wait(struct client *c, struct request *req)
+{
+    uint64_t now;
+
+    if (!sentinel_enabled() || c->private_conn != NULL ||
+        (req->place != PLACE_PRIVATE && !(c->flags & CLIENT_MULTI_DEFERRED)) ||
+        backend_node_up(backend_default_node()))
+        return 0;
+    now = server_now_ms();
+    if (req->retry_since_ms == 0) {
+        req->retry_since_ms = now;
+        log_debug("client %llu: its request waits for the primary (failover_retry_window)",
+                  (unsigned long long)c->id);
+    }
+    return now - req->retry_since_ms < (uint64_t)client_cfg->failover_retry_window_ms ? 1 : -1;
 }
 
 void client_failover_cron(struct client *c)

@@ -18,6 +18,19 @@ void client_failover_note(struct client *c, const struct request *req, struct ev
  * closed as before (a tunnel, MONITOR, session state, RESP3 pub/sub). */
 int client_failover_private_lost(struct client *c);
 
+/* The reply to a request that waited failover_retry_window for a primary
+ * (the text sentinel.c gives one held on a shared connection). */
+#define CLIENT_FAILOVER_NO_PRIMARY_ERR \
+    "-ERR backend unavailable: no primary for master within failover_retry_window"
+
+/* Sentinel mode: REQ of C needs a new private connection (C has none: the
+ * last went with the old primary, or it never had one) while the primary
+ * is down. Returns 1: REQ waits (the caller stalls it; client_try_unstall
+ * asks again from each tick), -1: it waited failover_retry_window (the
+ * caller fails it with CLIENT_FAILOVER_NO_PRIMARY_ERR: it never ran), 0:
+ * it goes on. */
+int client_failover_wait(struct client *c, struct request *req);
+
 /* From client_cron: subscribe C again once the primary is up. */
 void client_failover_cron(struct client *c);
 

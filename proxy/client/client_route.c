@@ -473,6 +473,7 @@ void client_try_unstall(struct client *c)
 {
     struct request *req = c->stalled;
     struct backend_conn *conn;
+    int wait;
 
     if (req == NULL)
         return;
@@ -484,11 +485,16 @@ void client_try_unstall(struct client *c)
         client_process_input(c);
         return;
     }
-    conn = client_route(c, req);
-    if (client_must_wait(c, req, conn))
+    if ((wait = client_failover_wait(c, req)) > 0)
+        return;   /* Sentinel: still no primary */
+    conn = wait < 0 ? NULL : client_route(c, req);
+    if (wait == 0 && client_must_wait(c, req, conn))
         return;
     c->stalled = NULL;
-    client_send(c, req, conn, NULL);
+    if (wait < 0)
+        client_fail_send(c, req, CLIENT_FAILOVER_NO_PRIMARY_ERR);
+    else
+        client_send(c, req, conn, NULL);
     client_process_input(c);
 }
 
