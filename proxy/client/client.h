@@ -59,6 +59,8 @@ enum client_flag {
                                           messages go on until the new one subscribed */
     CLIENT_HANDOVER_IN = 1 << 20,      /* new sluice: taken from the old one, subscribing:
                                           not read, its output held until the old one let go */
+    CLIENT_WAITS_REPLICA = 1 << 21,    /* Sentinel, read_from = replica: its stalled read
+                                          waits for a healthy replica (client_replica_wait) */
 };
 
 struct client {

@@ -297,7 +297,7 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
                            struct evbuffer *src)
 {
     struct backend_conn *conn;
-    int was_in_multi;
+    int was_in_multi, rc;
 
     if (req->place == PLACE_LEARN) {
         struct placement place = client_place(req, argv);   /* released after learning */
@@ -385,7 +385,14 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
     if (!(req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
     /* Before a transaction or a hold may keep it: a write counts now. */
-    if (client_read_from(c, req, argv) != 0) {
+    if (client_read_from(c, req, argv) != 0 && (rc = client_replica_wait(c, req)) != 0) {
+        if (rc > 0) {   /* Sentinel: a replica resyncing after a failover */
+            if (src != NULL)
+                request_take_raw(req, src);
+            c->flags |= CLIENT_WAITS_REPLICA;
+            c->stalled = req;   /* client_try_unstall sends it, or fails it */
+            return -1;
+        }
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_reply_error(c, req, CLIENT_NO_REPLICA_ERR);

@@ -37,6 +37,7 @@
 #include "log.h"
 #include "respframe.h"
 #include "respwalk.h"
+#include "throttle.h"
 
 #define HANDOVER_BLOB_TAG "sluice-subscriber-1"
 
@@ -213,7 +214,8 @@ static void client_handover_done(struct client *c)
     evbuffer_prepend_buffer(c->output, h->kept);
     if (evbuffer_get_length(h->scan) > 0)   /* D before R cannot be, but keep order */
         evbuffer_prepend_buffer(c->output, h->scan);
-    client_read_on(c);
+    if (client_readable(c))
+        client_read_on(c);
     client_output(c);
     log_debug("client %llu: taken over from the old sluice's client %llu",
               (unsigned long long)c->id, (unsigned long long)h->old_id);
@@ -381,6 +383,7 @@ static long client_handover_header(struct client *c, const char *blob, size_t le
     c->resp = v[1][0] - '0';
     if (vl[4] > 0 && (c->name = strndup(v[4], vl[4])) == NULL)
         return -1;
+    throttle_client_changed(c);   /* the rules see its user and name, as after AUTH */
     return (long)(w.p - blob);
 }
 

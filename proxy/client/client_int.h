@@ -88,6 +88,12 @@ void client_reply_error(struct client *c, struct request *req, const char *text)
  * replica and none is healthy: REQ is then to be answered with
  * CLIENT_NO_REPLICA_ERR. README "Reading from replicas". */
 int client_read_from(struct client *c, struct request *req, const struct sv *argv);
+/* Sentinel mode: REQ of C found no healthy replica (read_from = replica):
+ * 0 when one is healthy now (req->node set), 1 while REQ may wait for one
+ * (failover_retry_window from its first try: the caller stalls it with
+ * CLIENT_WAITS_REPLICA), -1 when it is to get CLIENT_NO_REPLICA_ERR (the
+ * window passed; at once outside Sentinel mode). */
+int client_replica_wait(struct client *c, struct request *req);
 void client_fail_send(struct client *c, struct request *req, const char *text);
 void client_refuse(struct client *c, struct request *req, const char *text);
 int client_is_monitor(const struct client *c);

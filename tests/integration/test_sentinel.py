@@ -588,3 +588,60 @@ def test_kill_primary_private_clients_wait(topo, sentinel_sluices):
             f"{w.kind}: {len(w.errors)} rounds with errors: {w.errors[:5]}"
     new = topo.node_by_port(settled_primary(topo, s)).client()
     assert int(new.get("pw:tx")) >= workers[1].done - 2 * switches
+
+
+class ReplicaReader(threading.Thread):
+    """A `read_from = replica` client: GET in a loop, recording each error
+    (time read, text) and how many reads were answered."""
+
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port = port
+        self.stop_ev = threading.Event()
+        self.errors = []
+        self.done = 0
+        self.closed = None
+
+    def run(self):
+        with RawConn(self.port, timeout=30 * SLOW) as c:
+            while not self.stop_ev.is_set():
+                try:
+                    v = c.call("GET", "rr:k", timeout=30 * SLOW)
+                except (OSError, EOFError) as e:
+                    self.closed = repr(e)
+                    return
+                if isinstance(v, Err):
+                    self.errors.append((monotonic_ms(), str(v)))
+                else:
+                    self.done += 1
+                time.sleep(0.005)
+
+    def finish(self):
+        self.stop_ev.set()
+        self.join(60 * SLOW)
+
+
+def test_kill_primary_replica_readers_wait(topo, sentinel_sluices):
+    """kill -9 of the primary under `read_from = replica` readers: while no
+    replica is healthy (the survivor follows the new primary) a read waits
+    for one, within failover_retry_window, instead of getting `no replica
+    available` at once (139-243 of them before): none, and reads go on."""
+    s = sentinel_sluices(topo, read_from="replica")
+    topo.primary.client().set("rr:k", "v")
+    readers = [ReplicaReader(s.port) for _ in range(2)]
+    for r in readers:
+        r.start()
+    wait_until(lambda: all(r.done > 10 for r in readers), 10 * SLOW, msg="readers running")
+    old = topo.primary
+    old.proc.kill()
+    old.proc.wait()
+    wait_primary_switch(topo, old.port)
+    settled_primary(topo, s)
+    before = [r.done for r in readers]
+    wait_until(lambda: all(r.done > b + 10 for r, b in zip(readers, before)), 20 * SLOW,
+               msg="reads answered after the switch")
+    for r in readers:
+        r.finish()
+    for r in readers:
+        assert r.closed is None, r.closed
+        assert r.errors == [], f"{len(r.errors)} errors: {r.errors[:5]}"
