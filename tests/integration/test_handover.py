@@ -610,3 +610,39 @@ def test_handover_keeps_subscribers(redis_factory, sluice_factory):
         assert v == [un.lower().encode(), name.encode(), 0], f"RESP{resp} {verb}: {v!r}"
         assert s.conn.call("CLIENT", "GETNAME") == f"sub-{verb}-{resp}".encode()
         s.conn.close()
+
+
+def test_handover_subscriber_keeps_its_user_or_is_closed(redis_factory, sluice_factory):
+    """A subscriber logged in as a user of the users file is passed on
+    logged in as that user (after UNSUBSCRIBE it runs a command that needs
+    the login) and gets every message; one whose user the new config no
+    longer has is closed by the old sluice, as without the hand-over."""
+    srv = redis_factory()
+    port = free_port()
+    both = ("[user alice]\npassword = pw\ncommands = +@all\nkeys = *\nchannels = *\n")
+    gone = "[user bob]\npassword = pw\ncommands = +@all\nkeys = *\nchannels = *\n"
+    old = sluice_factory(srv.port, listen_ports=[port], users="u.ini", start=False)
+    (old.dir / "u.ini").write_text(both + gone)
+    old.start()
+    alice, bob = RawConn(port, timeout=5 * SLOW), RawConn(port, timeout=5 * SLOW)
+    for c, user in ((alice, "alice"), (bob, "bob")):
+        assert c.call("AUTH", user, "pw") == "OK"
+        c.send_command("SUBSCRIBE", "ho:u")
+        assert c.read_reply() == [b"subscribe", b"ho:u", 1]
+    pub = redis.Redis(port=srv.port)
+    assert pub.publish("ho:u", "1") == 2
+    new = sluice_factory(srv.port, listen_ports=[port], users="u.ini", start=False)
+    (new.dir / "u.ini").write_text(both)
+    new.start()
+    wait_until(lambda: _log_has(new, "stopped accepting"), 10 * SLOW, msg="the take-over")
+    assert _wait_exit(old.proc, 15 * SLOW) == 0
+    assert pub.publish("ho:u", "2") == 1   # alice, through the new sluice
+    assert alice.read_replies(2) == [[b"message", b"ho:u", b"1"], [b"message", b"ho:u", b"2"]]
+    assert alice.call("UNSUBSCRIBE", "ho:u") == [b"unsubscribe", b"ho:u", 0]
+    assert alice.call("GET", "ho:nokey") is None   # still logged in
+    assert bob.read_reply() == [b"message", b"ho:u", b"1"]
+    assert bob.is_closed_by_peer(5 * SLOW)
+    assert _log_has(new, "a subscriber from the old sluice cannot be taken")
+    for c in (alice, bob):
+        c.close()
+    pub.close()
