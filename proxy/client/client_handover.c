@@ -211,9 +211,8 @@ static void client_handover_done(struct client *c)
     struct client_handover *h = c->handover;
 
     c->flags &= ~(unsigned)CLIENT_HANDOVER_IN;
+    evbuffer_add_buffer(h->kept, h->scan);   /* empty since R; kept in order anyway */
     evbuffer_prepend_buffer(c->output, h->kept);
-    if (evbuffer_get_length(h->scan) > 0)   /* D before R cannot be, but keep order */
-        evbuffer_prepend_buffer(c->output, h->scan);
     if (client_readable(c))
         client_read_on(c);
     client_output(c);
@@ -241,8 +240,9 @@ void client_handover_word(char word, uint64_t id)
         if ((c = client_handover_find_adopted(id)) != NULL)
             client_handover_done(c);
     } else if (word == 'F') {   /* either */
-        if ((c = client_find(id)) != NULL && (c->flags & CLIENT_HANDOVER_OUT))
-            client_handover_drop(c); else if ((c = client_handover_find_adopted(id)) != NULL) {
+        if ((c = client_find(id)) != NULL && (c->flags & CLIENT_HANDOVER_OUT)) {
+            client_handover_drop(c);
+        } else if ((c = client_handover_find_adopted(id)) != NULL) {
             c->flags &= ~(unsigned)CLIENT_HANDOVER_IN;
             client_kill(c, NULL);
         }
