@@ -645,3 +645,36 @@ def test_kill_primary_replica_readers_wait(topo, sentinel_sluices):
     for r in readers:
         assert r.closed is None, r.closed
         assert r.errors == [], f"{len(r.errors)} errors: {r.errors[:5]}"
+
+
+def test_waits_end_at_the_window(topo, sentinel_sluices):
+    """With no failover coming (every Sentinel stopped), the waits end at
+    failover_retry_window with their own errors, never `Connection
+    refused` or `may or may not have run`: a `read_from = replica` read
+    with every replica gone gets `no replica available` after waiting;
+    a BLPOP with the primary dead gets `no primary for master within
+    failover_retry_window` after waiting, and its client goes on."""
+    s = sentinel_sluices(topo, read_from="replica", failover_retry_window=1000)
+    topo.primary.client().set("rr:k", "v")
+    with RawConn(s.port, timeout=30 * SLOW) as r:
+        wait_until(lambda: r.call("GET", "rr:k") == b"v", 10 * SLOW, msg="replica reads")
+        for sen in topo.sentinels:
+            sen.stop()
+        for rep in topo.replicas:
+            rep.stop()
+        wait_until(lambda: isinstance(r.call("GET", "rr:k"), Err), 20 * SLOW,
+                   msg="no replica left")
+        t0 = time.monotonic()
+        assert r.call("GET", "rr:k") == Err("ERR no replica available (read_from replica)")
+        assert time.monotonic() - t0 >= 0.9, "it did not wait for a replica"
+        assert r.call("SET", "rr:k", "w") == "OK"   # writes still go to the primary
+    topo.primary.proc.kill()
+    topo.primary.proc.wait()
+    time.sleep(0.3)
+    with RawConn(s.port, timeout=30 * SLOW) as b:
+        for _ in range(2):
+            t0 = time.monotonic()
+            got = b.call("BLPOP", "pw:jobs", "0", timeout=30 * SLOW)
+            assert got == Err("ERR backend unavailable: no primary for master within "
+                              "failover_retry_window"), got
+            assert time.monotonic() - t0 >= 0.9, "it did not wait for a primary"
