@@ -151,29 +151,44 @@ static int handpass_one(void)
     return 1;
 }
 
-static void handpass_read_cb(evutil_socket_t fd, short what, void *arg)
+/* Read what the socket has into the input (and the fds into the FIFO).
+ * Returns 1 read, 0 nothing yet, -1 the channel ended (WHY set). */
+static int handpass_read(const char **why)
 {
     char buf[HANDPASS_READ_CHUNK];
     char cbuf[CMSG_SPACE(sizeof(int) * 64)];
     struct iovec iov = {buf, sizeof(buf)};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1,
                          .msg_control = cbuf, .msg_controllen = sizeof(cbuf)};
-    ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    int rc;
+    ssize_t n = recvmsg(handpass_fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 
-    (void)what;
-    (void)arg;
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
+        return 0;
     if (n <= 0) {
-        handpass_end(n == 0 ? "the other sluice closed it" : strerror(errno));
-        return;
+        *why = n == 0 ? "the other sluice closed it" : strerror(errno);
+        return -1;
     }
     if (handpass_take_fds(&msg) != 0) {
-        handpass_end("file descriptors lost in passing");
-        return;
+        *why = "file descriptors lost in passing";
+        return -1;
     }
     evbuffer_add(handpass_in, buf, (size_t)n);
+    return 1;
+}
+
+/* Readable (or woken to handle what a blocked send read meanwhile). */
+static void handpass_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    const char *why = NULL;
+    int rc;
+
+    (void)fd;
+    (void)what;
+    (void)arg;
+    if (handpass_read(&why) < 0) {
+        handpass_end(why);
+        return;
+    }
     while (handpass_fd >= 0 && (rc = handpass_one()) != 0) {
         if (rc < 0) {
             handpass_end("unexpected words");
@@ -203,7 +218,8 @@ static int handpass_write(const char *buf, size_t len, int attach)
     while (done < len) {
         struct iovec iov = {(char *)buf + done, len - done};
         struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-        struct pollfd p = {.fd = handpass_fd, .events = POLLOUT};
+        struct pollfd p = {.fd = handpass_fd, .events = POLLOUT | POLLIN};
+        const char *why = NULL;
         ssize_t n;
 
         if (attach >= 0 && done == 0) {
@@ -224,8 +240,16 @@ static int handpass_write(const char *buf, size_t len, int attach)
         }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && errno == EAGAIN && poll(&p, 1, HANDPASS_SEND_WAIT_MS) == 1)
+        if (n < 0 && errno == EAGAIN && poll(&p, 1, HANDPASS_SEND_WAIT_MS) == 1 &&
+            !(p.revents & (POLLERR | POLLHUP | POLLNVAL))) {
+            /* Read what the other side says meanwhile (it may be blocked
+             * sending too): handled from the loop, after this send. */
+            if ((p.revents & POLLIN) && handpass_read(&why) != 0 && why != NULL)
+                return -1;
+            if (p.revents & POLLIN)
+                event_active(handpass_ev, EV_READ, 0);
             continue;
+        }
         return -1;
     }
     return 0;
