@@ -1083,7 +1083,10 @@ void client_cron(uint64_t now_ms)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
+        client_enter(c);   /* what the tick sends or answers may close C */
         client_hooks.tick(c);
+        if (client_leave(c) < 0)
+            continue;
         if (c->tls_handshaking && now_ms >= c->tls_deadline_ms) {
             /* Connected, never finished its handshake: it holds a
              * descriptor and memory, so it cannot stay. */

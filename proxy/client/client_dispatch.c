@@ -777,7 +777,7 @@ static void client_dispatch_tick(struct client *c)
 {
     client_failover_cron(c);
     if (c->stalled != NULL && c->stalled->retry_since_ms != 0 && !c->closing)
-        client_try_unstall(c);
+        client_try_unstall(c);   /* inside client_cron's enter/leave */
 }
 
 void client_set_verbs(const struct client_verbs *verbs)
