@@ -26,6 +26,7 @@
 #include "config.h"
 #include "control.h"
 #include "handover.h"
+#include "handpass.h"
 #include "sentinel.h"
 #include "glob.h"
 #include "listener.h"
@@ -658,8 +659,17 @@ static void main_begin_shutdown(void)
     client_shutdown_all();
 }
 
-/* A new sluice is listening on the sockets this one handed over. */
-static void main_takeover(pid_t new_pid)
+/* The hand-over channel (handpass.h): both sides hand it to the clients. */
+static const struct handpass_ops main_handpass_ops = {
+    .on_conn = client_handover_adopt,
+    .on_word = client_handover_word,
+    .on_end = client_handover_ended,
+};
+
+/* A new sluice is listening on the sockets this one handed over; on
+ * CHANNEL_FD (-1: none, a sluice of the version before) it takes the
+ * subscribers, which are then not drained here (client_handover.c). */
+static void main_takeover(pid_t new_pid, int channel_fd)
 {
     if (main_upgrade_report >= 0) {
         close(main_upgrade_report);   /* it started: nothing to report */
@@ -668,6 +678,10 @@ static void main_takeover(pid_t new_pid)
     (void)new_pid;
     main_handed_over = 1;
     httpd_pause();   /* the new sluice answers scrapes and probes on the same socket */
+    if (channel_fd >= 0) {
+        handpass_start(server.base, channel_fd, &main_handpass_ops);
+        client_handover_offer();
+    }
     main_begin_shutdown();
 }
 
@@ -925,6 +939,9 @@ static void main_ready(struct handover_take *take)
         sdnotify_sendf("MAINPID=%d\nREADY=1", (int)getpid());
         if (handover_commit(take, err, sizeof(err)) != 0)
             log_warning("%s", err);
+        else if (take->ctrl_fd >= 0)   /* the old one passes its subscribers on it */
+            handpass_start(server.base, take->ctrl_fd, &main_handpass_ops);
+        take->ctrl_fd = -1;
     } else {
         sdnotify_send("READY=1");
     }
@@ -995,6 +1012,7 @@ static int main_run(void)
     listener_stop();
     httpd_stop();
     client_free_all();
+    handpass_close();
     learn_free_all();
     cluster_free();
     replicas_free();

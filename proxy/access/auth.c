@@ -245,6 +245,14 @@ void auth_client_start(struct client *c)
     auth_set_user(c, USERS_DEFAULT_NAME, 0);
 }
 
+int auth_adopt(struct client *c, const char *name, int authenticated)
+{
+    if (auth_users != NULL && users_find(auth_users, name, strlen(name)) == NULL)
+        return -1;
+    auth_set_user(c, name, authenticated);
+    return 0;
+}
+
 int auth_default_nopass(void)
 {
     const struct user *def = users_find(auth_users, USERS_DEFAULT_NAME,

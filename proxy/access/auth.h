@@ -83,6 +83,12 @@ int auth_has_user(const char *name, size_t len);
  * that needs no password. */
 void auth_client_start(struct client *c);
 
+/* A client a hand-over passed on (client_handover.c): it runs as NAME,
+ * logged in (AUTHENTICATED) as it was with the old sluice, which checked
+ * its password. Returns 0, or -1 when this sluice has no such user (C
+ * keeps "default"). */
+int auth_adopt(struct client *c, const char *name, int authenticated);
+
 /* AUTH/HELLO AUTH: log C in as USER (NULL: "default") with PASS. Returns
  * 0 (C now runs as that user) or -1: wrong, counted and logged, C keeps
  * the user it had. */

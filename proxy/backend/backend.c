@@ -471,14 +471,16 @@ static void backend_send_prelude(struct backend_conn *conn)
  * bufferevent's output): Redis has not read them whole, so it cannot have
  * run them, and they may be sent again. The others were written and may
  * have run. Requests are staged in the order they are in flight, so the
- * unwritten ones are the last. Private connections are left alone: a
- * tunnel's raw bytes are staged too and belong to no request. */
+ * unwritten ones are the last. A private connection too (a BLPOP whose
+ * connect was refused ran nothing, and is not told it may have), but not
+ * a tunnel or one streaming pub/sub: their staged bytes (raw, unpaired)
+ * belong to no request in flight. */
 static void backend_mark_unwritten(struct backend_conn *conn)
 {
     struct request *req;
     size_t unsent;
 
-    if (conn->owner != NULL || conn->spare)
+    if (conn->spare || conn->tunnel || conn->passthrough)
         return;
     unsent = evbuffer_get_length(conn->staged);
     if (conn->bev != NULL)

@@ -86,10 +86,6 @@
 
 /* libevent reads 16 KB a callback by default: large values want more. */
 #define CLIENT_MAX_SINGLE_READ (256 * 1024)
-/* A tunnel's output (an RDB on its way): past HIGH its backend connection
- * is not read, until the client has taken it down to LOW. */
-#define CLIENT_TUNNEL_HIGH (4 * 1024 * 1024)
-#define CLIENT_TUNNEL_LOW (1024 * 1024)
 /* Replies sluice builds itself (REQ_DEFERRED) are built at their turn, and
  * one flush builds no more than this: the rest waits for the client's next
  * write (client_write), so a pipeline of listings cannot hold the loop. */
@@ -152,6 +148,11 @@ void client_config_changed(void)
 int client_count(void)
 {
     return client_total;
+}
+
+struct client *client_newest(void)
+{
+    return TAILQ_LAST(&client_all, client_list);
 }
 
 struct client *client_find(uint64_t id)
@@ -454,7 +455,8 @@ struct evbuffer *client_output(struct client *c)
  * while it is over its limits, or once it is to close. */
 int client_readable(const struct client *c)
 {
-    return !(c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT | CLIENT_CLOSE_AFTER_REPLY)) &&
+    return !(c->flags & (CLIENT_PAUSED | CLIENT_OVER_LIMIT | CLIENT_CLOSE_AFTER_REPLY |
+                         CLIENT_HANDOVER_OUT | CLIENT_HANDOVER_IN)) &&
            !c->closing && !c->eof_seen;
 }
 
@@ -550,6 +552,8 @@ static void client_write(struct client *c)
 
     if (client_take_turns(c) < 0)
         return;
+    if ((c->flags & CLIENT_HANDOVER_IN) && client_hooks.handover_write(c, 0))
+        return;
     before = evbuffer_get_length(c->output);
     rc = netio_write(c->output, c->fd, c->ssl);
 
@@ -573,6 +577,8 @@ static void client_write(struct client *c)
         client_close(c);
         return;
     }
+    if ((c->flags & CLIENT_HANDOVER_OUT) && client_hooks.handover_write(c, 1))
+        return;
     client_tunnel_drained(c);
     client_check_drained(c);
 }
@@ -796,31 +802,13 @@ int client_subscribed_resp3(const struct client *c)
     return 0;
 }
 
-/* Tunnels. A client that sent SYNC or PSYNC (REQ_TUNNEL) talks to its
- * private connection unparsed from then on, as a replica talks to its
- * primary: the RDB bulk (no CRLF after it), "\n" keepalives, then the
- * replication stream go to it; what it writes (REPLCONF ACK...) goes to
- * Redis. Either side closing closes the other: the connection's end
- * reaches client_on_private_lost, the client's end client_close. */
+/* Tunnels (client_replies.c): C sent SYNC or PSYNC on CONN. */
 void client_tunnel_start(struct client *c, struct backend_conn *conn)
 {
     c->flags |= CLIENT_TUNNEL;
     backend_set_tunnel(conn);
     log_debug("client %llu: replication tunnel to its private backend connection",
               (unsigned long long)c->id);
-}
-
-void client_on_tunnel(struct client *c, struct evbuffer *src)
-{
-    client_enter(c);
-    c->flags |= CLIENT_TUNNEL_FED;
-    evbuffer_add_buffer(client_output(c), src);
-    if (evbuffer_get_length(c->output) > CLIENT_TUNNEL_HIGH && c->private_conn != NULL &&
-        !(c->flags & CLIENT_TUNNEL_HELD)) {
-        c->flags |= CLIENT_TUNNEL_HELD;
-        backend_hold_reading(c->private_conn, 1);
-    }
-    client_leave(c);
 }
 
 /* C's output went out: a held tunnel reads its connection again. */
@@ -831,23 +819,6 @@ static void client_tunnel_drained(struct client *c)
     c->flags &= ~(unsigned)CLIENT_TUNNEL_HELD;
     if (c->private_conn != NULL)
         backend_hold_reading(c->private_conn, 0);
-}
-
-/* What C (a tunnel) wrote goes to its connection as it is; while that is
- * congested C is not read (client_resume goes on). */
-void client_tunnel_input(struct client *c, struct evbuffer *in)
-{
-    struct backend_conn *conn = c->private_conn;
-
-    if (conn == NULL || backend_send_raw(conn, in) != 0) {
-        evbuffer_drain(in, evbuffer_get_length(in));   /* it closes: the connection is gone */
-        return;
-    }
-    if (backend_congested(conn) && c->waiting_on == NULL) {
-        c->flags |= CLIENT_PAUSED;
-        client_read_off(c);
-        backend_wait(conn, c);
-    }
 }
 
 void client_note_parts(struct client *c, int delta)
@@ -905,7 +876,8 @@ void client_protocol_error(struct client *c, const char *msg)
  * again after each pass over its input. Never closes C itself. */
 static void client_drain_check(struct client *c)
 {
-    if (!(c->flags & CLIENT_DRAINING) || (c->flags & CLIENT_CLOSE_AFTER_REPLY) || c->closing)
+    if (!(c->flags & CLIENT_DRAINING) || (c->flags & (CLIENT_CLOSE_AFTER_REPLY |
+                                                       CLIENT_HANDOVER_OUT)) || c->closing)
         return;
     if (evbuffer_get_length(c->input) > 0 && !(c->flags & CLIENT_TUNNEL) && !c->eof_seen)
         return;
@@ -1106,7 +1078,10 @@ void client_cron(uint64_t now_ms)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
+        client_enter(c);   /* what the tick sends or answers may close C */
         client_hooks.tick(c);
+        if (client_leave(c) < 0)
+            continue;
         if (c->tls_handshaking && now_ms >= c->tls_deadline_ms) {
             /* Connected, never finished its handshake: it holds a
              * descriptor and memory, so it cannot stay. */
@@ -1176,6 +1151,8 @@ void client_shutdown_all(void)
 
     for (c = TAILQ_FIRST(&client_all); c != NULL; c = next) {
         next = TAILQ_NEXT(c, link);
+        if (c->flags & CLIENT_HANDOVER_OUT)
+            continue;   /* the new sluice takes it (client_handover.c) */
         c->flags |= CLIENT_DRAINING;
         client_close_reason(c, "drained (shutdown, hand-over or PROXY DRAIN)");
         client_drain_check(c);

@@ -54,6 +54,13 @@ enum client_flag {
                                           boundary, then closed between replies */
     CLIENT_MULTI_LOST = 1 << 18,       /* Sentinel: its transaction was on a primary that
                                           failed over: EXEC gets -EXECABORT */
+    CLIENT_HANDOVER_OUT = 1 << 19,     /* old sluice: its connection was passed to the new
+                                          one (client_handover.c): not read, not drained;
+                                          messages go on until the new one subscribed */
+    CLIENT_HANDOVER_IN = 1 << 20,      /* new sluice: taken from the old one, subscribing:
+                                          not read, its output held until the old one let go */
+    CLIENT_WAITS_REPLICA = 1 << 21,    /* Sentinel, read_from = replica: its stalled read
+                                          waits for a healthy replica (client_replica_wait) */
 };
 
 struct client {
@@ -148,6 +155,7 @@ struct client {
     TAILQ_ENTRY(client) wait_link;      /* in waiting_on's list */
     struct client_sub_names *sub_names; /* Sentinel: what it subscribed to (client_failover.c) */
     int resubscribe_pending;            /* Sentinel: to be subscribed again on the primary */
+    struct client_handover *handover;   /* a hand-over of its connection (client_handover.c) */
     TAILQ_ENTRY(client) write_link;     /* in the list client_write_now writes */
     int write_listed;                   /* in that list */
 };
@@ -250,6 +258,20 @@ void client_on_private_lost(struct client *c);
 
 /* The congested connection C waited for has drained: read again. */
 void client_resume(struct client *c);
+
+/* Hand-over restart (client_handover.c, docs/operations.md "Restart and
+ * upgrade"). Old sluice, once the new one took over with a channel open
+ * (handpass.h): pass every subscriber it can to the new one; returns how
+ * many. Those are then not drained: each stays until the new one has
+ * subscribed it again. */
+int client_handover_offer(void);
+/* Both sides: what the other said about the client it knew as ID. */
+void client_handover_word(char word, uint64_t id);
+/* New sluice: the old one passed connection FD (its client ID) with BLOB. */
+void client_handover_adopt(uint64_t id, int fd, const char *blob, size_t len);
+/* Both sides: the channel ended; every client still between the two goes
+ * on as if there had been none (old: drained; new: closed). */
+void client_handover_ended(void);
 
 /* The connected client with sluice id ID, or NULL. */
 struct client *client_find(uint64_t id);

@@ -323,7 +323,7 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
                            struct evbuffer *src)
 {
     struct backend_conn *conn;
-    int was_in_multi;
+    int was_in_multi, rc;
 
     /* When users are sluice's, what follows a command that may block is
      * framed once it returns (client_send): see REQ_HOLDS_INPUT. */
@@ -422,7 +422,14 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
     if (!(req->flags & (REQ_PASSTHROUGH | REQ_TUNNEL)) && !(c->flags & CLIENT_PASSTHROUGH))
         client_enqueue(c, req);
     /* Before a transaction or a hold may keep it: a write counts now. */
-    if (client_read_from(c, req, argv) != 0) {
+    if (client_read_from(c, req, argv) != 0 && (rc = client_replica_wait(c, req)) != 0) {
+        if (rc > 0) {   /* Sentinel: a replica resyncing after a failover */
+            if (src != NULL)
+                request_take_raw(req, src);
+            c->flags |= CLIENT_WAITS_REPLICA;
+            c->stalled = req;   /* client_try_unstall sends it, or fails it */
+            return -1;
+        }
         if (src != NULL)
             evbuffer_drain(src, req->raw_len);
         client_reply_error(c, req, CLIENT_NO_REPLICA_ERR);
@@ -444,11 +451,12 @@ int client_dispatch(struct client *c, struct request *req, const struct sv *argv
             evbuffer_drain(src, raw_len);
         return c->closing || (c->flags & CLIENT_OVER_LIMIT) ? -1 : 0;
     }
-    conn = client_route(c, req);
-    if (client_must_wait(c, req, conn)) {
+    /* Sentinel: no primary for a new private connection yet. */
+    conn = client_failover_wait(c, req) != 0 ? NULL : client_route(c, req);
+    if (conn == NULL ? req->retry_since_ms != 0 : client_must_wait(c, req, conn)) {
         if (src != NULL)
             request_take_raw(req, src);
-        c->stalled = req;
+        c->stalled = req;   /* client_try_unstall sends it, or fails it */
         return -1;
     }
     client_send(c, req, conn, src);
@@ -859,9 +867,19 @@ static void client_dispatch_closing(struct client *c)
     multi_locals_free(&c->multi);
     client_multi_held_free(c);
     client_failover_forget(c);
+    client_handover_closing(c);
     if (client_verbs != NULL)
         client_verbs->client_closed(c);
     learn_client_closed(c);
+}
+
+/* Once a tick for C: a subscriber to subscribe again, a request waiting
+ * for a primary (client_failover_wait) to send or fail. */
+static void client_dispatch_tick(struct client *c)
+{
+    client_failover_cron(c);
+    if (c->stalled != NULL && c->stalled->retry_since_ms != 0 && !c->closing)
+        client_try_unstall(c);   /* inside client_cron's enter/leave */
 }
 
 void client_set_verbs(const struct client_verbs *verbs)
@@ -877,7 +895,8 @@ void client_module_init(struct event_base *base, const struct config *cfg)
         .run_deferred = client_run_deferred,
         .closing = client_dispatch_closing,
         .release_held = client_dispatch_release_held,
-        .tick = client_failover_cron,
+        .tick = client_dispatch_tick,
+        .handover_write = client_handover_write,
     };
 
     client_core_init(base, cfg, &hooks);

@@ -15,6 +15,12 @@
  *                                     primary is up (confirmations dropped)
  *                     --> otherwise:  the connection is made again when
  *                                     needed (a blocked command had its error)
+ *
+ *   a request that needs a new private connection while the primary is
+ *   down (BLPOP, MULTI, WAIT...) waits, stalled, for a primary that is up
+ *   (client_failover_wait), as requests on the shared connections do: it
+ *   is sent to the new primary, or fails past failover_retry_window; it
+ *   never meets a refused connect.
  */
 #include <event2/buffer.h>
 #include <stdlib.h>
@@ -23,11 +29,13 @@
 #include "backend.h"
 #include "client.h"
 #include "client_int.h"
+#include "config.h"
 #include "log.h"
 #include "multi.h"
 #include "placement.h"
 #include "request.h"
 #include "sentinel.h"
+#include "server.h"
 #include "sv.h"
 
 #include "client_failover.h"
@@ -144,7 +152,9 @@ void client_failover_note(struct client *c, const struct request *req, struct ev
     struct req_argv a;
     int add, kind;
 
-    if (!sentinel_enabled() || req->cmd == NULL)
+    /* Kept in every mode: a hand-over restart passes them on too
+     * (client_handover.c). */
+    if (req->cmd == NULL)
         return;
     if (client_role(req) == ROLE_RESET) {
         client_failover_forget(c);
@@ -219,6 +229,44 @@ static int client_failover_resubscribe(struct client *c)
     log_notice("client %llu subscribed again to %d channels and patterns on the new primary %s",
                (unsigned long long)c->id, total, backend_node_name(backend_default_node()));
     return 0;
+}
+
+int client_failover_replay(const struct client *c, struct evbuffer *out)
+{
+    int total = 0;
+
+    for (int k = 0; k < SUB_KINDS && c->sub_names != NULL; k++) {
+        const struct client_name_list *l = &c->sub_names->kinds[k];
+        const char *verb = client_sub_verbs[k];
+
+        if (l->count == 0)
+            continue;
+        evbuffer_add_printf(out, "*%d\r\n$%zu\r\n%s\r\n", l->count + 1, strlen(verb), verb);
+        for (int i = 0; i < l->count; i++) {
+            evbuffer_add_printf(out, "$%zu\r\n", l->lens[i]);
+            evbuffer_add(out, l->names[i], l->lens[i]);
+            evbuffer_add(out, "\r\n", 2);
+        }
+        total += l->count;
+    }
+    return total;
+}
+
+int client_failover_wait(struct client *c, struct request *req)
+{
+    uint64_t now;
+
+    if (!sentinel_enabled() || c->private_conn != NULL ||
+        (req->place != PLACE_PRIVATE && !(c->flags & CLIENT_MULTI_DEFERRED)) ||
+        backend_node_up(backend_default_node()))
+        return 0;
+    now = server_now_ms();
+    if (req->retry_since_ms == 0) {
+        req->retry_since_ms = now;
+        log_debug("client %llu: its request waits for the primary (failover_retry_window)",
+                  (unsigned long long)c->id);
+    }
+    return now - req->retry_since_ms < (uint64_t)client_cfg->failover_retry_window_ms ? 1 : -1;
 }
 
 void client_failover_cron(struct client *c)

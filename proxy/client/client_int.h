@@ -37,16 +37,26 @@ struct client_hooks {
     /* REQ, held (a rule's delay, learning, a client id lookup), goes on,
      * or is refused with ERROR when it is not NULL. */
     void (*release_held)(struct client *c, struct request *req, const char *error);
+    /* C, in a hand-over (CLIENT_HANDOVER_IN or _OUT), is to be written:
+     * before (WRITTEN 0: returns 1 when C's output must not be written)
+     * and after (WRITTEN 1: returns 1 when C was closed). */
+    int (*handover_write)(struct client *c, int written);
 };
 
 /* Start the core (client_module_init, in client_dispatch.c, calls it). */
 void client_core_init(struct event_base *base, const struct config *cfg,
                       const struct client_hooks *hooks);
 
+/* A tunnel's output (an RDB on its way): past HIGH its backend connection
+ * is not read, until the client has taken it down to LOW. */
+#define CLIENT_TUNNEL_HIGH (4 * 1024 * 1024)
+#define CLIENT_TUNNEL_LOW (1024 * 1024)
+
 /* Room for the longest push kind Redis sends, "tracking-redir-broken". */
 #define CLIENT_PUSH_KIND_SIZE 24
 
 /* client.c */
+struct client *client_newest(void);   /* the one connected last, or NULL */
 void client_read_on(struct client *c);
 void client_read_off(struct client *c);
 int client_fence_back(struct client *c, struct evbuffer *src, size_t len);
@@ -78,6 +88,12 @@ void client_reply_error(struct client *c, struct request *req, const char *text)
  * replica and none is healthy: REQ is then to be answered with
  * CLIENT_NO_REPLICA_ERR. README "Reading from replicas". */
 int client_read_from(struct client *c, struct request *req, const struct sv *argv);
+/* Sentinel mode: REQ of C found no healthy replica (read_from = replica):
+ * 0 when one is healthy now (req->node set), 1 while REQ may wait for one
+ * (failover_retry_window from its first try: the caller stalls it with
+ * CLIENT_WAITS_REPLICA), -1 when it is to get CLIENT_NO_REPLICA_ERR (the
+ * window passed; at once outside Sentinel mode). */
+int client_replica_wait(struct client *c, struct request *req);
 void client_fail_send(struct client *c, struct request *req, const char *text);
 void client_refuse(struct client *c, struct request *req, const char *text);
 int client_is_monitor(const struct client *c);
@@ -89,6 +105,10 @@ void client_protocol_error(struct client *c, const char *msg);
  * (those still on their way are swallowed). */
 void client_abort(struct client *c);
 void client_process_input(struct client *c);
+
+/* client_handover.c */
+void client_handover_closing(struct client *c);
+int client_handover_write(struct client *c, int written);
 
 /* client_session.c */
 void client_reset_session(struct client *c);

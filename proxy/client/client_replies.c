@@ -1,7 +1,7 @@
 /* client_replies.c - owns what comes back from Redis for a client: a
  * request's reply (client_on_reply), the replies and messages of a
- * connection streaming unpaired (pub/sub, MONITOR), RESP3 pushes, and a
- * private connection's loss. These are the client layer's backend
+ * connection streaming unpaired (pub/sub, MONITOR), RESP3 pushes, a
+ * replication tunnel's bytes both ways, and a private connection's loss. These are the client layer's backend
  * operations (struct backend_client_ops). */
 #include "client.h"
 #include "client_int.h"
@@ -228,4 +228,40 @@ void client_resume(struct client *c)
         client_read_on(c);
     client_process_input(c);
     client_leave(c);
+}
+
+/* Tunnels. A client that sent SYNC or PSYNC (REQ_TUNNEL) talks to its
+ * private connection unparsed from then on, as a replica talks to its
+ * primary: the RDB bulk (no CRLF after it), "\n" keepalives, then the
+ * replication stream go to it; what it writes (REPLCONF ACK...) goes to
+ * Redis. Either side closing closes the other: the connection's end
+ * reaches client_on_private_lost, the client's end client_close. */
+void client_on_tunnel(struct client *c, struct evbuffer *src)
+{
+    client_enter(c);
+    c->flags |= CLIENT_TUNNEL_FED;
+    evbuffer_add_buffer(client_output(c), src);
+    if (evbuffer_get_length(c->output) > CLIENT_TUNNEL_HIGH && c->private_conn != NULL &&
+        !(c->flags & CLIENT_TUNNEL_HELD)) {
+        c->flags |= CLIENT_TUNNEL_HELD;
+        backend_hold_reading(c->private_conn, 1);
+    }
+    client_leave(c);
+}
+
+/* What C (a tunnel) wrote goes to its connection as it is; while that is
+ * congested C is not read (client_resume goes on). */
+void client_tunnel_input(struct client *c, struct evbuffer *in)
+{
+    struct backend_conn *conn = c->private_conn;
+
+    if (conn == NULL || backend_send_raw(conn, in) != 0) {
+        evbuffer_drain(in, evbuffer_get_length(in));   /* it closes: the connection is gone */
+        return;
+    }
+    if (backend_congested(conn) && c->waiting_on == NULL) {
+        c->flags |= CLIENT_PAUSED;
+        client_read_off(c);
+        backend_wait(conn, c);
+    }
 }

@@ -146,6 +146,22 @@ static int client_may_read_replica(const struct client *c, const struct request 
     return commands_keys(req->cmd, req->argc, argv, &key, 1) > 0;
 }
 
+int client_replica_wait(struct client *c, struct request *req)
+{
+    struct backend_node *replica;
+    uint64_t now = server_now_ms();
+
+    if (!sentinel_enabled())
+        return -1;
+    if ((replica = replicas_pick(router_node_for_request(req, NULL), c->id)) != NULL) {
+        req->node = replica;
+        return 0;
+    }
+    if (req->retry_since_ms == 0)
+        req->retry_since_ms = now;
+    return now - req->retry_since_ms < (uint64_t)client_cfg->failover_retry_window_ms ? 1 : -1;
+}
+
 /* Whether REQ may write: see client_read_from. */
 static int client_may_write(const struct request *req)
 {
@@ -535,9 +551,21 @@ void client_try_unstall(struct client *c)
 {
     struct request *req = c->stalled;
     struct backend_conn *conn;
+    int wait = 0;
 
     if (req == NULL)
         return;
+    if ((c->flags & CLIENT_WAITS_REPLICA) && (wait = client_replica_wait(c, req)) > 0)
+        return;
+    if (c->flags & CLIENT_WAITS_REPLICA) {
+        c->flags &= ~(unsigned)CLIENT_WAITS_REPLICA;
+        if (wait < 0) {   /* the window passed: as without a wait */
+            c->stalled = NULL;
+            client_fail_send(c, req, CLIENT_NO_REPLICA_ERR);
+            client_process_input(c);
+            return;
+        }
+    }
     if (cluster_enabled() && cluster_split_wants(req->cmd, req->slot)) {
         if (client_split_must_wait(c))
             return;
@@ -546,11 +574,16 @@ void client_try_unstall(struct client *c)
         client_process_input(c);
         return;
     }
-    conn = client_route(c, req);
-    if (client_must_wait(c, req, conn))
+    if ((wait = client_failover_wait(c, req)) > 0)
+        return;   /* Sentinel: still no primary */
+    conn = wait < 0 ? NULL : client_route(c, req);
+    if (wait == 0 && client_must_wait(c, req, conn))
         return;
     c->stalled = NULL;
-    client_send(c, req, conn, NULL);
+    if (wait < 0)
+        client_fail_send(c, req, CLIENT_FAILOVER_NO_PRIMARY_ERR);
+    else
+        client_send(c, req, conn, NULL);
     client_process_input(c);
 }
 

@@ -8,9 +8,12 @@
  *                 <------------------------ "SLUICE-HANDOVER 1 <pid> <n>[ <state>]\n" + n fds
  *   listen on the fds that match its
  *   addresses, open the others, start
- *   "GO <pid>\n" -------------------------> stop accepting, drain (TAKEOVER)
+ *   "GO <pid> CLIENTS\n" -----------------> stop accepting, drain (TAKEOVER)
  *                 <------------------------ "OK\n", close PATH's socket
  *   serve PATH (rename over it)
+ *   the control connection stays open: the running sluice passes its
+ *   subscribers over it (handpass.c; "CLIENTS" says the new one can take
+ *   them: one of the version before says only "GO <pid>", and closes).
  *
  * The new one closing the connection without GO (it could not start)
  * leaves the running one as it was. */
@@ -331,7 +334,7 @@ int handover_connect(char paths[][HANDOVER_PATH_MAX], int count, struct handover
 int handover_commit(struct handover_take *t, char *err, size_t errlen)
 {
     char line[64];
-    int len = snprintf(line, sizeof(line), "GO %d\n", (int)getpid());
+    int len = snprintf(line, sizeof(line), "GO %d CLIENTS\n", (int)getpid());
     ssize_t n;
 
     handover_close_fds(t);
@@ -344,17 +347,19 @@ int handover_commit(struct handover_take *t, char *err, size_t errlen)
         t->ctrl_fd = -1;
         return -1;
     }
-    n = read(t->ctrl_fd, line, sizeof(line) - 1);
-    close(t->ctrl_fd);
-    t->ctrl_fd = -1;
+    /* Exactly "OK\n": what follows (client connections, their fds) is
+     * the channel's (handpass.c), read by the loop. */
+    n = read(t->ctrl_fd, line, 3);
     if (n < 3 || memcmp(line, "OK\n", 3) != 0) {
+        close(t->ctrl_fd);
+        t->ctrl_fd = -1;
         snprintf(err, errlen, "hand-over: pid %d did not confirm that it stopped accepting",
                  (int)t->old_pid);
         return -1;
     }
     log_notice("hand-over: pid %d stopped accepting; it answers its clients and exits",
                (int)t->old_pid);
-    return 0;
+    return 0;   /* t->ctrl_fd stays open: the caller's to serve or close */
 }
 
 void handover_abandon(struct handover_take *t)
@@ -382,13 +387,14 @@ static void handover_conn_cb(evutil_socket_t fd, short what, void *arg)
     char line[64];
     ssize_t n = read(fd, line, sizeof(line) - 1);
     long pid;
+    int end = 0, channel;
 
     (void)what;
     (void)arg;
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     line[n > 0 ? n : 0] = '\0';
-    if (n <= 0 || sscanf(line, "GO %ld", &pid) != 1) {
+    if (n <= 0 || sscanf(line, "GO %ld%n", &pid, &end) != 1) {
         log_warning("hand-over abandoned: the new sluice went without taking over "
                     "(this one goes on serving)");
         handover_conn_end();
@@ -401,10 +407,15 @@ static void handover_conn_cb(evutil_socket_t fd, short what, void *arg)
     handover_conn_fd = -1;
     handover_inode = 0;
     handover_serve_stop();
-    handover_takeover((pid_t)pid);
-    if (write(fd, "OK\n", 3) != 3)
+    /* OK first: what TAKEOVER sends on the channel must come after it. */
+    channel = strncmp(line + end, " CLIENTS", 8) == 0;
+    if (write(fd, "OK\n", 3) != 3) {
         log_info("hand-over: cannot confirm to pid %ld: %s", pid, strerror(errno));
-    close(fd);
+        channel = 0;
+    }
+    handover_takeover((pid_t)pid, channel ? fd : -1);
+    if (!channel)
+        close(fd);
 }
 
 /* Send the header and the listening sockets to the new sluice on FD. */

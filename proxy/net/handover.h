@@ -52,7 +52,9 @@ int handover_connect(char paths[][HANDOVER_PATH_MAX], int count, struct handover
 
 /* New sluice, ready (listening, its backend being connected): tell the old
  * one to stop accepting and drain, and wait (bounded) for its word. Closes
- * the sockets of T the listener did not take. Returns 0, or -1 with ERR
+ * the sockets of T the listener did not take. Returns 0 (T->ctrl_fd, when
+ * not -1, is then the open channel the old one passes clients on: the
+ * caller serves it with handpass_start, or closes it), or -1 with ERR
  * set (the old one may go on accepting: both serve). */
 int handover_commit(struct handover_take *t, char *err, size_t errlen);
 
@@ -63,8 +65,10 @@ void handover_abandon(struct handover_take *t);
 struct event_base;
 
 /* Running sluice: called when a new sluice said it is ready (NEW_PID); the
- * listening sockets must stop being accepted on now. */
-typedef void handover_takeover_fn(pid_t new_pid);
+ * listening sockets must stop being accepted on now. CHANNEL_FD, when not
+ * -1, is the control connection, left open: the new sluice takes client
+ * connections on it (handpass.h); it is the callee's to serve and close. */
+typedef void handover_takeover_fn(pid_t new_pid, int channel_fd);
 
 /* Running sluice: write what a new sluice should know into BUF (SIZE
  * bytes, HANDOVER_STATE_MAX; one line of printable words, no newline;

@@ -508,3 +508,164 @@ def test_handover_client_gone_while_its_lock_waits_for_the_check(redis_factory,
     c = redis.Redis(port=port, socket_timeout=10 * SLOW)
     assert isinstance(_lock(c, "gone", 1000), bytes)
     assert _wait_exit(old.proc, 15 * SLOW) == 0
+
+
+class _Subscriber(threading.Thread):
+    """A subscriber speaking raw RESP (2 or 3) to PORT that counts the
+    sequence numbers it gets. A connection that ends is opened again and
+    subscribed again, as a client library does; each time is counted."""
+
+    def __init__(self, port, resp, verb, name, stop):
+        super().__init__(daemon=True)
+        self.port, self.resp, self.verb, self.name, self.stop = port, resp, verb, name, stop
+        self.seqs = []
+        self.reconnects = -1
+        self.errors = []
+        self.subscribed = threading.Event()
+        self.conn = None
+
+    def _open(self):
+        self.reconnects += 1
+        c = RawConn(self.port, timeout=5 * SLOW)
+        if self.resp == 3:
+            c.call("HELLO", "3")
+        c.call("CLIENT", "SETNAME", f"sub-{self.verb}-{self.resp}")
+        c.send_command(self.verb, self.name)
+        confirm = c.read_reply()
+        assert confirm[0].lower() == self.verb.lower().encode(), confirm
+        self.conn = c
+        self.subscribed.set()
+        return c
+
+    def run(self):
+        c = self._open()
+        while not self.stop.is_set():
+            try:
+                v = c.read_reply(timeout=0.2)
+            except socket.timeout:
+                continue
+            except (EOFError, OSError):
+                c.close()
+                try:
+                    c = self._open()
+                except (OSError, EOFError, AssertionError) as e:
+                    self.errors.append(repr(e))
+                    time.sleep(0.05)
+                continue
+            if isinstance(v, list) and v and v[0] in (b"message", b"pmessage", b"smessage"):
+                self.seqs.append(int(v[-1]))
+            else:
+                self.errors.append(f"unexpected: {v!r}")
+
+
+def test_handover_keeps_subscribers(redis_factory, sluice_factory):
+    """Subscribers of every kind (SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE; RESP2
+    and RESP3, each with a name) go on across three hand-over restarts
+    while a publisher sends every 10 ms: the old sluice passes each
+    connection to the new one, which subscribes it again before the old
+    one lets go. None is closed, none misses a message (duplicates are
+    allowed: published in the overlap), and on the new sluice each is
+    still subscribed as before (UNSUBSCRIBE's count, its name)."""
+    srv = redis_factory()
+    port = free_port()
+    old = sluice_factory(srv.port, listen_ports=[port])
+    stop = threading.Event()
+    kinds = [(2, "SUBSCRIBE", "ho:ch"), (2, "PSUBSCRIBE", "ho:c*"), (2, "SSUBSCRIBE", "ho:sh"),
+             (3, "SUBSCRIBE", "ho:ch"), (3, "PSUBSCRIBE", "ho:c*"), (3, "SSUBSCRIBE", "ho:sh")]
+    subs = [_Subscriber(port, resp, verb, name, stop) for resp, verb, name in kinds]
+    for s in subs:
+        s.start()
+        assert s.subscribed.wait(5 * SLOW)
+    published = []
+    pub_stop = threading.Event()
+
+    def publish():
+        r = redis.Redis(port=srv.port)
+        n = 0
+        while not pub_stop.is_set():
+            n += 1
+            r.publish("ho:ch", n)
+            r.execute_command("SPUBLISH", "ho:sh", n)
+            published.append(n)
+            time.sleep(0.01)
+        r.close()
+
+    pub = threading.Thread(target=publish, daemon=True)
+    pub.start()
+    olds = []
+    try:
+        for _ in range(3):
+            time.sleep(0.5 * SLOW)
+            olds.append(old)
+            old = _take_over(sluice_factory, srv.port, old, [port])
+        time.sleep(0.5 * SLOW)
+    finally:
+        pub_stop.set()
+        pub.join(5)
+        time.sleep(0.3 * SLOW)
+        stop.set()
+        for s in subs:
+            s.join(5 * SLOW)
+    last = published[-1]
+    for s, (resp, verb, _) in zip(subs, kinds):
+        got = set(s.seqs)
+        first = min(got)
+        missing = [n for n in range(first, last + 1) if n not in got]
+        dups = len(s.seqs) - len(got)
+        assert s.reconnects == 0, f"RESP{resp} {verb}: closed {s.reconnects} times"
+        assert missing == [], f"RESP{resp} {verb}: {len(missing)} messages lost: {missing[:20]}"
+        assert s.errors == [], f"RESP{resp} {verb}: {s.errors[:5]}"
+        # What it may see twice is what was published in the overlap
+        # (docs/operations.md): reported, not a failure.
+        print(f"RESP{resp} {verb}: {len(got)} messages, {dups} duplicates")
+        assert dups < len(published), f"RESP{resp} {verb}: {dups} duplicates"
+    for o in olds:
+        assert _log_has(o, "hand-over: 6 subscribers passed to the new sluice")
+    # The new sluice knows them as subscribed, with their names.
+    for s, (resp, verb, name) in zip(subs, kinds):
+        un = {"SUBSCRIBE": "UNSUBSCRIBE", "PSUBSCRIBE": "PUNSUBSCRIBE",
+              "SSUBSCRIBE": "SUNSUBSCRIBE"}[verb]
+        s.conn.send_command(un, name)
+        while True:
+            v = s.conn.read_reply()
+            if v[0] != b"message" and v[0] != b"pmessage" and v[0] != b"smessage":
+                break
+        assert v == [un.lower().encode(), name.encode(), 0], f"RESP{resp} {verb}: {v!r}"
+        assert s.conn.call("CLIENT", "GETNAME") == f"sub-{verb}-{resp}".encode()
+        s.conn.close()
+
+
+def test_handover_subscriber_keeps_its_user_or_is_closed(redis_factory, sluice_factory):
+    """A subscriber logged in as a user of the users file is passed on
+    logged in as that user (after UNSUBSCRIBE it runs a command that needs
+    the login) and gets every message; one whose user the new config no
+    longer has is closed by the old sluice, as without the hand-over."""
+    srv = redis_factory()
+    port = free_port()
+    both = ("[user alice]\npassword = pw\ncommands = +@all\nkeys = *\nchannels = *\n")
+    gone = "[user bob]\npassword = pw\ncommands = +@all\nkeys = *\nchannels = *\n"
+    old = sluice_factory(srv.port, listen_ports=[port], users="u.ini", start=False)
+    (old.dir / "u.ini").write_text(both + gone)
+    old.start()
+    alice, bob = RawConn(port, timeout=5 * SLOW), RawConn(port, timeout=5 * SLOW)
+    for c, user in ((alice, "alice"), (bob, "bob")):
+        assert c.call("AUTH", user, "pw") == "OK"
+        c.send_command("SUBSCRIBE", "ho:u")
+        assert c.read_reply() == [b"subscribe", b"ho:u", 1]
+    pub = redis.Redis(port=srv.port)
+    assert pub.publish("ho:u", "1") == 2
+    new = sluice_factory(srv.port, listen_ports=[port], users="u.ini", start=False)
+    (new.dir / "u.ini").write_text(both)
+    new.start()
+    wait_until(lambda: _log_has(new, "stopped accepting"), 10 * SLOW, msg="the take-over")
+    assert _wait_exit(old.proc, 15 * SLOW) == 0
+    assert pub.publish("ho:u", "2") == 1   # alice, through the new sluice
+    assert alice.read_replies(2) == [[b"message", b"ho:u", b"1"], [b"message", b"ho:u", b"2"]]
+    assert alice.call("UNSUBSCRIBE", "ho:u") == [b"unsubscribe", b"ho:u", 0]
+    assert alice.call("GET", "ho:nokey") is None   # still logged in
+    assert bob.read_reply() == [b"message", b"ho:u", b"1"]
+    assert bob.is_closed_by_peer(5 * SLOW)
+    assert _log_has(new, "a subscriber from the old sluice cannot be taken")
+    for c in (alice, bob):
+        c.close()
+    pub.close()
