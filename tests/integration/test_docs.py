@@ -150,8 +150,8 @@ def test_readme_tour(tmp_path, redis_factory):
     ("proxy/base/metrics.h", '    X(slowlog_length, GAUGE, "", "Entries in the slow log.")',
      '    X(slowlog_length, GAUGE, "", "Entries in the slow log.")                 \\\n'
      '    X(new_total, COUNTER, "why", "New.")', "metric new_total has no row"),
-    ("proxy/client/local.c", '    {"help", local_proxy_help,',
-     '    {"frobnicate", local_proxy_help, "", 1, 0},\n    {"help", local_proxy_help,',
+    ("proxy/cmd/proxysub.h", '    X(help, PROXYSUB_OPEN)',
+     '    X(frobnicate, PROXYSUB_OPEN) \\\n    X(help, PROXYSUB_OPEN)',
      "PROXY FROBNICATE (local.c) is not in docs"),
     ("proxy/client/local.c", '    {"auth", "Auth", local_info_auth, 1},',
      '    {"auth", "Auth", local_info_auth, 1},\n    {"extra", "Extra", local_info_auth, 1},',
