@@ -246,6 +246,9 @@ def test_bulk_over_a_lower_backend_proto_max_bulk_len(module_tmp):
     try:
         with s.raw() as c:   # sluice asks Redis as its shared connection connects
             assert c.call("PING") == "PONG"
+        # Its answer comes back on its own (a loaded machine: after the PING).
+        wait_until(lambda: "proto-max-bulk-len is 1048576" in s.log_path.read_text(),
+                   10 * SLOW, msg="sluice to learn Redis's proto-max-bulk-len")
         big = b"x" * (2 * 1024 * 1024)
         got, closed, _ = _attack(s, backend, encode_command("SET", "big", big), 3.0)
         assert closed and got.startswith(b"-ERR Protocol error: invalid bulk length"), got[:80]
