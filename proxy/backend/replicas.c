@@ -84,6 +84,10 @@ static int replicas_gone;      /* replicas_free ran: late ctx_free calls do noth
 /* replicas_listed's list. */
 static char replicas_list_primary[REPLICAS_NAME_MAX];   /* "": whichever is the primary */
 static char replicas_list[REPLICAS_MAX][REPLICAS_NAME_MAX];
+/* Replicas the operator put in maintenance (PROXY NODE): no read goes
+ * there until ACTIVE. By name, so that a replica named again after a
+ * topology change stays out. */
+static char replicas_maint[REPLICAS_MAX][REPLICAS_NAME_MAX];
 static int replicas_list_count;
 
 static const char replicas_info_cmd[] = "*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
@@ -262,11 +266,22 @@ static long long replicas_lag_ms(const struct replica *r, uint64_t now)
 
 /* R's state: "ok" (reads may go there), "down" (not connected),
  * "no_link" (its link to the primary is down), "lagging" or "unknown". */
+static int replicas_in_maintenance(const char *name)
+{
+    for (int i = 0; i < REPLICAS_MAX; i++) {
+        if (replicas_maint[i][0] != '\0' && strcmp(replicas_maint[i], name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 static const char *replicas_state(const struct replica *r, uint64_t now, long long *lag)
 {
     char why[8];
 
     *lag = replicas_lag_ms(r, now);
+    if (replicas_in_maintenance(backend_node_name(r->node)))
+        return "maintenance";
     if (!backend_node_ready(r->node, why, sizeof(why)))
         return "down";
     if (r->offset >= 0 && !r->link_up)
@@ -512,6 +527,31 @@ void replicas_free(void)
         free(set);
     }
     replicas_gone = 1;
+}
+
+int replicas_set_maintenance(const char *name, int on)
+{
+    int known = 0, free_slot = -1;
+
+    for (const struct replica_set *set = replicas_sets; set != NULL && !known; set = set->next) {
+        for (int i = 0; i < set->count && !known; i++)
+            known = strcmp(backend_node_name(set->replicas[i].node), name) == 0;
+    }
+    for (int i = 0; i < REPLICAS_MAX; i++) {
+        if (replicas_maint[i][0] != '\0' && strcmp(replicas_maint[i], name) == 0) {
+            if (!on)
+                replicas_maint[i][0] = '\0';
+            return 0;
+        }
+        if (replicas_maint[i][0] == '\0' && free_slot < 0)
+            free_slot = i;
+    }
+    if (!on)
+        return known ? 0 : -1;
+    if (!known || free_slot < 0 || strlen(name) >= REPLICAS_NAME_MAX)
+        return -1;
+    snprintf(replicas_maint[free_slot], REPLICAS_NAME_MAX, "%s", name);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------

@@ -63,4 +63,10 @@ struct backend_node *replicas_pick(const struct backend_node *primary,
  * replica with its primary, state, lag and reads. */
 void replicas_write_info(struct evbuffer *out);
 
+/* PROXY NODE NAME MAINTENANCE (ON 1) | ACTIVE (0): no read goes to the
+ * replica NAME ("host:port") while in maintenance (PROXY INFO shows
+ * state=maintenance). Returns 0, or -1 when NAME is no replica sluice
+ * reads from (or too many are in maintenance). */
+int replicas_set_maintenance(const char *name, int on);
+
 #endif

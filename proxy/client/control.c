@@ -24,6 +24,7 @@
 #include "listener.h"
 #include "log.h"
 #include "metrics.h"
+#include "replicas.h"
 #include "reply.h"
 #include "request.h"
 #include "server.h"
@@ -278,6 +279,30 @@ void control_proxy_ready(struct client *caller, int argc, const struct sv *argv,
     control.not_ready = sv_ieq(argv[2], "no");
     control_audit(caller, argc, argv, control.not_ready ? "/readyz answers 503" : "/readyz "
                                                                                  "as the checks say");
+    reply_status(out, "OK");
+}
+
+void control_proxy_node(struct client *caller, int argc, const struct sv *argv,
+                        struct evbuffer *out)
+{
+    char name[300];
+    int on;
+
+    if (argc != 4 || argv[2].len == 0 || argv[2].len >= sizeof(name) ||
+        (!sv_ieq(argv[3], "maintenance") && !sv_ieq(argv[3], "active"))) {
+        reply_error(out, "syntax error: PROXY NODE host:port MAINTENANCE|ACTIVE");
+        return;
+    }
+    memcpy(name, argv[2].ptr, argv[2].len);
+    name[argv[2].len] = '\0';
+    on = sv_ieq(argv[3], "maintenance");
+    if (replicas_set_maintenance(name, on) != 0) {
+        control_audit(caller, argc, argv, "refused: no such replica");
+        reply_error(out, "no replica %s among those sluice reads from (PROXY INFO replication "
+                         "lists them)", name);
+        return;
+    }
+    control_audit(caller, argc, argv, on ? "no read goes there until ACTIVE" : "reads go there again");
     reply_status(out, "OK");
 }
 

@@ -37,6 +37,8 @@ void control_proxy_undrain(struct client *caller, int argc, const struct sv *arg
                            struct evbuffer *out);
 void control_proxy_ready(struct client *caller, int argc, const struct sv *argv,
                          struct evbuffer *out);
+void control_proxy_node(struct client *caller, int argc, const struct sv *argv,
+                        struct evbuffer *out);
 
 /* /readyz: 0 with WHY set when a control says "not ready" (READY NO, a
  * drain), 1 otherwise (the other checks then decide). */

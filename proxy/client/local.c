@@ -715,6 +715,9 @@ static const struct {
     [PROXYSUB_ready] = {NULL,
      "    YES|NO: make /readyz fail (NO), or answer as its checks say (YES).", 1, 1,
      control_proxy_ready},
+    [PROXYSUB_node] = {NULL,
+     "    host:port MAINTENANCE|ACTIVE: no read goes to that replica until ACTIVE.", 1, 1,
+     control_proxy_node},
     [PROXYSUB_help] = {local_proxy_help, "    Print this help.", 1, 0},
 };
 #define LOCAL_PROXY_COUNT PROXYSUB_COUNT

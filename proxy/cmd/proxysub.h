@@ -26,6 +26,7 @@ enum proxysub_perm { PROXYSUB_OPEN, PROXYSUB_ADMIN };
     X(drain, PROXYSUB_ADMIN)  \
     X(undrain, PROXYSUB_ADMIN) \
     X(ready, PROXYSUB_ADMIN)  \
+    X(node, PROXYSUB_ADMIN)   \
     X(help, PROXYSUB_OPEN)
 
 enum proxysub_id {

@@ -11,6 +11,7 @@ fixture (3 primaries, each with a replica).
 """
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -357,3 +358,34 @@ def test_bad_read_from_is_refused(tmp_path, where):
     line = "sluice.ini:4: read_from" if where == "proxy" else "users.ini:3: read_from"
     assert line.encode() in p.stderr, p.stderr
     assert b"must be primary, prefer-replica or replica" in p.stderr
+
+
+def test_proxy_node_maintenance_takes_a_replica_out_of_reads(redis_factory, sluice_factory):
+    """PROXY NODE host:port MAINTENANCE: no read goes to that replica (the
+    other takes them all) until ACTIVE; PROXY INFO says state=maintenance;
+    an address that is no replica sluice reads from is refused; audited."""
+    primary, reps = start_replicated(redis_factory)
+    s = sluice_factory(primary.port, read_from="replica", replicas=listed(*reps))
+    wait_states(s, {reps[0].port: "ok", reps[1].port: "ok"})
+    replicate(primary, reps, k="v")
+    out = f"127.0.0.1:{reps[0].port}"
+    with s.raw() as c:
+        assert c.call("PROXY", "NODE", out, "MAINTENANCE") == "OK"
+        assert c.call("PROXY", "NODE", f"127.0.0.1:{primary.port}", "MAINTENANCE") == Err(
+            f"ERR no replica 127.0.0.1:{primary.port} among those sluice reads from "
+            "(PROXY INFO replication lists them)")
+        assert c.call("PROXY", "NODE", out, "SOON") == Err(
+            "ERR syntax error: PROXY NODE host:port MAINTENANCE|ACTIVE")
+    wait_states(s, {reps[0].port: "maintenance", reps[1].port: "ok"})
+    reset_stats(primary, *reps)
+    assert get_from_clients(s, b"k", 8) == [b"v"] * 8
+    assert calls(reps[0], "get") == 0 and calls(reps[1], "get") == 8
+    with s.raw() as c:
+        assert c.call("PROXY", "NODE", out, "ACTIVE") == "OK"
+    wait_states(s, {reps[0].port: "ok", reps[1].port: "ok"})
+    reset_stats(primary, *reps)
+    assert get_from_clients(s, b"k", 8) == [b"v"] * 8
+    assert calls(reps[0], "get") > 0
+    assert re.search(rf"PROXY NODE {re.escape(out)} MAINTENANCE by user 'default' from "
+                     r"127\.0\.0\.1:\d+ \(client \d+\): no read goes there until ACTIVE",
+                     s.log_path.read_text())
