@@ -326,7 +326,7 @@ void top_cron(uint64_t now_ms)
 void top_metrics_refresh(int count, int keys)
 {
     const struct topk_entry *rows[TOP_METRICS_MAX];
-    char subject[TOPK_SUBJECT_MAX + 1], rank[8];
+    char subject[TOPK_SUBJECT_MAX + 1], rank[16];
     uint64_t now_s = server_pass_now_us() / 1000000;
 
     metrics_family_clear(METRIC_top_requests_per_second);
