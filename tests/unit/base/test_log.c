@@ -148,7 +148,8 @@ static void test_repeat_count_keeps_its_event(void)
     log_close();
     log_set_format(LOG_FORMAT_TEXT);
     read_all(buf, sizeof(buf));
-    CHECK(strstr(buf, "\"event\":\"backend_lost\",\"backend\":\"h:1\",\"msg\":\"lost h:1\"") != NULL);
+    CHECK(strstr(buf, "\"event\":\"backend_lost\",\"backend\":\"h:1\","
+                      "\"msg\":\"lost h:1\"") != NULL);
     CHECK(strstr(buf, "\"event\":\"backend_lost\",\"repeated\":2,\"msg\":\"lost h:1 (repeated 2 "
                       "times in") != NULL);
     CHECK(strstr(buf, "\"level\":\"warning\",\"msg\":\"plain after\"") != NULL);
