@@ -479,8 +479,9 @@ static double main_slowlog_length(void)
     return (double)slowlog_len();
 }
 
-/* The backend gauges, set afresh at each scrape: a node's role may change
- * and a node out of the cluster's slot map is left out. */
+/* The gauges set afresh at each scrape: PROXY TOP's busiest subjects; the
+ * backends' (a node's role may change and a node out of the cluster's
+ * slot map is left out). */
 static void main_metrics_refresh(void)
 {
     static const char *const kinds[BACKEND_KINDS] = {
@@ -491,6 +492,7 @@ static void main_metrics_refresh(void)
     char why[8];
 
     lockgrace_metrics_refresh();
+    top_metrics_refresh((int)server.cfg.top_metrics_count, server.cfg.top_metrics_keys);
     metrics_family_clear(METRIC_backend_up);
     metrics_family_clear(METRIC_backend_connections);
     while ((node = backend_node_next(node)) != NULL) {

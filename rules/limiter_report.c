@@ -41,16 +41,47 @@ void limiter_metric_open(struct rule_state *st)
         st->metric_calls[k] = metrics_counter(METRIC_ratelimit_shared_calls_total, st->rule->name, calls[k]);
 }
 
+/* The user, name and addr of the subject E (limiter_subject's "user=..
+ * name=.. addr=..") into PARTS (its copy, cut in place) as *USER, *NAME,
+ * *ADDR; each NULL when E's subject was cut (TOPK_KEY_MAX) or is not of
+ * that form. A name holds no blank (CLIENT SETNAME refuses them). */
+static void limiter_subject_parts(const struct topk_entry *e, char *parts, const char **user,
+                                  const char **name, const char **addr)
+{
+    char *n, *a;
+
+    *user = *name = *addr = NULL;
+    if (e->full_len != e->key_len || strncmp(e->key, "user=", 5) != 0)
+        return;
+    memcpy(parts, e->key, e->key_len);
+    parts[e->key_len] = '\0';
+    n = strstr(parts, " name=");
+    a = n != NULL ? strstr(n + 1, " addr=") : NULL;
+    if (a == NULL)
+        return;
+    *n = *a = '\0';
+    *user = parts + 5;
+    *name = n + 6;
+    *addr = a + 6;
+}
+
 /* Log at notice what rule ST did since its last report: how many
  * requests it rejected and delayed (dry-run: would have) and the three
- * subjects it hit most; then start counting again. */
+ * subjects it hit most (JSON: the rule, the counts and the user, name
+ * and addr of the one hit most as fields); then start counting again. */
 void limiter_report(struct rule_state *st, uint64_t now_us)
 {
     const struct topk_entry *top[3];
     char most[3 * (TOPK_SUBJECT_MAX + 32)], subject[TOPK_SUBJECT_MAX + 1];
+    char parts[TOPK_KEY_MAX + 1];
     size_t used = 0;
     int n = topk_list(st->report_subjects, 0, 1, top, 3);
     uint64_t secs = (now_us - st->report_start_us + 999999) / 1000000;
+    struct log_field f[] = {
+        LOG_STR("rule", st->rule->name), LOG_BOOL("dryrun", st->rule->mode == RULE_MODE_DRYRUN),
+        LOG_NUM("rejected", st->report_rejected), LOG_NUM("delayed", st->report_delayed),
+        LOG_NUM("seconds", secs ? secs : 1), LOG_STR("most_hit", most),
+        LOG_STR("user", NULL), LOG_STR("name", NULL), LOG_STR("addr", NULL)};
 
     most[0] = '\0';
     for (int i = 0; i < n; i++) {
@@ -60,17 +91,21 @@ void limiter_report(struct rule_state *st, uint64_t now_us)
                                  i > 0 ? ", " : "", subject,
                                  (unsigned long long)top[i]->requests);
     }
+    if (n > 0)
+        limiter_subject_parts(top[0], parts, &f[6].str, &f[7].str, &f[8].str);
     if (st->rule->mode == RULE_MODE_DRYRUN)
-        log_notice("rule %s (dryrun) would have rejected %llu and delayed %llu requests in "
-                   "%llu s (%llu so far); most hit: %s", st->rule->name,
-                   (unsigned long long)st->report_rejected,
-                   (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
-                   (unsigned long long)st->dryrun_hits, most);
+        log_event(LOG_NOTICE, "rule_hits", f, 9,
+                  "rule %s (dryrun) would have rejected %llu and delayed %llu requests in "
+                  "%llu s (%llu so far); most hit: %s", st->rule->name,
+                  (unsigned long long)st->report_rejected,
+                  (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
+                  (unsigned long long)st->dryrun_hits, most);
     else
-        log_notice("rule %s rejected %llu and delayed %llu requests in %llu s; most hit: %s",
-                   st->rule->name, (unsigned long long)st->report_rejected,
-                   (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
-                   most);
+        log_event(LOG_NOTICE, "rule_hits", f, 9,
+                  "rule %s rejected %llu and delayed %llu requests in %llu s; most hit: %s",
+                  st->rule->name, (unsigned long long)st->report_rejected,
+                  (unsigned long long)st->report_delayed, (unsigned long long)(secs ? secs : 1),
+                  most);
     st->report_rejected = st->report_delayed = 0;
     st->last_report_us = now_us;
     topk_clear(st->report_subjects);

@@ -308,8 +308,7 @@ static void backend_auth_reply(struct request *req, struct evbuffer *src, size_t
     conn->auth_failed = 1;
     BACKEND_COUNT_ERROR(conn->node, BACKEND_ERROR_AUTH);
     if (!conn->node->auth_refusal_logged)
-        log_warning("backend %s refused sluice's login: %s", conn->node->name,
-                    text + (text[0] == '-'));
+        backend_log_refusal(conn, " refused sluice's login: ", text + (text[0] == '-'));
     conn->node->auth_refusal_logged = 1;
 }
 
@@ -382,7 +381,7 @@ static void backend_login_reply(struct request *req, struct evbuffer *src, size_
     snprintf(why, sizeof(why), "Redis refused to log a script connection in as %s: %s",
              conn->login->user, text + (text[0] == '-'));
     if (!conn->login_refused)   /* not again on every retry */
-        log_warning("backend %s: %s", conn->node->name, why);
+        backend_log_refusal(conn, ": ", why);
     conn->login_refused = 1;
     backend_conn_down(conn, why);
 }
@@ -620,28 +619,6 @@ void backend_conn_release(struct backend_conn *conn)
     conn->released = 1;
     if (!conn->busy)
         backend_conn_free(conn);
-}
-
-/* Log that a pool connection is down: one line per attempt, naming the
- * cause, and when it will try again. */
-static void backend_log_down(const struct backend_conn *conn, const char *why)
-{
-    if (conn->state == BACKEND_UP)
-        log_warning("backend %s connection lost: %s; reconnecting in %d ms", conn->node->name,
-                    why, conn->backoff_ms);
-    else if (conn->node->quiet_connects)
-        log_info("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
-                 conn->refused ? BACKEND_REFUSED_RETRY_MS : conn->backoff_ms);
-    else if (!conn->refused)
-        log_warning("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
-                    conn->backoff_ms);
-    else if (conn->refused_in_row % BACKEND_REFUSED_WARN_EVERY == 1)
-        log_warning("backend %s: cannot connect: %s; next try in %d ms (refused %d times in a "
-                    "row)", conn->node->name, why, BACKEND_REFUSED_RETRY_MS,
-                    conn->refused_in_row);
-    else
-        log_info("backend %s: cannot connect: %s; next try in %d ms", conn->node->name, why,
-                 BACKEND_REFUSED_RETRY_MS);
 }
 
 /* When CONN, a shared connection just down, tries again: soon after a

@@ -169,6 +169,11 @@ extern int backend_keep_bytes;       /* cluster or Sentinel: requests keep their
 
 /* backend.c */
 struct backend_conn *backend_conn_new(struct backend_node *node, struct client *owner);
+/* The log lines of a connection down (a pool connection: lost, or a
+ * connect that failed, and when it tries again) and of a login Redis
+ * refused ("backend NAME" HOW WHY), at their levels (backend_log.c). */
+void backend_log_down(const struct backend_conn *conn, const char *why);
+void backend_log_refusal(const struct backend_conn *conn, const char *how, const char *why);
 void backend_connect(struct backend_conn *conn);
 void backend_conn_down(struct backend_conn *conn, const char *why);
 void backend_conn_release(struct backend_conn *conn);

@@ -230,6 +230,8 @@ static const struct config_key config_keys[] = {
      1000000000000LL, 0, LIVE(NUM)},
     {"slowlog_max_len", config_set_int, F(slowlog_max_len), 0, 1000000, 0, LIVE(NUM)},
     {"top_keys_capacity", config_set_int, F(top_keys_capacity), 0, 1000000, 0, RESTART(NUM)},
+    {"top_metrics_count", config_set_int, F(top_metrics_count), 0, 20, 0, LIVE(NUM)},
+    {"top_metrics_keys", config_set_yesno, F(top_metrics_keys), 0, 0, 0, LIVE(INT)},
     {"lock_replica_acks", config_set_acks, F(lock_replica_acks), 0, 1000, 0, LIVE(NUM)},
     {"lock_replica_timeout_ms", config_set_int, F(lock_replica_timeout_ms), 1, 3600000, 0,
      LIVE(NUM)},
@@ -294,6 +296,7 @@ static void config_defaults(struct config *cfg)
     cfg->slowlog_log_slower_than = 10000;   /* Redis's defaults */
     cfg->slowlog_max_len = 128;
     cfg->top_keys_capacity = 1024;
+    cfg->top_metrics_count = 5;
     cfg->lock_replica_timeout_ms = 1000;
     cfg->lock_max_ttl_ms = 30000;   /* Redisson's lease; README "Locks across a failover" */
     cfg->lock_failover_grace_ms = -1;   /* lock_max_ttl_ms */

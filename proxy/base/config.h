@@ -89,6 +89,8 @@ struct config {
     long long slowlog_log_slower_than; /* µs; 0: every request; negative: no slow log */
     long long slowlog_max_len;         /* entries the slow log keeps */
     long long top_keys_capacity;       /* subjects each PROXY TOP sketch keeps */
+    long long top_metrics_count;       /* ranks of each list in sluice_top_requests_per_second */
+    int top_metrics_keys;              /* the KEYS list there too (key names may be secret) */
     /* Locks across a failover (README "Locks"). */
     long long lock_replica_acks;       /* replicas a grant must reach (0: none asked;
                                           CONFIG_ACKS_ALL: every one online, at least one) */

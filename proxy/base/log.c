@@ -20,8 +20,10 @@
 /* A message longer than this is cut (and ends in "..."). */
 #define LOG_MSG_MAX 16384
 /* A JSON line: each byte of the message escaped to at most 6 ("\u00XX"),
- * plus time, pid and level. */
-#define LOG_LINE_MAX (LOG_MSG_MAX * 6 + 256)
+ * plus time, pid, level and event; and its fields, each key and value
+ * escaped likewise, with quotes and separators. */
+#define LOG_FIELD_ROOM ((64 + LOG_FIELD_VALUE_MAX) * 6 + 32)
+#define LOG_LINE_MAX (LOG_MSG_MAX * 6 + 256 + 64 * 6 + LOG_FIELDS_MAX * LOG_FIELD_ROOM)
 
 enum log_level log_current_level = LOG_NOTICE;
 static FILE *log_stream;
@@ -38,6 +40,15 @@ static const char log_level_priorities[] = "76543";
 static const char *const log_format_names[] = {"text", "json"};
 
 static char log_line[LOG_LINE_MAX];
+
+/* The event and fields of the line being written (log_event), for the
+ * JSON format; none for a plain log_write. */
+struct log_ctx {
+    const char *event;
+    const struct log_field *fields;
+    int n;
+};
+static struct log_ctx log_ctx;
 
 /* A warning written again within LOG_REPEAT_MS of its first line is not
  * written: it is counted, and the count is written as one line once the
@@ -56,6 +67,7 @@ struct log_repeat {
     uint64_t last_ms;        /* the last one counted */
     unsigned long count;     /* not written since first_ms */
     enum log_level level;
+    const char *event;       /* log_event's, a literal; NULL: none */
     char text[LOG_REPEAT_TEXT];
 };
 
@@ -211,10 +223,10 @@ static size_t log_utf8_len(const unsigned char *s, size_t n)
 /* Append MSG to OUT (at *AT) as the inside of a JSON string: quotes,
  * backslashes and control characters escaped, each byte that is not valid
  * UTF-8 replaced by U+FFFD. OUT has room for 6 bytes per byte of MSG. */
-static void log_json_escape(char *out, size_t *at, const char *msg)
+static void log_json_escape_n(char *out, size_t *at, const char *msg, size_t n)
 {
     const unsigned char *s = (const unsigned char *)msg;
-    size_t n = strlen(msg), len;
+    size_t len;
 
     for (size_t i = 0; i < n; i += len) {
         len = 1;
@@ -239,6 +251,60 @@ static void log_json_escape(char *out, size_t *at, const char *msg)
     }
 }
 
+static void log_json_escape(char *out, size_t *at, const char *msg)
+{
+    log_json_escape_n(out, at, msg, strlen(msg));
+}
+
+/* F as `"key":value,` into OUT at *AT (LOG_FIELD_ROOM bytes free). */
+static void log_json_field(char *out, size_t *at, const struct log_field *f)
+{
+    size_t len;
+
+    out[(*at)++] = '"';
+    log_json_escape_n(out, at, f->key, strnlen(f->key, 64));
+    memcpy(out + *at, "\":", 2);
+    *at += 2;
+    switch (f->kind) {
+    case LOG_FIELD_STR:
+        if (f->str == NULL) {
+            *at += (size_t)sprintf(out + *at, "null");
+            break;
+        }
+        len = strnlen(f->str, LOG_FIELD_VALUE_MAX);
+        out[(*at)++] = '"';
+        log_json_escape_n(out, at, f->str, len);
+        out[(*at)++] = '"';
+        break;
+    case LOG_FIELD_NUM:
+        *at += (size_t)sprintf(out + *at, "%lld", f->num);
+        break;
+    case LOG_FIELD_BOOL:
+        *at += (size_t)sprintf(out + *at, "%s", f->num ? "true" : "false");
+        break;
+    case LOG_FIELD_MS:
+        *at += (size_t)sprintf(out + *at, "%s%lld.%03lld", f->num < 0 ? "-" : "",
+                               llabs(f->num) / 1000, llabs(f->num) % 1000);
+        break;
+    }
+    out[(*at)++] = ',';
+}
+
+/* The event and fields of log_ctx (none: nothing) into log_line at *AT,
+ * each followed by a comma. */
+static void log_json_fields(size_t *at)
+{
+    if (log_ctx.event == NULL)
+        return;
+    memcpy(log_line + *at, "\"event\":\"", 9);
+    *at += 9;
+    log_json_escape_n(log_line, at, log_ctx.event, strnlen(log_ctx.event, 64));
+    memcpy(log_line + *at, "\",", 2);
+    *at += 2;
+    for (int i = 0; i < log_ctx.n && i < LOG_FIELDS_MAX; i++)
+        log_json_field(log_line, at, &log_ctx.fields[i]);
+}
+
 /* LEVEL and MSG as one JSON object and a newline, in log_line; its length.
  * PREFIX ("" or journald's "<N>") goes first. */
 static size_t log_format_json(const char *prefix, enum log_level level, const char *msg,
@@ -250,9 +316,12 @@ static size_t log_format_json(const char *prefix, enum log_level level, const ch
 
     gmtime_r(&tv->tv_sec, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-    at = (size_t)snprintf(log_line, 256, "%s{\"time\":\"%s.%03dZ\",\"pid\":%d,\"level\":\"%s\",\"msg\":\"",
+    at = (size_t)snprintf(log_line, 256, "%s{\"time\":\"%s.%03dZ\",\"pid\":%d,\"level\":\"%s\",",
                           prefix, stamp, (int)(tv->tv_usec / 1000), (int)getpid(),
                           log_level_names[level]);
+    log_json_fields(&at);
+    memcpy(log_line + at, "\"msg\":\"", 7);
+    at += 7;
     log_json_escape(log_line, &at, msg);
     memcpy(log_line + at, "\"}\n", 3);
     return at + 3;
@@ -348,10 +417,17 @@ static void log_repeat_write(struct log_repeat *r, const struct timeval *tv)
     snprintf(line, sizeof(line), "%s%s (repeated %lu time%s in %llu.%llu s)", r->text,
              r->len >= LOG_REPEAT_TEXT ? "..." : "", r->count, r->count == 1 ? "" : "s",
              (unsigned long long)(span / 1000), (unsigned long long)(span % 1000 / 100));
+    struct log_field count = LOG_NUM("repeated", r->count);
+    struct log_ctx outer = log_ctx;   /* a log_event line may be on its way */
+
     r->count = 0;
     r->first_ms = log_ms(tv);
     log_repeats_pending--;
+    log_ctx.event = r->event;
+    log_ctx.fields = &count;
+    log_ctx.n = 1;
     log_out(r->level, line, tv);
+    log_ctx = outer;
 }
 
 /* Write the counts whose window has passed (every count with FORCE). */
@@ -418,32 +494,56 @@ static int log_repeat_swallow(enum log_level level, const char *msg, const struc
     victim->hash = h;
     victim->len = len;
     victim->level = level;
+    victim->event = log_ctx.event;
     victim->first_ms = victim->last_ms = now;
     memcpy(victim->text, msg, len < LOG_REPEAT_TEXT ? len + 1 : LOG_REPEAT_TEXT - 1);
     victim->text[LOG_REPEAT_TEXT - 1] = '\0';
     return 0;
 }
 
-void log_write(enum log_level level, const char *fmt, ...)
+/* Write FMT's message at LEVEL, with log_ctx's event and fields (set by
+ * the caller, cleared here). */
+static void log_vwrite(enum log_level level, const char *fmt, va_list ap)
 {
     char msg[LOG_MSG_MAX];
     struct timeval tv;
-    va_list ap;
     int n;
 
-    if (level < log_current_level)
-        return;
     gettimeofday(&tv, NULL);
-    va_start(ap, fmt);
     n = vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
     if (n >= (int)sizeof(msg))
         memcpy(msg + sizeof(msg) - 4, "...", 4);
     /* A message ending in newlines (an error list) makes no empty lines. */
     for (n = (int)strlen(msg); n > 0 && msg[n - 1] == '\n'; n--)
         msg[n - 1] = '\0';
-    if (level == LOG_WARNING && log_repeat_swallow(level, msg, &tv))
-        return;
-    log_out(level, msg, &tv);
+    if (level != LOG_WARNING || !log_repeat_swallow(level, msg, &tv))
+        log_out(level, msg, &tv);
+    memset(&log_ctx, 0, sizeof(log_ctx));
     log_repeats_drain(0);
+}
+
+void log_write(enum log_level level, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (level < log_current_level)
+        return;
+    va_start(ap, fmt);
+    log_vwrite(level, fmt, ap);
+    va_end(ap);
+}
+
+void log_event(enum log_level level, const char *event, const struct log_field *fields, int n,
+               const char *fmt, ...)
+{
+    va_list ap;
+
+    if (level < log_current_level)
+        return;
+    log_ctx.event = event;
+    log_ctx.fields = fields;
+    log_ctx.n = n;
+    va_start(ap, fmt);
+    log_vwrite(level, fmt, ap);
+    va_end(ap);
 }

@@ -50,6 +50,34 @@ void log_report_text(const char *text);
 void log_write(enum log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* One field of a log_event line: KEY (a literal, not one of time, pid,
+ * level, event, msg) and its value by KIND: a string (NULL: null), a
+ * number, a boolean, or milliseconds written as seconds ("0.018"). */
+enum log_field_kind { LOG_FIELD_STR, LOG_FIELD_NUM, LOG_FIELD_BOOL, LOG_FIELD_MS };
+
+struct log_field {
+    const char *key;
+    enum log_field_kind kind;
+    const char *str;
+    long long num;
+};
+
+#define LOG_STR(k, v) {(k), LOG_FIELD_STR, (v), 0}
+#define LOG_NUM(k, v) {(k), LOG_FIELD_NUM, NULL, (long long)(v)}
+#define LOG_BOOL(k, v) {(k), LOG_FIELD_BOOL, NULL, (v) != 0}
+#define LOG_MS(k, v) {(k), LOG_FIELD_MS, NULL, (long long)(v)}
+/* Fields of one line written at most (more are left out), and the bytes
+ * of a string value kept (a longer one is cut). */
+#define LOG_FIELDS_MAX 12
+#define LOG_FIELD_VALUE_MAX 1024
+
+/* log_write's line, for a line that has fields: the text formats write
+ * exactly what log_write would; log_format = json adds "event":EVENT (a
+ * string literal: a repeat count written later names it too) and each
+ * of the N FIELDS, escaped as msg is. */
+void log_event(enum log_level level, const char *event, const struct log_field *fields, int n,
+               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /* Write the counts of repeated warnings whose second has passed; called
  * from sluice's periodic tick, so a count is never held back for long. */
 void log_repeats_flush(void);

@@ -65,7 +65,9 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(lock_primary_changes_total, COUNTER, "", "Reports of the primary seen by the locks: start, first contact, changes.") \
     X(lock_grace_remaining_seconds, GAUGE, "shard", "Failover grace left on the shard: no lock granted there meanwhile (0: none).") \
     X(slowlog_length, GAUGE, "", "Entries in the slow log.")                               \
-    X(slowlog_entries_total, COUNTER, "", "Entries ever added to the slow log.")
+    X(slowlog_entries_total, COUNTER, "", "Entries ever added to the slow log.")             \
+    X(top_requests_per_second, GAUGE, "list,rank,subject",                                  \
+      "PROXY TOP's busiest subjects of each list (top_metrics_count ranks), requests per second over 10 s.")
 
 enum metrics_id {
 #define X(name, type, labels, help) METRIC_##name,
@@ -74,7 +76,7 @@ enum metrics_id {
     METRIC_COUNT
 };
 
-#define METRICS_MAX_LABELS 2
+#define METRICS_MAX_LABELS 3
 
 /* Histogram buckets, upper bounds in microseconds (100 us to 10 s); the
  * last count is +Inf. */

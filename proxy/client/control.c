@@ -61,12 +61,17 @@ static struct {
 } control = {.held = TAILQ_HEAD_INITIALIZER(control.held)};
 
 /* "PROXY PAUSE WRITE TIMEOUT 5000 by user 'admin' from 127.0.0.1:5000
- * (client 12)": every control, as it acts. */
+ * (client 12)": every control, as it acts (event "control" in JSON, with
+ * user, addr, client, command and result). */
 static void control_audit(const struct client *caller, int argc, const struct sv *argv,
                           const char *result)
 {
     char words[256];
     size_t at = 0;
+    const char *user = caller->user != NULL ? caller->user : "default";
+    const struct log_field f[] = {LOG_STR("user", user), LOG_STR("addr", caller->addr_text),
+                                  LOG_NUM("client", caller->id), LOG_STR("command", words),
+                                  LOG_STR("result", result)};
 
     for (int i = 0; i < argc && at < sizeof(words) - 1; i++) {
         int n = snprintf(words + at, sizeof(words) - at, "%s%.*s", i > 0 ? " " : "",
@@ -77,9 +82,9 @@ static void control_audit(const struct client *caller, int argc, const struct sv
         if ((unsigned char)words[i] < 0x20 || (unsigned char)words[i] == 0x7f)
             words[i] = '?';   /* one line per control, whatever was sent */
     }
-    log_notice("%s by user '%s' from %s (client %llu): %s", words,
-               caller->user != NULL ? caller->user : "default", caller->addr_text,
-               (unsigned long long)caller->id, result);
+
+    log_event(LOG_NOTICE, "control", f, 5, "%s by user '%s' from %s (client %llu): %s", words,
+              user, caller->addr_text, (unsigned long long)caller->id, result);
 }
 
 /* The gauges, set at each change. */

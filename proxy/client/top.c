@@ -19,6 +19,7 @@
 
 #include "client.h"
 #include "commands.h"
+#include "metrics.h"
 #include "reply.h"
 #include "request.h"
 #include "server.h"
@@ -316,6 +317,36 @@ void top_cron(uint64_t now_ms)
     top_last_decay_ms = now_ms;
     for (int k = 0; k < TOP_KINDS; k++)
         topk_decay(&top_sketches[k]);
+}
+
+/* Most ranks of each list in sluice_top_requests_per_second
+ * (top_metrics_count's bound). */
+#define TOP_METRICS_MAX 20
+
+void top_metrics_refresh(int count, int keys)
+{
+    const struct topk_entry *rows[TOP_METRICS_MAX];
+    char subject[TOPK_SUBJECT_MAX + 1], rank[16];
+    uint64_t now_s = server_pass_now_us() / 1000000;
+
+    metrics_family_clear(METRIC_top_requests_per_second);
+    if (top_sketches[0].capacity == 0 || count <= 0)
+        return;
+    if (count > TOP_METRICS_MAX)
+        count = TOP_METRICS_MAX;
+    top_flush_all();
+    for (int k = 0; k < TOP_KINDS; k++) {
+        /* Keys only when asked: a key's name may be data (an e-mail, a
+         * token) that a metrics store should not keep. */
+        int n = k == TOP_KEYS && !keys ? 0 : topk_list(&top_sketches[k], now_s, 0, rows, count);
+        for (int i = 0; i < n; i++) {
+            const char *values[3] = {top_kind_names[k], rank, subject};
+            subject[topk_subject(rows[i], subject)] = '\0';
+            snprintf(rank, sizeof(rank), "%d", i + 1);
+            metrics_series_set(metrics_series(METRIC_top_requests_per_second, values),
+                               (double)topk_recent(rows[i], now_s) / (double)TOPK_WINDOW_S);
+        }
+    }
 }
 
 /* One row: [subject, requests per second over the window, requests,

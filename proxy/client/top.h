@@ -38,6 +38,12 @@ void top_client_closed(struct client *c);
  * subjects busy long ago give way to those busy now. */
 void top_cron(uint64_t now_ms);
 
+/* Set the gauge sluice_top_requests_per_second afresh (at each scrape):
+ * for each list (clients, users, names, ips, commands; keys too with
+ * KEYS), its COUNT busiest subjects, ranked 1..COUNT, at their rate of
+ * PROXY TOP. At most 6 * COUNT series at a time, whatever the traffic. */
+void top_metrics_refresh(int count, int keys);
+
 /* PROXY TOP ARGV[2] [COUNT n] (ARGC arguments in all) into OUT. */
 void top_command(int argc, const struct sv *argv, struct evbuffer *out);
 

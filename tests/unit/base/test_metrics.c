@@ -141,6 +141,29 @@ static void test_unlabelled_and_gauges(void)
     metrics_free_all();
 }
 
+/* A family of three labels (the top gauge): each value written, the
+ * third told apart, all dropped by a clear. */
+static void test_three_labels(void)
+{
+    const char *a[3] = {"names", "1", "noisy\"one"}, *b[3] = {"names", "2", "quiet"};
+    char *text;
+
+    metrics_series_set(metrics_series(METRIC_top_requests_per_second, a), 12.5);
+    metrics_series_set(metrics_series(METRIC_top_requests_per_second, b), 1);
+    CHECK(metrics_series(METRIC_top_requests_per_second, a) !=
+          metrics_series(METRIC_top_requests_per_second, b));
+    text = exposition();
+    CHECK(strstr(text, "sluice_top_requests_per_second{list=\"names\",rank=\"1\","
+                       "subject=\"noisy\\\"one\"} 12.5\n") != NULL);
+    CHECK(strstr(text, "{list=\"names\",rank=\"2\",subject=\"quiet\"} 1\n") != NULL);
+    free(text);
+    metrics_family_clear(METRIC_top_requests_per_second);
+    text = exposition();
+    CHECK(strstr(text, "sluice_top_requests_per_second{") == NULL);
+    free(text);
+    metrics_free_all();
+}
+
 static void test_fine_percentiles(void)
 {
     static struct metrics_fine h;
@@ -164,4 +187,5 @@ UNIT_MAIN("metrics",
           {"histogram bucket of every length", test_histogram_bucket_of_every_length},
           {"label escaping", test_escape},
           {"unlabelled families and gauges", test_unlabelled_and_gauges},
+          {"three labels", test_three_labels},
           {"fine histogram percentiles", test_fine_percentiles})
