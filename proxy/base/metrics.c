@@ -4,6 +4,7 @@
 #include "metrics.h"
 
 #include <event2/buffer.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -390,6 +391,18 @@ static void metrics_write_hist(struct evbuffer *out, const struct metrics_family
     evbuffer_add_printf(out, " %llu\n", (unsigned long long)cumulated);
 }
 
+/* " VALUE\n": the shortest of %.15g and %.17g that reads back as VALUE
+ * (27.484, not 27.484000000000002; a start time keeps every digit). */
+static void metrics_write_double(struct evbuffer *out, double value)
+{
+    char text[40];
+
+    snprintf(text, sizeof(text), "%.15g", value);
+    if (strtod(text, NULL) != value)
+        snprintf(text, sizeof(text), "%.17g", value);
+    evbuffer_add_printf(out, " %s\n", text);
+}
+
 static void metrics_write_family(struct evbuffer *out, enum metrics_id id)
 {
     static const char *const type_names[] = {"counter", "gauge", "histogram"};
@@ -408,7 +421,7 @@ static void metrics_write_family(struct evbuffer *out, enum metrics_id id)
         if (f->type == METRICS_COUNTER)
             evbuffer_add_printf(out, " %llu\n", (unsigned long long)s->v.count);
         else
-            evbuffer_add_printf(out, " %.17g\n", s->v.gauge);
+            metrics_write_double(out, s->v.gauge);
     }
 }
 
