@@ -27,6 +27,7 @@
 #include "control.h"
 #include "handover.h"
 #include "sentinel.h"
+#include "sentinel_failover.h"
 #include "glob.h"
 #include "listener.h"
 #include "learn.h"
@@ -613,6 +614,7 @@ static void main_register_hooks(void)
     throttle_set_release(client_release_held);
     cluster_set_split_wants(cluster_split_wants);
     backend_set_node_up_hook(main_node_up);
+    sentinel_failover_set_hold_hook(control_failover_hold);
     primary_set_changed_hook(lockgrace_primary_changed);
     primary_set_checked_hook(lockgrace_checked);
     primary_set_epoch_hook(lockgrace_adopt_epoch);
