@@ -16,12 +16,14 @@ switch time, printed).
 """
 
 import os
+import socket
 import threading
 import time
 
 import pytest
 import redis
 
+from conftest import RedisServer
 from helpers import SLOW, wait_until
 from sentinel_helpers import (MASTER, SentinelTopology, sentinel_sluices,  # noqa: F401
                               wait_primary_switch)
@@ -164,3 +166,64 @@ def test_planned_failovers_lose_no_acknowledged_write(topo, sentinel_sluices):
         info = s.info()
         assert int(info["sentinel_failover_holds"]) >= FAILOVERS, info
         assert info["sentinel_failover_holding"] == "0"
+
+
+def held(conn, timeout):
+    """True when CONN's request got no reply within TIMEOUT seconds."""
+    try:
+        conn.read_reply(timeout=timeout)
+    except socket.timeout:
+        return True
+    return False
+
+
+def test_failover_announced_never_completing_or_aborted(topo, sentinel_sluices, tmp_path):
+    """A "Sentinel" (a plain redis-server sluice is told is a fourth one:
+    the three real ones are still the majority) announces a failover that
+    never comes: writes are held, reads go on; the hold ends after
+    failover_retry_window and the writes go to the primary as it was; the
+    same failover (epoch) announced again holds nothing; a new one held is
+    ended at once by its -failover-abort-*."""
+    fake = RedisServer(tmp_path / "fake-sentinel").start()
+    try:
+        s = sentinel_sluices(topo, failover_retry_window=1500,
+                             sentinels=f"{topo.sentinel_list()} 127.0.0.1:{fake.port}")
+        pub = fake.client()
+        wait_until(lambda: pub.execute_command("PUBSUB", "NUMSUB", "+try-failover")[1] == 1,
+                   10 * SLOW, msg="sluice subscribed on every Sentinel")
+        body = f"master {MASTER} 127.0.0.1 {topo.primary.port}"
+        c = s.client()
+        c.set("k", 1)
+        pub.publish("+new-epoch", "50")
+        pub.publish("+try-failover", body)
+        wait_until(lambda: s.info()["sentinel_failover_holding"] == "1", 5 * SLOW,
+                   msg="writes held")
+        with s.raw(timeout=10 * SLOW) as w:
+            w.send_command("INCR", "k")
+            assert held(w, 0.3), "a write went to the primary during an announced failover"
+            assert c.get("k") == b"1"   # reads go on
+            assert w.read_reply(timeout=10 * SLOW) == 2   # the window passed: sent
+        assert s.info()["sentinel_failover_holding"] == "0"
+        assert topo.primary.client().get("k") == b"2"
+        # The same failover again: no second hold.
+        pub.publish("+failover-state-select-slave", body)
+        time.sleep(0.2)
+        assert c.incr("k") == 3
+        assert s.info()["sentinel_failover_holding"] == "0"
+        # A new one, aborted: the held write goes on at once.
+        pub.publish("+new-epoch", "51")
+        pub.publish("+try-failover", body)
+        wait_until(lambda: s.info()["sentinel_failover_holding"] == "1", 5 * SLOW,
+                   msg="writes held again")
+        with s.raw(timeout=10 * SLOW) as w:
+            w.send_command("INCR", "k")
+            assert held(w, 0.3)
+            pub.publish("-failover-abort-not-elected", body)
+            assert w.read_reply(timeout=1.0 * SLOW) == 4
+        info = s.info()
+        assert info["sentinel_failover_holding"] == "0" and info["sentinel_failover_holds"] == "2"
+        log = s.log_path.read_text()
+        assert "no switch within failover_retry_window" in log
+        assert "aborted by Sentinel, no switch" in log
+    finally:
+        fake.stop()
