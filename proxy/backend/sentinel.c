@@ -669,7 +669,7 @@ static void sentinel_confirm(const char *name)
     if (node == NULL)
         return;
     backend_primary_set(node);
-    sentinel_failover_switched(old, node);   /* before old's connections retire */
+    sentinel_failover_switching(old, node);   /* before old's connections retire */
     if (old != NULL && old != node) {
         backend_node_retire(old, 1);
         backend_node_drop_private(old, "the primary failed over");
@@ -688,6 +688,9 @@ static void sentinel_confirm(const char *name)
     sentinel_switches++;
     (*sentinel_metric_switches)++;
     sentinel_last_switch = time(NULL);
+    /* Last: the held writes go to NODE, none to OLD's sessions, and a held
+     * LOCK meets the grace just begun. */
+    sentinel_failover_switched();
 }
 
 /* ---------------------------------------------------------------------

@@ -469,7 +469,7 @@ void sentinel_failover_on_message(const char *peer, const char *channel, const c
     }
 }
 
-void sentinel_failover_switched(struct backend_node *old, struct backend_node *node)
+void sentinel_failover_switching(struct backend_node *old, struct backend_node *node)
 {
     uint64_t now = server_now_ms();
 
@@ -489,6 +489,12 @@ void sentinel_failover_switched(struct backend_node *old, struct backend_node *n
     snprintf(fo.new_name, sizeof(fo.new_name), "%s", backend_node_name(node));
     struct backend_conn *conn = backend_control_conn(node);
     fo.new_state = conn != NULL && failover_send_info(conn, failover_new_info_cb) == 0 ? 0 : -1;
+}
+
+void sentinel_failover_switched(void)
+{
+    if (fo.cfg == NULL)
+        return;
     if (fo.holding) {
         char why[400];
         snprintf(why, sizeof(why), "switched to %s", fo.new_name);

@@ -44,9 +44,14 @@ void sentinel_failover_start(const struct config *cfg);
 void sentinel_failover_on_message(const char *peer, const char *channel, const char *body,
                                   const char *current);
 
-/* The majority-confirmed switch from OLD (NULL: none) to NODE: held
- * writes go to NODE; the check of what OLD acknowledged begins. */
-void sentinel_failover_switched(struct backend_node *old, struct backend_node *node);
+/* The majority-confirmed switch from OLD (NULL: none) to NODE, NODE the
+ * default node already and OLD's connections not yet retired: the check
+ * of what OLD acknowledged goes on (or begins, when no event came). */
+void sentinel_failover_switching(struct backend_node *old, struct backend_node *node);
+
+/* The same switch, OLD's private connections dropped: the held writes go
+ * to the primary (NODE) now. */
+void sentinel_failover_switched(void);
 
 /* Every Sentinel tick: a hold past failover_retry_window ends. */
 void sentinel_failover_tick(uint64_t now_ms);
