@@ -15,7 +15,11 @@
  *   else: the writes acknowledged from FAILOVER_LOOKBACK_MS before the
  *         hold to the switch are counted unconfirmed (and logged)
  *   -failover-abort-* by every Sentinel that began one, or no switch in
- *   failover_retry_window: the held writes go to the primary of then.
+ *   failover_retry_window: the held writes go to the primary of then; a
+ *   Sentinel whose failover never switched holds nothing more until a
+ *   switch (one that lies, or is stuck, cannot hold writes for ever).
+ *   +switch-master alone holds nothing (the promotion is past, and one
+ *   Sentinel could repeat it): it only times Sentinel's switch.
  */
 #include "sentinel_failover.h"
 
@@ -64,7 +68,6 @@ static const struct {
     {"+failover-state-reconf-slaves", SIGN_LATE},
     {"+failover-end-for-timeout", SIGN_LATE},
     {"+failover-end", SIGN_LATE},
-    {"+switch-master", SIGN_LATE},
     {"-failover-abort-not-elected", SIGN_ABORT},
     {"-failover-abort-no-good-slave", SIGN_ABORT},
     {"-failover-abort-slave-timeout", SIGN_ABORT},
@@ -82,8 +85,9 @@ static struct {
     int late;                        /* its first sign came after REPLICAOF NO ONE */
     long long epoch;                 /* the last +new-epoch heard, -1: none */
     long long hold_epoch;
-    long long gave_up_epoch;         /* a hold at this epoch ended unswitched: not again */
     char active[CONFIG_MAX_SEEDS][SENTINEL_VOTE_NAME_MAX]; /* Sentinels failing over */
+    char distrusted[CONFIG_MAX_SEEDS][SENTINEL_VOTE_NAME_MAX]; /* announced, never switched:
+                                                                  not heard until a switch */
     /* The check of what the old primary acknowledged. */
     unsigned gen;                    /* replies of an older check are ignored */
     int checking;
@@ -109,7 +113,7 @@ static struct {
     long long last_pause_ms, last_sentinel_ms;
     const char *last_verdict;
     uint64_t *metric_unconfirmed;
-} fo = {.epoch = -1, .gave_up_epoch = -2, .last_pause_ms = -1, .last_sentinel_ms = -1,
+} fo = {.epoch = -1, .last_pause_ms = -1, .last_sentinel_ms = -1,
         .last_verdict = "none"};
 
 void sentinel_failover_set_hold_hook(sentinel_failover_hold_fn *fn)
@@ -332,25 +336,34 @@ static void failover_active_clear(void)
     memset(fo.active, 0, sizeof(fo.active));
 }
 
-/* Note PEER as failing over (ON 1) or no more; returns how many are. */
-static int failover_active_set(const char *peer, int on)
+/* Put PEER in the set SET (ON 1) or take it out; returns how many are in. */
+static int failover_set_put(char set[][SENTINEL_VOTE_NAME_MAX], const char *peer, int on)
 {
     int count = 0, slot = -1;
 
     for (int i = 0; i < CONFIG_MAX_SEEDS; i++) {
-        if (fo.active[i][0] != '\0' && strcmp(fo.active[i], peer) == 0) {
+        if (set[i][0] != '\0' && strcmp(set[i], peer) == 0) {
             if (!on)
-                fo.active[i][0] = '\0';
+                set[i][0] = '\0';
             slot = -2;
-        } else if (fo.active[i][0] == '\0' && slot == -1) {
+        } else if (set[i][0] == '\0' && slot == -1) {
             slot = i;
         }
     }
     if (on && slot >= 0)
-        snprintf(fo.active[slot], sizeof(fo.active[slot]), "%s", peer);
+        snprintf(set[slot], SENTINEL_VOTE_NAME_MAX, "%s", peer);
     for (int i = 0; i < CONFIG_MAX_SEEDS; i++)
-        count += fo.active[i][0] != '\0';
+        count += set[i][0] != '\0';
     return count;
+}
+
+static int failover_set_has(char set[][SENTINEL_VOTE_NAME_MAX], const char *peer)
+{
+    for (int i = 0; i < CONFIG_MAX_SEEDS; i++) {
+        if (set[i][0] != '\0' && strcmp(set[i], peer) == 0)
+            return 1;
+    }
+    return 0;
 }
 
 /* End the hold for WHY: the held writes go to the primary of now. */
@@ -375,12 +388,9 @@ static void failover_sign(const char *peer, const char *channel, enum failover_s
     uint64_t now = server_now_ms();
     uint64_t window = (uint64_t)fo.cfg->failover_retry_window_ms;
 
-    if (fo.epoch >= 0 && fo.epoch == fo.gave_up_epoch)
-        return;   /* this failover held once and never switched: not again */
-    if (strcmp(channel, "+switch-master") != 0)
-        failover_active_set(peer, 1);
-    else if (fo.switch_heard_ms == 0)
-        fo.switch_heard_ms = now;
+    if (failover_set_has(fo.distrusted, peer))
+        return;   /* its last failover held writes and never switched */
+    failover_set_put(fo.active, peer, 1);
     if (fo.holding) {
         if (fo.epoch > fo.hold_epoch) {   /* another failover began meanwhile */
             fo.hold_epoch = fo.epoch;
@@ -399,7 +409,7 @@ static void failover_sign(const char *peer, const char *channel, enum failover_s
     fo.since_ms = now;
     fo.until_ms = now + window;
     fo.cap_ms = now + 2 * window;
-    fo.switch_heard_ms = strcmp(channel, "+switch-master") == 0 ? now : 0;
+    fo.switch_heard_ms = 0;
     fo.hold_epoch = fo.epoch;
     fo.late = sign == SIGN_LATE;
     snprintf(fo.first_sign, sizeof(fo.first_sign), "%s", channel);
@@ -414,15 +424,20 @@ static void failover_sign(const char *peer, const char *channel, enum failover_s
 }
 
 /* "master NAME ip port", or "slave ip:port ip port @ NAME mip mport": is
- * BODY about our master? */
-static int failover_ours(const char *body)
+ * BODY about our master at CURRENT, the primary sluice uses? A Sentinel's
+ * late events of a failover sluice already followed (the leader may say
+ * +failover-end after the others' +switch-master) name the old address. */
+static int failover_ours(const char *body, const char *current)
 {
-    const char *name = fo.cfg->sentinel_master;
     const char *at = strstr(body, " @ ");
     const char *p = strncmp(body, "master ", 7) == 0 ? body + 7 : at != NULL ? at + 3 : NULL;
-    size_t n = strlen(name);
+    char name[256], ip[256], port[16], addr[SENTINEL_VOTE_NAME_MAX];
 
-    return p != NULL && strncmp(p, name, n) == 0 && (p[n] == ' ' || p[n] == '\0');
+    if (p == NULL || sscanf(p, "%255s %255s %15s", name, ip, port) != 3 ||
+        strcmp(name, fo.cfg->sentinel_master) != 0)
+        return 0;
+    sentinel_vote_hostport(addr, sizeof(addr), ip, port);
+    return strcmp(addr, current) == 0;
 }
 
 void sentinel_failover_on_message(const char *peer, const char *channel, const char *body,
@@ -437,23 +452,21 @@ void sentinel_failover_on_message(const char *peer, const char *channel, const c
         fo.epoch = strtoll(body, NULL, 10);
         return;
     }
-    for (i = 0; i < sizeof(failover_events) / sizeof(failover_events[0]); i++) {
-        if (strcmp(failover_events[i].channel, channel) == 0)
-            break;
-    }
-    if (i == sizeof(failover_events) / sizeof(failover_events[0]))
-        return;
     if (strcmp(channel, "+switch-master") == 0) {
-        /* "name oldip oldport newip newport": a sign when it moves. */
+        /* "name oldip oldport newip newport": when Sentinel switched. */
         if (sscanf(body, "%255s %*s %*s %255s %15s", name, newip, newport) != 3 ||
             strcmp(name, fo.cfg->sentinel_master) != 0)
             return;
         sentinel_vote_hostport(addr, sizeof(addr), newip, newport);
-        if (strcmp(addr, current) != 0)
-            failover_sign(peer, channel, SIGN_LATE);
+        if (fo.holding && fo.switch_heard_ms == 0 && strcmp(addr, current) != 0)
+            fo.switch_heard_ms = server_now_ms();
         return;
     }
-    if (!failover_ours(body))
+    for (i = 0; i < sizeof(failover_events) / sizeof(failover_events[0]); i++) {
+        if (strcmp(failover_events[i].channel, channel) == 0)
+            break;
+    }
+    if (i == sizeof(failover_events) / sizeof(failover_events[0]) || !failover_ours(body, current))
         return;
     if (failover_events[i].sign != SIGN_ABORT) {
         failover_sign(peer, channel, failover_events[i].sign);
@@ -462,7 +475,7 @@ void sentinel_failover_on_message(const char *peer, const char *channel, const c
     log_notice("sentinel %s: %s %s", peer, channel, body);
     /* The hold ends when every Sentinel that began a failover stopped, and
      * none said the master switched. */
-    if (failover_active_set(peer, 0) == 0 && fo.holding && fo.switch_heard_ms == 0) {
+    if (failover_set_put(fo.active, peer, 0) == 0 && fo.holding && fo.switch_heard_ms == 0) {
         fo.checking = 0;   /* no switch: the old primary keeps what it has */
         fo.gen++;
         failover_release("aborted by Sentinel, no switch");
@@ -500,7 +513,7 @@ void sentinel_failover_switched(void)
         snprintf(why, sizeof(why), "switched to %s", fo.new_name);
         failover_release(why);
     }
-    fo.gave_up_epoch = -2;
+    memset(fo.distrusted, 0, sizeof(fo.distrusted));
     failover_maybe_judge();
 }
 
@@ -519,11 +532,15 @@ void sentinel_failover_tick(uint64_t now_ms)
         /* A failover that never completes (or a Sentinel that only says
          * so) holds writes no longer than the window, and this one's
          * events hold them no more. */
-        fo.gave_up_epoch = fo.hold_epoch;
+        for (int i = 0; i < CONFIG_MAX_SEEDS; i++) {
+            if (fo.active[i][0] != '\0')
+                failover_set_put(fo.distrusted, fo.active[i], 1);
+        }
         fo.checking = 0;
         fo.gen++;
         log_warning("sentinel: failover of '%s' announced (%s from sentinel %s) but no switch "
-                    "within failover_retry_window", fo.cfg->sentinel_master, fo.first_sign,
+                    "within failover_retry_window; the Sentinels that announced it hold no "
+                    "writes until a switch", fo.cfg->sentinel_master, fo.first_sign,
                     fo.first_peer);
         failover_release("gave up waiting");
     }

@@ -38,9 +38,9 @@ void sentinel_failover_set_hold_hook(sentinel_failover_hold_fn *fn);
 void sentinel_failover_start(const struct config *cfg);
 
 /* A pub/sub message of Sentinel PEER on CHANNEL with BODY. A failover's
- * event for our master holds writes (CURRENT: the primary's "host:port"
- * now, for +switch-master); an abort by every Sentinel that started one
- * ends the hold. */
+ * event for our master at CURRENT (the primary's "host:port" sluice uses
+ * now) holds writes; an abort by every Sentinel that started one ends
+ * the hold. */
 void sentinel_failover_on_message(const char *peer, const char *channel, const char *body,
                                   const char *current);
 

@@ -179,11 +179,11 @@ def held(conn, timeout):
 
 def test_failover_announced_never_completing_or_aborted(topo, sentinel_sluices, tmp_path):
     """A "Sentinel" (a plain redis-server sluice is told is a fourth one:
-    the three real ones are still the majority) announces a failover that
-    never comes: writes are held, reads go on; the hold ends after
-    failover_retry_window and the writes go to the primary as it was; the
-    same failover (epoch) announced again holds nothing; a new one held is
-    ended at once by its -failover-abort-*."""
+    the three real ones are still the majority) announces failovers that
+    never come. Writes are held, reads go on; an abort from it ends the
+    hold at once; a failover that never switches holds them for
+    failover_retry_window, then they go to the primary as it was, and that
+    Sentinel holds nothing more (a new epoch, +switch-master: nothing)."""
     fake = RedisServer(tmp_path / "fake-sentinel").start()
     try:
         s = sentinel_sluices(topo, failover_retry_window=1500,
@@ -194,6 +194,7 @@ def test_failover_announced_never_completing_or_aborted(topo, sentinel_sluices, 
         body = f"master {MASTER} 127.0.0.1 {topo.primary.port}"
         c = s.client()
         c.set("k", 1)
+        # Announced, then aborted: the held write goes on at once.
         pub.publish("+new-epoch", "50")
         pub.publish("+try-failover", body)
         wait_until(lambda: s.info()["sentinel_failover_holding"] == "1", 5 * SLOW,
@@ -202,28 +203,31 @@ def test_failover_announced_never_completing_or_aborted(topo, sentinel_sluices, 
             w.send_command("INCR", "k")
             assert held(w, 0.3), "a write went to the primary during an announced failover"
             assert c.get("k") == b"1"   # reads go on
-            assert w.read_reply(timeout=10 * SLOW) == 2   # the window passed: sent
+            pub.publish("-failover-abort-not-elected", body)
+            assert w.read_reply(timeout=1.0 * SLOW) == 2
         assert s.info()["sentinel_failover_holding"] == "0"
-        assert topo.primary.client().get("k") == b"2"
-        # The same failover again: no second hold.
-        pub.publish("+failover-state-select-slave", body)
-        time.sleep(0.2)
-        assert c.incr("k") == 3
-        assert s.info()["sentinel_failover_holding"] == "0"
-        # A new one, aborted: the held write goes on at once.
+        # Announced, never switched: held for the window, then sent.
         pub.publish("+new-epoch", "51")
-        pub.publish("+try-failover", body)
+        pub.publish("+failover-state-select-slave", body)
         wait_until(lambda: s.info()["sentinel_failover_holding"] == "1", 5 * SLOW,
                    msg="writes held again")
         with s.raw(timeout=10 * SLOW) as w:
             w.send_command("INCR", "k")
             assert held(w, 0.3)
-            pub.publish("-failover-abort-not-elected", body)
-            assert w.read_reply(timeout=1.0 * SLOW) == 4
+            assert w.read_reply(timeout=10 * SLOW) == 3   # the window passed: sent
+        assert s.info()["sentinel_failover_holding"] == "0"
+        assert topo.primary.client().get("k") == b"3"
+        # That Sentinel is not believed again before a switch.
+        pub.publish("+new-epoch", "52")
+        pub.publish("+try-failover", body)
+        pub.publish("+switch-master", f"{MASTER} 127.0.0.1 {topo.primary.port} 127.0.0.1 1")
+        time.sleep(0.3)
+        assert c.incr("k") == 4
         info = s.info()
         assert info["sentinel_failover_holding"] == "0" and info["sentinel_failover_holds"] == "2"
+        assert info["sentinel_primary"] == f"127.0.0.1:{topo.primary.port}"
         log = s.log_path.read_text()
-        assert "no switch within failover_retry_window" in log
         assert "aborted by Sentinel, no switch" in log
+        assert "no switch within failover_retry_window" in log
     finally:
         fake.stop()
