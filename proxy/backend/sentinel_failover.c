@@ -192,7 +192,7 @@ static void failover_judge(void)
         fo.confirmed++;
         fo.last_verdict = "confirmed";
         log_notice("sentinel: failover of '%s': confirmed, every write the old primary "
-                   "acknowledged is on %s (its offset %lld < promotion offset %lld)",
+                   "acknowledged is on %s (its offset %lld; the new one has all up to %lld)",
                    master, fo.new_name, fo.old_offset, fo.new_second - 1);
         return;
     }
