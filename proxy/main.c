@@ -28,6 +28,7 @@
 #include "handover.h"
 #include "handpass.h"
 #include "sentinel.h"
+#include "sentinel_failover.h"
 #include "glob.h"
 #include "listener.h"
 #include "learn.h"
@@ -633,6 +634,7 @@ static void main_register_hooks(void)
     throttle_set_release(client_release_held);
     cluster_set_split_wants(cluster_split_wants);
     backend_set_node_up_hook(main_node_up);
+    sentinel_failover_set_hold_hook(control_failover_hold);
     primary_set_changed_hook(lockgrace_primary_changed);
     local_set_locks_info(lockgrace_write_info);
     primary_set_checked_hook(lockgrace_checked);

@@ -72,6 +72,13 @@
 #   Every section's keys vary: redis-benchmark -r BENCH_KEYS (default
 #   100000; respbench -r the same), locks a key per connection (a constant key would hide
 #   the cost of what is kept per key, as PROXY TOP's sketch).
+#  14. Planned-switchover write pause and lost writes (issue 34): 20
+#      `SENTINEL FAILOVER`s (a primary, two replicas, three Sentinels) under
+#      INCR writers through two sluices (tests/integration/
+#      test_sentinel_switchover.py with SWITCHOVER_FAILOVERS): each sluice's
+#      write pause (hold to release) against Sentinel's own switch time
+#      (its first failover event to +switch-master, as sluice heard them),
+#      and acknowledged INCRs missing from Redis at the end (target 0).
 #   Sections 6 and 8 also print a CPU budget: the whole machine's CPU time
 #   per request (/proc/stat: client, servers, proxy and kernel) for both
 #   targets, how busy the cores were, and the ceiling, the ratio sluice
@@ -82,8 +89,9 @@
 # BENCH_RULES_ROUNDS=N, BENCH_TLS_ROUNDS=N, BENCH_CLUSTER_ROUNDS=N,
 # BENCH_MIXED_ROUNDS=N, BENCH_SENTINEL_ROUNDS=N, BENCH_LEASE_ROUNDS=N,
 # BENCH_SCALE=F (multiplies request counts), BENCH_SECTIONS="1 2 3 4 5 6 7 8 9 10
-# 11 12 13" (which sections to run, e.g. "3" for the rules), BENCH_KEYS=N
-# (distinct keys, 100000), BENCH_PREV=REV and BENCH_CPU_ROUNDS=N (section 13).
+# 11 12 13 14" (which sections to run, e.g. "3" for the rules), BENCH_KEYS=N
+# (distinct keys, 100000), BENCH_PREV=REV and BENCH_CPU_ROUNDS=N (section 13),
+# BENCH_SWITCHOVERS=N (section 14's failovers, 20).
 set -eu
 
 sluice=$(readlink -f "$1")
@@ -97,8 +105,9 @@ cluster_rounds=${BENCH_CLUSTER_ROUNDS:-3}
 mixed_rounds=${BENCH_MIXED_ROUNDS:-5}
 sentinel_rounds=${BENCH_SENTINEL_ROUNDS:-3}
 lease_rounds=${BENCH_LEASE_ROUNDS:-5}
-sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11 12 13}
+sections=${BENCH_SECTIONS:-1 2 3 4 5 6 7 8 9 10 11 12 13 14}
 keys=${BENCH_KEYS:-100000}
+switchovers=${BENCH_SWITCHOVERS:-20}
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     rounds=1
     rules_rounds=1
@@ -107,6 +116,7 @@ if [ "${BENCH_QUICK:-0}" = 1 ]; then
     mixed_rounds=1
     sentinel_rounds=1
     lease_rounds=1
+    switchovers=3
     scale=0.1
 fi
 
@@ -1062,6 +1072,28 @@ fi
 if section 13; then
     echo
     BENCH_SCALE=$scale BENCH_KEYS=$keys "$(dirname "$0")/bench_cpu.sh" "$sluice" || true
+fi
+
+if section 14; then
+    echo "14. Planned-switchover write pause and lost writes: $switchovers SENTINEL FAILOVERs, INCR"
+    echo "   writers through two sluices (pause: a sluice's hold to release; Sentinel: its first"
+    echo "   failover event to +switch-master, as sluice heard them)"
+    so_out=$(cd "$(dirname "$0")/.." && SLUICE_BIN="$sluice" SWITCHOVER_FAILOVERS="$switchovers" \
+        SWITCHOVER_REPORT=1 /usr/bin/python3 -m pytest -q -s -p no:cacheprovider \
+        tests/integration/test_sentinel_switchover.py 2>&1) || echo "   the run FAILED:"
+    echo "$so_out" | awk '
+        /^failover [0-9]+:/ { n++; p[n] = $5; s[n] = $9; d = $5 - $9; if (d > dmax) dmax = d
+                              if ($12 != "confirmed") unc++ }
+        /^acknowledged INCRs:/ { acked = $3 + 0; lost = $5 + 0 }
+        /AssertionError|Error:/ { print "   " $0 }
+        function med(a, k,   i, j, t) { for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++)
+                                           if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                       return k ? a[int((k + 1) / 2)] : 0 }
+        END { printf "   %-28s %8s %8s %8s %10s %10s %6s\n", "", "pause", "Sentinel",
+                     "max over", "acked", "lost", "unconf"
+              printf "   %-28s %8d %8d %8d %10s %10s %6d\n", "median ms (" n " pauses)", med(p, n),
+                     med(s, n), dmax, acked, lost, unc
+              print "   target: lost 0; pause no longer than Sentinel'"'"'s switch + 200 ms (max over)" }'
 fi
 
 for f in sluice rules0 rules100 rules1 users metrics_off metrics_on sluice-tls resp3 sluice-cluster sen_plain sen_sentinel lease_none lease_local lease_shared lease_off; do

@@ -74,6 +74,7 @@ int backend_cluster_mode;
 int backend_keep_bytes;
 /* Cluster mode: sees error replies before they are delivered. */
 static backend_reply_filter_fn *backend_reply_filter;
+static backend_reply_note_fn *backend_reply_note;
 static void (*backend_node_up_hook)(struct backend_node *node);
 static struct backend_client_ops backend_client;   /* from backend_set_client_ops */
 
@@ -171,6 +172,11 @@ struct backend_node *backend_node_new(const char *hostport, char *err, size_t er
 void backend_set_reply_filter(backend_reply_filter_fn *fn)
 {
     backend_reply_filter = fn;
+}
+
+void backend_set_reply_note(backend_reply_note_fn *fn)
+{
+    backend_reply_note = fn;
 }
 
 
@@ -1067,6 +1073,8 @@ static void backend_dispatch_reply(struct backend_conn *conn, struct evbuffer *i
         return;
     }
     backend_pop(conn, req);
+    if (backend_reply_note != NULL)
+        backend_reply_note(conn, req, type);
     if (type != REPLY_ERROR || backend_reply_filter == NULL ||
         !backend_reply_filter(conn, req, in, len, 0))
         backend_deliver(req, in, len, type);

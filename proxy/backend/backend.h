@@ -138,6 +138,13 @@ typedef int backend_reply_filter_fn(struct backend_conn *conn, struct request *r
                                     struct evbuffer *src, size_t len, int conn_failed);
 void backend_set_reply_filter(backend_reply_filter_fn *fn);
 
+/* FN sees every reply (of TYPE) a connection reads for REQ, before the
+ * filter and delivery; it must not change either (Sentinel mode counts
+ * the writes the primary acknowledged: sentinel_failover.c). */
+typedef void backend_reply_note_fn(const struct backend_conn *conn, const struct request *req,
+                                   int type);
+void backend_set_reply_note(backend_reply_note_fn *fn);
+
 /* The shared connection of NODE that requests of client CLIENT_ID, which
  * speaks RESP (2 or 3), use. RESP2 and RESP3 clients never share one. */
 struct backend_conn *backend_pool_conn(struct backend_node *node, unsigned long long client_id,

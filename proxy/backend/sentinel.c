@@ -8,7 +8,9 @@
  *   Sentinel 1..N  <-- cmd link: [AUTH] SENTINEL GET-MASTER-ADDR-BY-NAME,
  *                                SENTINEL REPLICAS (a round: all at once)
  *                  <-- sub link: [AUTH] SUBSCRIBE +switch-master +new-epoch
- *                                (only a reason to ask all again)
+ *                                (only a reason to ask all again), and the
+ *                                failover's events (sentinel_failover.c:
+ *                                writes held until the switch)
  *   round's end    --> sentinel_vote: an address a majority of the
  *                      configured Sentinels name, else nothing moves
  *   candidate      <-- role link: [AUTH] ROLE (nothing else goes there
@@ -27,6 +29,7 @@
  */
 #include "sentinel.h"
 #include "sentinel_vote.h"
+#include "sentinel_failover.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -233,12 +236,14 @@ static void sentinel_send_auth(struct sentinel_link *link)
 /* What a link sends once connected. */
 static void sentinel_link_greet(struct sentinel_link *link)
 {
-    static const char *const subscribe[] = {"SUBSCRIBE", "+switch-master", "+new-epoch"};
+    static const char *const subscribe[] = {"SUBSCRIBE", "+switch-master", "+new-epoch",
+                                            SENTINEL_FAILOVER_CHANNELS};
     static const char *const role[] = {"ROLE"};
 
     sentinel_send_auth(link);
     if (link->kind == LINK_SUB) {
-        sentinel_send(link, EXPECT_SUB, 3, subscribe);
+        sentinel_send(link, EXPECT_SUB, (int)(sizeof(subscribe) / sizeof(subscribe[0])),
+                      subscribe);
     } else if (link->kind == LINK_ROLE) {
         sentinel_send(link, EXPECT_ROLE, 1, role);
         sentinel_role_sent_ms = server_now_ms();
@@ -459,7 +464,7 @@ static void sentinel_on_reply(struct sentinel_link *link, enum sentinel_expect w
 static void sentinel_on_message(struct sentinel_peer *peer, const char *text, size_t len)
 {
     struct respwalk w = {text, text + len};
-    char kind[16], channel[32], body[600], name[256], oldip[256], newip[256], newport[16];
+    char kind[16], channel[48], body[600], name[256], oldip[256], newip[256], newport[16];
     char addr[SENTINEL_NAME_MAX];
     long long n;
 
@@ -467,6 +472,7 @@ static void sentinel_on_message(struct sentinel_peer *peer, const char *text, si
         sentinel_bulk(&w, channel, sizeof(channel)) || sentinel_bulk(&w, body, sizeof(body)) ||
         strcmp(kind, "message") != 0)
         return;
+    sentinel_failover_on_message(peer->name, channel, body, sentinel_primary);
     if (strcmp(channel, "+new-epoch") == 0) {
         sentinel_epoch = strtoll(body, NULL, 10);
         return;
@@ -663,6 +669,7 @@ static void sentinel_confirm(const char *name)
     if (node == NULL)
         return;
     backend_primary_set(node);
+    sentinel_failover_switching(old, node);   /* before old's connections retire */
     if (old != NULL && old != node) {
         backend_node_retire(old, 1);
         backend_node_drop_private(old, "the primary failed over");
@@ -681,6 +688,9 @@ static void sentinel_confirm(const char *name)
     sentinel_switches++;
     (*sentinel_metric_switches)++;
     sentinel_last_switch = time(NULL);
+    /* Last: the held writes go to NODE, none to OLD's sessions, and a held
+     * LOCK meets the grace just begun. */
+    sentinel_failover_switched();
 }
 
 /* ---------------------------------------------------------------------
@@ -874,8 +884,10 @@ static void sentinel_tick_cb(evutil_socket_t fd, short what, void *arg)
          now >= sentinel_next_ask_ms) && !sentinel_round &&
         sentinel_candidate[0] == '\0')
         sentinel_ask(now);
-    if (sentinel_running)
+    if (sentinel_running) {
         sentinel_run_held(now);
+        sentinel_failover_tick(now);
+    }
     sentinel_count_up();
 }
 
@@ -939,6 +951,7 @@ void sentinel_run(void)
         return;
     sentinel_running = 1;
     backend_set_reply_filter(sentinel_reply_filter);
+    sentinel_failover_start(sentinel_cfg);
     sentinel_next_ask_ms = server_now_ms() + (uint64_t)sentinel_cfg->sentinel_refresh_interval_ms;
 }
 
@@ -952,6 +965,7 @@ void sentinel_free(void)
         free(h);
     }
     sentinel_held_tail = &sentinel_held_first;
+    sentinel_failover_free();
     for (int i = 0; i < sentinel_peer_count; i++) {
         sentinel_link_close(&sentinel_peers[i].cmd);
         sentinel_link_close(&sentinel_peers[i].sub);
@@ -990,6 +1004,7 @@ void sentinel_write_info(struct evbuffer *out)
                         up == 0 ? "all_sentinels_down_serving_last_known_primary" : "ok",
                         (unsigned long long)sentinel_switches, (long long)sentinel_last_switch,
                         sentinel_epoch, sentinel_held_first != NULL);
+    sentinel_failover_write_info(out);
     for (int i = 0; i < sentinel_replica_count; i++)
         evbuffer_add_printf(out, "sentinel_replica%d:%s\r\n", i, sentinel_replicas[i]);
     for (int i = 0; i < sentinel_peer_count; i++) {

@@ -52,6 +52,8 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
     X(sentinel_switches_total, COUNTER, "", "Primary switches learned from Sentinel.")     \
     X(sentinels_up, GAUGE, "", "Sentinels sluice is connected to now.")                   \
     X(sentinels_configured, GAUGE, "", "Sentinels named in sluice.ini (sentinel =).")      \
+    X(failover_writes_unconfirmed_total, COUNTER, "",                                      \
+      "Writes acknowledged before a Sentinel failover not confirmed on the new primary.")  \
     X(ratelimit_decisions_total, COUNTER, "rule,decision", "Rate-limit decisions by rule.") \
     X(ratelimit_delay_seconds, HISTOGRAM, "rule", "Delays rate-limit rules imposed.")     \
     X(ratelimit_lease_tokens_total, COUNTER, "rule,kind",                                  \

@@ -10,6 +10,8 @@
  *   DRAIN [TIMEOUT ms]         --> /readyz 503 "draining"; after the grace
  *                                  no accept, clients closed between replies
  *   UNDRAIN                    --> ready again, accepting again
+ *   failover hold (Sentinel)   --> writes held as by PAUSE WRITE, until the
+ *                                  backend layer ends it (the switch)
  */
 #include "control.h"
 
@@ -50,6 +52,7 @@ TAILQ_HEAD(control_held_list, control_held);
 
 static struct {
     enum control_pause_mode pause;
+    int failover_hold;              /* Sentinel mode: a failover holds writes */
     uint64_t pause_until_ms;        /* 0: until RESUME */
     uint64_t pause_since_ms;
     struct control_held_list held;
@@ -100,7 +103,7 @@ int control_would_hold(const struct request *req, const struct sv *argv, int ver
     const struct command *cmd = req->cmd;
 
     (void)argv;
-    if (control.pause == CONTROL_PAUSE_NONE)
+    if (control.pause == CONTROL_PAUSE_NONE && !control.failover_hold)
         return 0;
     if (control.pause == CONTROL_PAUSE_ALL)
         return 1;
@@ -145,23 +148,37 @@ void control_client_closed(struct client *c)
     control_gauges();
 }
 
-/* End the pause: every held request goes on, in the order held. Each may
- * be held no more (the pause is over) and runs as if just read. */
-static void control_end_pause(const char *why)
+/* Give every held request back, in the order held; each runs as if just
+ * read, so one that a hold still covers (a failover hold after the
+ * pause, or the reverse) is held again, at the end of a fresh list.
+ * Returns how many were given back. */
+static int control_release_all(void)
 {
+    struct control_held_list list = TAILQ_HEAD_INITIALIZER(list);
     struct control_held *h;
     int released = 0;
 
-    if (control.pause == CONTROL_PAUSE_NONE)
-        return;
-    control.pause = CONTROL_PAUSE_NONE;
-    while ((h = TAILQ_FIRST(&control.held)) != NULL) {
-        TAILQ_REMOVE(&control.held, h, link);
+    TAILQ_CONCAT(&list, &control.held, link);
+    while ((h = TAILQ_FIRST(&list)) != NULL) {
+        TAILQ_REMOVE(&list, h, link);
         control.held_count--;
         released++;
         client_release_held(h->c, h->req, NULL);
         free(h);
     }
+    return released;
+}
+
+/* End the pause: every held request goes on, in the order held. Each may
+ * be held no more (the pause is over) and runs as if just read. */
+static void control_end_pause(const char *why)
+{
+    int released;
+
+    if (control.pause == CONTROL_PAUSE_NONE)
+        return;
+    control.pause = CONTROL_PAUSE_NONE;
+    released = control_release_all();
     log_notice("pause ended (%s) after %llu ms: %d held requests released", why,
                (unsigned long long)(server_now_ms() - control.pause_since_ms), released);
     control_gauges();
@@ -311,6 +328,24 @@ void control_proxy_node(struct client *caller, int argc, const struct sv *argv,
     reply_status(out, "OK");
 }
 
+int control_failover_hold(int on)
+{
+    int released = 0;
+
+    if (on) {
+        control.failover_hold = 1;
+        return 0;
+    }
+    if (!control.failover_hold)
+        return 0;
+    control.failover_hold = 0;
+    /* An operator's pause still holds what it covers. */
+    if (control.pause == CONTROL_PAUSE_NONE)
+        released = control_release_all();
+    control_gauges();
+    return released;
+}
+
 int control_ready(char *why, size_t len)
 {
     if (control.drain != CONTROL_DRAIN_NONE) {
@@ -355,7 +390,8 @@ void control_write_info(struct evbuffer *out)
                         "pause_held_requests_total:%llu\r\n"
                         "draining:%s\r\n"
                         "drain_close_in_ms:%lld\r\n"
-                        "ready_by_operator:%s\r\n",
+                        "ready_by_operator:%s\r\n"
+                        "failover_hold:%s\r\n",
                         control_pause_names[control.pause],
                         control.pause != CONTROL_PAUSE_NONE && control.pause_until_ms > now
                             ? (long long)(control.pause_until_ms - now)
@@ -365,5 +401,5 @@ void control_write_info(struct evbuffer *out)
                         control.drain == CONTROL_DRAIN_GRACE && control.drain_close_at_ms > now
                             ? (long long)(control.drain_close_at_ms - now)
                             : 0LL,
-                        control.not_ready ? "no" : "yes");
+                        control.not_ready ? "no" : "yes", control.failover_hold ? "yes" : "no");
 }

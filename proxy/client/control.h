@@ -22,6 +22,12 @@ int control_would_hold(const struct request *req, const struct sv *argv, int ver
  * of memory (REQ is then the caller's still). */
 int control_hold(struct client *c, struct request *req, struct evbuffer *src);
 
+/* Sentinel mode (the backend layer's hold hook, registered by main.c):
+ * ON 1 holds every later write as PAUSE WRITE would; ON 0 ends that and
+ * gives the held requests back, unless an operator's pause still holds
+ * them. Returns how many were given back. */
+int control_failover_hold(int on);
+
 /* C is closing: the request a pause holds for it is freed. */
 void control_client_closed(struct client *c);
 
