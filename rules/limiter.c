@@ -125,6 +125,7 @@ static void limiter_state_free(struct rule_state *st)
         }
     }
     lease_table_clear(&st->leases);
+    limiter_gates_orphan(st);
     if (st->report_subjects != NULL)
         topk_free(st->report_subjects);
     free(st->report_subjects);
@@ -391,6 +392,10 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
     const struct rule *r = st->rule;
 
     st->matched++;
+    if (r->max_inflight > 0 || r->max_blocked > 0)
+        limiter_slots_add(p, st);   /* scope = local only */
+    if (r->rate_per_s == 0)
+        return;   /* a concurrency limit only: no bucket */
     if (r->scope == RULE_SCOPE_SHARED) {
         limiter_apply_shared(p, st);
         return;
@@ -541,6 +546,8 @@ int limiter_quick_pass(struct limiter_client *lc, const struct command *cmd,
 
 void limiter_decision_free(struct limiter_decision *d)
 {
+    limiter_slots_free(d->slots);
+    d->slots = NULL;
     free(d->ask);
     free(d->taken);
     d->ask = NULL;
@@ -581,7 +588,11 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
     p.m = limiter_matches;
     p.n = 0;
     p.out = out;
+    p.room = lc != NULL ? lc->count : 0;
+    p.blocking = cmd != NULL && (cmd->flags & CMD_BLOCKING) != 0;
 
+    limiter_slots_free(out->slots);   /* not taken by the caller: none held */
+    out->slots = NULL;
     out->verdict = LIMITER_PASS;
     out->wait_us = 0;
     out->ask_count = 0;
@@ -594,6 +605,7 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
         limiter_client_refresh(lc, who);
     if (lc->count == 0)
         return;
+    p.room = lc->count;
     /* Each of the client's rules may match: room for all of them. Without
      * it the request is refused, as no rule may be skipped. */
     if (limiter_decision_reserve(out, lc->count) != 0) {
@@ -612,6 +624,10 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
         }
     }
     limiter_decide(p.m, p.n, who, p.now_us, out);
+    if (out->verdict == LIMITER_REJECT) {
+        limiter_slots_free(out->slots);   /* none taken yet */
+        out->slots = NULL;
+    }
     if (out->verdict != LIMITER_REJECT && out->ask_count > 0)
         out->verdict = LIMITER_ASK;
     else
@@ -745,6 +761,7 @@ void limiter_cron(uint64_t now_us)
 
 static const char *const limiter_counter_names[] = {
     "matched", "admitted", "rejected", "delayed", "dryrun_hits", "fail_open", "leased", "returned",
+    "inflight_now", "blocked_now", "inflight_waits",
 };
 #define LIMITER_COUNTERS (int)(sizeof(limiter_counter_names) / sizeof(limiter_counter_names[0]))
 
@@ -758,6 +775,9 @@ static void limiter_counters(const struct rule_state *st, uint64_t *v)
     v[5] = st->fail_open;
     v[6] = st->leased;
     v[7] = st->returned;
+    v[8] = (uint64_t)st->held_now[0];
+    v[9] = (uint64_t)st->held_now[1];
+    v[10] = st->slot_waits;
 }
 
 /* "name" and VALUE as two bulk strings of PROXY RULES. */
@@ -767,16 +787,31 @@ static void limiter_write_pair(struct evbuffer *out, const char *name, const cha
                         value);
 }
 
+/* A concurrency limit N as a setting: "off" when 0. */
+static void limiter_write_limit(struct evbuffer *out, const char *name, int n)
+{
+    char num[16];
+
+    if (n > 0)
+        snprintf(num, sizeof(num), "%d", n);
+    else
+        snprintf(num, sizeof(num), "off");
+    limiter_write_pair(out, name, num);
+}
+
 /* R's settings, as the rule file spells them: what an operator reads
  * beside the counters to know what the rule does now. */
-#define LIMITER_SETTINGS 8
+#define LIMITER_SETTINGS 10
 static void limiter_write_settings(struct evbuffer *out, const struct rule *r)
 {
     struct rule_words w;
     char num[64];
 
     rules_words(r, &w);
-    snprintf(num, sizeof(num), "%.6g/s", r->rate_per_s);
+    if (r->rate_per_s > 0)
+        snprintf(num, sizeof(num), "%.6g/s", r->rate_per_s);
+    else
+        snprintf(num, sizeof(num), "off");   /* a concurrency limit only */
     limiter_write_pair(out, "rate", num);
     snprintf(num, sizeof(num), "%.6g", r->burst);
     limiter_write_pair(out, "burst", num);
@@ -792,6 +827,8 @@ static void limiter_write_settings(struct evbuffer *out, const struct rule *r)
     else
         snprintf(num, sizeof(num), "off");
     limiter_write_pair(out, "lease", num);
+    limiter_write_limit(out, "max_inflight", r->max_inflight);
+    limiter_write_limit(out, "max_blocked", r->max_blocked);
 }
 
 void limiter_write_rules(struct evbuffer *out)

@@ -25,6 +25,7 @@
 
 #define RULES_MAX_COUNT 1000000000LL             /* largest N in rate and burst */
 #define RULES_DEFAULT_MAX_DELAY_US 1000000ULL
+#define RULES_MAX_CONCURRENCY 1000000             /* largest max_inflight, max_blocked */
 #define RULES_MAX_DELAY_LIMIT_US (3600LL * 1000000)
 /* Longest lease = DURATION: half a lease's lifetime (LEASE_TTL_US, 2 s),
  * so that what a lease is sized for can be spent before it expires. */
@@ -83,7 +84,8 @@ struct rules_key {
 };
 
 static rules_setter rules_set_ip, rules_set_globs, rules_set_commands, rules_set_rate,
-    rules_set_burst, rules_set_choice, rules_set_max_delay, rules_set_lease, rules_set_lease_max;
+    rules_set_burst, rules_set_choice, rules_set_max_delay, rules_set_lease, rules_set_lease_max,
+    rules_set_concurrency;
 
 static const char *const rules_per_words[] = {"client", "ip", "user", "name", "rule", NULL};
 static const char *const rules_action_words[] = {"reject", "delay", NULL};
@@ -101,7 +103,8 @@ void rules_words(const struct rule *r, struct rule_words *out)
 #define F(field) offsetof(struct rule, field)
 enum rules_key_id {
     KEY_MATCH_IP, KEY_MATCH_USER, KEY_MATCH_NAME, KEY_COMMANDS, KEY_KEYS, KEY_RATE, KEY_BURST,
-    KEY_PER, KEY_ACTION, KEY_MAX_DELAY, KEY_SCOPE, KEY_MODE, KEY_LEASE, KEY_LEASE_MAX, KEY_COUNT
+    KEY_PER, KEY_ACTION, KEY_MAX_DELAY, KEY_SCOPE, KEY_MODE, KEY_LEASE, KEY_LEASE_MAX,
+    KEY_MAX_INFLIGHT, KEY_MAX_BLOCKED, KEY_COUNT
 };
 static const struct rules_key rules_keys[KEY_COUNT] = {
     [KEY_MATCH_IP] = {"match_ip", rules_set_ip, LIST_IP, NULL, 0},
@@ -118,6 +121,8 @@ static const struct rules_key rules_keys[KEY_COUNT] = {
     [KEY_MODE] = {"mode", rules_set_choice, -1, rules_mode_words, F(mode)},
     [KEY_LEASE] = {"lease", rules_set_lease, -1, NULL, 0},
     [KEY_LEASE_MAX] = {"lease_max", rules_set_lease_max, -1, NULL, 0},
+    [KEY_MAX_INFLIGHT] = {"max_inflight", rules_set_concurrency, -1, NULL, F(max_inflight)},
+    [KEY_MAX_BLOCKED] = {"max_blocked", rules_set_concurrency, -1, NULL, F(max_blocked)},
 };
 #undef F
 
@@ -436,6 +441,23 @@ static int rules_set_lease_max(struct rule_full *r, const struct rules_key *key,
     return 0;
 }
 
+/* max_inflight, max_blocked: a count of requests at once (the int field
+ * at KEY->offset). */
+static int rules_set_concurrency(struct rule_full *r, const struct rules_key *key,
+                                 const char *value, char *err, size_t errlen)
+{
+    long long n;
+    char nerr[128];
+
+    if (value_int(value, 1, RULES_MAX_CONCURRENCY, &n, nerr, sizeof(nerr)) != 0) {
+        snprintf(err, errlen, "'%s' is not a positive integer (1 to %d)", value,
+                 RULES_MAX_CONCURRENCY);
+        return -1;
+    }
+    *(int *)((char *)&r->pub + key->offset) = (int)n;
+    return 0;
+}
+
 /* One word of KEY->choices; the enum field gets its position. */
 static int rules_set_choice(struct rule_full *r, const struct rules_key *key, const char *value,
                             char *err, size_t errlen)
@@ -543,8 +565,17 @@ static void rules_finish(struct rules_parse *p)
     p->cur = NULL;
     if (r == NULL)
         return;
-    if (p->seen_line[KEY_RATE] == 0)
+    /* A concurrency limit alone needs no rate (and then has no bucket). */
+    if (p->seen_line[KEY_RATE] == 0 && r->pub.max_inflight == 0 && r->pub.max_blocked == 0)
         errlist_add(p->errs, p->path, p->cur_line, "missing key 'rate' in [limit %s]", r->name);
+    else if (p->seen_line[KEY_BURST] != 0 && p->seen_line[KEY_RATE] == 0)
+        errlist_add(p->errs, p->path, p->seen_line[KEY_BURST], "burst needs rate");
+    /* Slots are counted in this sluice's memory only (rate-limits.md). */
+    for (int k = KEY_MAX_INFLIGHT; k <= KEY_MAX_BLOCKED; k++) {
+        if (p->seen_line[k] != 0 && r->pub.scope != RULE_SCOPE_LOCAL)
+            errlist_add(p->errs, p->path, p->seen_line[k], "%s needs scope = local",
+                        rules_keys[k].name);
+    }
     if (p->seen_line[KEY_MAX_DELAY] != 0 && r->pub.action != RULE_ACTION_DELAY)
         errlist_add(p->errs, p->path, p->seen_line[KEY_MAX_DELAY],
                     "max_delay needs action = delay");
@@ -930,6 +961,8 @@ static int rules_same_text(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
+/* max_inflight and max_blocked are left out: a reload that changes only
+ * them keeps the rule's state, and with it the count of slots held. */
 int rules_same_params(const struct rule *a, const struct rule *b)
 {
     const struct rule_full *fa = rules_full(a), *fb = rules_full(b);

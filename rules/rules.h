@@ -56,6 +56,12 @@ struct rule {
      * request. Default RULES_DEFAULT_LEASE_US. */
     uint64_t lease_us;
     double lease_max;       /* most tokens one sluice holds; default burst / 8, >= 1 */
+    /* Concurrency limits (scope = local only): at most this many of a
+     * subject's requests in Redis at once, blocking commands (CMD_BLOCKING)
+     * in max_blocked, others in max_inflight; 0: no limit. A rule with
+     * either needs no rate: then rate_per_s is 0 and it has no bucket. */
+    int max_inflight;
+    int max_blocked;
 };
 
 #define RULES_DEFAULT_LEASE_US 200000ULL
@@ -126,7 +132,9 @@ void rules_warn(const struct rule_set *rs, const char *path, rules_user_known_fn
                 void *ctx, struct errlist *warns);
 
 /* 1 when A and B have the same name and every parameter and condition is
- * the same, so a reload may carry A's buckets over to B. */
+ * the same, so a reload may carry A's buckets over to B. The concurrency
+ * limits (max_inflight, max_blocked) may differ: the slots held carry over
+ * and the new limits apply to them. */
 int rules_same_params(const struct rule *a, const struct rule *b);
 
 #endif
