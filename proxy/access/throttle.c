@@ -86,6 +86,7 @@ struct throttle_hold {
 static TAILQ_HEAD(throttle_waiters, throttle_hold) throttle_slot_waiters =
     TAILQ_HEAD_INITIALIZER(throttle_slot_waiters);
 static struct event *throttle_wake_ev;
+static int throttle_down;   /* throttle_shutdown ran: slots freed later wake nobody */
 
 /* One message about a shared bucket, the ctx of its internal request: a
  * question, a lease's refill, or tokens given back (ask.kind). */
@@ -392,7 +393,7 @@ static void throttle_wake_cb(evutil_socket_t fd, short what, void *arg)
  * freed a slot: a reply, a client closing) when anything waits. */
 static void throttle_wake_soon(void)
 {
-    if (TAILQ_EMPTY(&throttle_slot_waiters))
+    if (TAILQ_EMPTY(&throttle_slot_waiters) || throttle_down)
         return;
     if (throttle_wake_ev == NULL)
         throttle_wake_ev = event_new(server.base, -1, 0, throttle_wake_cb, NULL);
@@ -725,5 +726,6 @@ void throttle_shutdown(void)
     if (throttle_wake_ev != NULL)
         event_free(throttle_wake_ev);
     throttle_wake_ev = NULL;
+    throttle_down = 1;
     limiter_decision_free(&throttle_limits);
 }

@@ -239,6 +239,59 @@ action = reject
     assert rule_counters(s)["one"]["inflight_now"] == 0
 
 
+def test_subscriber_keeps_no_slot(redis_factory, sluice_factory):
+    """A SUBSCRIBE gives its slot back once Redis confirms it: with one
+    slot per connection, the subscribed connection's PING and
+    UNSUBSCRIBE still go, and nothing is left held."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit one]
+max_inflight = 1
+per = client
+action = delay
+""")
+    with RawConn(s.port, timeout=10 * SLOW) as c:
+        c.send_command("SUBSCRIBE", "ch")
+        assert c.read_reply() == [b"subscribe", b"ch", 1]
+        c.send_command("PING")
+        assert c.read_reply() == [b"pong", b""]
+        srv.client().publish("ch", "hello")
+        assert c.read_reply() == [b"message", b"ch", b"hello"]
+        c.send_command("UNSUBSCRIBE", "ch")
+        assert c.read_reply() == [b"unsubscribe", b"ch", 0]
+        c.send_command("PING")
+        assert c.read_reply() == "PONG"
+    wait_until(lambda: rule_counters(s)["one"]["inflight_now"] == 0, 5 * SLOW,
+               msg="no slot left held")
+
+
+def test_lost_backend_gives_slots_back(redis_factory, sluice_factory):
+    """Redis going away with requests in it: their slots come back (the
+    requests fail), and once Redis is back the subject's requests go."""
+    srv, s = start_with_rules(redis_factory, sluice_factory,
+                              BLOCKED_RULES.format(n=1))
+    a = RawConn(s.port, timeout=30 * SLOW)
+    a.send_command("BLPOP", "qa", "0")
+    wait_until(lambda: blocked_in_redis(srv) == 1, 5 * SLOW, msg="a blocks")
+    b = RawConn(s.port, timeout=30 * SLOW)
+    b.send_command("BLPOP", "qb", "0")
+    wait_until(lambda: rule_counters(s)["pops"]["inflight_waits"] == 1, 5 * SLOW,
+               msg="b waits")
+    port = srv.port
+    srv.stop()
+    assert isinstance(a.read_reply(timeout=10 * SLOW), Err)
+    srv.start()
+    assert srv.port == port
+    # b's went in once a's slot came back: failed with the old Redis, or
+    # blocks in the new one (or is on its way), which this push answers.
+    srv.client().rpush("qb", "x")
+    got = b.read_reply(timeout=10 * SLOW)
+    assert got == [b"qb", b"x"] or isinstance(got, Err), got
+    wait_until(lambda: rule_counters(s)["pops"]["blocked_now"] == 0, 10 * SLOW,
+               msg="no slot left held")
+    a.close()
+    b.close()
+
+
 @pytest.mark.parametrize("text,line,message", [
     ("[limit a]\nmax_inflight = 0\n", 2, "not a positive integer"),
     ("[limit a]\nmax_inflight = many\n", 2, "not a positive integer"),
