@@ -239,6 +239,29 @@ action = reject
     assert rule_counters(s)["one"]["inflight_now"] == 0
 
 
+def test_request_refused_by_a_rate_rule_takes_no_slot(redis_factory, sluice_factory):
+    """Slots are taken last: a request another rule refuses holds none,
+    so the one slot stays free for the next request."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit conc]
+max_inflight = 1
+per = rule
+action = reject
+
+[limit sets]
+commands = SET
+rate = 1/h
+burst = 1
+""")
+    c = s.client()
+    assert c.set("a", "1") is True
+    for _ in range(3):
+        assert is_throttled(call(c, "SET", "a", "2"), "sets")
+    assert c.get("a") == b"1"
+    r = rule_counters(s)["conc"]
+    assert r["inflight_now"] == 0 and r["rejected"] == 0 and r["admitted"] == 2, r
+
+
 def test_subscriber_keeps_no_slot(redis_factory, sluice_factory):
     """A SUBSCRIBE gives its slot back once Redis confirms it: with one
     slot per connection, the subscribed connection's PING and
