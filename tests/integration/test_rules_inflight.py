@@ -207,6 +207,29 @@ def test_waiter_whose_client_leaves_takes_no_slot(redis_factory, sluice_factory)
     c.close()
 
 
+def test_waiter_goes_on_when_a_reload_removes_its_rule(redis_factory, sluice_factory):
+    """A rule removed by a reload limits nothing more: its waiter goes in,
+    and the slots its requests held are let go as they finish."""
+    srv, s = start_with_rules(redis_factory, sluice_factory, BLOCKED_RULES.format(n=1))
+    a = RawConn(s.port, timeout=30 * SLOW)
+    a.send_command("BLPOP", "qa", "0")
+    wait_until(lambda: blocked_in_redis(srv) == 1, 5 * SLOW, msg="a blocks")
+    b = RawConn(s.port, timeout=30 * SLOW)
+    b.send_command("BLPOP", "qb", "0")
+    wait_until(lambda: rule_counters(s)["pops"]["inflight_waits"] == 1, 5 * SLOW,
+               msg="b waits")
+    (s.dir / "rules.ini").write_text("[limit other]\ncommands = SET\nrate = 1/h\n")
+    assert call(s.client(), "PROXY", "RELOAD") == b"OK"
+    wait_until(lambda: blocked_in_redis(srv) == 2, 5 * SLOW, msg="b goes in")
+    srv.client().rpush("qa", "1")
+    srv.client().rpush("qb", "2")
+    assert a.read_reply() == [b"qa", b"1"]
+    assert b.read_reply() == [b"qb", b"2"]
+    a.close()
+    b.close()
+    assert list(rule_counters(s)) == ["other"]
+
+
 def test_dryrun_counts_and_holds_nothing(redis_factory, sluice_factory):
     srv, s = start_with_rules(redis_factory, sluice_factory,
                               INFLIGHT_RULES.format(per="ip", action="delay")
