@@ -176,6 +176,11 @@ enum limiter_slots_verdict limiter_slots_take(struct limiter_slots *s, int queue
                                               const struct limiter_identity *who, char *rule,
                                               size_t size);
 
+/* The request of S was answered after REDIS_US of Redis's time, with
+ * BYTES of request and reply: each cost rule's bucket of S is charged
+ * that (once; before limiter_slots_free). */
+void limiter_slots_charge(struct limiter_slots *s, uint64_t redis_us, uint64_t bytes);
+
 /* The request of S left Redis (answered, failed, or never sent): its
  * slots go back and S is freed (NULL is fine). Returns 1 when a gate
  * with waiting requests got a slot back (take theirs again). */

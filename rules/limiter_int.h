@@ -55,6 +55,10 @@ struct rule_state {
     struct limiter_gate *gates[LIMITER_KEYED_CHAINS];
     long held_now[2];
     uint64_t slot_waits;
+    /* cost = redis_time / bytes: what its requests were charged (us or
+     * bytes), and sluice_ratelimit_cost_total's series. */
+    uint64_t charged;
+    uint64_t *metric_cost;
 };
 
 enum limiter_metric { LIMITER_ADMITTED, LIMITER_REJECTED, LIMITER_DELAYED, LIMITER_DRYRUN };
@@ -65,6 +69,7 @@ struct limiter_match {
     struct bucket *bucket;            /* NULL for a shared rule's lease */
     uint64_t wait_us;
     struct lease *lease;              /* a shared rule's: a token of it, or its refusal */
+    int cost;                         /* cost = redis_time / bytes: checked, charged later */
 };
 
 /* What one request does to the rule of entry E, which it matches: a
@@ -126,6 +131,17 @@ struct lease *limiter_lease_for(struct rule_state *st, const struct limiter_iden
 /* The request of P meets ST, which limits concurrency: a slot of its
  * subject's gate goes into P's decision (taken later). */
 void limiter_slots_add(struct limiter_pass *p, struct rule_state *st);
+/* The subject of WHO that ST's limit counts, as a gate's (or a cost
+ * bucket's) key: "#ID" (per = client), the ip, user or name, or "". */
+void limiter_subject_key(const struct rule_state *st, const struct limiter_identity *who,
+                         char *out, size_t size);
+/* The request of P meets ST, a cost rule: it is charged after its reply. */
+void limiter_slots_add_charge(struct limiter_pass *p, struct rule_state *st);
+/* The next entry of a cost rule in S from *I on, not yet charged (it is
+ * marked charged now): its rule ST (one that is still loaded) and its
+ * subject's KEY (limiter_subject_key). 0 when none is left. */
+int limiter_slots_next_charge(struct limiter_slots *s, int *i, struct rule_state **st,
+                              const char **key);
 /* ST goes: its gates live on, with no limit, until their last slot goes. */
 void limiter_gates_orphan(struct rule_state *st);
 

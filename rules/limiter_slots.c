@@ -31,13 +31,16 @@ struct limiter_gate {
     char key[];
 };
 
-enum { LIMITER_SLOT_INFLIGHT, LIMITER_SLOT_BLOCKED };
+/* A slot counts in held[kind] and waiting[kind]; a charge (a cost rule's
+ * entry) counts nowhere and is never waited for. */
+enum { LIMITER_SLOT_INFLIGHT, LIMITER_SLOT_BLOCKED, LIMITER_SLOT_CHARGE };
 
 struct limiter_slot {
     struct limiter_gate *gate;
     unsigned char kind;        /* LIMITER_SLOT_* */
     unsigned char held;
     unsigned char waiting;     /* counted in its gate's waiting[] */
+    unsigned char charged;     /* CHARGE: done */
 };
 
 struct limiter_slots {
@@ -109,8 +112,7 @@ void limiter_gates_orphan(struct rule_state *st)
     }
 }
 
-/* The subject of WHO that ST's limit counts, as a gate key. */
-static void limiter_gate_key(const struct rule_state *st, const struct limiter_identity *who,
+void limiter_subject_key(const struct rule_state *st, const struct limiter_identity *who,
                              char *out, size_t size)
 {
     switch (st->rule->per) {
@@ -130,25 +132,39 @@ static int limiter_slot_limit(const struct rule *r, int kind)
     return kind == LIMITER_SLOT_BLOCKED ? r->max_blocked : r->max_inflight;
 }
 
+static void limiter_slots_put(struct limiter_pass *p, struct rule_state *st, int kind);
+
 void limiter_slots_add(struct limiter_pass *p, struct rule_state *st)
 {
     int kind = p->blocking ? LIMITER_SLOT_BLOCKED : LIMITER_SLOT_INFLIGHT;
+
+    if (limiter_slot_limit(st->rule, kind) == 0)
+        return;   /* the rule limits the other kind only */
+    limiter_slots_put(p, st, kind);
+}
+
+void limiter_slots_add_charge(struct limiter_pass *p, struct rule_state *st)
+{
+    limiter_slots_put(p, st, LIMITER_SLOT_CHARGE);
+}
+
+/* An entry of KIND for ST's gate of P's subject in P's decision. */
+static void limiter_slots_put(struct limiter_pass *p, struct rule_state *st, int kind)
+{
     struct limiter_slots *s = p->out->slots;
     char key[512];
     struct limiter_gate *g;
 
-    if (limiter_slot_limit(st->rule, kind) == 0)
-        return;   /* the rule limits the other kind only */
     if (s == NULL) {
         s = calloc(1, sizeof(*s) + sizeof(s->slot[0]) * (size_t)p->room);
         if (s == NULL)
             return;   /* out of memory: the request goes unlimited rather than lost */
         p->out->slots = s;
     }
-    limiter_gate_key(st, p->who, key, sizeof(key));
+    limiter_subject_key(st, p->who, key, sizeof(key));
     g = limiter_gate_get(st, key);
     if (g != NULL && s->count < p->room)
-        s->slot[s->count++] = (struct limiter_slot){g, (unsigned char)kind, 0, 0};
+        s->slot[s->count++] = (struct limiter_slot){g, (unsigned char)kind, 0, 0, 0};
     else if (g != NULL)
         limiter_gate_unref(g);
 }
@@ -235,6 +251,10 @@ enum limiter_slots_verdict limiter_slots_take(struct limiter_slots *s, int queue
         const struct rule_state *st = sl->gate->st;
         int dryrun = st != NULL && st->rule->mode == RULE_MODE_DRYRUN;
 
+        if (sl->kind == LIMITER_SLOT_CHARGE) {
+            s->next++;   /* nothing to take: charged after the reply */
+            continue;
+        }
         if (!dryrun && !limiter_slot_room(sl, queued))
             return limiter_slot_full(s, sl, who, rule, size) ? LIMITER_SLOTS_REJECT
                                                              : LIMITER_SLOTS_WAIT;
@@ -253,6 +273,10 @@ int limiter_slots_free(struct limiter_slots *s)
     for (int i = 0; i < s->count; i++) {
         struct limiter_slot *sl = &s->slot[i];
         struct limiter_gate *g = sl->gate;
+        if (sl->kind == LIMITER_SLOT_CHARGE) {
+            limiter_gate_unref(g);
+            continue;
+        }
         if (sl->held) {
             g->held[sl->kind]--;
             if (g->st != NULL)
@@ -265,4 +289,20 @@ int limiter_slots_free(struct limiter_slots *s)
     }
     free(s);
     return wake;
+}
+
+int limiter_slots_next_charge(struct limiter_slots *s, int *i, struct rule_state **st,
+                              const char **key)
+{
+    for (; s != NULL && *i < s->count; (*i)++) {
+        struct limiter_slot *sl = &s->slot[*i];
+        if (sl->kind != LIMITER_SLOT_CHARGE || sl->charged || sl->gate->st == NULL)
+            continue;   /* a rule reloaded away charges nothing */
+        sl->charged = 1;
+        *st = sl->gate->st;
+        *key = sl->gate->key;
+        (*i)++;
+        return 1;
+    }
+    return 0;
 }

@@ -411,10 +411,12 @@ static void throttle_slots_drop(struct request *req)
         throttle_wake_soon();
 }
 
-void throttle_request_done(struct request *req)
+void throttle_request_done(struct request *req, size_t reply_len)
 {
-    if (req->slots != NULL)
-        throttle_slots_drop(req);
+    if (req->slots == NULL)
+        return;
+    limiter_slots_charge(req->slots, req->service_us, req->raw_len + reply_len);
+    throttle_slots_drop(req);
 }
 
 static void throttle_timer_cb(evutil_socket_t fd, short what, void *arg)

@@ -152,6 +152,8 @@ struct request {
                                       sluice's own); another at its send: the gate
                                       judges it again (client_send) */
     uint64_t redis_us;             /* µs from sent to its reply read, summed over its sends */
+    uint64_t service_us;           /* the same from when Redis could start on it: the later of
+                                      its send and the reply before it on its connection */
     unsigned char *slow_args;      /* its arguments as the slow log keeps them (slowlog.c):
                                       slow_inline or the heap; NULL: not kept */
     uint32_t slow_len;             /* bytes at slow_args */
