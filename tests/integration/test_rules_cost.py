@@ -79,3 +79,45 @@ def test_check_rejects_bad_cost_keys(tmp_path, text, line, message):
     p = run_check(tmp_path, text)
     assert p.returncode == 1, p.stderr
     assert f"rules.ini:{line}: " in p.stderr and message in p.stderr, p.stderr
+
+
+def test_delay_holds_the_subject_until_its_debt_is_paid(redis_factory, sluice_factory):
+    """action = delay: after a 100 ms script on a 100ms/s budget, the next
+    request waits about until the debt is paid, then goes; a debt longer
+    than max_delay is refused."""
+    import time
+    srv, s = start_with_rules(redis_factory, sluice_factory, """
+[limit heavy]
+cost = redis_time
+rate = 100ms/s
+action = delay
+max_delay = 5s
+""")
+    a = s.client()
+    assert a.execute_command(*busy_eval(150000)) == 1
+    t0 = time.monotonic()
+    assert a.get("k") is None
+    assert time.monotonic() - t0 >= 0.2   # owed about 50 ms of 100 ms/s: 0.5 s
+    r = rule_counters(s)["heavy"]
+    assert r["delayed"] == 1, r
+    assert a.execute_command(*busy_eval(700000)) == 1   # 6 s of debt > max_delay
+    assert is_throttled(call(a, "GET", "k"), "heavy")
+
+
+def test_reload_keeps_an_unchanged_rules_debt(redis_factory, sluice_factory):
+    text = """
+[limit heavy]
+cost = bytes
+rate = 1kb/s
+action = reject
+"""
+    srv, s = start_with_rules(redis_factory, sluice_factory, text)
+    a = s.client()
+    assert a.set("k", "x" * 30000) is True
+    assert is_throttled(call(a, "GET", "k"), "heavy")
+    (s.dir / "rules.ini").write_text(text + "\n[limit other]\ncommands = SET\nrate = 1/h\n")
+    assert call(a, "PROXY", "RELOAD") == b"OK"
+    assert is_throttled(call(a, "GET", "k"), "heavy")   # still owed
+    (s.dir / "rules.ini").write_text(text.replace("1kb/s", "1gb/s"))
+    assert call(a, "PROXY", "RELOAD") == b"OK"
+    assert a.get("k") is not None   # a changed rule starts afresh
