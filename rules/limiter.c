@@ -9,6 +9,10 @@
  *           -> bucket per client/ip/user/name/rule (shared: its lease, or
  *              ask Redis; see limiter_lease.c)
  *           -> every enforce rule has a token? take one from each : refuse
+ *           (a cost rule: its subject not in debt? take nothing now; the
+ *           request is charged after its reply, limiter_slots_charge)
+ *           -> concurrency limits and charges: the decision's slots
+ *              (limiter_slots.c), taken by the proxy once the tokens are in
  */
 #include "limiter_int.h"
 

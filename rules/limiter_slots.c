@@ -1,8 +1,10 @@
 /* limiter_slots.c - owns the concurrency limits of the rules (max_inflight,
  * max_blocked): a gate per rule and subject counting the slots its
- * requests hold, and the slots one request holds or waits for. Knows
- * nothing of requests or clients: the proxy keeps a request's slots with
- * it, frees them when the request leaves Redis, and queues the waiters.
+ * requests hold, and the slots one request holds or waits for; and, in the
+ * same per-request list, which cost rules (cost = redis_time / bytes) the
+ * request is to be charged to after its reply (limiter.c charges them).
+ * Knows nothing of requests or clients: the proxy keeps a request's slots
+ * with it, frees them when the request leaves Redis, and queues the waiters.
  *
  *   limiter_admit -> limiter_slots_add: one slot per matching rule whose
  *                    limit counts the request's kind (blocking or not),
