@@ -79,6 +79,15 @@ void bucket_take(struct bucket *b)
     b->tokens -= 1.0;
 }
 
+void bucket_charge(struct bucket *b, double rate_per_s, double burst, uint64_t now_us, double n,
+                   double floor)
+{
+    bucket_refill(b, rate_per_s, burst, now_us);
+    b->tokens -= n;
+    if (b->tokens < -floor)
+        b->tokens = -floor;
+}
+
 void bucket_refund(struct bucket *b, double burst)
 {
     b->tokens += 1.0;

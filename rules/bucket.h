@@ -26,6 +26,12 @@ int bucket_peek(struct bucket *b, double rate_per_s, double burst, uint64_t now_
  * delayed request (the count may then go below zero; see bucket.c). */
 void bucket_take(struct bucket *b);
 
+/* Take N tokens at once, after the fact (a request's cost, known after
+ * its reply: rules/limiter_slots.c): refilled to NOW_US first; the count
+ * goes no lower than -FLOOR (a debt is bounded). */
+void bucket_charge(struct bucket *b, double rate_per_s, double burst, uint64_t now_us, double n,
+                   double floor);
+
 /* Give back a token taken for a request that was then not sent (e.g. its
  * client left while it was delayed). Never fills above BURST. */
 void bucket_refund(struct bucket *b, double burst);

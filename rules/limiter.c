@@ -9,6 +9,10 @@
  *           -> bucket per client/ip/user/name/rule (shared: its lease, or
  *              ask Redis; see limiter_lease.c)
  *           -> every enforce rule has a token? take one from each : refuse
+ *           (a cost rule: its subject not in debt? take nothing now; the
+ *           request is charged after its reply, limiter_slots_charge)
+ *           -> concurrency limits and charges: the decision's slots
+ *              (limiter_slots.c), taken by the proxy once the tokens are in
  */
 #include "limiter_int.h"
 
@@ -125,6 +129,7 @@ static void limiter_state_free(struct rule_state *st)
         }
     }
     lease_table_clear(&st->leases);
+    limiter_gates_orphan(st);
     if (st->report_subjects != NULL)
         topk_free(st->report_subjects);
     free(st->report_subjects);
@@ -230,7 +235,8 @@ static void limiter_drop_removed_series(const struct rule_set *rs)
 {
     static const enum metrics_id families[] = {
         METRIC_ratelimit_decisions_total, METRIC_ratelimit_delay_seconds,
-        METRIC_ratelimit_lease_tokens_total, METRIC_ratelimit_shared_calls_total};
+        METRIC_ratelimit_lease_tokens_total, METRIC_ratelimit_shared_calls_total,
+        METRIC_ratelimit_cost_total};
 
     for (size_t i = 0; i < sizeof(families) / sizeof(families[0]); i++)
         metrics_family_retain(families[i], limiter_rule_kept, (void *)rs);
@@ -368,8 +374,8 @@ static void limiter_decide(struct limiter_match *m, int n, const struct limiter_
         if (m[i].lease != NULL) {
             lease_take(m[i].lease);   /* it held one: limiter_lease_apply */
             limiter_lease_refill(m[i].st, m[i].lease, now_us);
-        } else {
-            bucket_take(m[i].bucket);
+        } else if (!m[i].cost) {
+            bucket_take(m[i].bucket);   /* a cost rule is charged after the reply */
         }
         if (m[i].wait_us > 0) {
             m[i].st->delayed++;
@@ -377,7 +383,8 @@ static void limiter_decide(struct limiter_match *m, int n, const struct limiter_
         } else
             m[i].st->admitted++;
         limiter_metric(m[i].st, m[i].wait_us > 0 ? LIMITER_DELAYED : LIMITER_ADMITTED, m[i].wait_us);
-        out->taken[out->taken_count++] =
+        if (!m[i].cost)   /* nothing taken to give back */
+            out->taken[out->taken_count++] =
             (struct limiter_taken){m[i].st->id, m[i].wait_us > 0, m[i].lease != NULL};
     }
     out->verdict = delay > 0 ? LIMITER_DELAY : LIMITER_PASS;
@@ -385,12 +392,55 @@ static void limiter_decide(struct limiter_match *m, int n, const struct limiter_
 }
 
 
+/* The bucket of the cost rule ST for the subject KEY (limiter_subject_key),
+ * made when missing. */
+static struct bucket *limiter_cost_bucket(struct rule_state *st, const char *key)
+{
+    return st->rule->per == RULE_PER_RULE ? &st->bucket : limiter_keyed(st, key);
+}
+
+/* The request of P meets the cost rule ST: it waits or is refused while
+ * its subject's bucket is in debt, takes nothing now, and is charged what
+ * it cost once answered (limiter_slots_charge). */
+static void limiter_apply_cost(struct limiter_pass *p, struct rule_state *st)
+{
+    const struct rule *r = st->rule;
+    char key[512];
+    struct bucket *b;
+    uint64_t wait;
+
+    if (p->now_us == 0)
+        p->now_us = server_pass_now_us();
+    limiter_subject_key(st, p->who, key, sizeof(key));
+    b = limiter_cost_bucket(st, key);
+    wait = bucket_wait_us(b, r->rate_per_s, r->burst, p->now_us);
+    limiter_slots_add_charge(p, st);
+    if (r->mode == RULE_MODE_DRYRUN) {
+        if (wait > 0) {
+            char subject[LIMITER_SUBJECT_MAX];
+            limiter_subject(p->who, subject, sizeof(subject));
+            limiter_dryrun_hit(st, subject, wait);
+        }
+        limiter_metric(st, wait > 0 ? LIMITER_DRYRUN : LIMITER_ADMITTED, 0);
+        return;
+    }
+    p->m[p->n++] = (struct limiter_match){st, b, wait, NULL, 1};
+}
+
 static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
 {
     struct rule_state *st = e->state;
     const struct rule *r = st->rule;
 
     st->matched++;
+    if (r->max_inflight > 0 || r->max_blocked > 0)
+        limiter_slots_add(p, st);   /* scope = local only */
+    if (r->rate_per_s == 0)
+        return;   /* a concurrency limit only: no bucket */
+    if (r->cost != RULE_COST_REQUESTS) {
+        limiter_apply_cost(p, st);
+        return;
+    }
     if (r->scope == RULE_SCOPE_SHARED) {
         limiter_apply_shared(p, st);
         return;
@@ -411,7 +461,7 @@ static void limiter_apply(struct limiter_pass *p, struct limiter_entry *e)
             bucket_take(b);   /* it models the limit as if enforced */
         return;
     }
-    p->m[p->n++] = (struct limiter_match){st, b, wait, NULL};
+    p->m[p->n++] = (struct limiter_match){st, b, wait, NULL, 0};
 }
 
 /* Of the keyed rules in word W, those one of the request's keys (POS, N)
@@ -541,6 +591,8 @@ int limiter_quick_pass(struct limiter_client *lc, const struct command *cmd,
 
 void limiter_decision_free(struct limiter_decision *d)
 {
+    limiter_slots_free(d->slots);
+    d->slots = NULL;
     free(d->ask);
     free(d->taken);
     d->ask = NULL;
@@ -581,7 +633,11 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
     p.m = limiter_matches;
     p.n = 0;
     p.out = out;
+    p.room = lc != NULL ? lc->count : 0;
+    p.blocking = cmd != NULL && (cmd->flags & CMD_BLOCKING) != 0;
 
+    limiter_slots_free(out->slots);   /* not taken by the caller: none held */
+    out->slots = NULL;
     out->verdict = LIMITER_PASS;
     out->wait_us = 0;
     out->ask_count = 0;
@@ -594,6 +650,7 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
         limiter_client_refresh(lc, who);
     if (lc->count == 0)
         return;
+    p.room = lc->count;
     /* Each of the client's rules may match: room for all of them. Without
      * it the request is refused, as no rule may be skipped. */
     if (limiter_decision_reserve(out, lc->count) != 0) {
@@ -612,6 +669,10 @@ void limiter_admit(struct limiter_client **lcp, const struct limiter_identity *w
         }
     }
     limiter_decide(p.m, p.n, who, p.now_us, out);
+    if (out->verdict == LIMITER_REJECT) {
+        limiter_slots_free(out->slots);   /* none taken yet */
+        out->slots = NULL;
+    }
     if (out->verdict != LIMITER_REJECT && out->ask_count > 0)
         out->verdict = LIMITER_ASK;
     else
@@ -645,6 +706,30 @@ void limiter_shared_sent(const struct limiter_shared_ask *ask)
 
     if (st != NULL)
         limiter_lease_sent(st, ask);
+}
+
+/* Each cost rule may charge at most an hour of its rate as debt: a
+ * request that cost more leaves its subject waiting an hour, not years. */
+#define LIMITER_DEBT_MAX_S 3600.0
+
+void limiter_slots_charge(struct limiter_slots *s, uint64_t redis_us, uint64_t bytes)
+{
+    uint64_t now = 0;
+    struct rule_state *st;
+    const char *key;
+    int i = 0;
+
+    while (limiter_slots_next_charge(s, &i, &st, &key)) {
+        const struct rule *r = st->rule;
+        uint64_t n = r->cost == RULE_COST_REDIS_TIME ? redis_us : bytes;
+        if (now == 0)
+            now = server_now_us();
+        bucket_charge(limiter_cost_bucket(st, key), r->rate_per_s, r->burst, now, (double)n,
+                      r->rate_per_s * LIMITER_DEBT_MAX_S);
+        st->charged += n;
+        if (st->metric_cost != NULL)
+            *st->metric_cost += n;
+    }
 }
 
 /* Take back the count a given-back token had made. */
@@ -745,8 +830,26 @@ void limiter_cron(uint64_t now_us)
 
 static const char *const limiter_counter_names[] = {
     "matched", "admitted", "rejected", "delayed", "dryrun_hits", "fail_open", "leased", "returned",
+    "inflight_now", "blocked_now", "inflight_waits", "charged", "debt",
 };
 #define LIMITER_COUNTERS (int)(sizeof(limiter_counter_names) / sizeof(limiter_counter_names[0]))
+
+/* What the buckets of the cost rule ST owe now (us or bytes), as of
+ * their last refill; 0 for other rules. */
+static uint64_t limiter_debt(const struct rule_state *st)
+{
+    double owed = 0;
+
+    if (st->rule->cost == RULE_COST_REQUESTS)
+        return 0;
+    if (st->bucket.tokens < 0)
+        owed -= st->bucket.tokens;
+    for (int c = 0; c < LIMITER_KEYED_CHAINS && st->keyed_count > 0; c++) {
+        for (const struct keyed_bucket *kb = st->keyed[c]; kb != NULL; kb = kb->next)
+            owed -= kb->bucket.tokens < 0 ? kb->bucket.tokens : 0;
+    }
+    return (uint64_t)owed;
+}
 
 static void limiter_counters(const struct rule_state *st, uint64_t *v)
 {
@@ -758,6 +861,11 @@ static void limiter_counters(const struct rule_state *st, uint64_t *v)
     v[5] = st->fail_open;
     v[6] = st->leased;
     v[7] = st->returned;
+    v[8] = (uint64_t)st->held_now[0];
+    v[9] = (uint64_t)st->held_now[1];
+    v[10] = st->slot_waits;
+    v[11] = st->charged;
+    v[12] = limiter_debt(st);
 }
 
 /* "name" and VALUE as two bulk strings of PROXY RULES. */
@@ -767,16 +875,35 @@ static void limiter_write_pair(struct evbuffer *out, const char *name, const cha
                         value);
 }
 
+/* A concurrency limit N as a setting: "off" when 0. */
+static void limiter_write_limit(struct evbuffer *out, const char *name, int n)
+{
+    char num[16];
+
+    if (n > 0)
+        snprintf(num, sizeof(num), "%d", n);
+    else
+        snprintf(num, sizeof(num), "off");
+    limiter_write_pair(out, name, num);
+}
+
 /* R's settings, as the rule file spells them: what an operator reads
  * beside the counters to know what the rule does now. */
-#define LIMITER_SETTINGS 8
+#define LIMITER_SETTINGS 11
 static void limiter_write_settings(struct evbuffer *out, const struct rule *r)
 {
     struct rule_words w;
     char num[64];
 
     rules_words(r, &w);
-    snprintf(num, sizeof(num), "%.6g/s", r->rate_per_s);
+    if (r->rate_per_s > 0 && r->cost == RULE_COST_REDIS_TIME)
+        snprintf(num, sizeof(num), "%.6gms/s", r->rate_per_s / 1000);
+    else if (r->rate_per_s > 0 && r->cost == RULE_COST_BYTES)
+        snprintf(num, sizeof(num), "%.6gb/s", r->rate_per_s);
+    else if (r->rate_per_s > 0)
+        snprintf(num, sizeof(num), "%.6g/s", r->rate_per_s);
+    else
+        snprintf(num, sizeof(num), "off");   /* a concurrency limit only */
     limiter_write_pair(out, "rate", num);
     snprintf(num, sizeof(num), "%.6g", r->burst);
     limiter_write_pair(out, "burst", num);
@@ -792,6 +919,9 @@ static void limiter_write_settings(struct evbuffer *out, const struct rule *r)
     else
         snprintf(num, sizeof(num), "off");
     limiter_write_pair(out, "lease", num);
+    limiter_write_limit(out, "max_inflight", r->max_inflight);
+    limiter_write_limit(out, "max_blocked", r->max_blocked);
+    limiter_write_pair(out, "cost", w.cost);
 }
 
 void limiter_write_rules(struct evbuffer *out)

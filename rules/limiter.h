@@ -69,6 +69,10 @@ struct limiter_taken {
     int leased;             /* a shared rule's token from this sluice's lease */
 };
 
+/* The concurrency slots of one request (rules with max_inflight or
+ * max_blocked): see limiter_slots_take. */
+struct limiter_slots;
+
 /* What limiter_admit decided. Every matching rule is in it, however many:
  * ASK and TAKEN grow as needed (to the client's rule count) and are kept
  * for the next decision made into the same struct. Start it zeroed, and
@@ -82,6 +86,10 @@ struct limiter_decision {
     int taken_count;        /* PASS, DELAY, ASK: the local rules that gave a token */
     struct limiter_taken *taken;
     int ask_cap, taken_cap; /* entries allocated */
+    /* PASS, DELAY, ASK: the request's concurrency slots, not yet taken;
+     * NULL when no rule limits its concurrency. The caller takes them
+     * (sets this to NULL) and frees them with limiter_slots_free. */
+    struct limiter_slots *slots;
 };
 
 void limiter_decision_free(struct limiter_decision *d);
@@ -151,6 +159,32 @@ void limiter_give_back(struct limiter_client *lc, const struct limiter_identity 
 /* The same for a shared rule's token, once Redis has it back (ASK was
  * answered with WAIT_US); only the counters live here. */
 void limiter_shared_given_back(const struct limiter_shared_ask *ask, uint64_t wait_us);
+
+enum limiter_slots_verdict {
+    LIMITER_SLOTS_HELD,     /* every slot is held: the request may go */
+    LIMITER_SLOTS_WAIT,     /* a delay rule's gate is full: wait, and take again */
+    LIMITER_SLOTS_REJECT,   /* a reject rule's gate is full (its name in RULE) */
+};
+
+/* Take the slots S still needs, in rule order, for a request of WHO: a
+ * slot already held is kept, also when another is refused or must wait.
+ * QUEUED: S waits already, and is taken again in its queue's order; a
+ * newcomer never goes ahead of requests waiting at the same gate. A
+ * dry-run rule's slot is always taken, counted as it would have been
+ * limited. RULE (SIZE bytes) gets the refusing rule's name. */
+enum limiter_slots_verdict limiter_slots_take(struct limiter_slots *s, int queued,
+                                              const struct limiter_identity *who, char *rule,
+                                              size_t size);
+
+/* The request of S was answered after REDIS_US of Redis's time, with
+ * BYTES of request and reply: each cost rule's bucket of S is charged
+ * that (once; before limiter_slots_free). */
+void limiter_slots_charge(struct limiter_slots *s, uint64_t redis_us, uint64_t bytes);
+
+/* The request of S left Redis (answered, failed, or never sent): its
+ * slots go back and S is freed (NULL is fine). Returns 1 when a gate
+ * with waiting requests got a slot back (take theirs again). */
+int limiter_slots_free(struct limiter_slots *s);
 
 /* The client's ip, user or name changed: match its rules again. */
 void limiter_client_changed(struct limiter_client *lc);

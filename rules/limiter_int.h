@@ -17,6 +17,7 @@
 #define LIMITER_REPORT_EVERY_US 10000000
 
 struct keyed_bucket;
+struct limiter_gate;
 struct metrics_hist;
 struct topk;
 
@@ -48,6 +49,16 @@ struct rule_state {
     uint64_t report_rejected, report_delayed;
     uint64_t report_start_us, last_report_us;
     struct topk *report_subjects;     /* made at its first hit */
+    /* max_inflight, max_blocked (limiter_slots.c): a gate per subject,
+     * the slots held now by kind (in flight, blocked), and how many
+     * requests had to wait for one. */
+    struct limiter_gate *gates[LIMITER_KEYED_CHAINS];
+    long held_now[2];
+    uint64_t slot_waits;
+    /* cost = redis_time / bytes: what its requests were charged (us or
+     * bytes), and sluice_ratelimit_cost_total's series. */
+    uint64_t charged;
+    uint64_t *metric_cost;
 };
 
 enum limiter_metric { LIMITER_ADMITTED, LIMITER_REJECTED, LIMITER_DELAYED, LIMITER_DRYRUN };
@@ -58,6 +69,7 @@ struct limiter_match {
     struct bucket *bucket;            /* NULL for a shared rule's lease */
     uint64_t wait_us;
     struct lease *lease;              /* a shared rule's: a token of it, or its refusal */
+    int cost;                         /* cost = redis_time / bytes: checked, charged later */
 };
 
 /* What one request does to the rule of entry E, which it matches: a
@@ -70,6 +82,8 @@ struct limiter_pass {
     struct limiter_match *m;
     int n;
     struct limiter_decision *out;
+    int room;                         /* the client's rules: most slots a request takes */
+    int blocking;                     /* the command blocks (CMD_BLOCKING): max_blocked */
 };
 
 /* limiter_report.c (called by both files below) */
@@ -112,5 +126,23 @@ void limiter_lease_cron(struct rule_state *st, uint64_t now_us);
  * else by bucket key, written to KEY). NULL when memory ran out. */
 struct lease *limiter_lease_for(struct rule_state *st, const struct limiter_identity *who,
                                 char *key, size_t size);
+
+/* limiter_slots.c (called by limiter.c) */
+/* The request of P meets ST, which limits concurrency: a slot of its
+ * subject's gate goes into P's decision (taken later). */
+void limiter_slots_add(struct limiter_pass *p, struct rule_state *st);
+/* The subject of WHO that ST's limit counts, as a gate's (or a cost
+ * bucket's) key: "#ID" (per = client), the ip, user or name, or "". */
+void limiter_subject_key(const struct rule_state *st, const struct limiter_identity *who,
+                         char *out, size_t size);
+/* The request of P meets ST, a cost rule: it is charged after its reply. */
+void limiter_slots_add_charge(struct limiter_pass *p, struct rule_state *st);
+/* The next entry of a cost rule in S from *I on, not yet charged (it is
+ * marked charged now): its rule ST (one that is still loaded) and its
+ * subject's KEY (limiter_subject_key). 0 when none is left. */
+int limiter_slots_next_charge(struct limiter_slots *s, int *i, struct rule_state **st,
+                              const char **key);
+/* ST goes: its gates live on, with no limit, until their last slot goes. */
+void limiter_gates_orphan(struct rule_state *st);
 
 #endif

@@ -221,7 +221,7 @@ static int limiter_lease_apply(struct limiter_pass *p, struct rule_state *st, st
         return 1;
     }
     if (lease_held(l) >= 1) {
-        p->m[p->n++] = (struct limiter_match){st, NULL, 0, l};
+        p->m[p->n++] = (struct limiter_match){st, NULL, 0, l, 0};
         return 1;
     }
     /* A delay rule may still reserve a token Redis does not have yet. */
@@ -233,7 +233,7 @@ static int limiter_lease_apply(struct limiter_pass *p, struct rule_state *st, st
         limiter_metric(st, LIMITER_DRYRUN, 0);
         return 1;
     }
-    p->m[p->n++] = (struct limiter_match){st, NULL, l->refused_until_us - p->now_us, l};
+    p->m[p->n++] = (struct limiter_match){st, NULL, l->refused_until_us - p->now_us, l, 0};
     return 1;
 }
 

@@ -33,6 +33,10 @@ void limiter_metric_open(struct rule_state *st)
     for (int k = 0; k < 4; k++)
         st->metric[k] = metrics_counter(METRIC_ratelimit_decisions_total, st->rule->name, names[k]);
     st->metric_delay = metrics_hist(METRIC_ratelimit_delay_seconds, st->rule->name, NULL);
+    if (st->rule->cost != RULE_COST_REQUESTS)
+        st->metric_cost = metrics_counter(METRIC_ratelimit_cost_total, st->rule->name,
+                                          st->rule->cost == RULE_COST_REDIS_TIME ? "redis_time_us"
+                                                                                 : "bytes");
     if (st->rule->scope != RULE_SCOPE_SHARED)
         return;
     st->metric_lease[0] = metrics_counter(METRIC_ratelimit_lease_tokens_total, st->rule->name, "leased");

@@ -25,6 +25,8 @@
 
 #define RULES_MAX_COUNT 1000000000LL             /* largest N in rate and burst */
 #define RULES_DEFAULT_MAX_DELAY_US 1000000ULL
+#define RULES_MAX_COST (1LL << 50)                /* largest N of a rate of time or bytes */
+#define RULES_MAX_CONCURRENCY 1000000             /* largest max_inflight, max_blocked */
 #define RULES_MAX_DELAY_LIMIT_US (3600LL * 1000000)
 /* Longest lease = DURATION: half a lease's lifetime (LEASE_TTL_US, 2 s),
  * so that what a lease is sized for can be spent before it expires. */
@@ -62,6 +64,7 @@ struct rule_full {
     struct rules_cidr *cidrs;       /* lists[LIST_IP].count of them */
     uint64_t *command_bits;         /* by command id; NULL when commands is absent */
     unsigned verbs;                 /* bit i: rules_verb_names[i] is in commands */
+    enum rule_cost rate_unit;       /* what rate's N counts: a number, a duration, a size */
 };
 
 struct rule_set {
@@ -83,12 +86,14 @@ struct rules_key {
 };
 
 static rules_setter rules_set_ip, rules_set_globs, rules_set_commands, rules_set_rate,
-    rules_set_burst, rules_set_choice, rules_set_max_delay, rules_set_lease, rules_set_lease_max;
+    rules_set_burst, rules_set_choice, rules_set_max_delay, rules_set_lease, rules_set_lease_max,
+    rules_set_concurrency;
 
 static const char *const rules_per_words[] = {"client", "ip", "user", "name", "rule", NULL};
 static const char *const rules_action_words[] = {"reject", "delay", NULL};
 static const char *const rules_scope_words[] = {"local", "shared", NULL};
 static const char *const rules_mode_words[] = {"enforce", "dryrun", NULL};
+static const char *const rules_cost_words[] = {"requests", "redis_time", "bytes", NULL};
 
 void rules_words(const struct rule *r, struct rule_words *out)
 {
@@ -96,12 +101,14 @@ void rules_words(const struct rule *r, struct rule_words *out)
     out->action = rules_action_words[r->action];
     out->scope = rules_scope_words[r->scope];
     out->mode = rules_mode_words[r->mode];
+    out->cost = rules_cost_words[r->cost];
 }
 
 #define F(field) offsetof(struct rule, field)
 enum rules_key_id {
     KEY_MATCH_IP, KEY_MATCH_USER, KEY_MATCH_NAME, KEY_COMMANDS, KEY_KEYS, KEY_RATE, KEY_BURST,
-    KEY_PER, KEY_ACTION, KEY_MAX_DELAY, KEY_SCOPE, KEY_MODE, KEY_LEASE, KEY_LEASE_MAX, KEY_COUNT
+    KEY_PER, KEY_ACTION, KEY_MAX_DELAY, KEY_SCOPE, KEY_MODE, KEY_LEASE, KEY_LEASE_MAX,
+    KEY_MAX_INFLIGHT, KEY_MAX_BLOCKED, KEY_COST, KEY_COUNT
 };
 static const struct rules_key rules_keys[KEY_COUNT] = {
     [KEY_MATCH_IP] = {"match_ip", rules_set_ip, LIST_IP, NULL, 0},
@@ -118,6 +125,9 @@ static const struct rules_key rules_keys[KEY_COUNT] = {
     [KEY_MODE] = {"mode", rules_set_choice, -1, rules_mode_words, F(mode)},
     [KEY_LEASE] = {"lease", rules_set_lease, -1, NULL, 0},
     [KEY_LEASE_MAX] = {"lease_max", rules_set_lease_max, -1, NULL, 0},
+    [KEY_MAX_INFLIGHT] = {"max_inflight", rules_set_concurrency, -1, NULL, F(max_inflight)},
+    [KEY_MAX_BLOCKED] = {"max_blocked", rules_set_concurrency, -1, NULL, F(max_blocked)},
+    [KEY_COST] = {"cost", rules_set_choice, -1, rules_cost_words, F(cost)},
 };
 #undef F
 
@@ -347,7 +357,7 @@ static int rules_set_commands(struct rule_full *r, const struct rules_key *key, 
     return 0;
 }
 
-/* "N/s", "N/m" or "N/h". */
+/* "N/s", "N/m" or "N/h"; N a count, a duration or a size. */
 static int rules_set_rate(struct rule_full *r, const struct rules_key *key, const char *value,
                           char *err, size_t errlen)
 {
@@ -366,7 +376,21 @@ static int rules_set_rate(struct rule_full *r, const struct rules_key *key, cons
     }
     memcpy(num, value, (size_t)(slash - value));
     num[slash - value] = '\0';
-    if (value_int(num, 1, RULES_MAX_COUNT, &n, nerr, sizeof(nerr)) != 0) {
+    /* N is a count, or for cost = redis_time / bytes a duration (100ms) or
+     * a size (10mb): rules_finish checks that it fits the cost. */
+    r->rate_unit = RULE_COST_REQUESTS;
+    if (strspn(num, "0123456789") == strlen(num)) {
+        if (value_int(num, 1, RULES_MAX_COUNT, &n, nerr, sizeof(nerr)) != 0)
+            n = 0;
+    } else {
+        r->rate_unit = RULE_COST_REDIS_TIME;
+        if (value_duration_us(num, &n, nerr, sizeof(nerr)) != 0) {
+            r->rate_unit = RULE_COST_BYTES;
+            if (value_bytes(num, 1, RULES_MAX_COST, &n, nerr, sizeof(nerr)) != 0)
+                n = 0;
+        }
+    }
+    if (n < 1 || n > RULES_MAX_COST) {
         snprintf(err, errlen, "'%s' is not a rate (N/s, N/m or N/h; N from 1 to %lld)", value,
                  RULES_MAX_COUNT);
         return -1;
@@ -433,6 +457,23 @@ static int rules_set_lease_max(struct rule_full *r, const struct rules_key *key,
     if (value_int(value, 1, RULES_MAX_COUNT, &n, err, errlen) != 0)
         return -1;
     r->pub.lease_max = (double)n;
+    return 0;
+}
+
+/* max_inflight, max_blocked: a count of requests at once (the int field
+ * at KEY->offset). */
+static int rules_set_concurrency(struct rule_full *r, const struct rules_key *key,
+                                 const char *value, char *err, size_t errlen)
+{
+    long long n;
+    char nerr[128];
+
+    if (value_int(value, 1, RULES_MAX_CONCURRENCY, &n, nerr, sizeof(nerr)) != 0) {
+        snprintf(err, errlen, "'%s' is not a positive integer (1 to %d)", value,
+                 RULES_MAX_CONCURRENCY);
+        return -1;
+    }
+    *(int *)((char *)&r->pub + key->offset) = (int)n;
     return 0;
 }
 
@@ -535,6 +576,34 @@ static void rules_finish_lease(struct rules_parse *p, struct rule_full *r)
         r->pub.lease_us = 0;
 }
 
+/* cost = redis_time / bytes: a rate of that unit, local only, no burst
+ * key (one second of the rate); a rate of time or bytes needs its cost. */
+static void rules_finish_cost(struct rules_parse *p, struct rule_full *r)
+{
+    static const char *const want[] = {"a count (e.g. rate = 100/s)",
+                                       "a duration (e.g. rate = 100ms/s)",
+                                       "a size (e.g. rate = 10mb/s)"};
+
+    if (p->seen_line[KEY_RATE] != 0 && r->rate_unit != r->pub.cost &&
+        r->pub.cost == RULE_COST_REQUESTS)
+        errlist_add(p->errs, p->path, p->seen_line[KEY_RATE],
+                    "a rate of %s needs cost = %s", r->rate_unit == RULE_COST_BYTES ? "bytes" : "time",
+                    rules_cost_words[r->rate_unit]);
+    else if (p->seen_line[KEY_RATE] != 0 && r->rate_unit != r->pub.cost)
+        errlist_add(p->errs, p->path, p->seen_line[KEY_RATE], "cost = %s needs a rate of %s",
+                    rules_cost_words[r->pub.cost], want[r->pub.cost]);
+    if (r->pub.cost == RULE_COST_REQUESTS)
+        return;
+    if (r->pub.scope != RULE_SCOPE_LOCAL)
+        errlist_add(p->errs, p->path, p->seen_line[KEY_COST], "cost = %s needs scope = local",
+                    rules_cost_words[r->pub.cost]);
+    if (p->seen_line[KEY_BURST] != 0)
+        errlist_add(p->errs, p->path, p->seen_line[KEY_BURST], "burst needs cost = requests");
+    if (p->seen_line[KEY_RATE] == 0)
+        errlist_add(p->errs, p->path, p->seen_line[KEY_COST], "cost = %s needs rate",
+                    rules_cost_words[r->pub.cost]);
+}
+
 /* Checks that need the whole section, and defaults that depend on others. */
 static void rules_finish(struct rules_parse *p)
 {
@@ -543,8 +612,18 @@ static void rules_finish(struct rules_parse *p)
     p->cur = NULL;
     if (r == NULL)
         return;
-    if (p->seen_line[KEY_RATE] == 0)
+    /* A concurrency limit alone needs no rate (and then has no bucket). */
+    if (p->seen_line[KEY_RATE] == 0 && r->pub.max_inflight == 0 && r->pub.max_blocked == 0)
         errlist_add(p->errs, p->path, p->cur_line, "missing key 'rate' in [limit %s]", r->name);
+    else if (p->seen_line[KEY_BURST] != 0 && p->seen_line[KEY_RATE] == 0)
+        errlist_add(p->errs, p->path, p->seen_line[KEY_BURST], "burst needs rate");
+    rules_finish_cost(p, r);
+    /* Slots are counted in this sluice's memory only (rate-limits.md). */
+    for (int k = KEY_MAX_INFLIGHT; k <= KEY_MAX_BLOCKED; k++) {
+        if (p->seen_line[k] != 0 && r->pub.scope != RULE_SCOPE_LOCAL)
+            errlist_add(p->errs, p->path, p->seen_line[k], "%s needs scope = local",
+                        rules_keys[k].name);
+    }
     if (p->seen_line[KEY_MAX_DELAY] != 0 && r->pub.action != RULE_ACTION_DELAY)
         errlist_add(p->errs, p->path, p->seen_line[KEY_MAX_DELAY],
                     "max_delay needs action = delay");
@@ -930,6 +1009,8 @@ static int rules_same_text(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
+/* max_inflight and max_blocked are left out: a reload that changes only
+ * them keeps the rule's state, and with it the count of slots held. */
 int rules_same_params(const struct rule *a, const struct rule *b)
 {
     const struct rule_full *fa = rules_full(a), *fb = rules_full(b);
@@ -937,7 +1018,7 @@ int rules_same_params(const struct rule *a, const struct rule *b)
     if (strcmp(a->name, b->name) != 0 || a->rate_per_s != b->rate_per_s ||
         a->burst != b->burst || a->per != b->per || a->action != b->action ||
         a->max_delay_us != b->max_delay_us || a->scope != b->scope || a->mode != b->mode ||
-        a->lease_us != b->lease_us || a->lease_max != b->lease_max)
+        a->lease_us != b->lease_us || a->lease_max != b->lease_max || a->cost != b->cost)
         return 0;
     for (int i = 0; i < LIST_COUNT; i++) {
         if (!rules_same_text(fa->lists[i].text, fb->lists[i].text))

@@ -33,6 +33,9 @@ enum rule_scope {
     RULE_SCOPE_LOCAL,   /* buckets in this sluice's memory */
     RULE_SCOPE_SHARED,  /* buckets in Redis (lua/bucket.lua), shared by all sluices */
 };
+/* What a rule's bucket counts (cost =): requests, or what each request
+ * cost Redis, charged after its reply (rate then in us or bytes per s). */
+enum rule_cost { RULE_COST_REQUESTS, RULE_COST_REDIS_TIME, RULE_COST_BYTES };
 enum rule_mode {
     RULE_MODE_ENFORCE,
     RULE_MODE_DRYRUN,   /* count and log what would be limited, limit nothing */
@@ -56,6 +59,17 @@ struct rule {
      * request. Default RULES_DEFAULT_LEASE_US. */
     uint64_t lease_us;
     double lease_max;       /* most tokens one sluice holds; default burst / 8, >= 1 */
+    /* Concurrency limits (scope = local only): at most this many of a
+     * subject's requests in Redis at once, blocking commands (CMD_BLOCKING)
+     * in max_blocked, others in max_inflight; 0: no limit. A rule with
+     * either needs no rate: then rate_per_s is 0 and it has no bucket. */
+    int max_inflight;
+    int max_blocked;
+    /* cost = redis_time / bytes (scope = local only): rate_per_s and burst
+     * are in microseconds of Redis's time or in bytes; the bucket is
+     * checked before a request (it waits or is refused while in debt) and
+     * charged after its reply. */
+    enum rule_cost cost;
 };
 
 #define RULES_DEFAULT_LEASE_US 200000ULL
@@ -68,7 +82,7 @@ struct rule_set;
 
 /* R's settings as the rule file spells them (PROXY RULES). */
 struct rule_words {
-    const char *per, *action, *scope, *mode;
+    const char *per, *action, *scope, *mode, *cost;
 };
 void rules_words(const struct rule *r, struct rule_words *out);
 
@@ -126,7 +140,9 @@ void rules_warn(const struct rule_set *rs, const char *path, rules_user_known_fn
                 void *ctx, struct errlist *warns);
 
 /* 1 when A and B have the same name and every parameter and condition is
- * the same, so a reload may carry A's buckets over to B. */
+ * the same, so a reload may carry A's buckets over to B. The concurrency
+ * limits (max_inflight, max_blocked) may differ: the slots held carry over
+ * and the new limits apply to them. */
 int rules_same_params(const struct rule *a, const struct rule *b);
 
 #endif

@@ -19,12 +19,22 @@
  * its client leaves first) gives back every token it took: to the local
  * buckets (limiter_give_back), and to shared ones in Redis (bucket.lua
  * "refund"), so a refused command takes none.
+ *
+ * Concurrency limits (max_inflight, max_blocked) are taken last, once
+ * every token is there, so no later rule can refuse a request that holds
+ * a slot. The slots go with the request (req->slots) and back when its
+ * reply comes (throttle_request_done) or it is freed unanswered
+ * (request_free: a failed send, a lost connection, a client gone), so
+ * none can leak. A request whose gate is full waits, its client blocked,
+ * in throttle_slot_waiters (oldest first), taken again when a slot of a
+ * gate with waiters comes back (throttle_wake_cb, from the event loop).
  */
 #include "throttle.h"
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <stdlib.h>
+#include <sys/queue.h>
 #include <string.h>
 #include <time.h>
 
@@ -66,7 +76,17 @@ struct throttle_hold {
     struct limiter_taken *taken;
     int granted_count;
     struct throttle_granted *granted;
+    /* Waiting for a concurrency slot (req->slots), in throttle_slot_waiters. */
+    int slot_queued;
+    TAILQ_ENTRY(throttle_hold) wait_link;
 };
+
+/* Holds waiting for a concurrency slot, oldest first, and the event that
+ * takes their slots again (throttle_wake_soon). */
+static TAILQ_HEAD(throttle_waiters, throttle_hold) throttle_slot_waiters =
+    TAILQ_HEAD_INITIALIZER(throttle_slot_waiters);
+static struct event *throttle_wake_ev;
+static int throttle_down;   /* throttle_shutdown ran: slots freed later wake nobody */
 
 /* One message about a shared bucket, the ctx of its internal request: a
  * question, a lease's refill, or tokens given back (ask.kind). */
@@ -86,6 +106,8 @@ static void throttle_index_exempt(void);
 static uint64_t throttle_last_cron_us;
 static request_release_fn *throttle_hand_back;   /* from throttle_set_release */
 static void throttle_send_lease(const struct limiter_shared_ask *ask);
+static void throttle_slots_drop(struct request *req);
+static void throttle_wake_soon(void);
 
 void throttle_set_release(request_release_fn *release)
 {
@@ -97,6 +119,7 @@ int throttle_init(const char *path, struct errlist *errs)
     throttle_bucket_script = scripts_find("bucket");
     throttle_index_exempt();
     limiter_set_send(throttle_send_lease);
+    request_set_slots_drop(throttle_slots_drop);
     if (limiter_load(path, errs) != 0)
         return -1;
     if (path != NULL)
@@ -112,6 +135,7 @@ int throttle_prepare(const char *path, struct rule_set **out, struct errlist *er
 void throttle_commit(const char *path, struct rule_set *rs)
 {
     limiter_commit(rs);
+    throttle_wake_soon();   /* a limit raised or gone lets waiters go */
     log_notice("rules reloaded from %s", path != NULL ? path : "(none)");
 }
 
@@ -189,6 +213,43 @@ static void throttle_identity(const struct client *c, struct limiter_identity *w
     who->addr_text = c->addr_text;
 }
 
+/* REQ takes the slots of the decision D: in a transaction no slot is
+ * taken (Redis queues the command, and runs it at EXEC, which no rule
+ * limits). */
+static void throttle_slots_adopt(struct client *c, struct request *req, struct limiter_decision *d)
+{
+    if (d->slots == NULL)
+        return;
+    if (c->flags & CLIENT_IN_MULTI)
+        limiter_slots_free(d->slots);   /* none held yet */
+    else
+        req->slots = d->slots;
+    d->slots = NULL;
+}
+
+/* REQ of C (WHO) has its tokens (the decision OUT->limits passed it):
+ * its slots now. Full: HOLD (it waits, throttle_go), or REJECT with the
+ * tokens it took given back. */
+static enum throttle_verdict throttle_slots_first(struct client *c, struct request *req,
+                                                  const struct limiter_identity *who,
+                                                  struct throttle_decision *out)
+{
+    const struct limiter_decision *d = out->limits;
+    char rule[RULES_NAME_MAX + 1];
+
+    if (req->slots == NULL)
+        return THROTTLE_PASS;
+    switch (limiter_slots_take(req->slots, 0, who, rule, sizeof(rule))) {
+    case LIMITER_SLOTS_HELD: return THROTTLE_PASS;
+    case LIMITER_SLOTS_WAIT: return THROTTLE_HOLD;
+    case LIMITER_SLOTS_REJECT: break;
+    }
+    limiter_give_back(c->limiter, who, d->taken, d->taken_count);
+    throttle_slots_drop(req);
+    throttle_reject_text(out->error, sizeof(out->error), rule, 0);
+    return THROTTLE_REJECT;
+}
+
 /* throttle_admit for a request some rule may apply to: the buckets. Kept
  * out of line, so the common case does not pay for its frame. */
 static __attribute__((noinline)) enum throttle_verdict
@@ -202,8 +263,9 @@ throttle_admit_ruled(struct client *c, struct request *req, const struct sv *arg
     out->limits = d;
     throttle_identity(c, &who);
     limiter_admit(&c->limiter, &who, req->cmd, argv, req->argc, 0, d);
+    throttle_slots_adopt(c, req, d);
     switch (d->verdict) {
-    case LIMITER_PASS: return THROTTLE_PASS;
+    case LIMITER_PASS: return throttle_slots_first(c, req, &who, out);
     case LIMITER_DELAY: return THROTTLE_HOLD;
     case LIMITER_REJECT:
         throttle_reject_text(out->error, sizeof(out->error), d->rule_name, d->wait_us);
@@ -221,7 +283,9 @@ throttle_admit_ruled(struct client *c, struct request *req, const struct sv *arg
         throttle_send_ask(a);
     }
     d->ask_count = enforce;
-    return enforce > 0 || d->wait_us > 0 ? THROTTLE_HOLD : THROTTLE_PASS;
+    if (enforce > 0 || d->wait_us > 0)
+        return THROTTLE_HOLD;
+    return throttle_slots_first(c, req, &who, out);
 }
 
 enum throttle_verdict throttle_admit(struct client *c, struct request *req,
@@ -233,8 +297,16 @@ enum throttle_verdict throttle_admit(struct client *c, struct request *req,
     return throttle_admit_ruled(c, req, argv, out);
 }
 
+static void throttle_unqueue(struct throttle_hold *h)
+{
+    if (h->slot_queued)
+        TAILQ_REMOVE(&throttle_slot_waiters, h, wait_link);
+    h->slot_queued = 0;
+}
+
 static void throttle_hold_free(struct throttle_hold *h)
 {
+    throttle_unqueue(h);
     if (h->timer != NULL)
         event_free(h->timer);
     request_free(h->req);
@@ -255,15 +327,103 @@ static void throttle_release(struct throttle_hold *h, const char *error)
         snprintf(text, sizeof(text), "%s", error);   /* it may be h->error */
     h->req = NULL;
     c->throttle_hold = NULL;
-    throttle_hold_free(h);
+    throttle_hold_free(h);   /* out of the waiters too */
     throttle_hand_back(c, req, error != NULL ? text : NULL);
+}
+
+static void throttle_give_back(struct throttle_hold *h);
+
+/* H's request has its tokens and its delay is over: its slots now. It
+ * goes when it holds them all, waits in throttle_slot_waiters while a
+ * delay rule's gate is full, or is refused (its tokens given back) by a
+ * reject rule's. Returns 0 when it waits still. */
+static int throttle_go(struct throttle_hold *h)
+{
+    struct limiter_identity who;
+    char rule[RULES_NAME_MAX + 1];
+
+    if (h->req->slots == NULL) {
+        throttle_release(h, NULL);
+        return 1;
+    }
+    throttle_identity(h->c, &who);
+    switch (limiter_slots_take(h->req->slots, h->slot_queued, &who, rule, sizeof(rule))) {
+    case LIMITER_SLOTS_HELD:
+        throttle_release(h, NULL);
+        return 1;
+    case LIMITER_SLOTS_WAIT:
+        if (!h->slot_queued) {
+            TAILQ_INSERT_TAIL(&throttle_slot_waiters, h, wait_link);
+            h->slot_queued = 1;
+            throttle_wake_soon();   /* a slot that came back meanwhile is not missed */
+        }
+        return 0;
+    case LIMITER_SLOTS_REJECT: break;
+    }
+    throttle_give_back(h);
+    throttle_slots_drop(h->req);
+    throttle_reject_text(h->error, sizeof(h->error), rule, 0);
+    throttle_release(h, h->error);
+    return 1;
+}
+
+/* Take the slots of the waiters again, oldest first. Each release hands a
+ * request back to its client code, which may change the list: the walk
+ * starts again after each, and ends when none can go. */
+static void throttle_wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+    struct throttle_hold *h;
+    int moved = 1;
+
+    (void)fd;
+    (void)what;
+    (void)arg;
+    while (moved) {
+        moved = 0;
+        TAILQ_FOREACH(h, &throttle_slot_waiters, wait_link) {
+            if (throttle_go(h)) {
+                moved = 1;
+                break;
+            }
+        }
+    }
+}
+
+/* Have throttle_wake_cb run from the event loop (never inside whatever
+ * freed a slot: a reply, a client closing) when anything waits. */
+static void throttle_wake_soon(void)
+{
+    if (TAILQ_EMPTY(&throttle_slot_waiters) || throttle_down)
+        return;
+    if (throttle_wake_ev == NULL)
+        throttle_wake_ev = event_new(server.base, -1, 0, throttle_wake_cb, NULL);
+    if (throttle_wake_ev != NULL)
+        event_active(throttle_wake_ev, EV_TIMEOUT, 0);
+}
+
+/* request_free's hook, and the reply's: REQ's slots go back. */
+static void throttle_slots_drop(struct request *req)
+{
+    struct limiter_slots *s = req->slots;
+
+    req->slots = NULL;
+    if (limiter_slots_free(s))
+        throttle_wake_soon();
+}
+
+void throttle_request_done(struct request *req, size_t reply_len)
+{
+    if (req->slots == NULL)
+        return;
+    limiter_slots_charge(req->slots, req->service_us, req->raw_len + reply_len);
+    throttle_slots_drop(req);
 }
 
 static void throttle_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    throttle_release(arg, NULL);
+    throttle_go(arg);
 }
 
 /* Ask Redis to put back the token the grant G took from a shared bucket. */
@@ -308,7 +468,7 @@ static void throttle_settle(struct throttle_hold *h)
         return;
     }
     if (h->wait_us == 0) {
-        throttle_release(h, NULL);
+        throttle_go(h);
         return;
     }
     tv.tv_sec = (time_t)(h->wait_us / 1000000);
@@ -549,6 +709,7 @@ void throttle_cron(void)
         return;
     throttle_last_cron_us = now;
     limiter_cron(now);
+    throttle_wake_soon();   /* once a second, whatever a wake-up missed */
 }
 
 double throttle_return_leases(void)
@@ -564,5 +725,9 @@ void throttle_shutdown(void)
     errlist_free(&errs);
     free(throttle_exempt_by_id);
     throttle_exempt_by_id = NULL;
+    if (throttle_wake_ev != NULL)
+        event_free(throttle_wake_ev);
+    throttle_wake_ev = NULL;
+    throttle_down = 1;
     limiter_decision_free(&throttle_limits);
 }

@@ -52,6 +52,12 @@ enum throttle_verdict throttle_admit(struct client *c, struct request *req,
  * with the error to answer or NULL to dispatch it. */
 void throttle_hold(struct client *c, struct request *req, const struct throttle_decision *d);
 
+/* REQ's reply (REPLY_LEN bytes) came back from Redis (or it failed
+ * there): its cost rules are charged what it cost (its service time, or
+ * its request and reply bytes), and its concurrency slots go back now,
+ * before it waits for earlier replies. */
+void throttle_request_done(struct request *req, size_t reply_len);
+
 /* C is closing: drop its held request and its limiter state. */
 void throttle_client_closed(struct client *c);
 

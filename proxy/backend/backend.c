@@ -716,6 +716,7 @@ static void backend_event_cb(struct bufferevent *bev, short what, void *arg)
         if (conn->owner == NULL && !conn->oneshot && !conn->spare)
             log_notice("backend %s connected", conn->node->name);
         conn->state = BACKEND_UP;
+        conn->last_reply_us = server_pass_now_us();   /* what was staged starts now */
         conn->backoff_ms = BACKEND_BACKOFF_MIN_MS;
         conn->refused = conn->refused_in_row = 0;
         STAT_INC(backend_connects);
@@ -1005,6 +1006,20 @@ void backend_deliver(struct request *req, struct evbuffer *src, size_t len, int 
     request_free(req);
 }
 
+/* REQ's service time (the cost rules charge it): Redis starts on it once
+ * it is sent and has answered what came before it on CONN (or CONN came
+ * up, for one staged while it connected); the time before is queueing
+ * behind others, not its cost. Ends when its reply is read. */
+static void backend_note_service(struct backend_conn *conn, struct request *req)
+{
+    uint64_t now = server_pass_now_us();
+    uint64_t start = req->sent_us > conn->last_reply_us ? req->sent_us : conn->last_reply_us;
+
+    if (start != 0 && now > start)
+        req->service_us += now - start;
+    conn->last_reply_us = now;
+}
+
 /* Take REQ, at the head of CONN's in-flight queue, off it: its reply is
  * complete. */
 static void backend_pop(struct backend_conn *conn, struct request *req)
@@ -1013,6 +1028,7 @@ static void backend_pop(struct backend_conn *conn, struct request *req)
     conn->inflight_count--;
     req->conn = NULL;
     conn->progress_ms = server_pass_now_us() / 1000;
+    backend_note_service(conn, req);
     if (req->sent_us != 0) {
         /* Sent again (a redirection, a rewrite): its time in Redis adds up
          * for the slow log; each send is one backend request observed. */

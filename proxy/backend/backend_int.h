@@ -64,6 +64,7 @@ struct backend_conn {
     struct request_queue inflight;
     int inflight_count;
     uint64_t progress_ms;            /* last reply, or first request sent while idle */
+    uint64_t last_reply_us;          /* the pass that read its last reply (service time) */
     enum backend_state state;
     struct client *owner;            /* private connection's client; NULL: pool */
     int oneshot;                     /* a control connection: freed once answered */

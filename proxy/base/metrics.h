@@ -60,6 +60,8 @@ enum metrics_type { METRICS_COUNTER, METRICS_GAUGE, METRICS_HISTOGRAM };
       "Tokens of shared rules leased from Redis (leased) and given back (returned).")    \
     X(ratelimit_shared_calls_total, COUNTER, "rule,kind",                                  \
       "Scripts run in Redis for shared rules: ask, refill, return, refund.")              \
+    X(ratelimit_cost_total, COUNTER, "rule,kind",                                          \
+      "What requests cost Redis, charged to cost rules: redis_time_us, bytes.")           \
     X(lock_operations_total, COUNTER, "op,result", "LOCK, UNLOCK and RENEW by result.")   \
     X(lock_wait_seconds, HISTOGRAM, "", "Time LOCK ... WAIT waited.")                     \
     X(lock_keep_active, GAUGE, "", "LOCK KEEP renewals running now.")                     \

@@ -73,6 +73,7 @@ void client_on_reply(struct request *req, struct evbuffer *src, size_t len, int 
         return;
     client_enter(c);
     c->inflight--;
+    throttle_request_done(req, len);   /* out of Redis: charged, its slots go back */
     client_apply_session(c, req, type);
     if (type == REPLY_ERROR) {
         STAT_INC(total_error_replies);

@@ -17,6 +17,7 @@
 #define REQUEST_FREELIST_MAX 4096
 
 static struct request *request_freelist;
+static request_slots_fn *request_slots_drop;   /* request_set_slots_drop */
 static int request_freelist_len;
 
 struct request *request_new(void)
@@ -43,6 +44,8 @@ void request_free(struct request *req)
 {
     if (req == NULL)
         return;
+    if (req->slots != NULL && request_slots_drop != NULL)
+        request_slots_drop(req);   /* never freed with a slot held: none can leak */
     if (req->ctx_free != NULL)
         req->ctx_free(req);
     if (req->args != req->args_inline)
@@ -62,6 +65,11 @@ void request_free(struct request *req)
         return;
     }
     free(req);
+}
+
+void request_set_slots_drop(request_slots_fn *drop)
+{
+    request_slots_drop = drop;
 }
 
 int request_add_arg(struct request *req, size_t off, size_t len)

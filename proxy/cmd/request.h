@@ -152,10 +152,15 @@ struct request {
                                       sluice's own); another at its send: the gate
                                       judges it again (client_send) */
     uint64_t redis_us;             /* µs from sent to its reply read, summed over its sends */
+    uint64_t service_us;           /* the same from when Redis could start on it: the later of
+                                      its send and the reply before it on its connection */
     unsigned char *slow_args;      /* its arguments as the slow log keeps them (slowlog.c):
                                       slow_inline or the heap; NULL: not kept */
     uint32_t slow_len;             /* bytes at slow_args */
     int slow_raw;                  /* slow_args is its RESP bytes, else packed (slowlog.c) */
+    void *slots;                   /* the concurrency slots it holds or waits for (access/
+                                      throttle.c): given back when it leaves Redis, and
+                                      by request_free at the latest */
     /* From here on request_new leaves the bytes as they are. */
     char kept[REQ_KEPT_MAX];       /* REQ_KEPT: its bytes; REQ_REPLY_KEPT: its reply */
     unsigned char slow_inline[REQ_SLOW_INLINE]; /* slow_args of a small request */
@@ -164,8 +169,14 @@ struct request {
 TAILQ_HEAD(request_queue, request);
 
 struct request *request_new(void);
-/* Free REQ and what it owns. It must be out of every queue. */
+/* Free REQ and what it owns. It must be out of every queue. Its slots
+ * (req->slots) go back through the function request_set_slots_drop gave. */
 void request_free(struct request *req);
+
+/* How request_free gives a request's concurrency slots back: set once at
+ * start by their owner (throttle_init), which sets req->slots to NULL. */
+typedef void request_slots_fn(struct request *req);
+void request_set_slots_drop(request_slots_fn *drop);
 
 /* Record argument N at OFF/LEN, growing the argument array. -1 on OOM. */
 int request_add_arg(struct request *req, size_t off, size_t len);
