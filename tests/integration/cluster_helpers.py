@@ -167,9 +167,50 @@ class ClusterRedis:
                                           for s in c.execute_command("CLUSTER", "SLOTS"))))
             return len(maps) == 1
         try:
+            wait_until(ok, min(timeout, 10), interval=0.1, msg="cluster_state:ok on every node")
+            return
+        except AssertionError:
+            pass
+        # Still split after 10 s: a node that alone disagrees about a slot
+        # (seen once under load after a reshard: the source's own view had
+        # lost slot 199 that every other node gave it) is told the owner
+        # the others agree on, so that one glitch of Redis Cluster's
+        # gossip does not fail every test that shares the cluster after it.
+        self.repair_views()
+        try:
             wait_until(ok, timeout, interval=0.1, msg="cluster_state:ok on every node")
         except AssertionError as e:
             raise AssertionError(f"{e}\n{self.describe()}") from None
+
+    def _slot_owners(self, node):
+        """{slot: owner port} in NODE's own view."""
+        owners = {}
+        with node.client(socket_timeout=2) as c:
+            for s in c.execute_command("CLUSTER", "SLOTS"):
+                for slot in range(int(s[0]), int(s[1]) + 1):
+                    owners[slot] = int(s[2][1])
+        return owners
+
+    def repair_views(self):
+        """For each slot, where all running nodes but one agree on its
+        owner, set that owner on the one (CLUSTER SETSLOT ... NODE)."""
+        nodes = [n for n in self.nodes if n.running]
+        try:
+            views = {n.port: self._slot_owners(n) for n in nodes}
+        except Exception:   # noqa: BLE001 (a node that cannot answer: nothing to repair)
+            return
+        for slot in range(16384):
+            seen = [views[p].get(slot) for p in views]
+            for p in views:
+                others = [o for q, o in zip(views, seen) if q != p]
+                if views[p].get(slot) is None and others and all(
+                        o == others[0] and o is not None for o in others):
+                    try:
+                        with self.node_by_port(p).client(socket_timeout=2) as c:
+                            c.execute_command("CLUSTER", "SETSLOT", slot, "NODE",
+                                              self.node_id(others[0]))
+                    except Exception:   # noqa: BLE001 (best effort; wait_ok says the rest)
+                        pass
 
     def describe(self):
         """Each running node's cluster_state and slot map, for failures."""
