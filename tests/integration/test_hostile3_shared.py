@@ -249,8 +249,12 @@ def test_bulk_over_a_lower_backend_proto_max_bulk_len(module_tmp):
         # Its answer comes back on its own (a loaded machine: after the PING).
         wait_until(lambda: "proto-max-bulk-len is 1048576" in s.log_path.read_text(),
                    10 * SLOW, msg="sluice to learn Redis's proto-max-bulk-len")
-        big = b"x" * (2 * 1024 * 1024)
-        got, closed, _ = _attack(s, backend, encode_command("SET", "big", big), 3.0)
+        # Up to the bulk's length line: sluice refuses there, as Redis does,
+        # and closes. (Sending the 2 MB after it would race the close: the
+        # kernel resets a connection closed with bytes unread, and the
+        # reset may come before the error reply is read.)
+        header = b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n" % (2 * 1024 * 1024)
+        got, closed, _ = _attack(s, backend, header, 3.0)
         assert closed and got.startswith(b"-ERR Protocol error: invalid bulk length"), got[:80]
         assert "proto-max-bulk-len is 1048576" in s.log_path.read_text()
         assert backend.client().exists("big") == 0
