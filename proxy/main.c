@@ -85,7 +85,7 @@ static void main_usage(FILE *out)
     fprintf(out,
             "Usage: sluice [-c FILE] [-t] [-v] [-h]\n"
             "  Started while a sluice with the same listen address runs, it takes\n"
-            "  over its listening sockets (README \"Restart and upgrade\").\n"
+            "  over its listening sockets (sluice(8), docs/operations.md).\n"
             "  -c FILE  config file (default %s)\n"
             "  -t       check the config and every file it names, then exit (0: fine,\n"
             "           perhaps with warnings; 1: errors); each is printed on stderr as\n"
